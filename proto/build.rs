@@ -1,0 +1,23 @@
+//! Compiles `herald/v1/*.proto` with protox (a pure-Rust protobuf compiler), so a fresh machine
+//! builds with cargo alone and no system `protoc`.
+
+use std::path::PathBuf;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
+    let files = ["herald/v1/task.proto", "herald/v1/lease.proto"];
+    println!("cargo:rerun-if-changed={}", root.join("herald").display());
+
+    let descriptors = protox::compile(files, [&root])?;
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
+    let descriptor_path = out_dir.join("herald_descriptor.bin");
+    std::fs::write(&descriptor_path, prost::Message::encode_to_vec(&descriptors))?;
+
+    tonic_prost_build::configure()
+        // BTreeMap makes encoding deterministic, which the idempotency check hashes.
+        .btree_map(".")
+        .file_descriptor_set_path(&descriptor_path)
+        .skip_protoc_run()
+        .compile_fds(descriptors)?;
+    Ok(())
+}
