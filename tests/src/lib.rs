@@ -1,1 +1,29 @@
-//! placeholder
+//! herald's end-to-end test harness: the pieces every test in `tests/tests/*.rs` builds on.
+//!
+//! - [`TestDb`]: a fresh database per test on one private PostgreSQL cluster shared by the whole
+//!   test run (nextest runs each test in its own process, so the cluster is started once under a
+//!   file lock, or taken from `HERALD_TEST_PG_URL` when `script/test` already started one).
+//! - [`SchedulerProcess`] / [`ExecutorProcess`]: the real `herald-scheduler` and
+//!   `herald-executor` binaries on ephemeral loopback ports, awaited until they print `READY`.
+//! - [`connect_tasks`], [`connect_lease`], [`connect_health`], [`wait_for_task_state`]: gRPC
+//!   client helpers.
+//! - [`WebhookReceiver`]: a scriptable HTTP endpoint that records every request, for the webhook
+//!   sender and as the base of provider fakes.
+//! - [`task_spec`], [`unique_id`]: small builders for test inputs.
+//!
+//! The binaries are not built by the harness: run `cargo build --bins` first (`script/test`
+//! does), or point `HERALD_BIN_DIR` at a folder holding them.
+
+mod db;
+mod grpc;
+mod process;
+mod spec;
+mod webhook;
+
+pub use db::TestDb;
+pub use grpc::{connect_health, connect_lease, connect_tasks, wait_for_task_state};
+pub use process::{
+    ExecutorBuilder, ExecutorProcess, SchedulerBuilder, SchedulerProcess, READY_TIMEOUT,
+};
+pub use spec::{task_spec, unique_id, TaskSpecExt};
+pub use webhook::{Gate, RecordedRequest, Response, WebhookReceiver};

@@ -1,0 +1,80 @@
+//! gRPC client helpers for the scheduler's API.
+
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use herald_proto::v1::lease_service_client::LeaseServiceClient;
+use herald_proto::v1::task_service_client::TaskServiceClient;
+use herald_proto::v1::{GetTaskRequest, Task, TaskState};
+use tonic::transport::Channel;
+use tonic_health::pb::health_client::HealthClient;
+
+/// How often [`wait_for_task_state`] asks for the task again.
+const POLL_INTERVAL: Duration = Duration::from_millis(25);
+
+async fn channel(url: &str) -> Result<Channel> {
+    Channel::from_shared(url.to_owned())
+        .with_context(|| format!("invalid gRPC URL {url}"))?
+        .connect()
+        .await
+        .with_context(|| format!("connecting to {url}"))
+}
+
+/// A `TaskService` client connected to `url` (for example [`crate::SchedulerProcess::grpc_url`]).
+pub async fn connect_tasks(url: &str) -> Result<TaskServiceClient<Channel>> {
+    Ok(TaskServiceClient::new(channel(url).await?))
+}
+
+/// A `LeaseService` client connected to `url`, for tests that play the executor's side of the
+/// lease stream themselves.
+pub async fn connect_lease(url: &str) -> Result<LeaseServiceClient<Channel>> {
+    Ok(LeaseServiceClient::new(channel(url).await?))
+}
+
+/// A `grpc.health.v1.Health` client connected to `url`.
+pub async fn connect_health(url: &str) -> Result<HealthClient<Channel>> {
+    Ok(HealthClient::new(channel(url).await?))
+}
+
+/// Polls `GetTask` until the task is in `state`, and returns it.
+///
+/// Fails at once if the task reaches a different terminal state (it cannot leave it without a
+/// call from the test), and after `timeout` with the last state seen.
+pub async fn wait_for_task_state(
+    client: &mut TaskServiceClient<Channel>,
+    id: &str,
+    state: TaskState,
+    timeout: Duration,
+) -> Result<Task> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut interval = tokio::time::interval(POLL_INTERVAL);
+    loop {
+        interval.tick().await;
+        let task = client
+            .get_task(GetTaskRequest { id: id.to_owned() })
+            .await
+            .with_context(|| format!("GetTask {id}"))?
+            .into_inner();
+        let current = task.state();
+        if current == state {
+            return Ok(task);
+        }
+        let terminal = matches!(
+            current,
+            TaskState::Succeeded | TaskState::Failed | TaskState::Cancelled | TaskState::Expired
+        );
+        if terminal {
+            bail!(
+                "task {id} ended {} while waiting for {}: {task:?}",
+                current.as_str_name(),
+                state.as_str_name()
+            );
+        }
+        if tokio::time::Instant::now() >= deadline {
+            bail!(
+                "task {id} not {} within {timeout:?}; last seen: {task:?}",
+                state.as_str_name()
+            );
+        }
+    }
+}
