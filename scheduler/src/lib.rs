@@ -1,1 +1,26 @@
-//! placeholder
+//! herald's scheduler: owns task state in PostgreSQL and leases due tasks to executors over a
+//! bidirectional gRPC stream.
+//!
+//! Map of the crate:
+//! - [`config`]: flags and their environment twins.
+//! - [`server`]: wiring, start-up and the ordered shutdown.
+//! - [`api`]: the gRPC edge (validation, conversion, status mapping); wire types stop there.
+//! - [`model`]: domain types of tasks, attempts and leases.
+//! - [`store`]: PostgreSQL access, migrations and the SQL (in `store/queries/`).
+//! - [`lease`]: executor sessions, the dispatcher, cluster events and the lease sweeper.
+//! - [`retention`]: pruning of finished tasks and old idempotency keys.
+//! - [`http`]: health endpoints.
+//! - [`error`]: the service error and its single mapping to `tonic::Status`.
+
+pub mod api;
+pub mod config;
+pub mod error;
+pub mod http;
+pub mod lease;
+pub mod model;
+pub mod retention;
+pub mod server;
+pub mod store;
+
+pub use config::Config;
+pub use server::{run, Listeners, ServeError};

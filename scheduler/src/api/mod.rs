@@ -1,0 +1,10 @@
+//! The gRPC edge: validates and converts requests, calls the store, maps errors to statuses.
+//! Wire types stop here.
+
+pub mod convert;
+pub mod lease;
+pub mod tasks;
+pub mod validate;
+
+/// The namespace every request acts in until authentication binds tokens to namespaces.
+pub const DEFAULT_NAMESPACE: &str = "default";

@@ -1,0 +1,24 @@
+//! The HTTP side: liveness, readiness.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::Router;
+
+use crate::store::Store;
+
+/// Routes of the HTTP listener.
+pub fn router(store: Store) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(ready))
+        .with_state(store)
+}
+
+/// Ready while the database answers.
+async fn ready(State(store): State<Store>) -> (StatusCode, &'static str) {
+    match store.ping().await {
+        Ok(()) => (StatusCode::OK, "ready"),
+        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "database unavailable"),
+    }
+}

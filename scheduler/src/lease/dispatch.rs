@@ -1,0 +1,166 @@
+//! The dispatcher of one executor session: waits for credit, claims due tasks in batches, and
+//! when nothing is due sleeps until the next due time by the database clock, waking early on a
+//! cluster `Due` event. There is no polling period.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio::sync::{broadcast, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+use super::events::Event;
+use super::LeaseSettings;
+use crate::model::GrantedLease;
+use crate::store::Store;
+
+/// Upper bound on an idle sleep. Wake-ups come from events; this only bounds the damage of a
+/// notification lost while the LISTEN connection was down.
+const MAX_IDLE: Duration = Duration::from_secs(60);
+
+/// What the dispatcher needs from its session.
+pub struct Dispatcher {
+    /// Database access.
+    pub store: Store,
+    /// Replica settings.
+    pub settings: Arc<LeaseSettings>,
+    /// The executor's id.
+    pub executor_id: String,
+    /// Queues the executor serves; None for all.
+    pub queues: Option<Vec<String>>,
+    /// The executor's unused credit.
+    pub credit: Arc<Semaphore>,
+    /// Cluster events.
+    pub events: broadcast::Receiver<Event>,
+    /// Stops the dispatcher (stream closed or draining).
+    pub stop: CancellationToken,
+}
+
+impl Dispatcher {
+    /// Runs until stopped, handing each claimed batch to `deliver`; stops early if `deliver`
+    /// returns false (the stream is gone).
+    pub async fn run<F, Fut>(mut self, mut deliver: F)
+    where
+        F: FnMut(Vec<GrantedLease>) -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        let mut error_backoff = Duration::from_millis(50);
+        loop {
+            // Wait for at least one unit of credit, then take what else is free up to a batch.
+            let want = tokio::select! {
+                _ = self.stop.cancelled() => return,
+                permit = self.credit.acquire() => match permit {
+                    Ok(p) => {
+                        p.forget();
+                        let extra = (self.credit.available_permits() as u32)
+                            .min(self.settings.claim_batch.saturating_sub(1));
+                        if extra > 0 {
+                            if let Ok(p) = self.credit.try_acquire_many(extra) {
+                                p.forget();
+                            }
+                        }
+                        1 + extra
+                    }
+                    Err(_) => return,
+                },
+            };
+            // Events that arrived while we had no credit are stale: the claim below sees them.
+            self.drain_events();
+            match self.claim_until_some(want).await {
+                Ok(Some(leases)) => {
+                    error_backoff = Duration::from_millis(50);
+                    let granted = leases.len() as u32;
+                    if granted < want {
+                        self.credit.add_permits((want - granted) as usize);
+                    }
+                    if !deliver(leases).await {
+                        return;
+                    }
+                }
+                Ok(None) => return,
+                Err(e) => {
+                    self.credit.add_permits(want as usize);
+                    tracing::warn!(error = %e, executor_id = %self.executor_id, "claim failed");
+                    tokio::select! {
+                        _ = self.stop.cancelled() => return,
+                        _ = tokio::time::sleep(error_backoff) => {}
+                    }
+                    error_backoff = (error_backoff * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+    }
+
+    /// Claims up to `want` leases, sleeping until something is due; None when stopped.
+    async fn claim_until_some(
+        &mut self,
+        want: u32,
+    ) -> Result<Option<Vec<GrantedLease>>, crate::store::StoreError> {
+        let mut contended = Duration::from_millis(1);
+        loop {
+            let leases = self
+                .store
+                .claim_due(
+                    &self.executor_id,
+                    self.queues.as_deref(),
+                    i64::from(want),
+                    self.settings.lease_ttl,
+                )
+                .await?;
+            if !leases.is_empty() {
+                return Ok(Some(leases));
+            }
+            let next = self.store.next_due(self.queues.as_deref()).await?;
+            let (sleep, target) = match next {
+                // Due now but the claim found nothing: another session holds the rows' locks
+                // for a moment. Back off briefly rather than spin.
+                Some((wait_ms, _)) if wait_ms <= 0.0 => {
+                    let s = contended;
+                    contended = (contended * 2).min(Duration::from_millis(50));
+                    (s, None)
+                }
+                Some((wait_ms, at)) => (
+                    Duration::from_micros((wait_ms * 1000.0).ceil() as u64).min(MAX_IDLE),
+                    Some(at),
+                ),
+                None => (MAX_IDLE, None),
+            };
+            if !self.wait(sleep, target).await {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Sleeps for `sleep`, or until an event announces work due before `target`. Returns false
+    /// when stopped.
+    async fn wait(&mut self, sleep: Duration, target: Option<DateTime<Utc>>) -> bool {
+        let timer = tokio::time::sleep(sleep);
+        tokio::pin!(timer);
+        loop {
+            tokio::select! {
+                _ = self.stop.cancelled() => return false,
+                _ = &mut timer => return true,
+                event = self.events.recv() => match event {
+                    Ok(Event::Due(Some(at))) => {
+                        if target.is_none_or(|t| at < t) {
+                            return true;
+                        }
+                    }
+                    Ok(Event::Due(None)) => return true,
+                    Ok(_) => {}
+                    Err(broadcast::error::RecvError::Lagged(_)) => return true,
+                    Err(broadcast::error::RecvError::Closed) => return false,
+                },
+            }
+        }
+    }
+
+    fn drain_events(&mut self) {
+        loop {
+            match self.events.try_recv() {
+                Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) => continue,
+                Err(_) => break,
+            }
+        }
+    }
+}

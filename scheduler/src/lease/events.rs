@@ -1,0 +1,147 @@
+//! Cluster-wide wake-ups over PostgreSQL LISTEN/NOTIFY: new or re-scheduled tasks, revokes for
+//! executors on whichever replica holds their stream, and resolved cancellations. One dedicated
+//! connection per replica listens and fans events out on a broadcast channel.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use tokio::sync::broadcast;
+use tokio_postgres::AsyncMessage;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+/// A cluster event.
+#[derive(Debug, Clone)]
+pub enum Event {
+    /// Tasks became due at this time (None: now, or unknown — re-check).
+    Due(Option<DateTime<Utc>>),
+    /// A cancelled task's lease must be dropped by the executor holding it.
+    Revoke {
+        /// Task.
+        task_id: Uuid,
+        /// Fencing attempt.
+        attempt: i32,
+        /// The executor holding the lease.
+        executor_id: String,
+    },
+    /// A cancelled task learned its outcome.
+    CancelResolved(Uuid),
+}
+
+const CHANNELS: &str = "LISTEN herald_due; LISTEN herald_revoke; LISTEN herald_cancel;";
+
+/// Keeps a LISTEN connection open until `shutdown`, reconnecting with backoff, and publishes
+/// every notification on `events`. After each (re)connect it publishes `Due(None)`, since
+/// notifications sent while disconnected are lost.
+pub async fn listen(
+    pg: tokio_postgres::Config,
+    events: broadcast::Sender<Event>,
+    shutdown: CancellationToken,
+) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let connected = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            c = pg.connect(tokio_postgres::NoTls) => c,
+        };
+        match connected {
+            Ok((client, mut connection)) => {
+                let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+                // The connection only makes progress while polled, so LISTEN runs concurrently
+                // with draining its message stream.
+                let listening = client.batch_execute(CHANNELS);
+                tokio::pin!(listening);
+                let mut subscribed = false;
+                loop {
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return,
+                        r = &mut listening, if !subscribed => {
+                            if let Err(e) = r {
+                                tracing::warn!(error = %e, "LISTEN failed");
+                                break;
+                            }
+                            subscribed = true;
+                            backoff = Duration::from_millis(100);
+                            let _ = events.send(Event::Due(None));
+                        }
+                        msg = messages.next() => match msg {
+                            Some(Ok(AsyncMessage::Notification(n))) => {
+                                if let Some(event) = parse(n.channel(), n.payload()) {
+                                    let _ = events.send(event);
+                                }
+                            }
+                            Some(Ok(_)) => {}
+                            Some(Err(e)) => {
+                                tracing::warn!(error = %e, "notification connection failed");
+                                break;
+                            }
+                            None => break,
+                        }
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot open the notification connection"),
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+fn parse(channel: &str, payload: &str) -> Option<Event> {
+    match channel {
+        "herald_due" => {
+            let micros: i64 = payload.parse().ok()?;
+            Some(Event::Due(if micros <= 0 {
+                None
+            } else {
+                DateTime::from_timestamp_micros(micros)
+            }))
+        }
+        "herald_revoke" => {
+            let mut parts = payload.splitn(3, ':');
+            let task_id = parts.next()?.parse().ok()?;
+            let attempt = parts.next()?.parse().ok()?;
+            let executor_id = parts.next()?.to_string();
+            Some(Event::Revoke {
+                task_id,
+                attempt,
+                executor_id,
+            })
+        }
+        "herald_cancel" => Some(Event::CancelResolved(payload.parse().ok()?)),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_each_channel() {
+        assert!(matches!(parse("herald_due", "0"), Some(Event::Due(None))));
+        assert!(matches!(
+            parse("herald_due", "1700000000000000"),
+            Some(Event::Due(Some(_)))
+        ));
+        let id = Uuid::now_v7();
+        match parse("herald_revoke", &format!("{id}:3:exec:1")) {
+            Some(Event::Revoke {
+                task_id,
+                attempt,
+                executor_id,
+            }) => {
+                assert_eq!(task_id, id);
+                assert_eq!(attempt, 3);
+                assert_eq!(executor_id, "exec:1");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(parse("herald_due", "garbage").is_none());
+        assert!(parse("other", "0").is_none());
+    }
+}

@@ -1,0 +1,393 @@
+//! One executor's lease stream: the Hello/Welcome handshake, then a dispatcher granting leases
+//! within the executor's credit while this task applies its reports, extensions and revoke
+//! answers. A `Status` ends the whole stream; problems with one lease travel in-band.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use herald_proto::v1::{
+    self as pb, executor_message, scheduler_message, ExecutorMessage, SchedulerMessage,
+};
+use tokio::sync::{broadcast, mpsc, Semaphore};
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tonic::{Status, Streaming};
+use uuid::Uuid;
+
+use super::dispatch::Dispatcher;
+use super::events::Event;
+use super::registry::{Outbound, Registry};
+use super::LeaseSettings;
+use crate::api::convert;
+use crate::api::validate::queue_name_problem;
+use crate::model::{AttemptReport, GrantedLease, Outcome, TaskState};
+use crate::store::Store;
+
+/// The most credit an executor may hold at once.
+const MAX_CREDIT: usize = 100_000;
+/// How long an executor has to send Hello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest error text kept per attempt.
+const MAX_ERROR_BYTES: usize = 4096;
+
+/// What every session of a replica shares.
+#[derive(Clone)]
+pub struct SessionContext {
+    /// Database access.
+    pub store: Store,
+    /// Replica settings.
+    pub settings: Arc<LeaseSettings>,
+    /// Cluster events.
+    pub events: broadcast::Sender<Event>,
+    /// Executors connected here.
+    pub registry: Registry,
+    /// Cancelled when the replica drains: sessions stop granting and send `Drain`.
+    pub drain: CancellationToken,
+}
+
+/// Performs the handshake and starts the session; the returned stream carries the scheduler's
+/// frames.
+pub async fn open(
+    ctx: SessionContext,
+    mut inbound: Streaming<ExecutorMessage>,
+) -> Result<ReceiverStream<Result<SchedulerMessage, Status>>, Status> {
+    if ctx.drain.is_cancelled() {
+        return Err(Status::unavailable("scheduler is shutting down"));
+    }
+    let first = tokio::time::timeout(HELLO_TIMEOUT, inbound.message())
+        .await
+        .map_err(|_| Status::deadline_exceeded("no Hello within 10s"))??;
+    let hello = match first.and_then(|m| m.kind) {
+        Some(executor_message::Kind::Hello(h)) => h,
+        _ => return Err(Status::invalid_argument("the first frame must be Hello")),
+    };
+    validate_hello(&hello)?;
+    let version = hello
+        .protocol_version
+        .min(herald_proto::LEASE_PROTOCOL_VERSION);
+
+    let (tx, rx) = mpsc::channel(256);
+    let welcome = SchedulerMessage {
+        kind: Some(scheduler_message::Kind::Welcome(pb::Welcome {
+            protocol_version: version,
+            heartbeat_interval: Some(duration(ctx.settings.heartbeat_interval)),
+            lease_ttl: Some(duration(ctx.settings.lease_ttl)),
+            scheduler_id: ctx.settings.scheduler_id.clone(),
+        })),
+    };
+    tx.send(Ok(welcome))
+        .await
+        .map_err(|_| Status::cancelled("executor went away"))?;
+    tokio::spawn(run(ctx, hello, inbound, tx));
+    Ok(ReceiverStream::new(rx))
+}
+
+fn validate_hello(hello: &pb::Hello) -> Result<(), Status> {
+    if hello.executor_id.is_empty() || hello.executor_id.chars().count() > 128 {
+        return Err(Status::invalid_argument(
+            "hello.executor_id: must be 1 to 128 characters",
+        ));
+    }
+    if hello.protocol_version == 0 {
+        return Err(Status::failed_precondition(
+            "hello.protocol_version: 0 is not a protocol version; this scheduler speaks 1",
+        ));
+    }
+    if hello.initial_credit as usize > MAX_CREDIT {
+        return Err(Status::invalid_argument(
+            "hello.initial_credit: at most 100000",
+        ));
+    }
+    for (i, q) in hello.queues.iter().enumerate() {
+        if let Some(problem) = queue_name_problem(q) {
+            return Err(Status::invalid_argument(format!(
+                "hello.queues[{i}]: {problem}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+async fn run(
+    ctx: SessionContext,
+    hello: pb::Hello,
+    mut inbound: Streaming<ExecutorMessage>,
+    tx: Outbound,
+) {
+    let executor_id = hello.executor_id.clone();
+    let generation = ctx.registry.insert(&executor_id, tx.clone());
+    let credit = Arc::new(Semaphore::new(hello.initial_credit as usize));
+    let stop = CancellationToken::new();
+    tracing::info!(executor_id = %executor_id, queues = ?hello.queues, credit = hello.initial_credit, "executor connected");
+
+    let dispatcher = Dispatcher {
+        store: ctx.store.clone(),
+        settings: ctx.settings.clone(),
+        executor_id: executor_id.clone(),
+        queues: (!hello.queues.is_empty()).then(|| hello.queues.clone()),
+        credit: credit.clone(),
+        events: ctx.events.subscribe(),
+        stop: stop.clone(),
+    };
+    let deliver_tx = tx.clone();
+    let deliver_store = ctx.store.clone();
+    let dispatch = tokio::spawn(dispatcher.run(move |leases| {
+        let tx = deliver_tx.clone();
+        let store = deliver_store.clone();
+        async move { deliver(&store, &tx, leases).await }
+    }));
+
+    let mut drained = false;
+    loop {
+        let frame = tokio::select! {
+            _ = ctx.drain.cancelled(), if !drained => {
+                drained = true;
+                stop.cancel();
+                let _ = tx.send(Ok(SchedulerMessage {
+                    kind: Some(scheduler_message::Kind::Drain(pb::Drain {
+                        reason: "scheduler shutting down".into(),
+                    })),
+                })).await;
+                continue;
+            }
+            frame = inbound.message() => frame,
+        };
+        let message = match frame {
+            Ok(Some(m)) => m,
+            Ok(None) => break,
+            Err(status) => {
+                tracing::debug!(executor_id = %executor_id, %status, "lease stream ended");
+                break;
+            }
+        };
+        let result = match message.kind {
+            Some(executor_message::Kind::Credit(c)) => {
+                let room = MAX_CREDIT.saturating_sub(credit.available_permits());
+                credit.add_permits((c.additional as usize).min(room));
+                Ok(())
+            }
+            Some(executor_message::Kind::Report(batch)) => {
+                handle_reports(&ctx, &tx, &executor_id, batch).await
+            }
+            Some(executor_message::Kind::Extend(extend)) => handle_extend(&ctx, &tx, extend).await,
+            Some(executor_message::Kind::RevokeAck(ack)) => handle_revoke_ack(&ctx, ack).await,
+            Some(executor_message::Kind::Heartbeat(_)) => tx
+                .send(Ok(SchedulerMessage {
+                    kind: Some(scheduler_message::Kind::Heartbeat(pb::Heartbeat {
+                        sent_at: Some(convert::timestamp(chrono::Utc::now())),
+                    })),
+                }))
+                .await
+                .map_err(|_| Status::cancelled("executor went away")),
+            Some(executor_message::Kind::Hello(_)) => Err(Status::invalid_argument(
+                "Hello may only be the first frame",
+            )),
+            None => Err(Status::invalid_argument("empty frame")),
+        };
+        if let Err(status) = result {
+            tracing::warn!(executor_id = %executor_id, %status, "ending lease stream");
+            let _ = tx.send(Err(status)).await;
+            break;
+        }
+    }
+    stop.cancel();
+    let _ = dispatch.await;
+    ctx.registry.remove(&executor_id, generation);
+    tracing::info!(executor_id = %executor_id, "executor disconnected");
+}
+
+/// Sends a claimed batch; if the stream is gone, hands the leases straight back (nothing was
+/// sent for them) instead of letting them wait out their TTL.
+async fn deliver(store: &Store, tx: &Outbound, leases: Vec<GrantedLease>) -> bool {
+    let mut frames = Vec::with_capacity(leases.len());
+    for l in &leases {
+        match convert::lease(l) {
+            Ok(f) => frames.push(f),
+            Err(e) => tracing::error!(task_id = %l.task_id, error = %e, "undeliverable lease"),
+        }
+    }
+    let frame = SchedulerMessage {
+        kind: Some(scheduler_message::Kind::Leases(pb::LeaseBatch {
+            leases: frames,
+        })),
+    };
+    if tx.send(Ok(frame)).await.is_ok() {
+        return true;
+    }
+    let refs: Vec<(Uuid, i32)> = leases.iter().map(|l| (l.task_id, l.attempt)).collect();
+    if let Err(e) = store.release_leases(&refs).await {
+        tracing::warn!(error = %e, "cannot release undelivered leases; they will expire");
+    }
+    false
+}
+
+async fn handle_reports(
+    ctx: &SessionContext,
+    tx: &Outbound,
+    executor_id: &str,
+    batch: pb::ReportBatch,
+) -> Result<(), Status> {
+    let mut reports = Vec::with_capacity(batch.results.len());
+    let mut invalid = Vec::new();
+    for r in batch.results {
+        match report_from_wire(&r) {
+            Some(report) => reports.push(report),
+            None => invalid.push(pb::ReportAck {
+                task_id: r.task_id,
+                attempt: r.attempt,
+                accepted: false,
+                state: pb::TaskState::Unspecified as i32,
+            }),
+        }
+    }
+    let mut acks = invalid;
+    if !reports.is_empty() {
+        let outcome = ctx.store.complete_attempts(&reports).await.map_err(|e| {
+            tracing::warn!(executor_id, error = %e, "cannot apply reports");
+            Status::unavailable(format!("cannot record reports: {e}"))
+        })?;
+        if let Some(at) = outcome.earliest_retry {
+            if let Err(e) = ctx.store.announce_due(at).await {
+                tracing::warn!(error = %e, "cannot announce retries");
+            }
+        }
+        let resolved: Vec<Uuid> = outcome
+            .verdicts
+            .iter()
+            .filter(|v| v.accepted && v.state == Some(TaskState::Cancelled))
+            .map(|v| v.task_id)
+            .collect();
+        if !resolved.is_empty() {
+            if let Err(e) = ctx.store.announce_cancels_resolved(&resolved).await {
+                tracing::warn!(error = %e, "cannot announce cancel outcomes");
+            }
+        }
+        acks.extend(outcome.verdicts.into_iter().map(|v| {
+            pb::ReportAck {
+                task_id: v.task_id.to_string(),
+                attempt: v.attempt,
+                accepted: v.accepted,
+                state: v
+                    .state
+                    .map(|s| convert::state(s) as i32)
+                    .unwrap_or_default(),
+            }
+        }));
+    }
+    tx.send(Ok(SchedulerMessage {
+        kind: Some(scheduler_message::Kind::ReportAcks(pb::ReportAckBatch {
+            acks,
+        })),
+    }))
+    .await
+    .map_err(|_| Status::cancelled("executor went away"))
+}
+
+fn report_from_wire(r: &pb::AttemptResult) -> Option<AttemptReport> {
+    let outcome = match pb::OutcomeClass::try_from(r.outcome).ok()? {
+        pb::OutcomeClass::Ok => Outcome::Ok,
+        pb::OutcomeClass::RateLimited => Outcome::RateLimited,
+        pb::OutcomeClass::Transient => Outcome::Transient,
+        pb::OutcomeClass::Permanent => Outcome::Permanent,
+        pb::OutcomeClass::AccountUnavailable => Outcome::AccountUnavailable,
+        pb::OutcomeClass::Unspecified | pb::OutcomeClass::LeaseExpired => return None,
+    };
+    let retry_after_ms = r
+        .retry_after
+        .as_ref()
+        .filter(|d| d.seconds >= 0 && d.nanos >= 0)
+        .map(|d| d.seconds.saturating_mul(1000) + i64::from(d.nanos / 1_000_000));
+    Some(AttemptReport {
+        task_id: r.task_id.parse().ok()?,
+        attempt: r.attempt,
+        outcome,
+        error: (!r.error.is_empty()).then(|| truncate(&r.error, MAX_ERROR_BYTES)),
+        provider_message_id: (!r.provider_message_id.is_empty())
+            .then(|| truncate(&r.provider_message_id, 512)),
+        retry_after_ms,
+        started_at: r.started_at.as_ref().and_then(convert::from_timestamp),
+    })
+}
+
+async fn handle_extend(
+    ctx: &SessionContext,
+    tx: &Outbound,
+    extend: pb::Extend,
+) -> Result<(), Status> {
+    let mut refs = Vec::with_capacity(extend.leases.len());
+    let mut lost = Vec::new();
+    for l in extend.leases {
+        match l.task_id.parse::<Uuid>() {
+            Ok(id) => refs.push((id, l.attempt)),
+            Err(_) => lost.push(l),
+        }
+    }
+    let extended = ctx
+        .store
+        .extend_leases(&refs, ctx.settings.lease_ttl)
+        .await
+        .map_err(|e| Status::unavailable(format!("cannot extend leases: {e}")))?;
+    let held: std::collections::HashSet<(Uuid, i32)> = extended
+        .extended
+        .iter()
+        .map(|(id, a, _)| (*id, *a))
+        .collect();
+    lost.extend(
+        refs.iter()
+            .filter(|r| !held.contains(r))
+            .map(|(id, attempt)| pb::LeaseRef {
+                task_id: id.to_string(),
+                attempt: *attempt,
+            }),
+    );
+    let expires_at = extended.extended.iter().map(|(_, _, at)| *at).max();
+    tx.send(Ok(SchedulerMessage {
+        kind: Some(scheduler_message::Kind::ExtendAck(pb::ExtendAck {
+            extended: extended
+                .extended
+                .iter()
+                .map(|(id, attempt, _)| pb::LeaseRef {
+                    task_id: id.to_string(),
+                    attempt: *attempt,
+                })
+                .collect(),
+            lost,
+            expires_at: expires_at.map(convert::timestamp),
+        })),
+    }))
+    .await
+    .map_err(|_| Status::cancelled("executor went away"))
+}
+
+async fn handle_revoke_ack(ctx: &SessionContext, ack: pb::RevokeAck) -> Result<(), Status> {
+    let Some(lease) = ack.lease else {
+        return Ok(());
+    };
+    if ack.result == pb::RevokeResult::StoppedBeforeSend as i32 {
+        if let Ok(id) = lease.task_id.parse::<Uuid>() {
+            ctx.store
+                .record_revoked_before_send(id, lease.attempt)
+                .await
+                .map_err(|e| Status::unavailable(format!("cannot record revoke: {e}")))?;
+        }
+    }
+    Ok(())
+}
+
+fn duration(d: Duration) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: d.as_secs() as i64,
+        nanos: d.subsec_nanos() as i32,
+    }
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_string()
+}

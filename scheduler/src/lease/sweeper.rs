@@ -1,0 +1,60 @@
+//! The sweeper: returns leases that ran out to the queue and expires tasks past their deadline.
+//! It sleeps until the next expiry by the database clock, capped so that a lease granted
+//! meanwhile (which can only expire later than one TTL from now) is still seen in time.
+//! Safe on every replica at once: each sweep locks rows with SKIP LOCKED.
+
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::store::Store;
+
+/// Rows handled per statement.
+const BATCH: i64 = 1_000;
+
+/// Runs until `shutdown`.
+pub async fn run(store: Store, max_sleep: Duration, shutdown: CancellationToken) {
+    let mut error_backoff = Duration::from_millis(100);
+    loop {
+        let sleep = match sweep_once(&store).await {
+            Ok(Some(more_now)) if more_now => Duration::ZERO,
+            Ok(Some(_)) | Ok(None) => match store.next_sweep_ms().await {
+                // A millisecond past the expiry, so the sweep's now() is beyond it.
+                Ok(Some(ms)) if ms > 0.0 => {
+                    Duration::from_micros((ms * 1000.0) as u64 + 1_000).min(max_sleep)
+                }
+                Ok(Some(_)) => Duration::from_millis(1),
+                Ok(None) => max_sleep,
+                Err(e) => {
+                    tracing::warn!(error = %e, "sweeper cannot read the next expiry");
+                    error_backoff
+                }
+            },
+            Err(e) => {
+                tracing::warn!(error = %e, "sweep failed");
+                error_backoff = (error_backoff * 2).min(Duration::from_secs(5));
+                error_backoff
+            }
+        };
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(sleep) => {}
+        }
+    }
+}
+
+/// One sweep; Some(true) when a batch was full and more may be waiting.
+async fn sweep_once(store: &Store) -> Result<Option<bool>, crate::store::StoreError> {
+    let outcome = store.sweep(BATCH).await?;
+    if outcome.leases_expired > 0 || outcome.deadlines_passed > 0 {
+        tracing::info!(
+            leases_expired = outcome.leases_expired,
+            rescheduled = outcome.rescheduled,
+            deadlines_passed = outcome.deadlines_passed,
+            "sweep"
+        );
+    }
+    Ok(Some(
+        outcome.leases_expired as i64 >= BATCH || outcome.deadlines_passed as i64 >= BATCH,
+    ))
+}

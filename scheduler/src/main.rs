@@ -1,0 +1,123 @@
+//! `herald-scheduler`: `serve` (the default) runs the scheduler; `migrate` applies the database
+//! migrations and exits (for a deployment's pre-upgrade hook).
+
+use std::io::Write;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use herald_scheduler::{store, Config, Listeners};
+
+#[derive(Parser)]
+#[command(
+    name = "herald-scheduler",
+    version,
+    about = "herald's scheduler: owns task state and leases due tasks to executors"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the gRPC API and lease stream (the default).
+    Serve(Box<Config>),
+    /// Apply database migrations and exit.
+    Migrate {
+        /// PostgreSQL connection string.
+        #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+        database_url: String,
+        /// Log format: text or json.
+        #[arg(long, env = "HERALD_LOG_FORMAT", default_value = "text")]
+        log_format: String,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    // `serve` is the default subcommand: insert it when the first argument is a flag.
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let first = args.get(1).and_then(|a| a.to_str()).unwrap_or("");
+    if !matches!(
+        first,
+        "serve" | "migrate" | "help" | "-h" | "--help" | "-V" | "--version"
+    ) {
+        args.insert(1, "serve".into());
+    }
+    let cli = Cli::parse_from(args);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async move {
+        match cli.command {
+            Command::Migrate {
+                database_url,
+                log_format,
+            } => {
+                init_logging(&log_format);
+                let store = store::Store::connect(&database_url, 1)?;
+                let applied = store::migrate::run(&store)
+                    .await
+                    .context("cannot apply migrations")?;
+                tracing::info!(applied, "migrations up to date");
+                Ok(())
+            }
+            Command::Serve(config) => serve(*config).await,
+        }
+    })
+}
+
+async fn serve(config: Config) -> anyhow::Result<()> {
+    init_logging(&config.log_format);
+    let listeners = Listeners::bind(&config)
+        .await
+        .with_context(|| format!("cannot bind {} / {}", config.grpc_addr, config.http_addr))?;
+    let grpc = listeners.grpc.local_addr()?;
+    let http = listeners.http.local_addr()?;
+    herald_scheduler::run(config, listeners, shutdown_signal(), move || {
+        // One machine-readable line on stdout: launchers and test harnesses wait for it.
+        let mut out = std::io::stdout();
+        let _ = writeln!(out, "READY grpc={grpc} http={http}");
+        let _ = out.flush();
+    })
+    .await?;
+    Ok(())
+}
+
+/// Resolves on the first SIGTERM or SIGINT; a second one exits at once.
+async fn shutdown_signal() {
+    wait_for_signal().await;
+    tracing::info!("signal received; shutting down (send again to exit at once)");
+    tokio::spawn(async {
+        wait_for_signal().await;
+        std::process::exit(130);
+    });
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+fn init_logging(format: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}

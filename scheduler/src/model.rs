@@ -1,0 +1,332 @@
+//! The scheduler's domain types: what a task is, independent of the wire format and of SQL.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+/// A task's lifecycle state; the names match the `herald.task_state` enum in the database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskState {
+    /// Waiting to become due.
+    Scheduled,
+    /// Held by an executor.
+    Leased,
+    /// Sent. Terminal.
+    Succeeded,
+    /// Permanently failed or out of attempts. Terminal.
+    Failed,
+    /// Cancelled. Terminal.
+    Cancelled,
+    /// Its deadline passed first. Terminal.
+    Expired,
+}
+
+impl TaskState {
+    /// The database's name for the state.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskState::Scheduled => "scheduled",
+            TaskState::Leased => "leased",
+            TaskState::Succeeded => "succeeded",
+            TaskState::Failed => "failed",
+            TaskState::Cancelled => "cancelled",
+            TaskState::Expired => "expired",
+        }
+    }
+
+    /// Parses the database's name for a state.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "scheduled" => TaskState::Scheduled,
+            "leased" => TaskState::Leased,
+            "succeeded" => TaskState::Succeeded,
+            "failed" => TaskState::Failed,
+            "cancelled" => TaskState::Cancelled,
+            "expired" => TaskState::Expired,
+            _ => return None,
+        })
+    }
+
+    /// True for states a task never leaves (except by RetryTask).
+    pub fn is_terminal(self) -> bool {
+        !matches!(self, TaskState::Scheduled | TaskState::Leased)
+    }
+}
+
+/// How an attempt ended. The numbers are stored in the database and equal the wire enum's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(i16)]
+pub enum Outcome {
+    /// Sent.
+    Ok = 1,
+    /// Throttled by the provider.
+    RateLimited = 2,
+    /// A passing failure.
+    Transient = 3,
+    /// Will never succeed as sent.
+    Permanent = 4,
+    /// The account is unusable; not charged as an attempt.
+    AccountUnavailable = 5,
+    /// The lease ran out without a report.
+    LeaseExpired = 6,
+}
+
+impl Outcome {
+    /// Parses the stored number.
+    pub fn from_code(code: i16) -> Option<Self> {
+        Some(match code {
+            1 => Outcome::Ok,
+            2 => Outcome::RateLimited,
+            3 => Outcome::Transient,
+            4 => Outcome::Permanent,
+            5 => Outcome::AccountUnavailable,
+            6 => Outcome::LeaseExpired,
+            _ => return None,
+        })
+    }
+}
+
+/// What cancelling a task achieved. The numbers are stored and equal the wire enum's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(i16)]
+pub enum CancelOutcome {
+    /// The task was not leased.
+    NotStarted = 1,
+    /// The executor dropped it before sending.
+    StoppedBeforeSend = 2,
+    /// The provider had already accepted it.
+    AlreadySent = 3,
+    /// The executor had tried and the provider refused.
+    SendFailed = 4,
+    /// No answer from the executor yet.
+    Unconfirmed = 5,
+}
+
+impl CancelOutcome {
+    /// Parses the stored number.
+    pub fn from_code(code: i16) -> Option<Self> {
+        Some(match code {
+            1 => CancelOutcome::NotStarted,
+            2 => CancelOutcome::StoppedBeforeSend,
+            3 => CancelOutcome::AlreadySent,
+            4 => CancelOutcome::SendFailed,
+            5 => CancelOutcome::Unconfirmed,
+            _ => return None,
+        })
+    }
+}
+
+/// How retries are spaced.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RetryPolicy {
+    /// Capped exponential backoff with jitter.
+    Exponential {
+        /// First delay, in milliseconds.
+        initial_ms: i64,
+        /// Largest delay, in milliseconds.
+        max_ms: i64,
+        /// Growth per attempt.
+        multiplier: f64,
+        /// Randomised fraction of each delay.
+        jitter: f64,
+    },
+    /// Explicit delays in milliseconds, the last repeating.
+    Delays(Vec<i64>),
+}
+
+impl RetryPolicy {
+    /// Default first delay.
+    pub const DEFAULT_INITIAL_MS: i64 = 1_000;
+    /// Default largest delay.
+    pub const DEFAULT_MAX_MS: i64 = 3_600_000;
+    /// Default growth per attempt.
+    pub const DEFAULT_MULTIPLIER: f64 = 2.0;
+    /// Default jitter fraction.
+    pub const DEFAULT_JITTER: f64 = 0.2;
+
+    /// Exponential backoff with every default.
+    pub fn default_exponential() -> Self {
+        RetryPolicy::Exponential {
+            initial_ms: Self::DEFAULT_INITIAL_MS,
+            max_ms: Self::DEFAULT_MAX_MS,
+            multiplier: Self::DEFAULT_MULTIPLIER,
+            jitter: Self::DEFAULT_JITTER,
+        }
+    }
+}
+
+/// When a new task becomes due.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum DueAt {
+    /// At this instant.
+    At(DateTime<Utc>),
+    /// This many milliseconds after the database receives it (0 = now).
+    After(i64),
+}
+
+/// A validated task, ready to insert.
+#[derive(Debug, Clone)]
+pub struct NewTask {
+    /// Assigned before insert (UUIDv7, so ids sort by creation).
+    pub id: Uuid,
+    /// Namespace owning the task.
+    pub namespace: String,
+    /// Queue name.
+    pub queue: String,
+    /// Recipient.
+    pub recipient: String,
+    /// The encoded `herald.v1.Content`.
+    pub content: Vec<u8>,
+    /// The template id, when the content is a template.
+    pub template_id: Option<String>,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// 0..=9.
+    pub priority: i16,
+    /// Due time.
+    pub due: DueAt,
+    /// Deadline.
+    pub expire_at: Option<DateTime<Utc>>,
+    /// Idempotency key and the hash of the request it came with.
+    pub idempotency: Option<(String, Vec<u8>)>,
+    /// Attempt budget.
+    pub max_attempts: i32,
+    /// Retry spacing.
+    pub retry: RetryPolicy,
+}
+
+/// A task as stored.
+#[derive(Debug, Clone)]
+pub struct TaskRecord {
+    /// Id.
+    pub id: Uuid,
+    /// Queue.
+    pub queue: String,
+    /// Recipient.
+    pub recipient: String,
+    /// Encoded content.
+    pub content: Vec<u8>,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// State.
+    pub state: TaskState,
+    /// Priority.
+    pub priority: i16,
+    /// Due time.
+    pub run_at: DateTime<Utc>,
+    /// Deadline.
+    pub expire_at: Option<DateTime<Utc>>,
+    /// Idempotency key.
+    pub idempotency_key: Option<String>,
+    /// Leases granted.
+    pub lease_count: i32,
+    /// Attempts charged.
+    pub attempts: i32,
+    /// Budget.
+    pub max_attempts: i32,
+    /// Retry spacing.
+    pub retry: RetryPolicy,
+    /// Lease holder.
+    pub executor_id: Option<String>,
+    /// Lease start.
+    pub leased_at: Option<DateTime<Utc>>,
+    /// Lease end.
+    pub lease_expires_at: Option<DateTime<Utc>>,
+    /// Cancellation result.
+    pub cancel_outcome: Option<CancelOutcome>,
+    /// Last error.
+    pub last_error: Option<String>,
+    /// Created.
+    pub created_at: DateTime<Utc>,
+    /// Last change.
+    pub updated_at: DateTime<Utc>,
+    /// Terminal since.
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// One recorded attempt.
+#[derive(Debug, Clone)]
+pub struct AttemptRecord {
+    /// Task.
+    pub task_id: Uuid,
+    /// Attempt number.
+    pub attempt: i32,
+    /// Executor.
+    pub executor_id: String,
+    /// Account used, if routed.
+    pub account: Option<String>,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// Error text.
+    pub error: Option<String>,
+    /// Provider message id.
+    pub provider_message_id: Option<String>,
+    /// Provider-requested delay.
+    pub retry_after_ms: Option<i64>,
+    /// Lease start.
+    pub leased_at: DateTime<Utc>,
+    /// Recorded at.
+    pub finished_at: DateTime<Utc>,
+}
+
+/// A lease just granted by a claim: everything the executor needs to send.
+#[derive(Debug, Clone)]
+pub struct GrantedLease {
+    /// Task.
+    pub task_id: Uuid,
+    /// Fencing attempt number.
+    pub attempt: i32,
+    /// Queue.
+    pub queue: String,
+    /// Recipient.
+    pub recipient: String,
+    /// Encoded content.
+    pub content: Vec<u8>,
+    /// The provider-facing idempotency key (the task's key, else its id).
+    pub idempotency_key: String,
+    /// Due time.
+    pub run_at: DateTime<Utc>,
+    /// Grant time.
+    pub leased_at: DateTime<Utc>,
+    /// Expiry.
+    pub expires_at: DateTime<Utc>,
+    /// Attempts charged before this one.
+    pub attempts_before: i32,
+    /// Budget.
+    pub max_attempts: i32,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+}
+
+/// An executor's report of one attempt.
+#[derive(Debug, Clone)]
+pub struct AttemptReport {
+    /// Task.
+    pub task_id: Uuid,
+    /// Fencing attempt number.
+    pub attempt: i32,
+    /// How it ended (never LeaseExpired).
+    pub outcome: Outcome,
+    /// Error text.
+    pub error: Option<String>,
+    /// Provider message id.
+    pub provider_message_id: Option<String>,
+    /// Provider-requested delay.
+    pub retry_after_ms: Option<i64>,
+    /// When the executor started sending.
+    pub started_at: Option<DateTime<Utc>>,
+}
+
+/// The scheduler's answer to one report.
+#[derive(Debug, Clone)]
+pub struct ReportVerdict {
+    /// Task.
+    pub task_id: Uuid,
+    /// Attempt.
+    pub attempt: i32,
+    /// Whether the report was applied.
+    pub accepted: bool,
+    /// The task's state afterwards, if it exists.
+    pub state: Option<TaskState>,
+}

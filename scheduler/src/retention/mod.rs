@@ -1,0 +1,44 @@
+//! The retention job: prunes finished tasks and forgets idempotency keys past their retention.
+//! Safe on every replica at once (SKIP LOCKED); it runs on a fixed interval because nothing
+//! waits on it.
+
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::store::Store;
+
+/// Rows deleted per statement, to keep each transaction short.
+const BATCH: i64 = 1_000;
+
+/// Runs until `shutdown`.
+pub async fn run(
+    store: Store,
+    task_retention: Duration,
+    key_retention: Duration,
+    interval: Duration,
+    shutdown: CancellationToken,
+) {
+    loop {
+        loop {
+            match store.prune(task_retention, key_retention, BATCH).await {
+                Ok(p) => {
+                    if p.tasks > 0 || p.keys > 0 {
+                        tracing::info!(tasks = p.tasks, keys = p.keys, "pruned");
+                    }
+                    if (p.tasks as i64) < BATCH {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "pruning failed");
+                    break;
+                }
+            }
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(interval) => {}
+        }
+    }
+}

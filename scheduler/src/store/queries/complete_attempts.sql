@@ -1,0 +1,66 @@
+-- Applies a batch of attempt results in one statement.
+-- A result counts only while its fencing token (task id, lease_count) still names the task's
+-- current lease: a report from an attempt whose lease expired and was granted again matches no
+-- row and changes nothing. A task cancelled while leased still takes its result, to learn
+-- whether the message went out, but stays CANCELLED.
+WITH input AS (
+    SELECT *
+    FROM unnest($1::uuid[], $2::integer[], $3::smallint[], $4::text[], $5::text[],
+                $6::bigint[], $7::timestamptz[])
+        AS i(task_id, attempt, outcome, error, provider_message_id, retry_after_ms, started_at)
+),
+decided AS (
+    SELECT t.id, i.attempt, i.outcome, i.error, i.provider_message_id, i.retry_after_ms,
+           i.started_at, t.executor_id, t.leased_at,
+           t.state AS old_state,
+           -- ACCOUNT_UNAVAILABLE (5) says nothing about the task: it is not charged.
+           t.attempts + CASE WHEN i.outcome = 5 THEN 0 ELSE 1 END AS new_attempts,
+           -- A provider's retry-after wins over the formula.
+           now() + COALESCE(i.retry_after_ms,
+                            herald.retry_delay_ms(t.attempts + 1, t.retry_delays_ms,
+                                                  t.backoff_initial_ms, t.backoff_max_ms,
+                                                  t.backoff_multiplier, t.backoff_jitter))
+                   * interval '1 millisecond' AS next_run,
+           t.max_attempts, t.expire_at
+    FROM input i
+    JOIN herald.tasks t ON t.id = i.task_id AND t.lease_count = i.attempt
+    WHERE t.state = 'leased' OR (t.state = 'cancelled' AND t.cancel_outcome = 5)
+    FOR UPDATE OF t
+),
+planned AS (
+    SELECT d.*,
+           CASE
+               WHEN d.old_state = 'cancelled' THEN 'cancelled'
+               WHEN d.outcome = 1 THEN 'succeeded'
+               WHEN d.outcome = 4 THEN 'failed'
+               WHEN d.outcome <> 5 AND d.new_attempts >= d.max_attempts THEN 'failed'
+               WHEN d.expire_at IS NOT NULL AND d.next_run >= d.expire_at THEN 'expired'
+               ELSE 'scheduled'
+           END::herald.task_state AS new_state
+    FROM decided d
+),
+updated AS (
+    UPDATE herald.tasks t
+    SET state = p.new_state,
+        attempts = p.new_attempts,
+        run_at = CASE WHEN p.new_state = 'scheduled' THEN p.next_run ELSE t.run_at END,
+        finished_at = CASE WHEN p.new_state = 'scheduled' THEN NULL
+                           ELSE COALESCE(t.finished_at, now()) END,
+        cancel_outcome = CASE WHEN p.old_state <> 'cancelled' THEN t.cancel_outcome
+                              WHEN p.outcome = 1 THEN 3 ELSE 4 END,
+        last_error = CASE WHEN p.outcome = 1 THEN t.last_error ELSE p.error END,
+        lease_expires_at = NULL,
+        updated_at = now()
+    FROM planned p
+    WHERE t.id = p.id
+    RETURNING t.id, t.lease_count, t.state::text, t.run_at
+),
+recorded AS (
+    INSERT INTO herald.attempts (task_id, attempt, executor_id, outcome, error,
+                                 provider_message_id, retry_after_ms, leased_at, started_at)
+    SELECT p.id, p.attempt, COALESCE(p.executor_id, ''), p.outcome, p.error,
+           p.provider_message_id, p.retry_after_ms, COALESCE(p.leased_at, now()), p.started_at
+    FROM planned p
+    ON CONFLICT (task_id, attempt) DO NOTHING
+)
+SELECT id, lease_count, state, run_at FROM updated

@@ -1,0 +1,10 @@
+-- Re-drives a FAILED task with a fresh attempt budget; lease_count keeps growing so the fencing
+-- tokens of earlier attempts stay stale.
+UPDATE herald.tasks
+SET state = 'scheduled',
+    attempts = 0,
+    run_at = COALESCE($3, now()),
+    finished_at = NULL,
+    updated_at = now()
+WHERE id = $1 AND namespace = $2 AND state = 'failed'
+RETURNING id
