@@ -1,1 +1,134 @@
-//! placeholder
+//! herald-executor: leases due tasks from the herald scheduler, sends each with the sender
+//! configured for its queue, and reports every outcome on the same stream.
+//!
+//! Map of the crate:
+//! - [`config`]: the command line ([`Config`]), every flag with an environment twin.
+//! - [`routes`]: the TOML file mapping queues to senders ([`SenderRoutes`]);
+//!   [`credentials`]: the secrets it references, never printed.
+//! - [`senders`]: the sender contract ([`SendRequest`] → [`SendReceipt`] or [`SendError`]), the
+//!   tower layers every route gets, and the built-in `log` and `webhook` senders.
+//! - `client`: the lease stream session (Hello/Welcome, leases, reports, credit, extension,
+//!   revoke, drain) and reconnection; in-flight leases outlive any one stream.
+//! - `http`: `/healthz` and `/metrics`.
+//! - [`run`]: ties them together; shutdown is a parameter.
+
+pub mod config;
+pub mod credentials;
+pub mod routes;
+pub mod senders;
+
+mod client;
+mod http;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+pub use config::Config;
+pub use routes::{ConfigError, Route, SenderRoutes};
+pub use senders::{BoxSender, Content, OutcomeClass, SendError, SendReceipt, SendRequest};
+
+/// Why the executor could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecutorError {
+    /// The configuration is not usable.
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(String),
+    /// The config file is bad.
+    #[error(transparent)]
+    ConfigFile(#[from] ConfigError),
+    /// The HTTP server failed.
+    #[error("http server failed: {0}")]
+    Http(#[source] std::io::Error),
+}
+
+/// Runs the executor until `shutdown` resolves and in-flight sends are reported (or
+/// `config.shutdown_grace` runs out). `http_listener` serves `/healthz` and `/metrics`.
+pub async fn run(
+    config: Config,
+    routes: SenderRoutes,
+    http_listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ExecutorError> {
+    let endpoints = config.endpoints();
+    if endpoints.is_empty() {
+        return Err(ExecutorError::InvalidConfig(
+            "no scheduler endpoint given".into(),
+        ));
+    }
+    if config.executor_id.is_empty() || config.executor_id.chars().count() > 128 {
+        return Err(ExecutorError::InvalidConfig(
+            "executor id must be 1 to 128 characters".into(),
+        ));
+    }
+    let queues = if !config.queues.is_empty() {
+        config.queues.clone()
+    } else if routes.has_default() {
+        Vec::new() // every queue
+    } else {
+        routes.queues()
+    };
+    if queues.is_empty() && !routes.has_default() {
+        return Err(ExecutorError::InvalidConfig(
+            "no queue has a sender: the config file needs a [queues.NAME] or [default] table"
+                .into(),
+        ));
+    }
+    if !routes.has_default() {
+        let known = routes.queues();
+        for q in queues.iter().filter(|q| !known.contains(q)) {
+            warn!(queue = %q, "queue has no sender; its leases will fail PERMANENT");
+        }
+    }
+
+    let built = routes.build(senders::RouteLimits {
+        timeout: config.send_timeout,
+        concurrency: config.max_in_flight as usize,
+    });
+    let stats = Arc::new(client::Stats::default());
+
+    let stop = CancellationToken::new();
+    let trigger = stop.clone();
+    tokio::spawn(async move {
+        shutdown.await;
+        trigger.cancel();
+    });
+
+    let http_stop = CancellationToken::new();
+    let server = axum::serve(http_listener, http::router(stats.clone()))
+        .with_graceful_shutdown(http_stop.clone().cancelled_owned());
+    let http = tokio::spawn(async move { server.await });
+
+    info!(
+        executor_id = %config.executor_id,
+        endpoints = ?endpoints,
+        queues = ?queues,
+        max_in_flight = config.max_in_flight,
+        "executor starting"
+    );
+    let settings = client::ClientSettings {
+        endpoints,
+        executor_id: config.executor_id.clone(),
+        queues,
+        max_in_flight: config.max_in_flight,
+        shutdown_grace: config.shutdown_grace,
+    };
+    let lease_client = client::LeaseClient::new(settings, built, stats);
+    let mut http = std::pin::pin!(http);
+    let http_result = tokio::select! {
+        () = lease_client.run(stop) => {
+            http_stop.cancel();
+            http.await
+        }
+        // The HTTP server only ends on its own if it fails.
+        result = &mut http => result,
+    };
+    info!("executor stopped");
+    match http_result {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(ExecutorError::Http(e)),
+        Err(join) => Err(ExecutorError::Http(std::io::Error::other(join))),
+    }
+}

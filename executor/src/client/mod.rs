@@ -1,0 +1,589 @@
+//! The lease stream client: one session at a time with one scheduler endpoint, reconnecting
+//! round-robin with backoff. Leases, their workers and the results not yet acknowledged live
+//! here, outside any one stream, so they survive a reconnect or a Drain.
+
+mod backoff;
+mod inflight;
+mod worker;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use herald_proto::v1 as pb;
+use herald_proto::v1::lease_service_client::LeaseServiceClient;
+use pb::executor_message::Kind as Out;
+use pb::scheduler_message::Kind as In;
+use tokio::sync::mpsc;
+use tokio::time::{Instant, MissedTickBehavior};
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, instrument, warn};
+
+use crate::routes::BuiltRoutes;
+use crate::senders::{Content, SendError, SendRequest};
+use inflight::{InFlight, LeaseKey};
+use worker::{Done, Job};
+
+/// Most results in one ReportBatch (and leases in one Extend).
+const MAX_BATCH: usize = 1000;
+/// How long connecting to an endpoint may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the scheduler has to answer Hello.
+const WELCOME_TIMEOUT: Duration = Duration::from_secs(10);
+/// Used when Welcome carries no usable heartbeat interval.
+const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(10);
+/// Used when Welcome carries no usable lease TTL.
+const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(60);
+/// A stream with nothing received for this many heartbeat intervals is considered dead.
+const SILENCE_LIMIT: u32 = 3;
+
+/// Why one session ended with an error.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SessionError {
+    #[error("bad endpoint {endpoint}: {source}")]
+    Endpoint {
+        endpoint: String,
+        #[source]
+        source: tonic::transport::Error,
+    },
+    #[error("cannot connect to {endpoint}: {source}")]
+    Connect {
+        endpoint: String,
+        #[source]
+        source: tonic::transport::Error,
+    },
+    #[error("lease stream refused: {0}")]
+    Refused(#[source] tonic::Status),
+    #[error("lease stream failed: {0}")]
+    Stream(#[source] tonic::Status),
+    #[error("scheduler closed the lease stream")]
+    Closed,
+    #[error("no Welcome within {0:?}")]
+    WelcomeTimeout(Duration),
+    #[error("expected Welcome, got another frame first")]
+    NoWelcome,
+    #[error("scheduler silent for {0:?}")]
+    Silent(Duration),
+    #[error("outgoing stream closed")]
+    OutgoingClosed,
+}
+
+/// How a session ended.
+enum SessionEnd {
+    /// The scheduler sent Drain: move to the next endpoint at once.
+    Drained,
+    /// Shutdown finished: nothing left to report (or the grace period ran out).
+    Finished,
+    /// The stream broke; `welcomed` says whether it got as far as Welcome.
+    Failed { error: SessionError, welcomed: bool },
+}
+
+/// Counters the HTTP endpoint shows.
+#[derive(Debug, Default)]
+pub(crate) struct Stats {
+    pub(crate) in_flight: AtomicUsize,
+    pub(crate) unacked: AtomicUsize,
+    pub(crate) connected: AtomicUsize,
+}
+
+/// Settings of the lease client.
+pub(crate) struct ClientSettings {
+    pub(crate) endpoints: Vec<String>,
+    pub(crate) executor_id: String,
+    pub(crate) queues: Vec<String>,
+    pub(crate) max_in_flight: u32,
+    pub(crate) shutdown_grace: Duration,
+}
+
+/// A result waiting for its ReportAck.
+struct Outgoing {
+    result: pb::AttemptResult,
+    /// Sent on the current stream (otherwise it goes out with the next report).
+    sent: bool,
+}
+
+/// The executor's side of the lease protocol.
+pub(crate) struct LeaseClient {
+    settings: ClientSettings,
+    routes: BuiltRoutes,
+    inflight: InFlight,
+    done_tx: mpsc::UnboundedSender<Done>,
+    done_rx: mpsc::UnboundedReceiver<Done>,
+    outbox: BTreeMap<LeaseKey, Outgoing>,
+    /// Slots freed since credit was last granted on the current stream.
+    freed: u32,
+    /// Set once shutdown starts: the deadline for reporting what is in flight.
+    shutdown_deadline: Option<Instant>,
+    stats: Arc<Stats>,
+}
+
+/// The current stream's writer.
+struct Stream {
+    tx: mpsc::Sender<pb::ExecutorMessage>,
+    last_sent: Instant,
+    /// False after Drain or once shutting down: no more Credit on this stream.
+    granting: bool,
+}
+
+impl Stream {
+    async fn send(&mut self, kind: Out) -> Result<(), SessionError> {
+        self.last_sent = Instant::now();
+        self.tx
+            .send(pb::ExecutorMessage { kind: Some(kind) })
+            .await
+            .map_err(|_| SessionError::OutgoingClosed)
+    }
+}
+
+impl LeaseClient {
+    pub(crate) fn new(settings: ClientSettings, routes: BuiltRoutes, stats: Arc<Stats>) -> Self {
+        let (done_tx, done_rx) = mpsc::unbounded_channel();
+        LeaseClient {
+            settings,
+            routes,
+            inflight: InFlight::default(),
+            done_tx,
+            done_rx,
+            outbox: BTreeMap::new(),
+            freed: 0,
+            shutdown_deadline: None,
+            stats,
+        }
+    }
+
+    /// Runs sessions until `shutdown` fires and everything in flight is reported (or the grace
+    /// period runs out).
+    pub(crate) async fn run(mut self, shutdown: CancellationToken) {
+        let endpoints = self.settings.endpoints.clone();
+        let mut next = 0usize;
+        let mut failures = 0u32;
+        loop {
+            if self.finished() {
+                break;
+            }
+            let endpoint = &endpoints[next % endpoints.len()];
+            match self.session(endpoint, &shutdown).await {
+                SessionEnd::Finished => break,
+                SessionEnd::Drained => {
+                    next = next.wrapping_add(1);
+                    failures = 0;
+                }
+                SessionEnd::Failed { error, welcomed } => {
+                    next = next.wrapping_add(1);
+                    if welcomed {
+                        failures = 0;
+                    }
+                    let delay = backoff::delay(failures);
+                    failures = failures.saturating_add(1);
+                    warn!(%endpoint, error = %error, retry_in = ?delay, "lease session ended");
+                    self.wait(delay, &shutdown).await;
+                }
+            }
+        }
+        self.stats.connected.store(0, Ordering::Relaxed);
+        if !self.inflight.is_empty() || !self.outbox.is_empty() {
+            warn!(
+                in_flight = self.inflight.len(),
+                unreported = self.outbox.len(),
+                "shutdown grace period over; leaving the rest to lease expiry"
+            );
+        }
+    }
+
+    /// True once shutdown has started and there is nothing left to do (or no time left).
+    fn finished(&self) -> bool {
+        match self.shutdown_deadline {
+            None => false,
+            Some(deadline) => {
+                (self.inflight.is_empty() && self.outbox.is_empty()) || Instant::now() >= deadline
+            }
+        }
+    }
+
+    fn begin_shutdown(&mut self) {
+        if self.shutdown_deadline.is_some() {
+            return;
+        }
+        self.shutdown_deadline = Some(Instant::now() + self.settings.shutdown_grace);
+        // Leases that have not started sending are dropped without a report: the scheduler
+        // leases them again once their TTL runs out. Sends already under way finish and are
+        // reported within the grace period.
+        let dropped = self.inflight.stop_all_pending();
+        info!(
+            dropped_pending = dropped,
+            sending = self.inflight.len() - dropped,
+            "shutting down: no more credit, finishing sends in flight"
+        );
+    }
+
+    fn deadline_sleep(&self) -> tokio::time::Sleep {
+        // Far in the future when not shutting down.
+        let at = self
+            .shutdown_deadline
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400 * 365));
+        tokio::time::sleep_until(at)
+    }
+
+    /// Between sessions: wait `delay`, still collecting results and watching for shutdown.
+    async fn wait(&mut self, delay: Duration, shutdown: &CancellationToken) {
+        let until = Instant::now() + delay;
+        loop {
+            if self.finished() {
+                return;
+            }
+            let deadline = self.deadline_sleep();
+            tokio::select! {
+                () = tokio::time::sleep_until(until) => return,
+                () = deadline => return,
+                () = shutdown.cancelled(), if self.shutdown_deadline.is_none() => self.begin_shutdown(),
+                Some(done) = self.done_rx.recv() => self.on_done(done),
+            }
+        }
+    }
+
+    /// A worker ended: free its slot and queue its result.
+    fn on_done(&mut self, done: Done) {
+        if self.inflight.remove(&done.key) {
+            self.freed = self.freed.saturating_add(1);
+        }
+        if let Some(result) = done.result {
+            self.outbox.insert(
+                done.key,
+                Outgoing {
+                    result,
+                    sent: false,
+                },
+            );
+        }
+        self.update_stats();
+    }
+
+    fn update_stats(&self) {
+        self.stats
+            .in_flight
+            .store(self.inflight.len(), Ordering::Relaxed);
+        self.stats
+            .unacked
+            .store(self.outbox.len(), Ordering::Relaxed);
+    }
+
+    #[instrument(name = "lease_session", skip_all, fields(endpoint = %endpoint))]
+    async fn session(&mut self, endpoint: &str, shutdown: &CancellationToken) -> SessionEnd {
+        let failed = |error| SessionEnd::Failed {
+            error,
+            welcomed: false,
+        };
+        let channel = match tonic::transport::Endpoint::from_shared(endpoint.to_owned()) {
+            Ok(e) => e.connect_timeout(CONNECT_TIMEOUT).tcp_nodelay(true),
+            Err(source) => {
+                return failed(SessionError::Endpoint {
+                    endpoint: endpoint.to_owned(),
+                    source,
+                })
+            }
+        };
+        let channel = tokio::select! {
+            connected = channel.connect() => match connected {
+                Ok(c) => c,
+                Err(source) => return failed(SessionError::Connect { endpoint: endpoint.to_owned(), source }),
+            },
+            () = shutdown.cancelled(), if self.shutdown_deadline.is_none() => {
+                self.begin_shutdown();
+                return failed(SessionError::Closed);
+            }
+        };
+        let mut client = LeaseServiceClient::new(channel);
+
+        let shutting_down = self.shutdown_deadline.is_some();
+        let initial_credit = if shutting_down {
+            0
+        } else {
+            let held = u32::try_from(self.inflight.len()).unwrap_or(u32::MAX);
+            self.settings.max_in_flight.saturating_sub(held)
+        };
+        let (tx, rx) = mpsc::channel(256);
+        let mut stream = Stream {
+            tx,
+            last_sent: Instant::now(),
+            granting: !shutting_down,
+        };
+        let hello = pb::Hello {
+            executor_id: self.settings.executor_id.clone(),
+            protocol_version: herald_proto::LEASE_PROTOCOL_VERSION,
+            queues: self.settings.queues.clone(),
+            initial_credit,
+        };
+        if let Err(e) = stream.send(Out::Hello(hello)).await {
+            return failed(e);
+        }
+        let mut inbound = match client.lease(ReceiverStream::new(rx)).await {
+            Ok(response) => response.into_inner(),
+            Err(status) => return failed(SessionError::Refused(status)),
+        };
+        let welcome = match tokio::time::timeout(WELCOME_TIMEOUT, inbound.message()).await {
+            Err(_) => return failed(SessionError::WelcomeTimeout(WELCOME_TIMEOUT)),
+            Ok(Err(status)) => return failed(SessionError::Refused(status)),
+            Ok(Ok(None)) => return failed(SessionError::Closed),
+            Ok(Ok(Some(pb::SchedulerMessage {
+                kind: Some(In::Welcome(w)),
+            }))) => w,
+            Ok(Ok(Some(_))) => return failed(SessionError::NoWelcome),
+        };
+        let heartbeat = positive(welcome.heartbeat_interval).unwrap_or(DEFAULT_HEARTBEAT);
+        let ttl = positive(welcome.lease_ttl).unwrap_or(DEFAULT_LEASE_TTL);
+        info!(
+            scheduler_id = %welcome.scheduler_id,
+            protocol_version = welcome.protocol_version,
+            heartbeat = ?heartbeat,
+            lease_ttl = ?ttl,
+            initial_credit,
+            "lease session open"
+        );
+        self.freed = 0;
+        self.stats.connected.store(1, Ordering::Relaxed);
+        let result = self
+            .serve(&mut stream, &mut inbound, heartbeat, ttl, shutdown)
+            .await;
+        self.stats.connected.store(0, Ordering::Relaxed);
+        match result {
+            Ok(end) => end,
+            Err(error) => SessionEnd::Failed {
+                error,
+                welcomed: true,
+            },
+        }
+    }
+
+    /// The session loop after Welcome.
+    async fn serve(
+        &mut self,
+        stream: &mut Stream,
+        inbound: &mut tonic::Streaming<pb::SchedulerMessage>,
+        heartbeat: Duration,
+        ttl: Duration,
+        shutdown: &CancellationToken,
+    ) -> Result<SessionEnd, SessionError> {
+        // Everything not acknowledged on an earlier stream goes out again on this one.
+        for outgoing in self.outbox.values_mut() {
+            outgoing.sent = false;
+        }
+        self.flush(stream).await?;
+
+        let extend_every = (ttl / 3).max(Duration::from_millis(100));
+        let mut extend_tick = tokio::time::interval_at(Instant::now() + extend_every, extend_every);
+        extend_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let beat_every = (heartbeat / 2).max(Duration::from_millis(50));
+        let mut beat_tick = tokio::time::interval_at(Instant::now() + beat_every, beat_every);
+        beat_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let silence = heartbeat * SILENCE_LIMIT;
+        let mut last_received = Instant::now();
+
+        loop {
+            if self.finished() {
+                return Ok(SessionEnd::Finished);
+            }
+            let deadline = self.deadline_sleep();
+            tokio::select! {
+                message = inbound.message() => {
+                    last_received = Instant::now();
+                    match message {
+                        Ok(Some(message)) => {
+                            if let Some(end) = self.on_message(stream, message).await? {
+                                return Ok(end);
+                            }
+                        }
+                        Ok(None) => return Err(SessionError::Closed),
+                        Err(status) => return Err(SessionError::Stream(status)),
+                    }
+                }
+                Some(done) = self.done_rx.recv() => {
+                    // Take one, then whatever else is ready, and report it all in one go.
+                    self.on_done(done);
+                    for _ in 0..MAX_BATCH {
+                        match self.done_rx.try_recv() {
+                            Ok(done) => self.on_done(done),
+                            Err(_) => break,
+                        }
+                    }
+                    self.flush(stream).await?;
+                }
+                _ = extend_tick.tick() => {
+                    let due = self.inflight.due_for_extension(Instant::now(), extend_every);
+                    for chunk in due.chunks(MAX_BATCH) {
+                        debug!(leases = chunk.len(), "extending leases");
+                        stream.send(Out::Extend(pb::Extend { leases: chunk.to_vec() })).await?;
+                    }
+                }
+                _ = beat_tick.tick() => {
+                    let now = Instant::now();
+                    if now.duration_since(last_received) >= silence {
+                        return Err(SessionError::Silent(silence));
+                    }
+                    if now.duration_since(stream.last_sent) >= beat_every
+                        || now.duration_since(last_received) >= beat_every
+                    {
+                        stream.send(Out::Heartbeat(pb::Heartbeat { sent_at: Some(SystemTime::now().into()) })).await?;
+                    }
+                }
+                () = shutdown.cancelled(), if self.shutdown_deadline.is_none() => {
+                    self.begin_shutdown();
+                    stream.granting = false;
+                }
+                () = deadline => return Ok(SessionEnd::Finished),
+            }
+        }
+    }
+
+    /// Sends every unsent result, then grants the freed slots as credit.
+    async fn flush(&mut self, stream: &mut Stream) -> Result<(), SessionError> {
+        let unsent: Vec<LeaseKey> = self
+            .outbox
+            .iter()
+            .filter(|(_, o)| !o.sent)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for chunk in unsent.chunks(MAX_BATCH) {
+            let results = chunk
+                .iter()
+                .filter_map(|k| self.outbox.get(k).map(|o| o.result.clone()))
+                .collect();
+            stream
+                .send(Out::Report(pb::ReportBatch { results }))
+                .await?;
+            for k in chunk {
+                if let Some(o) = self.outbox.get_mut(k) {
+                    o.sent = true;
+                }
+            }
+        }
+        if stream.granting && self.freed > 0 {
+            let additional = std::mem::take(&mut self.freed);
+            stream.send(Out::Credit(pb::Credit { additional })).await?;
+        }
+        Ok(())
+    }
+
+    /// Handles one frame; `Some` ends the session.
+    async fn on_message(
+        &mut self,
+        stream: &mut Stream,
+        message: pb::SchedulerMessage,
+    ) -> Result<Option<SessionEnd>, SessionError> {
+        match message.kind {
+            Some(In::Leases(batch)) => {
+                for lease in batch.leases {
+                    self.on_lease(lease);
+                }
+                self.update_stats();
+                // Leases dropped on arrival freed their slot at once.
+                self.flush(stream).await?;
+            }
+            Some(In::ReportAcks(batch)) => {
+                for ack in batch.acks {
+                    let key = LeaseKey {
+                        task_id: ack.task_id,
+                        attempt: ack.attempt,
+                    };
+                    if self.outbox.remove(&key).is_some() && !ack.accepted {
+                        debug!(task_id = %key.task_id, attempt = key.attempt, state = ack.state, "result not accepted: lease was lost or already reported");
+                    }
+                }
+                self.update_stats();
+            }
+            Some(In::ExtendAck(ack)) => {
+                for lost in &ack.lost {
+                    let key = LeaseKey::from_ref(lost);
+                    if self.inflight.lose(&key) {
+                        info!(task_id = %key.task_id, attempt = key.attempt, "lease lost before sending; dropped");
+                    }
+                }
+            }
+            Some(In::Revoke(revoke)) => {
+                let Some(lease) = revoke.lease else {
+                    warn!("Revoke without a lease; ignored");
+                    return Ok(None);
+                };
+                let result = self.inflight.revoke(&LeaseKey::from_ref(&lease));
+                info!(task_id = %lease.task_id, attempt = lease.attempt, result = ?result, "lease revoked");
+                let mut ack = pb::RevokeAck {
+                    lease: Some(lease),
+                    result: 0,
+                };
+                ack.set_result(result);
+                stream.send(Out::RevokeAck(ack)).await?;
+            }
+            Some(In::Drain(drain)) => {
+                info!(reason = %drain.reason, in_flight = self.inflight.len(), "scheduler draining; moving to the next endpoint");
+                stream.granting = false;
+                return Ok(Some(SessionEnd::Drained));
+            }
+            Some(In::Heartbeat(_)) => {}
+            Some(In::Welcome(_)) => warn!("unexpected second Welcome; ignored"),
+            None => warn!("empty scheduler frame; ignored"),
+        }
+        Ok(None)
+    }
+
+    /// Starts a worker for a new lease.
+    fn on_lease(&mut self, lease: pb::Lease) {
+        let key = LeaseKey {
+            task_id: lease.task_id.clone(),
+            attempt: lease.attempt,
+        };
+        if self.inflight.contains(&key) {
+            warn!(task_id = %key.task_id, attempt = key.attempt, "duplicate lease; ignored");
+            self.freed = self.freed.saturating_add(1);
+            return;
+        }
+        if self.shutdown_deadline.is_some() {
+            // Credit granted before shutdown can still bring leases; not starting them is
+            // safe: the scheduler leases them again after their TTL.
+            debug!(task_id = %key.task_id, attempt = key.attempt, "lease received while shutting down; dropped");
+            return;
+        }
+        let queue = lease.queue.clone();
+        let request = match self.routes.get(&queue) {
+            None => Err(SendError::permanent(format!(
+                "no sender configured for queue {queue}"
+            ))),
+            Some(sender) => match request_from_lease(lease) {
+                Some(req) => Ok((sender, req)),
+                None => Err(SendError::permanent("lease carries no content")),
+            },
+        };
+        let (phase, cancel) = self.inflight.insert(key.clone(), Instant::now());
+        let job = Job {
+            key,
+            queue,
+            request,
+            phase,
+            cancel,
+        };
+        tokio::spawn(worker::run(job, self.done_tx.clone()));
+    }
+}
+
+fn request_from_lease(lease: pb::Lease) -> Option<SendRequest> {
+    let content = Content::from_proto(lease.content)?;
+    Some(SendRequest {
+        task_id: lease.task_id,
+        attempt: lease.attempt,
+        queue: lease.queue,
+        recipient: lease.recipient,
+        content,
+        idempotency_key: lease.idempotency_key,
+        labels: lease.labels.into_iter().collect(),
+        run_at: lease.run_at.and_then(|t| SystemTime::try_from(t).ok()),
+        leased_at: lease.leased_at.and_then(|t| SystemTime::try_from(t).ok()),
+        attempts_before: lease.attempts_before,
+        max_attempts: lease.max_attempts,
+    })
+}
+
+/// A wire duration, if positive.
+fn positive(d: Option<prost_types::Duration>) -> Option<Duration> {
+    d.and_then(|d| Duration::try_from(d).ok())
+        .filter(|d| !d.is_zero())
+}

@@ -1,0 +1,128 @@
+//! One lease's worker: wait for the route's sender, send, turn the outcome into an
+//! `AttemptResult`.
+
+use std::time::SystemTime;
+
+use herald_proto::v1 as pb;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tower::{Service, ServiceExt};
+use tracing::{debug, instrument, warn};
+
+use super::inflight::{LeaseKey, SharedPhase};
+use crate::senders::{BoxSender, SendError, SendReceipt, SendRequest};
+
+/// Longest error text the scheduler keeps.
+const MAX_ERROR_BYTES: usize = 4096;
+
+/// A worker's end: the result to report, or `None` when the lease was stopped before sending.
+#[derive(Debug)]
+pub(crate) struct Done {
+    pub(crate) key: LeaseKey,
+    pub(crate) result: Option<pb::AttemptResult>,
+}
+
+/// What a worker is given.
+pub(crate) struct Job {
+    pub(crate) key: LeaseKey,
+    pub(crate) queue: String,
+    /// The request, or the PERMANENT error that stops it before any sender sees it.
+    pub(crate) request: Result<(BoxSender, SendRequest), SendError>,
+    pub(crate) phase: SharedPhase,
+    pub(crate) cancel: CancellationToken,
+}
+
+#[instrument(name = "lease", skip_all, fields(task_id = %job.key.task_id, attempt = job.key.attempt, queue = %job.queue))]
+pub(crate) async fn run(job: Job, done: mpsc::UnboundedSender<Done>) {
+    let key = job.key.clone();
+    let result = send(job).await;
+    if result.is_none() {
+        debug!("lease stopped before sending; no report");
+    }
+    // The receiver lives as long as the executor; if it is gone we are exiting anyway.
+    let _ = done.send(Done { key, result });
+}
+
+async fn send(job: Job) -> Option<pb::AttemptResult> {
+    let (mut sender, request) = match job.request {
+        Ok(pair) => pair,
+        Err(error) => {
+            if !job.phase.start_sending() {
+                return None;
+            }
+            warn!(error = %error.message, "lease cannot be sent");
+            return Some(result(&job.key, SystemTime::now(), Err(error)));
+        }
+    };
+    // Pending: wait until the route accepts one more send, unless the lease is stopped first.
+    let ready = tokio::select! {
+        biased;
+        () = job.cancel.cancelled() => return None,
+        ready = sender.ready() => ready.map(|_| ()),
+    };
+    if !job.phase.start_sending() {
+        return None;
+    }
+    let started_at = SystemTime::now();
+    let outcome = match ready {
+        Ok(()) => sender.call(request).await,
+        Err(error) => Err(error),
+    };
+    match &outcome {
+        Ok(receipt) => debug!(provider_message_id = ?receipt.provider_message_id, "sent"),
+        Err(error) => {
+            warn!(class = %error.class, retry_after = ?error.retry_after, error = %error.message, "send failed")
+        }
+    }
+    Some(result(&job.key, started_at, outcome))
+}
+
+fn result(
+    key: &LeaseKey,
+    started_at: SystemTime,
+    outcome: Result<SendReceipt, SendError>,
+) -> pb::AttemptResult {
+    let mut out = pb::AttemptResult {
+        task_id: key.task_id.clone(),
+        attempt: key.attempt,
+        started_at: Some(started_at.into()),
+        ..Default::default()
+    };
+    match outcome {
+        Ok(receipt) => {
+            out.set_outcome(pb::OutcomeClass::Ok);
+            out.provider_message_id = receipt.provider_message_id.unwrap_or_default();
+        }
+        Err(error) => {
+            out.set_outcome(error.class.to_proto());
+            out.error = truncate(error.message, MAX_ERROR_BYTES);
+            out.retry_after = error
+                .retry_after
+                .and_then(|d| prost_types::Duration::try_from(d).ok());
+        }
+    }
+    out
+}
+
+/// Cuts `s` to at most `max` bytes on a character boundary.
+fn truncate(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut end = max;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn truncate_respects_char_boundaries() {
+        assert_eq!(truncate("héllo".into(), 2), "h");
+        assert_eq!(truncate("hello".into(), 10), "hello");
+    }
+}

@@ -1,0 +1,88 @@
+//! The executor's command line; every flag has an environment twin.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+/// herald-executor: leases due tasks from the herald scheduler, sends them with the configured
+/// senders and reports each outcome.
+#[derive(Clone, Debug, Parser)]
+#[command(name = "herald-executor", version, about, long_about = None)]
+pub struct Config {
+    /// Scheduler gRPC endpoints, comma-separated; the executor connects to one at a time,
+    /// round-robin on failure or Drain.
+    #[arg(
+        long = "scheduler",
+        env = "HERALD_SCHEDULER",
+        value_delimiter = ',',
+        default_value = "http://127.0.0.1:7070"
+    )]
+    pub schedulers: Vec<String>,
+
+    /// TOML file mapping queues to senders. Absent: every queue uses the `log` sender.
+    #[arg(long = "config", env = "HERALD_EXECUTOR_CONFIG")]
+    pub config_file: Option<PathBuf>,
+
+    /// Address of the HTTP listener (/healthz, /metrics).
+    #[arg(long, env = "HERALD_HTTP_ADDR", default_value = "0.0.0.0:7072")]
+    pub http_addr: SocketAddr,
+
+    /// A stable, unique name for this process (1 to 128 characters). Default: executor-<pid>-<random>.
+    #[arg(long, env = "HERALD_EXECUTOR_ID", default_value_t = default_executor_id())]
+    pub executor_id: String,
+
+    /// How many leases this executor holds at once (the credit it offers the scheduler).
+    #[arg(long, env = "HERALD_MAX_IN_FLIGHT", default_value_t = 256,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub max_in_flight: u32,
+
+    /// Timeout of one send, unless its queue sets its own (e.g. `30s`, `1m`).
+    #[arg(long, env = "HERALD_SEND_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub send_timeout: Duration,
+
+    /// On shutdown, how long in-flight sends get to finish and be reported.
+    #[arg(long, env = "HERALD_SHUTDOWN_GRACE", default_value = "20s", value_parser = humantime::parse_duration)]
+    pub shutdown_grace: Duration,
+
+    /// Queues to ask for, comma-separated. Empty: every queue in the config file, or every
+    /// queue when there is no file (or the file has a `[default]` sender).
+    #[arg(long, env = "HERALD_QUEUES", value_delimiter = ',')]
+    pub queues: Vec<String>,
+}
+
+impl Config {
+    /// A config with every default, pointing at `schedulers`; for tests and embedding.
+    /// Unlike parsing, this reads no environment variable.
+    pub fn for_schedulers<I: IntoIterator<Item = S>, S: Into<String>>(schedulers: I) -> Self {
+        Config {
+            schedulers: schedulers.into_iter().map(Into::into).collect(),
+            config_file: None,
+            http_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            executor_id: default_executor_id(),
+            max_in_flight: 256,
+            send_timeout: Duration::from_secs(30),
+            shutdown_grace: Duration::from_secs(20),
+            queues: Vec::new(),
+        }
+    }
+
+    /// The endpoints, trimmed, empty entries removed.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.schedulers
+            .iter()
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect()
+    }
+}
+
+/// `executor-<pid>-<6 random hex digits>`.
+pub fn default_executor_id() -> String {
+    format!(
+        "executor-{}-{:06x}",
+        std::process::id(),
+        rand::random::<u32>() & 0xff_ffff
+    )
+}

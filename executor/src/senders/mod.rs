@@ -1,0 +1,232 @@
+//! Senders: `tower::Service`s from a [`SendRequest`] to a [`SendReceipt`] or a classified
+//! [`SendError`], and the one function that wraps them in the executor's tower layers.
+
+pub mod log;
+pub mod webhook;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use herald_proto::v1 as pb;
+use tower::util::BoxCloneService;
+use tower::{BoxError, ServiceBuilder, ServiceExt};
+
+/// A sender as the executor stores it: any cloneable service from request to receipt.
+pub type BoxSender = BoxCloneService<SendRequest, SendReceipt, SendError>;
+
+/// What to send: final text or a template reference.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Content {
+    /// Final text, sent as is.
+    Text(String),
+    /// A template and the values of its variables.
+    Template {
+        /// The template's identifier.
+        template_id: String,
+        /// The template's language code; empty when not given.
+        language: String,
+        /// Values for the template's variables, by name.
+        variables: BTreeMap<String, String>,
+    },
+}
+
+impl Content {
+    /// The content's size in bytes (text, or template id plus variables), for logs.
+    pub fn len(&self) -> usize {
+        match self {
+            Content::Text(t) => t.len(),
+            Content::Template {
+                template_id,
+                language,
+                variables,
+            } => {
+                template_id.len()
+                    + language.len()
+                    + variables
+                        .iter()
+                        .map(|(k, v)| k.len() + v.len())
+                        .sum::<usize>()
+            }
+        }
+    }
+
+    /// Whether the content is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Converts the wire content; `None` when the lease carried no body.
+    pub fn from_proto(content: Option<pb::Content>) -> Option<Self> {
+        match content?.body? {
+            pb::content::Body::Text(t) => Some(Content::Text(t)),
+            pb::content::Body::Template(t) => Some(Content::Template {
+                template_id: t.template_id,
+                language: t.language,
+                variables: t.variables.into_iter().collect(),
+            }),
+        }
+    }
+}
+
+/// One attempt to send one task, built from a lease.
+#[derive(Clone, Debug)]
+pub struct SendRequest {
+    /// The task's id.
+    pub task_id: String,
+    /// The attempt number (with `task_id`, the lease's fencing token).
+    pub attempt: i32,
+    /// The queue the task belongs to.
+    pub queue: String,
+    /// The recipient.
+    pub recipient: String,
+    /// What to send.
+    pub content: Content,
+    /// The provider idempotency key: the same for every attempt of the task.
+    pub idempotency_key: String,
+    /// The task's labels.
+    pub labels: BTreeMap<String, String>,
+    /// When the task was due.
+    pub run_at: Option<SystemTime>,
+    /// When the lease was granted (scheduler's database clock).
+    pub leased_at: Option<SystemTime>,
+    /// Attempts charged before this one.
+    pub attempts_before: i32,
+    /// The task's attempt budget.
+    pub max_attempts: i32,
+}
+
+/// What a successful send returns.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SendReceipt {
+    /// The provider's message id, when it returned one.
+    pub provider_message_id: Option<String>,
+}
+
+/// How a failed send is classified (the non-OK outcome classes of the wire contract).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OutcomeClass {
+    /// The provider throttled us; retry after `retry_after` or the policy's backoff.
+    RateLimited,
+    /// A passing failure (network, timeout, 5xx).
+    Transient,
+    /// The message can never succeed as sent.
+    Permanent,
+    /// The sending account is offline, locked or misconfigured; the attempt is not charged.
+    AccountUnavailable,
+}
+
+impl OutcomeClass {
+    /// The wire value.
+    pub fn to_proto(self) -> pb::OutcomeClass {
+        match self {
+            OutcomeClass::RateLimited => pb::OutcomeClass::RateLimited,
+            OutcomeClass::Transient => pb::OutcomeClass::Transient,
+            OutcomeClass::Permanent => pb::OutcomeClass::Permanent,
+            OutcomeClass::AccountUnavailable => pb::OutcomeClass::AccountUnavailable,
+        }
+    }
+}
+
+impl fmt::Display for OutcomeClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            OutcomeClass::RateLimited => "rate_limited",
+            OutcomeClass::Transient => "transient",
+            OutcomeClass::Permanent => "permanent",
+            OutcomeClass::AccountUnavailable => "account_unavailable",
+        })
+    }
+}
+
+/// A classified send failure.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{class}: {message}")]
+pub struct SendError {
+    /// How the failure is classified.
+    pub class: OutcomeClass,
+    /// The delay the provider asked for, if any.
+    pub retry_after: Option<Duration>,
+    /// The provider's error text (no secrets).
+    pub message: String,
+}
+
+impl SendError {
+    /// A failure of the given class without a retry hint.
+    pub fn new(class: OutcomeClass, message: impl Into<String>) -> Self {
+        SendError {
+            class,
+            retry_after: None,
+            message: message.into(),
+        }
+    }
+
+    /// A passing failure.
+    pub fn transient(message: impl Into<String>) -> Self {
+        Self::new(OutcomeClass::Transient, message)
+    }
+
+    /// A failure that will not go away by retrying.
+    pub fn permanent(message: impl Into<String>) -> Self {
+        Self::new(OutcomeClass::Permanent, message)
+    }
+
+    /// Sets the provider's retry hint.
+    pub fn with_retry_after(mut self, retry_after: Option<Duration>) -> Self {
+        self.retry_after = retry_after;
+        self
+    }
+
+    /// Whether the scheduler will retry this attempt.
+    pub fn is_retryable(&self) -> bool {
+        !matches!(self.class, OutcomeClass::Permanent)
+    }
+}
+
+/// Limits applied around one route's sender.
+#[derive(Clone, Copy, Debug)]
+pub struct RouteLimits {
+    /// How long one send may take.
+    pub timeout: Duration,
+    /// How many sends may run at once on this route.
+    pub concurrency: usize,
+}
+
+/// Wraps a sender in the executor's layers. Every route goes through here once at start-up.
+pub fn layered(sender: BoxSender, limits: RouteLimits) -> BoxSender {
+    let timeout = limits.timeout;
+    let stack = ServiceBuilder::new()
+        // Bound the sends running at once on this route; waiting for a permit is the lease's
+        // Pending state, so a Revoke can still stop it before anything is sent.
+        .concurrency_limit(limits.concurrency.max(1))
+        // Bound each send (not the wait for a permit) so a hung provider cannot hold a slot
+        // forever; an elapsed send is TRANSIENT because the provider may never have seen it.
+        .map_future(move |fut| async move {
+            match tokio::time::timeout(timeout, fut).await {
+                Ok(result) => result,
+                Err(_) => Err(SendError::transient(format!(
+                    "send timed out after {}",
+                    humantime::format_duration(timeout)
+                ))),
+            }
+        })
+        .service(sender);
+    BoxCloneService::new(stack)
+}
+
+/// Turns any service whose error converts to [`BoxError`] into a [`BoxSender`], classifying
+/// unknown errors as TRANSIENT. Useful for test senders built from `tower::service_fn`.
+pub fn boxed<S>(service: S) -> BoxSender
+where
+    S: tower::Service<SendRequest, Response = SendReceipt> + Clone + Send + 'static,
+    S::Error: Into<BoxError>,
+    S::Future: Send + 'static,
+{
+    BoxCloneService::new(service.map_err(|e: S::Error| {
+        let e: BoxError = e.into();
+        match e.downcast::<SendError>() {
+            Ok(send_error) => *send_error,
+            Err(other) => SendError::transient(other.to_string()),
+        }
+    }))
+}
