@@ -118,10 +118,17 @@ pub async fn run(
     health
         .set_service_status("", tonic_health::ServingStatus::Serving)
         .await;
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(herald_proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    let reflection_builder = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(herald_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection = reflection_builder()
         .build_v1()
+        .map_err(|e| ServeError::Reflection(e.to_string()))?;
+    // Many grpcurl and IDE builds still ask the v1alpha reflection service only.
+    let reflection_alpha = reflection_builder()
+        .build_v1alpha()
         .map_err(|e| ServeError::Reflection(e.to_string()))?;
 
     let tasks = TaskApi::new(store.clone(), events_tx.clone(), config.cancel_wait);
@@ -143,6 +150,7 @@ pub async fn run(
         .timeout(Duration::from_secs(60))
         .add_service(health_service)
         .add_service(reflection)
+        .add_service(reflection_alpha)
         .add_service(TaskServiceServer::new(tasks))
         .add_service(LeaseServiceServer::new(lease))
         .serve_with_incoming_shutdown(TcpListenerStream::new(listeners.grpc), async move {

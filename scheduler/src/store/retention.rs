@@ -30,9 +30,9 @@ impl Store {
             .query_one(
                 "WITH old AS (
                      SELECT id, finished_at FROM herald.tasks
-                     WHERE finished_at < now() - $1 * interval '1 millisecond'
+                     WHERE finished_at < now() - $1::bigint * interval '1 millisecond'
                      ORDER BY finished_at
-                     LIMIT $3
+                     LIMIT $3::bigint
                      FOR UPDATE SKIP LOCKED
                  ),
                  gone AS (
@@ -44,7 +44,7 @@ impl Store {
                  ),
                  keys AS (
                      UPDATE herald.idempotency_keys k
-                     SET forget_after = gone.finished_at + $2 * interval '1 millisecond'
+                     SET forget_after = gone.finished_at + $2::bigint * interval '1 millisecond'
                      FROM gone WHERE k.task_id = gone.id
                  )
                  SELECT count(*)::bigint FROM gone",

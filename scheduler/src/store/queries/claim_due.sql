@@ -26,7 +26,7 @@ SET state = 'leased',
     lease_count = t.lease_count + 1,
     executor_id = $4,
     leased_at = now(),
-    lease_expires_at = now() + $5 * interval '1 millisecond',
+    lease_expires_at = now() + $5::bigint * interval '1 millisecond',
     updated_at = now()
 FROM due
 WHERE t.id = due.id

@@ -1,7 +1,7 @@
 -- Pushes the expiry of still-held leases one TTL from now; a lease no longer current (expired
 -- and re-leased, or cancelled) matches nothing and is reported lost by the caller.
 UPDATE herald.tasks t
-SET lease_expires_at = now() + $3 * interval '1 millisecond',
+SET lease_expires_at = now() + $3::bigint * interval '1 millisecond',
     updated_at = now()
 FROM unnest($1::uuid[], $2::integer[]) AS l(id, attempt)
 WHERE t.id = l.id AND t.lease_count = l.attempt AND t.state = 'leased'

@@ -1,6 +1,6 @@
 -- How long until the earliest scheduled task this session could claim becomes due, measured
 -- on the database clock (negative when one is already due). One index probe per priority level.
-SELECT extract(epoch FROM (min(n.run_at) - now())) * 1000.0, min(n.run_at)
+SELECT (extract(epoch FROM (min(n.run_at) - now())) * 1000.0)::float8, min(n.run_at)
 FROM unnest($1::smallint[]) AS p(priority)
 CROSS JOIN LATERAL (
     SELECT t.run_at
