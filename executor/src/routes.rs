@@ -295,30 +295,31 @@ impl Builder<'_> {
                 ))
             }
         };
-        let sender =
-            match q.sender.get_ref().as_str() {
-                "log" => {
-                    for (name, span) in [
-                        ("url", q.url.as_ref().map(|u| u.span())),
-                        ("secret", q.secret.as_ref().map(|s| s.span())),
-                    ] {
-                        if let Some(span) = span {
-                            return Err(self.invalid(
-                                span,
-                                format!("queue {queue}: `{name}` is not used by the log sender"),
-                            ));
-                        }
+        let sender = match q.sender.get_ref().as_str() {
+            "log" => {
+                for (name, span) in [
+                    ("url", q.url.as_ref().map(|u| u.span())),
+                    ("secret", q.secret.as_ref().map(|s| s.span())),
+                ] {
+                    if let Some(span) = span {
+                        return Err(self.invalid(
+                            span,
+                            format!("queue {queue}: `{name}` is not used by the log sender"),
+                        ));
                     }
-                    LogSender::boxed()
                 }
-                "webhook" => self.webhook(queue, spec)?,
-                other => return Err(self.invalid(
+                LogSender::boxed()
+            }
+            "webhook" => self.webhook(queue, spec)?,
+            other => {
+                return Err(self.invalid(
                     q.sender.span(),
                     format!(
                         "queue {queue}: unknown sender {other:?} (expected \"log\" or \"webhook\")"
                     ),
-                )),
-            };
+                ))
+            }
+        };
         Ok(Route {
             sender,
             timeout,
@@ -381,4 +382,187 @@ fn line_col(src: &str, offset: usize) -> (usize, usize) {
     let line = before.matches('\n').count() + 1;
     let column = before.rfind('\n').map_or(offset, |nl| offset - nl - 1) + 1;
     (line, column)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        move |name| map.get(name).cloned()
+    }
+
+    fn parse(src: &str, vars: &[(&str, &str)]) -> Result<SenderRoutes, ConfigError> {
+        SenderRoutes::from_toml(src, "executor.toml", &env(vars))
+    }
+
+    fn invalid_line(err: ConfigError) -> (usize, String) {
+        match err {
+            ConfigError::Invalid { line, message, .. } => (line, message),
+            ConfigError::Syntax { line, message, .. } => (line, message),
+            other => panic!("unexpected error {other:?}"),
+        }
+    }
+
+    const GOOD: &str = r#"
+[queues.default]
+sender = "log"
+
+[queues.hooks]
+sender = "webhook"
+url = "http://127.0.0.1:9000/hook"
+secret = { env = "HOOK_SECRET" }
+timeout = "10s"
+concurrency = 64
+
+[queues.literal]
+sender = "webhook"
+url = "https://example.com/hook"
+secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+"#;
+
+    #[test]
+    fn good_file() {
+        let routes = parse(GOOD, &[("HOOK_SECRET", "s3cret")]).unwrap();
+        assert_eq!(routes.queues(), vec!["default", "hooks", "literal"]);
+        assert!(!routes.has_default());
+        let hooks = &routes.routes["hooks"];
+        assert_eq!(hooks.timeout, Some(Duration::from_secs(10)));
+        assert_eq!(hooks.concurrency, Some(64));
+        assert_eq!(routes.routes["default"].timeout, None);
+    }
+
+    #[test]
+    fn default_table_routes_every_queue() {
+        let routes = parse("[default]\nsender = \"log\"\n", &[]).unwrap();
+        assert!(routes.has_default());
+        assert!(routes.queues().is_empty());
+        let built = routes.build(RouteLimits {
+            timeout: Duration::from_secs(1),
+            concurrency: 1,
+        });
+        assert!(built.get("anything").is_some());
+        assert!(SenderRoutes::empty()
+            .build(RouteLimits {
+                timeout: Duration::from_secs(1),
+                concurrency: 1
+            })
+            .get("anything")
+            .is_none());
+    }
+
+    #[test]
+    fn secret_from_file() {
+        let path = std::env::temp_dir().join(format!(
+            "herald-executor-secret-{}-{}",
+            std::process::id(),
+            rand::random::<u32>()
+        ));
+        std::fs::write(&path, "from-a-file\n").unwrap();
+        let src = format!(
+            "[queues.q]\nsender = \"webhook\"\nurl = \"http://localhost/h\"\nsecret = {{ file = {:?} }}\n",
+            path.display().to_string()
+        );
+        let resolved = SecretRef::File { file: path.clone() }
+            .resolve(&env(&[]))
+            .unwrap();
+        assert_eq!(resolved.expose(), "from-a-file");
+        assert!(parse(&src, &[]).is_ok());
+        std::fs::remove_file(&path).unwrap();
+        let (line, message) = invalid_line(parse(&src, &[]).unwrap_err());
+        assert_eq!(line, 4);
+        assert!(message.contains("cannot read secret file"), "{message}");
+    }
+
+    #[test]
+    fn missing_env_secret_names_the_line_and_variable() {
+        let (line, message) = invalid_line(parse(GOOD, &[]).unwrap_err());
+        assert_eq!(line, 8);
+        assert!(message.contains("HOOK_SECRET"), "{message}");
+    }
+
+    #[test]
+    fn syntax_error_names_the_line() {
+        let err = parse("[queues.a]\nsender = \"log\"\nurl = \n", &[]).unwrap_err();
+        assert!(matches!(err, ConfigError::Syntax { line: 3, .. }), "{err}");
+        assert!(err.to_string().starts_with("executor.toml:3:"), "{err}");
+    }
+
+    #[test]
+    fn unknown_field_names_the_line() {
+        let err = parse("[queues.a]\nsender = \"log\"\n\nsecrett = \"x\"\n", &[]).unwrap_err();
+        let (line, message) = invalid_line(err);
+        assert_eq!(line, 4);
+        assert!(message.contains("secrett"), "{message}");
+    }
+
+    #[test]
+    fn unknown_sender_names_the_line() {
+        let err = parse("[queues.a]\n\nsender = \"carrier-pigeon\"\n", &[]).unwrap_err();
+        assert!(err.to_string().starts_with("executor.toml:3: "), "{err}");
+        assert!(err.to_string().contains("carrier-pigeon"), "{err}");
+    }
+
+    #[test]
+    fn webhook_needs_url_and_secret() {
+        let (_, message) = invalid_line(
+            parse("[queues.a]\nsender = \"webhook\"\nsecret = \"x\"\n", &[]).unwrap_err(),
+        );
+        assert!(message.contains("needs `url`"), "{message}");
+        let (line, message) = invalid_line(
+            parse(
+                "[queues.a]\nsender = \"webhook\"\nurl = \"ftp://x\"\nsecret = \"x\"\n",
+                &[],
+            )
+            .unwrap_err(),
+        );
+        assert_eq!(line, 3);
+        assert!(message.contains("http or https"), "{message}");
+        let (_, message) = invalid_line(
+            parse(
+                "[queues.a]\nsender = \"webhook\"\nurl = \"http://x/\"\n",
+                &[],
+            )
+            .unwrap_err(),
+        );
+        assert!(message.contains("needs `secret`"), "{message}");
+    }
+
+    #[test]
+    fn bad_timeout_and_concurrency_name_the_line() {
+        let (line, _) = invalid_line(
+            parse("[queues.a]\nsender = \"log\"\ntimeout = \"soon\"\n", &[]).unwrap_err(),
+        );
+        assert_eq!(line, 3);
+        let (line, _) = invalid_line(
+            parse("[queues.a]\nsender = \"log\"\n\nconcurrency = 0\n", &[]).unwrap_err(),
+        );
+        assert_eq!(line, 4);
+    }
+
+    #[test]
+    fn secrets_are_never_printed() {
+        let literal = SecretRef::Literal("whsec_topsecret".into());
+        assert!(!format!("{literal:?}").contains("topsecret"));
+        let secret = literal.resolve(&env(&[])).unwrap();
+        assert_eq!(format!("{secret:?} {secret}"), "[redacted] [redacted]");
+        let err = parse(
+            "[queues.a]\nsender = \"webhook\"\nurl = \"http://x/\"\nsecret = \"whsec_%%topsecret\"\n",
+            &[],
+        )
+        .unwrap_err();
+        assert!(!err.to_string().contains("topsecret"), "{err}");
+    }
+
+    #[test]
+    fn missing_file_is_an_error() {
+        let err = SenderRoutes::from_file(Path::new("/nonexistent/herald.toml")).unwrap_err();
+        assert!(matches!(err, ConfigError::Read { .. }), "{err}");
+    }
 }

@@ -259,3 +259,295 @@ async fn body_excerpt(mut response: reqwest::Response) -> String {
     }
     String::from_utf8_lossy(&buf).into_owned()
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use axum::body::Bytes;
+    use axum::response::{IntoResponse, Response};
+    use axum::routing::post;
+    use axum::Router;
+    use tokio::sync::mpsc;
+    use tower::ServiceExt;
+
+    use super::*;
+    use crate::senders::{layered, RouteLimits};
+
+    type Received = mpsc::UnboundedReceiver<(HeaderMap, Bytes)>;
+
+    /// A local webhook receiver answering every POST /hook with `respond()`.
+    async fn receiver(
+        respond: impl Fn() -> Response + Send + Sync + 'static,
+    ) -> (reqwest::Url, Received) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let respond = Arc::new(respond);
+        let app = Router::new().route(
+            "/hook",
+            post(move |headers: HeaderMap, body: Bytes| {
+                let tx = tx.clone();
+                let respond = respond.clone();
+                async move {
+                    let _ = tx.send((headers, body));
+                    respond()
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        (format!("http://{addr}/hook").parse().unwrap(), rx)
+    }
+
+    fn request() -> SendRequest {
+        SendRequest {
+            task_id: "task-1".into(),
+            attempt: 3,
+            queue: "hooks".into(),
+            recipient: "+15550001".into(),
+            content: Content::Template {
+                template_id: "welcome".into(),
+                language: "en_US".into(),
+                variables: [("name".to_owned(), "Ada".to_owned())].into(),
+            },
+            idempotency_key: "idem-abc".into(),
+            labels: [("tenant".to_owned(), "t1".to_owned())].into(),
+            run_at: None,
+            leased_at: None,
+            attempts_before: 2,
+            max_attempts: 5,
+        }
+    }
+
+    const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+    fn sender(url: reqwest::Url) -> WebhookSender {
+        let key = SigningKey::from_secret(&Secret::new(SECRET)).unwrap();
+        WebhookSender::new(http_client().unwrap(), url, key)
+    }
+
+    async fn send_with(
+        respond: impl Fn() -> Response + Send + Sync + 'static,
+    ) -> (Result<SendReceipt, SendError>, Received) {
+        let (url, rx) = receiver(respond).await;
+        let result = sender(url).oneshot(request()).await;
+        (result, rx)
+    }
+
+    /// Standard Webhooks verification, written from the spec rather than with `SigningKey`.
+    fn verify(headers: &HeaderMap, body: &[u8]) -> bool {
+        let id = headers["webhook-id"].to_str().unwrap();
+        let ts = headers["webhook-timestamp"].to_str().unwrap();
+        let key = BASE64.decode(SECRET.trim_start_matches("whsec_")).unwrap();
+        let mut mac = Hmac::<Sha256>::new_from_slice(&key).unwrap();
+        mac.update(format!("{id}.{ts}.").as_bytes());
+        mac.update(body);
+        let expected = BASE64.encode(mac.finalize().into_bytes());
+        headers["webhook-signature"]
+            .to_str()
+            .unwrap()
+            .split(' ')
+            .any(|sig| sig == format!("v1,{expected}"))
+    }
+
+    #[tokio::test]
+    async fn ok_is_signed_and_carries_the_message() {
+        let (result, mut rx) = send_with(|| {
+            (StatusCode::OK, [("webhook-message-id", "msg-42")], "fine").into_response()
+        })
+        .await;
+        assert_eq!(
+            result.unwrap().provider_message_id.as_deref(),
+            Some("msg-42")
+        );
+
+        let (headers, body) = rx.recv().await.unwrap();
+        assert!(verify(&headers, &body), "signature does not verify");
+        assert_eq!(headers["webhook-id"], "idem-abc");
+        assert_eq!(headers["idempotency-key"], "idem-abc");
+        assert_eq!(headers["herald-attempt"], "3");
+        assert_eq!(headers["content-type"], "application/json");
+        let ts: i64 = headers["webhook-timestamp"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        assert!((now - ts).abs() <= 5);
+
+        let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            json,
+            json!({
+                "type": "herald.message",
+                "task_id": "task-1",
+                "attempt": 3,
+                "queue": "hooks",
+                "recipient": "+15550001",
+                "content": {"template": {"template_id": "welcome", "language": "en_US", "variables": {"name": "Ada"}}},
+                "labels": {"tenant": "t1"},
+            })
+        );
+    }
+
+    #[tokio::test]
+    async fn ok_without_message_id_and_text_content() {
+        let (url, mut rx) = receiver(|| StatusCode::NO_CONTENT.into_response()).await;
+        let mut req = request();
+        req.content = Content::Text("hello".into());
+        let receipt = sender(url).oneshot(req).await.unwrap();
+        assert_eq!(receipt.provider_message_id, None);
+        let (_, body) = rx.recv().await.unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(json["content"], json!({"text": "hello"}));
+    }
+
+    #[tokio::test]
+    async fn too_many_requests_is_rate_limited_with_retry_after() {
+        let (result, _) = send_with(|| {
+            (
+                StatusCode::TOO_MANY_REQUESTS,
+                [("retry-after", "7")],
+                "slow down",
+            )
+                .into_response()
+        })
+        .await;
+        let err = result.unwrap_err();
+        assert_eq!(err.class, OutcomeClass::RateLimited);
+        assert_eq!(err.retry_after, Some(Duration::from_secs(7)));
+        assert!(err.message.contains("429"), "{}", err.message);
+        assert!(err.message.contains("slow down"), "{}", err.message);
+    }
+
+    #[tokio::test]
+    async fn unavailable_is_transient_and_honours_an_http_date() {
+        let (result, _) = send_with(|| {
+            let at = httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(120));
+            (StatusCode::SERVICE_UNAVAILABLE, [("retry-after", at)], "").into_response()
+        })
+        .await;
+        let err = result.unwrap_err();
+        assert_eq!(err.class, OutcomeClass::Transient);
+        let after = err.retry_after.unwrap();
+        assert!(
+            after > Duration::from_secs(100) && after <= Duration::from_secs(120),
+            "{after:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn statuses_are_classified() {
+        let cases = [
+            (500, OutcomeClass::Transient),
+            (502, OutcomeClass::Transient),
+            (408, OutcomeClass::Transient),
+            (410, OutcomeClass::AccountUnavailable),
+            (400, OutcomeClass::Permanent),
+            (401, OutcomeClass::Permanent),
+            (404, OutcomeClass::Permanent),
+            (422, OutcomeClass::Permanent),
+        ];
+        for (code, class) in cases {
+            let status = StatusCode::from_u16(code).unwrap();
+            let (result, _) =
+                send_with(move || (status, [("retry-after", "3")], "nope").into_response()).await;
+            let err = result.unwrap_err();
+            assert_eq!(err.class, class, "status {code}");
+            assert_eq!(
+                err.retry_after, None,
+                "status {code} must ignore Retry-After"
+            );
+            assert!(err.message.contains(&code.to_string()), "{}", err.message);
+        }
+    }
+
+    #[tokio::test]
+    async fn redirects_are_permanent_and_not_followed() {
+        let (result, mut rx) =
+            send_with(|| (StatusCode::FOUND, [("location", "/hook")], "moved").into_response())
+                .await;
+        let err = result.unwrap_err();
+        assert_eq!(err.class, OutcomeClass::Permanent);
+        assert!(err.message.contains("302"), "{}", err.message);
+        assert!(rx.recv().await.is_some());
+        assert!(rx.try_recv().is_err(), "the redirect was followed");
+    }
+
+    #[tokio::test]
+    async fn error_body_is_cut_to_512_bytes() {
+        let (result, _) =
+            send_with(|| (StatusCode::BAD_REQUEST, "x".repeat(5000)).into_response()).await;
+        let err = result.unwrap_err();
+        assert_eq!(err.message.matches('x').count(), 512);
+    }
+
+    #[tokio::test]
+    async fn connection_refused_is_transient() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        drop(listener);
+        let url = format!("http://{addr}/hook").parse().unwrap();
+        let err = sender(url).oneshot(request()).await.unwrap_err();
+        assert_eq!(err.class, OutcomeClass::Transient);
+    }
+
+    #[tokio::test]
+    async fn hung_webhook_times_out_as_transient() {
+        let app = Router::new().route("/hook", post(std::future::pending::<&'static str>));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        let url = format!("http://{addr}/hook").parse().unwrap();
+        let svc = layered(
+            sender(url).boxed(),
+            RouteLimits {
+                timeout: Duration::from_millis(200),
+                concurrency: 4,
+            },
+        );
+        let err = svc.oneshot(request()).await.unwrap_err();
+        assert_eq!(err.class, OutcomeClass::Transient);
+        assert_eq!(err.message, "send timed out after 200ms");
+    }
+
+    #[test]
+    fn retry_after_parsing() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let headers = |v: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(http::header::RETRY_AFTER, v.parse().unwrap());
+            h
+        };
+        assert_eq!(
+            retry_after(&headers("120"), now),
+            Some(Duration::from_secs(120))
+        );
+        assert_eq!(retry_after(&headers(" 0 "), now), Some(Duration::ZERO));
+        let later = httpdate::fmt_http_date(now + Duration::from_secs(90));
+        assert_eq!(
+            retry_after(&headers(&later), now),
+            Some(Duration::from_secs(90))
+        );
+        let earlier = httpdate::fmt_http_date(now - Duration::from_secs(90));
+        assert_eq!(retry_after(&headers(&earlier), now), Some(Duration::ZERO));
+        assert_eq!(retry_after(&headers("soon"), now), None);
+        assert_eq!(retry_after(&HeaderMap::new(), now), None);
+    }
+
+    #[test]
+    fn key_without_prefix_uses_raw_bytes() {
+        let raw = SigningKey::from_secret(&Secret::new("plain-secret")).unwrap();
+        let prefixed = SigningKey::from_secret(&Secret::new(format!(
+            "whsec_{}",
+            BASE64.encode("plain-secret")
+        )))
+        .unwrap();
+        assert_eq!(raw.sign("id", 1, b"{}"), prefixed.sign("id", 1, b"{}"));
+        assert!(SigningKey::from_secret(&Secret::new("whsec_%%%")).is_err());
+        assert_eq!(format!("{raw:?}"), "[redacted]");
+    }
+}
