@@ -16,6 +16,7 @@
 
 mod db;
 mod grpc;
+pub mod lease;
 mod process;
 mod spec;
 mod webhook;

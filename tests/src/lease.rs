@@ -1,0 +1,180 @@
+//! A scripted executor: the test plays the executor's side of the lease stream frame by frame,
+//! to check the scheduler's half of the protocol (credit, fencing, revokes, extension).
+
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use herald_proto::v1::{
+    executor_message, scheduler_message, AttemptResult, Credit, ExecutorMessage, Extend, ExtendAck,
+    Hello, Lease, LeaseRef, OutcomeClass, ReportAck, ReportBatch, RevokeAck, RevokeResult,
+    SchedulerMessage, Welcome,
+};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Streaming;
+
+use crate::connect_lease;
+
+/// How long [`ScriptedExecutor::next`] waits for a frame before failing the test.
+pub const FRAME_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// One open lease stream driven by the test.
+pub struct ScriptedExecutor {
+    outbound: mpsc::Sender<ExecutorMessage>,
+    inbound: Streaming<SchedulerMessage>,
+    /// The scheduler's Welcome.
+    pub welcome: Welcome,
+}
+
+impl ScriptedExecutor {
+    /// Connects to `url`, sends Hello with `credit` and `queues` (empty: all), awaits Welcome.
+    pub async fn connect(
+        url: &str,
+        executor_id: &str,
+        queues: &[&str],
+        credit: u32,
+    ) -> Result<Self> {
+        let mut client = connect_lease(url).await?;
+        let (outbound, rx) = mpsc::channel(64);
+        outbound
+            .send(frame(executor_message::Kind::Hello(Hello {
+                executor_id: executor_id.to_owned(),
+                protocol_version: herald_proto::LEASE_PROTOCOL_VERSION,
+                queues: queues.iter().map(|q| (*q).to_owned()).collect(),
+                initial_credit: credit,
+            })))
+            .await
+            .context("sending Hello")?;
+        let mut inbound = client
+            .lease(ReceiverStream::new(rx))
+            .await
+            .context("opening the lease stream")?
+            .into_inner();
+        let welcome = match next_kind(&mut inbound, FRAME_TIMEOUT).await? {
+            scheduler_message::Kind::Welcome(w) => w,
+            other => bail!("expected Welcome, got {other:?}"),
+        };
+        Ok(ScriptedExecutor {
+            outbound,
+            inbound,
+            welcome,
+        })
+    }
+
+    /// Sends one frame.
+    pub async fn send(&self, kind: executor_message::Kind) -> Result<()> {
+        self.outbound
+            .send(frame(kind))
+            .await
+            .context("the lease stream is closed")
+    }
+
+    /// Grants `n` more credit.
+    pub async fn credit(&self, n: u32) -> Result<()> {
+        self.send(executor_message::Kind::Credit(Credit { additional: n }))
+            .await
+    }
+
+    /// The next frame from the scheduler, failing after `timeout`.
+    pub async fn next_within(&mut self, timeout: Duration) -> Result<scheduler_message::Kind> {
+        next_kind(&mut self.inbound, timeout).await
+    }
+
+    /// The next frame, failing after [`FRAME_TIMEOUT`].
+    pub async fn next(&mut self) -> Result<scheduler_message::Kind> {
+        self.next_within(FRAME_TIMEOUT).await
+    }
+
+    /// Collects leases until `n` have arrived (other frames are an error).
+    pub async fn leases(&mut self, n: usize) -> Result<Vec<Lease>> {
+        let mut out = Vec::new();
+        while out.len() < n {
+            match self.next().await? {
+                scheduler_message::Kind::Leases(batch) => out.extend(batch.leases),
+                other => bail!("expected leases, got {other:?}"),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Reports results and returns the scheduler's acks.
+    pub async fn report(&mut self, results: Vec<AttemptResult>) -> Result<Vec<ReportAck>> {
+        self.send(executor_message::Kind::Report(ReportBatch { results }))
+            .await?;
+        loop {
+            match self.next().await? {
+                scheduler_message::Kind::ReportAcks(batch) => return Ok(batch.acks),
+                // Leases may be in flight when we report; tests that care count them separately.
+                scheduler_message::Kind::Leases(_) => {
+                    bail!("unexpected leases while awaiting acks")
+                }
+                other => bail!("expected report acks, got {other:?}"),
+            }
+        }
+    }
+
+    /// Extends leases and returns the ack.
+    pub async fn extend(&mut self, leases: &[&Lease]) -> Result<ExtendAck> {
+        self.send(executor_message::Kind::Extend(Extend {
+            leases: leases.iter().map(|l| lease_ref(l)).collect(),
+        }))
+        .await?;
+        match self.next().await? {
+            scheduler_message::Kind::ExtendAck(ack) => Ok(ack),
+            other => bail!("expected ExtendAck, got {other:?}"),
+        }
+    }
+
+    /// Answers a revoke.
+    pub async fn revoke_ack(&self, lease: LeaseRef, result: RevokeResult) -> Result<()> {
+        self.send(executor_message::Kind::RevokeAck(RevokeAck {
+            lease: Some(lease),
+            result: result as i32,
+        }))
+        .await
+    }
+
+    /// Closes the executor's half of the stream.
+    pub fn close(self) {
+        drop(self.outbound);
+    }
+}
+
+/// The fencing token of a lease.
+pub fn lease_ref(lease: &Lease) -> LeaseRef {
+    LeaseRef {
+        task_id: lease.task_id.clone(),
+        attempt: lease.attempt,
+    }
+}
+
+/// A result for `lease` with `outcome`.
+pub fn result(lease: &Lease, outcome: OutcomeClass) -> AttemptResult {
+    AttemptResult {
+        task_id: lease.task_id.clone(),
+        attempt: lease.attempt,
+        outcome: outcome as i32,
+        error: if outcome == OutcomeClass::Ok {
+            String::new()
+        } else {
+            format!("scripted {}", outcome.as_str_name())
+        },
+        ..AttemptResult::default()
+    }
+}
+
+fn frame(kind: executor_message::Kind) -> ExecutorMessage {
+    ExecutorMessage { kind: Some(kind) }
+}
+
+async fn next_kind(
+    inbound: &mut Streaming<SchedulerMessage>,
+    timeout: Duration,
+) -> Result<scheduler_message::Kind> {
+    let message = tokio::time::timeout(timeout, inbound.message())
+        .await
+        .with_context(|| format!("no frame from the scheduler within {timeout:?}"))?
+        .context("the lease stream failed")?
+        .context("the scheduler closed the lease stream")?;
+    message.kind.context("empty frame from the scheduler")
+}

@@ -1,0 +1,541 @@
+//! The scheduler's half of the lease stream, driven frame by frame by a scripted executor:
+//! credit, outcomes and retries, fencing, extension, revokes, priorities and due times.
+
+use std::time::{Duration, SystemTime};
+
+use anyhow::{bail, Result};
+use herald_proto::v1::{
+    executor_message, retry_policy, scheduler_message, task_service_client::TaskServiceClient,
+    CancelOutcome, CancelTaskRequest, CreateTaskRequest, CreateTasksRequest, ExecutorMessage,
+    FixedDelays, GetTaskRequest, Heartbeat, ListAttemptsRequest, OutcomeClass, RetryPolicy,
+    RevokeResult, TaskSpec, TaskState,
+};
+use herald_tests::lease::{lease_ref, result, ScriptedExecutor};
+use herald_tests::{
+    connect_lease, connect_tasks, task_spec, unique_id, wait_for_task_state, SchedulerProcess,
+    TaskSpecExt, TestDb,
+};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Channel;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn ms(ts: &Option<prost_types::Timestamp>) -> i64 {
+    let ts = ts.as_ref().expect("timestamp present");
+    ts.seconds * 1000 + i64::from(ts.nanos) / 1_000_000
+}
+
+fn micros(ts: &Option<prost_types::Timestamp>) -> i64 {
+    let ts = ts.as_ref().expect("timestamp present");
+    ts.seconds * 1_000_000 + i64::from(ts.nanos) / 1_000
+}
+
+async fn create(client: &mut TaskServiceClient<Channel>, spec: TaskSpec) -> Result<String> {
+    let task = client
+        .create_task(CreateTaskRequest { task: Some(spec) })
+        .await?
+        .into_inner()
+        .task
+        .expect("task in response");
+    Ok(task.id)
+}
+
+fn delays(list: &[Duration]) -> RetryPolicy {
+    RetryPolicy {
+        strategy: Some(retry_policy::Strategy::Delays(FixedDelays {
+            delays: list
+                .iter()
+                .map(|d| prost_types::Duration {
+                    seconds: d.as_secs() as i64,
+                    nanos: d.subsec_nanos() as i32,
+                })
+                .collect(),
+        })),
+    }
+}
+
+async fn leased_count(db: &TestDb) -> Result<i64> {
+    let conn = db.connect().await?;
+    let row = conn
+        .query_one(
+            "SELECT count(*) FROM herald.tasks WHERE state = 'leased'",
+            &[],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
+#[tokio::test]
+async fn grants_no_more_leases_than_credit() -> Result<()> {
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
+    let queue = unique_id("q");
+    let specs = (0..10)
+        .map(|i| task_spec(&queue, &format!("+1555000{i}"), "hi"))
+        .collect();
+    tasks
+        .create_tasks(CreateTasksRequest { tasks: specs })
+        .await?;
+
+    let mut exec = ScriptedExecutor::connect(&scheduler.grpc_url(), "exec-a", &[], 3).await?;
+    let first = exec.leases(3).await?;
+    assert_eq!(first.len(), 3, "exactly the credit is granted");
+    // With its credit spent the dispatcher is parked on the credit semaphore, so the database
+    // shows exactly what was granted.
+    assert_eq!(leased_count(&db).await?, 3);
+
+    exec.credit(2).await?;
+    let more = exec.leases(2).await?;
+    assert_eq!(more.len(), 2);
+    assert_eq!(leased_count(&db).await?, 5);
+    Ok(())
+}
+
+#[tokio::test]
+async fn outcomes_move_tasks_to_their_states_and_record_attempts() -> Result<()> {
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
+    let queue = unique_id("q");
+    let ok = create(&mut tasks, task_spec(&queue, "+1", "ok")).await?;
+    let permanent = create(&mut tasks, task_spec(&queue, "+2", "perm")).await?;
+    let exhausted = create(
+        &mut tasks,
+        task_spec(&queue, "+3", "x").with_max_attempts(1),
+    )
+    .await?;
+    let mut retry_spec = task_spec(&queue, "+4", "retry");
+    retry_spec.retry_policy = Some(delays(&[Duration::from_secs(3600)]));
+    let retried = create(&mut tasks, retry_spec).await?;
+    let throttled = create(&mut tasks, task_spec(&queue, "+5", "429")).await?;
+    let offline = create(&mut tasks, task_spec(&queue, "+6", "offline")).await?;
+
+    let mut exec = ScriptedExecutor::connect(&scheduler.grpc_url(), "exec-a", &[], 6).await?;
+    let leases = exec.leases(6).await?;
+    let by_id = |id: &str| leases.iter().find(|l| l.task_id == id).expect("leased");
+    let mut rate_limited = result(by_id(&throttled), OutcomeClass::RateLimited);
+    rate_limited.retry_after = Some(prost_types::Duration {
+        seconds: 7200,
+        nanos: 0,
+    });
+    let mut provider_ok = result(by_id(&ok), OutcomeClass::Ok);
+    provider_ok.provider_message_id = "wamid.123".into();
+    let acks = exec
+        .report(vec![
+            provider_ok,
+            result(by_id(&permanent), OutcomeClass::Permanent),
+            result(by_id(&exhausted), OutcomeClass::Transient),
+            result(by_id(&retried), OutcomeClass::Transient),
+            rate_limited,
+            result(by_id(&offline), OutcomeClass::AccountUnavailable),
+        ])
+        .await?;
+    assert_eq!(acks.len(), 6);
+    assert!(acks.iter().all(|a| a.accepted), "{acks:?}");
+
+    let get = |id: String| {
+        let mut tasks = tasks.clone();
+        async move { anyhow::Ok(tasks.get_task(GetTaskRequest { id }).await?.into_inner()) }
+    };
+    assert_eq!(get(ok.clone()).await?.state(), TaskState::Succeeded);
+    assert_eq!(get(permanent.clone()).await?.state(), TaskState::Failed);
+    let t = get(exhausted).await?;
+    assert_eq!(t.state(), TaskState::Failed);
+    assert_eq!(t.attempts, 1);
+
+    // The explicit delay list and the provider's retry-after set the next due time.
+    let t = get(retried).await?;
+    assert_eq!(t.state(), TaskState::Scheduled);
+    let delay = ms(&t.run_at) - ms(&t.updated_at);
+    assert!((3_599_000..=3_601_000).contains(&delay), "delay {delay} ms");
+    let t = get(throttled).await?;
+    assert_eq!(t.state(), TaskState::Scheduled);
+    let delay = ms(&t.run_at) - ms(&t.updated_at);
+    assert!((7_199_000..=7_201_000).contains(&delay), "delay {delay} ms");
+
+    // ACCOUNT_UNAVAILABLE is not the task's fault: no attempt charged.
+    let t = get(offline).await?;
+    assert_eq!(t.state(), TaskState::Scheduled);
+    assert_eq!(t.attempts, 0);
+
+    let attempts = tasks
+        .list_attempts(ListAttemptsRequest { task_id: ok })
+        .await?
+        .into_inner()
+        .attempts;
+    assert_eq!(attempts.len(), 1);
+    assert_eq!(attempts[0].outcome(), OutcomeClass::Ok);
+    assert_eq!(attempts[0].executor_id, "exec-a");
+    assert_eq!(attempts[0].provider_message_id, "wamid.123");
+    let attempts = tasks
+        .list_attempts(ListAttemptsRequest { task_id: permanent })
+        .await?
+        .into_inner()
+        .attempts;
+    assert_eq!(attempts[0].outcome(), OutcomeClass::Permanent);
+    assert_eq!(attempts[0].error, "scripted OUTCOME_CLASS_PERMANENT");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_transient_failure_is_retried_after_its_backoff_then_succeeds() -> Result<()> {
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
+    let queue = unique_id("q");
+    let mut spec = task_spec(&queue, "+1", "retry me");
+    spec.retry_policy = Some(delays(&[Duration::from_millis(300)]));
+    let id = create(&mut tasks, spec).await?;
+
+    let mut exec = ScriptedExecutor::connect(&scheduler.grpc_url(), "exec-a", &[], 10).await?;
+    let first = exec.leases(1).await?.remove(0);
+    assert_eq!((first.attempt, first.attempts_before), (1, 0));
+    let acks = exec
+        .report(vec![result(&first, OutcomeClass::Transient)])
+        .await?;
+    assert_eq!(acks[0].state(), TaskState::Scheduled);
+    exec.credit(1).await?;
+    let after = tasks
+        .get_task(GetTaskRequest { id: id.clone() })
+        .await?
+        .into_inner();
+
+    let second = exec.leases(1).await?.remove(0);
+    assert_eq!(second.task_id, id);
+    assert_eq!((second.attempt, second.attempts_before), (2, 1));
+    // Never before the backoff's due time, by the database clock.
+    assert!(micros(&second.leased_at) >= micros(&after.run_at));
+    assert!(ms(&after.run_at) - ms(&after.updated_at) >= 299);
+
+    let acks = exec.report(vec![result(&second, OutcomeClass::Ok)]).await?;
+    assert_eq!(acks[0].state(), TaskState::Succeeded);
+    let attempts = tasks
+        .list_attempts(ListAttemptsRequest { task_id: id })
+        .await?
+        .into_inner()
+        .attempts;
+    let outcomes: Vec<_> = attempts.iter().map(|a| a.outcome()).collect();
+    assert_eq!(outcomes, vec![OutcomeClass::Transient, OutcomeClass::Ok]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_report_for_a_lapsed_lease_is_rejected_and_changes_nothing() -> Result<()> {
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::builder(&db)
+        .env("HERALD_LEASE_TTL", "1s")
+        .spawn()
+        .await?;
+    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
+    let queue = unique_id("q");
+    let id = create(&mut tasks, task_spec(&queue, "+1", "fenced")).await?;
+
+    let mut zombie = ScriptedExecutor::connect(&scheduler.grpc_url(), "zombie", &[], 1).await?;
+    let stale = zombie.leases(1).await?.remove(0);
+    // A second executor gets the task once the first lease runs out unreported.
+    let mut fresh = ScriptedExecutor::connect(&scheduler.grpc_url(), "fresh", &[], 1).await?;
+    let current = fresh.leases(1).await?.remove(0);
+    assert_eq!(current.task_id, id);
+    assert_eq!(current.attempt, stale.attempt + 1);
+
+    let acks = zombie
+        .report(vec![result(&stale, OutcomeClass::Ok)])
+        .await?;
+    assert!(!acks[0].accepted, "stale report must be rejected: {acks:?}");
+    assert_eq!(acks[0].state(), TaskState::Leased);
+    let task = tasks
+        .get_task(GetTaskRequest { id: id.clone() })
+        .await?
+        .into_inner();
+    assert_eq!(task.state(), TaskState::Leased);
+    assert_eq!(
+        task.lease.as_ref().map(|l| l.executor_id.as_str()),
+        Some("fresh")
+    );
+
+    let acks = fresh
+        .report(vec![result(&current, OutcomeClass::Ok)])
+        .await?;
+    assert!(acks[0].accepted);
+    let attempts = tasks
+        .list_attempts(ListAttemptsRequest { task_id: id })
+        .await?
+        .into_inner()
+        .attempts;
+    let outcomes: Vec<_> = attempts.iter().map(|a| a.outcome()).collect();
+    assert_eq!(
+        outcomes,
+        vec![OutcomeClass::LeaseExpired, OutcomeClass::Ok],
+        "the lapsed attempt is recorded, the stale report is not"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn extending_a_lease_keeps_it_past_its_ttl() -> Result<()> {
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::builder(&db)
+        .env("HERALD_LEASE_TTL", "1s")
+        .spawn()
+        .await?;
+    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
+    let queue = unique_id("q");
+    let id = create(&mut tasks, task_spec(&queue, "+1", "slow send")).await?;
+    let mut exec = ScriptedExecutor::connect(&scheduler.grpc_url(), "slow", &[], 1).await?;
+    let lease = exec.leases(1).await?.remove(0);
+
+    // Hold the lease for three TTLs, extending at a third of the TTL as an executor does.
+    let until = tokio::time::Instant::now() + Duration::from_secs(3);
+    while tokio::time::Instant::now() < until {
+        let ack = exec.extend(&[&lease]).await?;
+        assert_eq!(ack.extended.len(), 1, "lease lost while extended: {ack:?}");
+        tokio::time::sleep(Duration::from_millis(330)).await;
+    }
+    let acks = exec.report(vec![result(&lease, OutcomeClass::Ok)]).await?;
+    assert!(acks[0].accepted);
+    assert_eq!(lease.attempt, 1, "never re-leased");
+    let task = tasks.get_task(GetTaskRequest { id }).await?.into_inner();
+    assert_eq!((task.state(), task.lease_count), (TaskState::Succeeded, 1));
+
+    // Extending a lease that has ended reports it lost.
+    let ack = exec.extend(&[&lease]).await?;
+    assert!(ack.extended.is_empty());
+    assert_eq!(ack.lost, vec![lease_ref(&lease)]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn higher_priority_is_leased_first() -> Result<()> {
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
+    let queue = unique_id("q");
+    let mut urgent = Vec::new();
+    for i in 0..5 {
+        let mut low = task_spec(&queue, &format!("+10{i}"), "low");
+        low.priority = Some(0);
+        create(&mut tasks, low).await?;
+    }
+    for i in 0..5 {
+        let mut high = task_spec(&queue, &format!("+20{i}"), "high");
+        high.priority = Some(9);
+        urgent.push(create(&mut tasks, high).await?);
+    }
+    let mut exec = ScriptedExecutor::connect(&scheduler.grpc_url(), "exec", &[], 5).await?;
+    let mut got: Vec<String> = exec
+        .leases(5)
+        .await?
+        .into_iter()
+        .map(|l| l.task_id)
+        .collect();
+    got.sort();
+    urgent.sort();
+    assert_eq!(got, urgent);
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_idle_executor_gets_new_and_future_tasks_never_early() -> Result<()> {
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
+    let queue = unique_id("q");
+    let mut exec = ScriptedExecutor::connect(&scheduler.grpc_url(), "idle", &[], 100).await?;
+
+    // Created after the executor is waiting: woken by the database notification.
+    let now_id = create(&mut tasks, task_spec(&queue, "+1", "now")).await?;
+    let lease = exec.leases(1).await?.remove(0);
+    assert_eq!(lease.task_id, now_id);
+
+    // Due in the future: leased at or after run_at by the database clock, for each of them.
+    let mut ids = Vec::new();
+    for i in 0..5u64 {
+        let spec = task_spec(&queue, &format!("+2{i}"), "later")
+            .with_delay(Duration::from_millis(200 + 150 * i));
+        ids.push(create(&mut tasks, spec).await?);
+    }
+    let leases = exec.leases(5).await?;
+    for lease in &leases {
+        assert!(
+            micros(&lease.leased_at) >= micros(&lease.run_at),
+            "leased before due: {lease:?}"
+        );
+    }
+    let mut got: Vec<_> = leases.into_iter().map(|l| l.task_id).collect();
+    got.sort();
+    ids.sort();
+    assert_eq!(got, ids);
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_executor_only_gets_its_queues() -> Result<()> {
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
+    let mine = unique_id("mine");
+    let other = unique_id("other");
+    create(&mut tasks, task_spec(&other, "+1", "not yours")).await?;
+    let wanted = create(&mut tasks, task_spec(&mine, "+2", "yours")).await?;
+    let mut exec = ScriptedExecutor::connect(&scheduler.grpc_url(), "picky", &[&mine], 10).await?;
+    let lease = exec.leases(1).await?.remove(0);
+    assert_eq!(
+        (lease.task_id.as_str(), lease.queue.as_str()),
+        (wanted.as_str(), mine.as_str())
+    );
+    assert_eq!(
+        leased_count(&db).await?,
+        1,
+        "the other queue's task stays scheduled"
+    );
+    Ok(())
+}
+
+/// Cancels `id` in the background and returns the handle of the CancelTask call.
+fn cancel_in_background(
+    tasks: &TaskServiceClient<Channel>,
+    id: &str,
+) -> tokio::task::JoinHandle<Result<herald_proto::v1::CancelTaskResponse, tonic::Status>> {
+    let mut tasks = tasks.clone();
+    let id = id.to_owned();
+    tokio::spawn(async move {
+        tasks
+            .cancel_task(CancelTaskRequest { id })
+            .await
+            .map(|r| r.into_inner())
+    })
+}
+
+#[tokio::test]
+async fn cancelling_a_leased_task_revokes_it_and_reports_it_stopped() -> Result<()> {
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
+    let queue = unique_id("q");
+    let id = create(&mut tasks, task_spec(&queue, "+1", "cancel me")).await?;
+    let mut exec = ScriptedExecutor::connect(&scheduler.grpc_url(), "holder", &[], 1).await?;
+    let lease = exec.leases(1).await?.remove(0);
+
+    let cancel = cancel_in_background(&tasks, &id);
+    match exec.next().await? {
+        scheduler_message::Kind::Revoke(r) => assert_eq!(r.lease, Some(lease_ref(&lease))),
+        other => bail!("expected Revoke, got {other:?}"),
+    }
+    exec.revoke_ack(lease_ref(&lease), RevokeResult::StoppedBeforeSend)
+        .await?;
+    let answer = cancel.await??;
+    assert_eq!(answer.outcome(), CancelOutcome::StoppedBeforeSend);
+    assert_eq!(
+        answer.task.as_ref().map(|t| t.state()),
+        Some(TaskState::Cancelled)
+    );
+
+    // A late report cannot revive it.
+    let acks = exec.report(vec![result(&lease, OutcomeClass::Ok)]).await?;
+    assert!(!acks[0].accepted);
+    let task = tasks.get_task(GetTaskRequest { id }).await?.into_inner();
+    assert_eq!(task.state(), TaskState::Cancelled);
+    assert_eq!(task.cancel_outcome(), CancelOutcome::StoppedBeforeSend);
+    Ok(())
+}
+
+#[tokio::test]
+async fn cancelling_a_task_mid_send_reports_it_already_sent() -> Result<()> {
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
+    let queue = unique_id("q");
+    let id = create(&mut tasks, task_spec(&queue, "+1", "in flight")).await?;
+    let mut exec = ScriptedExecutor::connect(&scheduler.grpc_url(), "holder", &[], 1).await?;
+    let lease = exec.leases(1).await?.remove(0);
+
+    let cancel = cancel_in_background(&tasks, &id);
+    match exec.next().await? {
+        scheduler_message::Kind::Revoke(_) => {}
+        other => bail!("expected Revoke, got {other:?}"),
+    }
+    exec.revoke_ack(lease_ref(&lease), RevokeResult::SendInProgress)
+        .await?;
+    let acks = exec.report(vec![result(&lease, OutcomeClass::Ok)]).await?;
+    assert!(acks[0].accepted, "the send's outcome is recorded");
+    assert_eq!(
+        acks[0].state(),
+        TaskState::Cancelled,
+        "but the task stays cancelled"
+    );
+    let answer = cancel.await??;
+    assert_eq!(answer.outcome(), CancelOutcome::AlreadySent);
+    let attempts = tasks
+        .list_attempts(ListAttemptsRequest { task_id: id })
+        .await?
+        .into_inner()
+        .attempts;
+    assert_eq!(attempts.len(), 1);
+    assert_eq!(attempts[0].outcome(), OutcomeClass::Ok);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_task_past_its_deadline_expires_unsent() -> Result<()> {
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
+    let queue = unique_id("q");
+    // Due now, deadline soon, and no executor connected until after the deadline.
+    let spec = task_spec(&queue, "+1", "too late")
+        .with_expire_at(SystemTime::now() + Duration::from_millis(500));
+    let id = create(&mut tasks, spec).await?;
+    let task = wait_for_task_state(&mut tasks, &id, TaskState::Expired, WAIT).await?;
+    assert_eq!(task.attempts, 0);
+    // An executor connecting afterwards gets nothing: a heartbeat round trip comes back first.
+    let mut exec = ScriptedExecutor::connect(&scheduler.grpc_url(), "late", &[], 10).await?;
+    exec.send(executor_message::Kind::Heartbeat(Heartbeat::default()))
+        .await?;
+    match exec.next().await? {
+        scheduler_message::Kind::Heartbeat(_) => {}
+        other => bail!("expected only a heartbeat, got {other:?}"),
+    }
+    assert_eq!(leased_count(&db).await?, 0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_stream_must_start_with_a_supported_hello() -> Result<()> {
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+
+    let open = |first: ExecutorMessage| {
+        let url = scheduler.grpc_url();
+        async move {
+            let mut client = connect_lease(&url).await?;
+            let (tx, rx) = tokio::sync::mpsc::channel(4);
+            tx.send(first).await?;
+            let status = match client.lease(ReceiverStream::new(rx)).await {
+                Err(status) => status,
+                Ok(response) => match response.into_inner().message().await {
+                    Err(status) => status,
+                    Ok(m) => bail!("stream accepted: {m:?}"),
+                },
+            };
+            drop(tx);
+            anyhow::Ok(status)
+        }
+    };
+    let status = open(ExecutorMessage {
+        kind: Some(executor_message::Kind::Heartbeat(Heartbeat::default())),
+    })
+    .await?;
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    let status = open(ExecutorMessage {
+        kind: Some(executor_message::Kind::Hello(herald_proto::v1::Hello {
+            executor_id: "old".into(),
+            protocol_version: 0,
+            queues: vec![],
+            initial_credit: 1,
+        })),
+    })
+    .await?;
+    assert_eq!(status.code(), tonic::Code::FailedPrecondition);
+    Ok(())
+}
