@@ -101,15 +101,9 @@ impl ScriptedExecutor {
     pub async fn report(&mut self, results: Vec<AttemptResult>) -> Result<Vec<ReportAck>> {
         self.send(executor_message::Kind::Report(ReportBatch { results }))
             .await?;
-        loop {
-            match self.next().await? {
-                scheduler_message::Kind::ReportAcks(batch) => return Ok(batch.acks),
-                // Leases may be in flight when we report; tests that care count them separately.
-                scheduler_message::Kind::Leases(_) => {
-                    bail!("unexpected leases while awaiting acks")
-                }
-                other => bail!("expected report acks, got {other:?}"),
-            }
+        match self.next().await? {
+            scheduler_message::Kind::ReportAcks(batch) => Ok(batch.acks),
+            other => bail!("expected report acks, got {other:?}"),
         }
     }
 

@@ -1,6 +1,9 @@
 //! The scheduler's half of the lease stream, driven frame by frame by a scripted executor:
 //! credit, outcomes and retries, fencing, extension, revokes, priorities and due times.
 
+// A missing field in a response is a failed test; panicking with the message says so.
+#![allow(clippy::expect_used)]
+
 use std::time::{Duration, SystemTime};
 
 use anyhow::{bail, Result};

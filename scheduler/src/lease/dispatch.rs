@@ -156,11 +156,6 @@ impl Dispatcher {
     }
 
     fn drain_events(&mut self) {
-        loop {
-            match self.events.try_recv() {
-                Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) => continue,
-                Err(_) => break,
-            }
-        }
+        while let Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) = self.events.try_recv() {}
     }
 }
