@@ -166,10 +166,14 @@ pub struct ExecutorBuilder {
 }
 
 impl ExecutorProcess {
-    /// Starts configuring an executor connected to the given scheduler gRPC URLs.
-    pub fn builder(scheduler_urls: &[String]) -> ExecutorBuilder {
+    /// Starts configuring an executor connected to the given scheduler gRPC URLs (as
+    /// [`SchedulerProcess::grpc_url`] gives them).
+    pub fn builder(scheduler_urls: &[impl AsRef<str>]) -> ExecutorBuilder {
         ExecutorBuilder {
-            schedulers: scheduler_urls.to_vec(),
+            schedulers: scheduler_urls
+                .iter()
+                .map(|url| url.as_ref().to_owned())
+                .collect(),
             config_toml: None,
             args: Vec::new(),
             env: BTreeMap::new(),
@@ -313,6 +317,8 @@ struct ManagedProcess {
     name: String,
     child: Child,
     stderr_tail: Arc<Mutex<VecDeque<String>>>,
+    /// Ends when the process closes stderr; awaited to explain a failed start completely.
+    stderr_task: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl ManagedProcess {
@@ -322,7 +328,7 @@ impl ManagedProcess {
             .spawn()
             .with_context(|| format!("spawning {name}"))?;
         let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
-        if let Some(stderr) = child.stderr.take() {
+        let stderr_task = child.stderr.take().map(|stderr| {
             let tail = Arc::clone(&stderr_tail);
             let prefix = name.clone();
             tokio::spawn(async move {
@@ -336,13 +342,14 @@ impl ManagedProcess {
                         tail.push_back(line);
                     }
                 }
-            });
-        }
+            })
+        });
         let stdout = child.stdout.take().context("stdout was not piped")?;
         let mut process = Self {
             name,
             child,
             stderr_tail,
+            stderr_task,
         };
         match tokio::time::timeout(READY_TIMEOUT, read_ready(&process.name, stdout)).await {
             Ok(Ok(ready)) => Ok((process, ready)),
@@ -352,8 +359,7 @@ impl ManagedProcess {
                     .await
                     .ok()
                     .and_then(Result::ok);
-                // Let the stderr task catch up with the last lines before reporting them.
-                tokio::task::yield_now().await;
+                process.drain_stderr().await;
                 bail!(
                     "{} exited before READY ({error}; status {status:?}); stderr tail:\n{}",
                     process.name,
@@ -362,12 +368,20 @@ impl ManagedProcess {
             }
             Err(_) => {
                 let _ = process.kill();
+                process.drain_stderr().await;
                 bail!(
                     "{} printed no READY line within {READY_TIMEOUT:?}; stderr tail:\n{}",
                     process.name,
                     process.stderr_tail()
                 )
             }
+        }
+    }
+
+    /// Waits (briefly) until every stderr line the process wrote has been forwarded.
+    async fn drain_stderr(&mut self) {
+        if let Some(task) = self.stderr_task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
         }
     }
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use herald_tests::{Gate, Response, TestDb, WebhookReceiver};
 
 async fn current_database(db: &TestDb) -> Result<String> {
@@ -66,28 +66,19 @@ async fn webhook_receiver_holds_a_response_until_released() -> Result<()> {
     Ok(())
 }
 
-/// A minimal HTTP/1.1 POST over a raw socket, so the harness tests need no HTTP client crate.
-/// Returns the status and the `retry-after` header (empty when absent).
+/// POSTs "hello" with a `webhook-id` header; returns the status and the `retry-after` header
+/// (empty when absent).
 async fn post(base: impl AsRef<str>, webhook_id: &str) -> Result<(u16, String)> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let addr = base.as_ref().trim_start_matches("http://").to_owned();
-    let mut stream = tokio::net::TcpStream::connect(&addr).await?;
-    let request = format!(
-        "POST /hook HTTP/1.1\r\nhost: {addr}\r\nwebhook-id: {webhook_id}\r\n\
-         content-length: 5\r\nconnection: close\r\n\r\nhello"
-    );
-    stream.write_all(request.as_bytes()).await?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await?;
-    let status = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .context("no status code in the response")?;
+    let response = reqwest::Client::new()
+        .post(format!("{}/hook", base.as_ref()))
+        .header("webhook-id", webhook_id)
+        .body("hello")
+        .send()
+        .await?;
     let retry_after = response
-        .lines()
-        .find_map(|line| line.strip_prefix("retry-after: "))
-        .unwrap_or_default()
-        .to_owned();
-    Ok((status, retry_after))
+        .headers()
+        .get("retry-after")
+        .map(|value| value.to_str().unwrap_or_default().to_owned())
+        .unwrap_or_default();
+    Ok((response.status().as_u16(), retry_after))
 }
