@@ -23,7 +23,7 @@ use crate::TestDb;
 pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How many stderr lines are kept to explain a failed start.
-const STDERR_TAIL_LINES: usize = 40;
+const STDERR_TAIL_LINES: usize = 100;
 
 /// A running `herald-scheduler serve`, killed when dropped.
 #[derive(Debug)]
@@ -302,6 +302,11 @@ fn base_command(binary: &str) -> Result<Command> {
     if std::env::var_os("RUST_LOG").is_none() {
         command.env("RUST_LOG", "info");
     }
+    // nextest sets RUST_BACKTRACE=1, which makes an anyhow error from main print a backtrace
+    // long enough to push the error itself out of the stderr tail; panics keep theirs.
+    if std::env::var_os("RUST_LIB_BACKTRACE").is_none() {
+        command.env("RUST_LIB_BACKTRACE", "0");
+    }
     command
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -355,13 +360,18 @@ impl ManagedProcess {
             Ok(Ok(ready)) => Ok((process, ready)),
             Ok(Err(error)) => {
                 // stdout closed: the process is exiting; its status and stderr explain why.
-                let status = tokio::time::timeout(Duration::from_secs(5), process.child.wait())
-                    .await
-                    .ok()
-                    .and_then(Result::ok);
+                let status = match tokio::time::timeout(
+                    Duration::from_secs(5),
+                    process.child.wait(),
+                )
+                .await
+                {
+                    Ok(Ok(status)) => status.to_string(),
+                    _ => "still running".to_owned(),
+                };
                 process.drain_stderr().await;
                 bail!(
-                    "{} exited before READY ({error}; status {status:?}); stderr tail:\n{}",
+                    "{} exited before READY ({error}; {status}); stderr tail:\n{}",
                     process.name,
                     process.stderr_tail()
                 )

@@ -82,3 +82,18 @@ async fn post(base: impl AsRef<str>, webhook_id: &str) -> Result<(u16, String)> 
         .unwrap_or_default();
     Ok((response.status().as_u16(), retry_after))
 }
+
+#[tokio::test]
+async fn a_binary_that_cannot_start_fails_the_spawn_with_its_stderr() -> Result<()> {
+    let db = herald_tests::TestDb::new().await?;
+    // An address that cannot be bound makes the scheduler exit before READY.
+    let error = herald_tests::SchedulerProcess::builder(&db)
+        .env("HERALD_GRPC_ADDR", "256.0.0.1:0")
+        .spawn()
+        .await
+        .expect_err("the scheduler cannot bind");
+    let message = format!("{error:#}");
+    assert!(message.contains("exited before READY"), "{message}");
+    assert!(message.contains("256.0.0.1"), "{message}");
+    Ok(())
+}
