@@ -5,7 +5,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use herald_proto::v1::lease_service_client::LeaseServiceClient;
 use herald_proto::v1::task_service_client::TaskServiceClient;
-use herald_proto::v1::{GetTaskRequest, Task, TaskState};
+use herald_proto::v1::{CreateTaskRequest, GetTaskRequest, Task, TaskSpec, TaskState};
 use tonic::transport::Channel;
 use tonic_health::pb::health_client::HealthClient;
 
@@ -34,6 +34,17 @@ pub async fn connect_lease(url: &str) -> Result<LeaseServiceClient<Channel>> {
 /// A `grpc.health.v1.Health` client connected to `url`.
 pub async fn connect_health(url: &str) -> Result<HealthClient<Channel>> {
     Ok(HealthClient::new(channel(url).await?))
+}
+
+/// Creates one task and returns it as the server stored it.
+pub async fn create_task(client: &mut TaskServiceClient<Channel>, spec: TaskSpec) -> Result<Task> {
+    client
+        .create_task(CreateTaskRequest { task: Some(spec) })
+        .await
+        .context("CreateTask")?
+        .into_inner()
+        .task
+        .context("CreateTask answered without a task")
 }
 
 /// Polls `GetTask` until the task is in `state`, and returns it.

@@ -5,8 +5,8 @@
 //!   file lock, or taken from `HERALD_TEST_PG_URL` when `script/test` already started one).
 //! - [`SchedulerProcess`] / [`ExecutorProcess`]: the real `herald-scheduler` and
 //!   `herald-executor` binaries on ephemeral loopback ports, awaited until they print `READY`.
-//! - [`connect_tasks`], [`connect_lease`], [`connect_health`], [`wait_for_task_state`]: gRPC
-//!   client helpers.
+//! - [`connect_tasks`], [`connect_lease`], [`connect_health`], [`create_task`],
+//!   [`wait_for_task_state`]: gRPC client helpers.
 //! - [`WebhookReceiver`]: a scriptable HTTP endpoint that records every request, for the webhook
 //!   sender and as the base of provider fakes.
 //! - [`task_spec`], [`unique_id`]: small builders for test inputs.
@@ -22,7 +22,7 @@ mod spec;
 mod webhook;
 
 pub use db::TestDb;
-pub use grpc::{connect_health, connect_lease, connect_tasks, wait_for_task_state};
+pub use grpc::{connect_health, connect_lease, connect_tasks, create_task, wait_for_task_state};
 pub use process::{
     ExecutorBuilder, ExecutorProcess, SchedulerBuilder, SchedulerProcess, READY_TIMEOUT,
 };
