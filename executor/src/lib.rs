@@ -63,8 +63,14 @@ pub async fn run(
             "executor id must be 1 to 128 characters".into(),
         ));
     }
-    let queues = if !config.queues.is_empty() {
-        config.queues.clone()
+    let wanted: Vec<String> = config
+        .queues
+        .iter()
+        .map(|q| q.trim().to_owned())
+        .filter(|q| !q.is_empty())
+        .collect();
+    let queues = if !wanted.is_empty() {
+        wanted
     } else if routes.has_default() {
         Vec::new() // every queue
     } else {

@@ -46,24 +46,25 @@ impl Session {
     }
 
     async fn handshake(&mut self) -> pb::Hello {
+        self.handshake_with_ttl(Duration::from_secs(30)).await
+    }
+
+    async fn handshake_with_ttl(&mut self, ttl: Duration) -> pb::Hello {
         let Out::Hello(hello) = self.next().await else {
             panic!("first frame is not Hello")
         };
         self.send(In::Welcome(pb::Welcome {
             protocol_version: 1,
-            heartbeat_interval: Some(prost_duration(10)),
-            lease_ttl: Some(prost_duration(30)),
+            heartbeat_interval: Some(prost_duration(Duration::from_secs(10))),
+            lease_ttl: Some(prost_duration(ttl)),
             scheduler_id: "fake".into(),
         }));
         hello
     }
 }
 
-fn prost_duration(secs: i64) -> prost_types::Duration {
-    prost_types::Duration {
-        seconds: secs,
-        nanos: 0,
-    }
+fn prost_duration(d: Duration) -> prost_types::Duration {
+    prost_types::Duration::try_from(d).unwrap()
 }
 
 struct Fake {
@@ -362,4 +363,72 @@ async fn shutdown_finishes_sends_and_drops_pending_leases() {
             Err(_) => panic!("stream not closed"),
         }
     }
+}
+
+#[tokio::test]
+async fn extends_old_leases_and_drops_lost_pending_ones() {
+    let (endpoint, mut sessions) = fake_scheduler().await;
+    let mut exec = spawn_executor(vec![endpoint]).await;
+    let mut s = next_session(&mut sessions).await;
+    // Extensions every 100 ms for leases held at least that long.
+    s.handshake_with_ttl(Duration::from_millis(300)).await;
+
+    s.send(In::Leases(pb::LeaseBatch {
+        leases: vec![lease("a", "q"), lease("b", "q")],
+    }));
+    let sending = exec.started.recv().await.unwrap();
+    let pending = if sending == "a" { "b" } else { "a" };
+
+    let Out::Extend(extend) = s.next().await else {
+        panic!("expected Extend")
+    };
+    let mut ids: Vec<_> = extend.leases.iter().map(|l| l.task_id.as_str()).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, vec!["a", "b"]);
+
+    // The scheduler says both were lost: the pending one is dropped (its slot comes back as
+    // credit, no report); the one already sending finishes and is reported as usual.
+    s.send(In::ExtendAck(pb::ExtendAck {
+        extended: vec![],
+        lost: vec![lease_ref("a"), lease_ref("b")],
+        expires_at: None,
+    }));
+    loop {
+        match s.next().await {
+            Out::Extend(_) => continue,
+            Out::Credit(c) => {
+                assert_eq!(c.additional, 1);
+                break;
+            }
+            other => panic!("expected credit for the dropped lease, got {other:?}"),
+        }
+    }
+    exec.release.add_permits(1);
+    let results = loop {
+        match s.next().await {
+            Out::Extend(e) => {
+                // Only the lease still sending is worth extending now.
+                assert!(e.leases.iter().all(|l| l.task_id != pending), "{e:?}");
+            }
+            Out::Report(r) => break r.results,
+            other => panic!("expected a report, got {other:?}"),
+        }
+    };
+    assert_eq!(results.len(), 1);
+    assert_eq!(results[0].task_id, sending);
+
+    exec.shutdown.take().unwrap().send(()).unwrap();
+    s.send(In::ReportAcks(pb::ReportAckBatch {
+        acks: vec![pb::ReportAck {
+            task_id: sending.clone(),
+            attempt: 1,
+            accepted: false,
+            state: 0,
+        }],
+    }));
+    tokio::time::timeout(Duration::from_secs(10), exec.done)
+        .await
+        .expect("executor did not stop")
+        .unwrap()
+        .unwrap();
 }

@@ -177,7 +177,7 @@ impl LeaseClient {
                     }
                     let delay = backoff::delay(failures);
                     failures = failures.saturating_add(1);
-                    warn!(%endpoint, error = %error, retry_in = ?delay, "lease session ended");
+                    warn!(%endpoint, error = %error_chain(&error), retry_in = ?delay, "lease session ended");
                     self.wait(delay, &shutdown).await;
                 }
             }
@@ -421,8 +421,10 @@ impl LeaseClient {
                     if now.duration_since(last_received) >= silence {
                         return Err(SessionError::Silent(silence));
                     }
-                    if now.duration_since(stream.last_sent) >= beat_every
-                        || now.duration_since(last_received) >= beat_every
+                    // Idle in either direction for an interval: a heartbeat (answered by
+                    // the scheduler) keeps both sides sure the stream is alive.
+                    if now.duration_since(stream.last_sent) >= heartbeat
+                        || now.duration_since(last_received) >= heartbeat
                     {
                         stream.send(Out::Heartbeat(pb::Heartbeat { sent_at: Some(SystemTime::now().into()) })).await?;
                     }
@@ -580,6 +582,21 @@ fn request_from_lease(lease: pb::Lease) -> Option<SendRequest> {
         attempts_before: lease.attempts_before,
         max_attempts: lease.max_attempts,
     })
+}
+
+/// An error and its sources, `: `-separated (tonic's top-level transport error says little).
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(s) = source {
+        let next = s.to_string();
+        if !text.ends_with(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        source = s.source();
+    }
+    text
 }
 
 /// A wire duration, if positive.
