@@ -74,7 +74,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         .with_context(|| format!("cannot bind {} / {}", config.grpc_addr, config.http_addr))?;
     let grpc = listeners.grpc.local_addr()?;
     let http = listeners.http.local_addr()?;
-    herald_scheduler::run(config, listeners, shutdown_signal(), move || {
+    herald_scheduler::run(config, listeners, shutdown_signal()?, move || {
         // One machine-readable line on stdout: launchers and test harnesses wait for it.
         let mut out = std::io::stdout();
         let _ = writeln!(out, "READY grpc={grpc} http={http}");
@@ -84,29 +84,26 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Resolves on the first SIGTERM or SIGINT; a second one exits at once.
-async fn shutdown_signal() {
-    wait_for_signal().await;
-    tracing::info!("signal received; shutting down (send again to exit at once)");
-    tokio::spawn(async {
-        wait_for_signal().await;
-        std::process::exit(130);
-    });
-}
-
-async fn wait_for_signal() {
+/// Installs the SIGTERM/SIGINT handlers now (so a signal sent right after READY is already
+/// caught) and returns a future that resolves on the first one; a second one exits at once.
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{signal, SignalKind};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
+    let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        tracing::info!("signal received; shutting down (send again to exit at once)");
+        tokio::spawn(async move {
             tokio::select! {
                 _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
+                _ = int.recv() => {}
             }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
+            std::process::exit(130);
+        });
+    })
 }
 
 fn init_logging(format: &str) {

@@ -1,9 +1,6 @@
 //! The scheduler's half of the lease stream, driven frame by frame by a scripted executor:
 //! credit, outcomes and retries, fencing, extension, revokes, priorities and due times.
 
-// A missing field in a response is a failed test; panicking with the message says so.
-#![allow(clippy::expect_used)]
-
 use std::time::{Duration, SystemTime};
 
 use anyhow::{bail, Result};
@@ -540,5 +537,32 @@ async fn a_stream_must_start_with_a_supported_hello() -> Result<()> {
     })
     .await?;
     assert_eq!(status.code(), tonic::Code::FailedPrecondition);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_released_lease_is_due_again_without_charging_an_attempt() -> Result<()> {
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
+    let queue = unique_id("q");
+    let id = create(&mut tasks, task_spec(&queue, "+1", "hand me back")).await?;
+    let mut leaving = ScriptedExecutor::connect(&scheduler.grpc_url(), "leaving", &[], 1).await?;
+    let lease = leaving.leases(1).await?.remove(0);
+    leaving
+        .send(executor_message::Kind::Release(herald_proto::v1::Release {
+            leases: vec![lease_ref(&lease)],
+        }))
+        .await?;
+
+    let mut staying = ScriptedExecutor::connect(&scheduler.grpc_url(), "staying", &[], 1).await?;
+    let again = staying.leases(1).await?.remove(0);
+    assert_eq!(again.task_id, id);
+    assert_eq!((again.attempt, again.attempts_before), (2, 0));
+    // The released lease's fencing token is stale now.
+    let acks = leaving
+        .report(vec![result(&lease, OutcomeClass::Ok)])
+        .await?;
+    assert!(!acks[0].accepted);
     Ok(())
 }

@@ -171,6 +171,7 @@ async fn run(
             }
             Some(executor_message::Kind::Extend(extend)) => handle_extend(&ctx, &tx, extend).await,
             Some(executor_message::Kind::RevokeAck(ack)) => handle_revoke_ack(&ctx, ack).await,
+            Some(executor_message::Kind::Release(release)) => handle_release(&ctx, release).await,
             Some(executor_message::Kind::Heartbeat(_)) => tx
                 .send(Ok(SchedulerMessage {
                     kind: Some(scheduler_message::Kind::Heartbeat(pb::Heartbeat {
@@ -357,6 +358,21 @@ async fn handle_extend(
     }))
     .await
     .map_err(|_| Status::cancelled("executor went away"))
+}
+
+async fn handle_release(ctx: &SessionContext, release: pb::Release) -> Result<(), Status> {
+    let refs: Vec<(Uuid, i32)> = release
+        .leases
+        .iter()
+        .filter_map(|l| l.task_id.parse().ok().map(|id| (id, l.attempt)))
+        .collect();
+    if refs.is_empty() {
+        return Ok(());
+    }
+    ctx.store
+        .release_leases(&refs)
+        .await
+        .map_err(|e| Status::unavailable(format!("cannot release leases: {e}")))
 }
 
 async fn handle_revoke_ack(ctx: &SessionContext, ack: pb::RevokeAck) -> Result<(), Status> {
