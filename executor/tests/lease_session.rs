@@ -188,6 +188,42 @@ async fn spawn_executor(endpoints: Vec<String>) -> Executor {
     }
 }
 
+/// Shuts the executor down and waits for `run` to return, answering any fresh stream it opens
+/// to report what is left (it must offer no credit) by acknowledging every report.
+async fn finish_shutdown(mut exec: Executor, sessions: &mut mpsc::UnboundedReceiver<Session>) {
+    exec.shutdown.take().unwrap().send(()).unwrap();
+    let mut done = exec.done;
+    let finish = async {
+        loop {
+            tokio::select! {
+                result = &mut done => return result.unwrap().unwrap(),
+                Some(mut s) = sessions.recv() => {
+                    let hello = s.handshake().await;
+                    assert_eq!(hello.initial_credit, 0, "credit offered while shutting down");
+                    tokio::spawn(async move {
+                        while let Ok(Some(frame)) = s.inbound.message().await {
+                            if let Some(Out::Report(batch)) = frame.kind {
+                                let acks = batch.results.iter().map(|r| pb::ReportAck {
+                                    task_id: r.task_id.clone(),
+                                    attempt: r.attempt,
+                                    accepted: true,
+                                    state: 0,
+                                }).collect();
+                                let _ = s.out.send(Ok(pb::SchedulerMessage {
+                                    kind: Some(In::ReportAcks(pb::ReportAckBatch { acks })),
+                                }));
+                            }
+                        }
+                    });
+                }
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), finish)
+        .await
+        .expect("executor did not stop");
+}
+
 fn expect_report(frame: Out) -> Vec<pb::AttemptResult> {
     match frame {
         Out::Report(batch) => batch.results,
@@ -299,13 +335,7 @@ async fn leases_revokes_drain_and_resend() {
         }],
     }));
 
-    // Shutdown with nothing in flight ends the run and closes the stream.
-    exec.shutdown.take().unwrap().send(()).unwrap();
-    tokio::time::timeout(Duration::from_secs(10), exec.done)
-        .await
-        .expect("executor did not stop")
-        .unwrap()
-        .unwrap();
+    finish_shutdown(exec, &mut first_sessions).await;
 }
 
 #[tokio::test]
@@ -320,25 +350,28 @@ async fn shutdown_finishes_sends_and_drops_pending_leases() {
     }));
     let sending = exec.started.recv().await.unwrap();
 
+    // Shutdown with a send in flight: the stream that was granted credit is closed at once...
     exec.shutdown.take().unwrap().send(()).unwrap();
-    // Nothing on the wire says the executor saw the signal, so the send is released a little
-    // later; the assertions below hold either way (a Credit frame would only mean the signal
-    // came after the send finished).
-    let release = exec.release.clone();
-    tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        release.add_permits(1);
-    });
-
-    // Only the started send is reported; the pending lease is dropped without a report.
-    let mut frame = s.next().await;
-    while let Out::Credit(_) = frame {
-        frame = s.next().await;
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), s.inbound.message()).await {
+            Ok(Ok(None)) | Ok(Err(_)) => break,
+            Ok(Ok(Some(pb::ExecutorMessage {
+                kind: Some(Out::Heartbeat(_)),
+            }))) => continue,
+            Ok(Ok(Some(frame))) => panic!("unexpected frame after shutdown: {frame:?}"),
+            Err(_) => panic!("stream not closed"),
+        }
     }
-    let results = expect_report(frame);
+    // ...and a fresh one offering no credit carries the report of the send, once it ends. The
+    // pending lease is dropped without a report.
+    let mut s2 = next_session(&mut sessions).await;
+    assert_eq!(s2.handshake().await.initial_credit, 0);
+    exec.release.add_permits(1);
+    let results = expect_report(s2.next().await);
     assert_eq!(results.len(), 1);
     assert_eq!(results[0].task_id, sending);
-    s.send(In::ReportAcks(pb::ReportAckBatch {
+    assert_eq!(results[0].outcome(), pb::OutcomeClass::Ok);
+    s2.send(In::ReportAcks(pb::ReportAckBatch {
         acks: vec![pb::ReportAck {
             task_id: sending.clone(),
             attempt: 1,
@@ -351,17 +384,11 @@ async fn shutdown_finishes_sends_and_drops_pending_leases() {
         .expect("executor did not stop")
         .unwrap()
         .unwrap();
-    // The stream ends, with no report for the dropped pending lease.
-    loop {
-        let rest = tokio::time::timeout(Duration::from_secs(5), s.inbound.message()).await;
-        match rest {
-            Ok(Ok(None)) | Ok(Err(_)) => break,
-            Ok(Ok(Some(pb::ExecutorMessage {
-                kind: Some(Out::Credit(_) | Out::Heartbeat(_)),
-            }))) => continue,
-            Ok(Ok(Some(frame))) => panic!("unexpected frame after shutdown: {frame:?}"),
-            Err(_) => panic!("stream not closed"),
-        }
+    // Nothing but the end of the stream follows.
+    match tokio::time::timeout(Duration::from_secs(10), s2.inbound.message()).await {
+        Ok(Ok(None)) | Ok(Err(_)) => {}
+        Ok(Ok(Some(frame))) => panic!("unexpected frame after shutdown: {frame:?}"),
+        Err(_) => panic!("stream not closed"),
     }
 }
 
@@ -417,7 +444,6 @@ async fn extends_old_leases_and_drops_lost_pending_ones() {
     assert_eq!(results.len(), 1);
     assert_eq!(results[0].task_id, sending);
 
-    exec.shutdown.take().unwrap().send(()).unwrap();
     s.send(In::ReportAcks(pb::ReportAckBatch {
         acks: vec![pb::ReportAck {
             task_id: sending.clone(),
@@ -426,9 +452,5 @@ async fn extends_old_leases_and_drops_lost_pending_ones() {
             state: 0,
         }],
     }));
-    tokio::time::timeout(Duration::from_secs(10), exec.done)
-        .await
-        .expect("executor did not stop")
-        .unwrap()
-        .unwrap();
+    finish_shutdown(exec, &mut sessions).await;
 }

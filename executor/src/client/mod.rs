@@ -76,6 +76,9 @@ enum SessionEnd {
     Drained,
     /// Shutdown finished: nothing left to report (or the grace period ran out).
     Finished,
+    /// Shutdown started with work in flight: open a fresh stream (same endpoint, no credit)
+    /// to report it.
+    Reopen,
     /// The stream broke; `welcomed` says whether it got as far as Welcome.
     Failed { error: SessionError, welcomed: bool },
 }
@@ -166,6 +169,7 @@ impl LeaseClient {
             let endpoint = &endpoints[next % endpoints.len()];
             match self.session(endpoint, &shutdown).await {
                 SessionEnd::Finished => break,
+                SessionEnd::Reopen => failures = 0,
                 SessionEnd::Drained => {
                     next = next.wrapping_add(1);
                     failures = 0;
@@ -271,31 +275,6 @@ impl LeaseClient {
 
     #[instrument(name = "lease_session", skip_all, fields(endpoint = %endpoint))]
     async fn session(&mut self, endpoint: &str, shutdown: &CancellationToken) -> SessionEnd {
-        let failed = |error| SessionEnd::Failed {
-            error,
-            welcomed: false,
-        };
-        let channel = match tonic::transport::Endpoint::from_shared(endpoint.to_owned()) {
-            Ok(e) => e.connect_timeout(CONNECT_TIMEOUT).tcp_nodelay(true),
-            Err(source) => {
-                return failed(SessionError::Endpoint {
-                    endpoint: endpoint.to_owned(),
-                    source,
-                })
-            }
-        };
-        let channel = tokio::select! {
-            connected = channel.connect() => match connected {
-                Ok(c) => c,
-                Err(source) => return failed(SessionError::Connect { endpoint: endpoint.to_owned(), source }),
-            },
-            () = shutdown.cancelled(), if self.shutdown_deadline.is_none() => {
-                self.begin_shutdown();
-                return failed(SessionError::Closed);
-            }
-        };
-        let mut client = LeaseServiceClient::new(channel);
-
         let shutting_down = self.shutdown_deadline.is_some();
         let initial_credit = if shutting_down {
             0
@@ -303,34 +282,32 @@ impl LeaseClient {
             let held = u32::try_from(self.inflight.len()).unwrap_or(u32::MAX);
             self.settings.max_in_flight.saturating_sub(held)
         };
-        let (tx, rx) = mpsc::channel(256);
-        let mut stream = Stream {
-            tx,
-            last_sent: Instant::now(),
-            granting: !shutting_down,
-        };
         let hello = pb::Hello {
             executor_id: self.settings.executor_id.clone(),
             protocol_version: herald_proto::LEASE_PROTOCOL_VERSION,
             queues: self.settings.queues.clone(),
             initial_credit,
         };
-        if let Err(e) = stream.send(Out::Hello(hello)).await {
-            return failed(e);
-        }
-        let mut inbound = match client.lease(ReceiverStream::new(rx)).await {
-            Ok(response) => response.into_inner(),
-            Err(status) => return failed(SessionError::Refused(status)),
+        let deadline = self.deadline_sleep();
+        let opened = tokio::select! {
+            opened = open(endpoint, hello) => opened,
+            () = shutdown.cancelled(), if !shutting_down => {
+                // The Hello may already have offered credit: start over without any.
+                self.begin_shutdown();
+                return SessionEnd::Reopen;
+            }
+            () = deadline => return SessionEnd::Finished,
         };
-        let welcome = match tokio::time::timeout(WELCOME_TIMEOUT, inbound.message()).await {
-            Err(_) => return failed(SessionError::WelcomeTimeout(WELCOME_TIMEOUT)),
-            Ok(Err(status)) => return failed(SessionError::Refused(status)),
-            Ok(Ok(None)) => return failed(SessionError::Closed),
-            Ok(Ok(Some(pb::SchedulerMessage {
-                kind: Some(In::Welcome(w)),
-            }))) => w,
-            Ok(Ok(Some(_))) => return failed(SessionError::NoWelcome),
+        let (mut stream, mut inbound, welcome) = match opened {
+            Ok(opened) => opened,
+            Err(error) => {
+                return SessionEnd::Failed {
+                    error,
+                    welcomed: false,
+                }
+            }
         };
+        stream.granting = !shutting_down;
         let heartbeat = positive(welcome.heartbeat_interval).unwrap_or(DEFAULT_HEARTBEAT);
         let ttl = positive(welcome.lease_ttl).unwrap_or(DEFAULT_LEASE_TTL);
         info!(
@@ -432,6 +409,13 @@ impl LeaseClient {
                 () = shutdown.cancelled(), if self.shutdown_deadline.is_none() => {
                     self.begin_shutdown();
                     stream.granting = false;
+                    if !self.finished() {
+                        // Credit already granted on this stream cannot be taken back, so the
+                        // scheduler could keep leasing on it. Close it and report what is in
+                        // flight over a fresh stream that offers no credit. A lease already on
+                        // its way on this stream is lost with it and leased again after its TTL.
+                        return Ok(SessionEnd::Reopen);
+                    }
                 }
                 () = deadline => return Ok(SessionEnd::Finished),
             }
@@ -582,6 +566,49 @@ fn request_from_lease(lease: pb::Lease) -> Option<SendRequest> {
         attempts_before: lease.attempts_before,
         max_attempts: lease.max_attempts,
     })
+}
+
+/// Connects, sends Hello and waits for Welcome.
+async fn open(
+    endpoint: &str,
+    hello: pb::Hello,
+) -> Result<(Stream, tonic::Streaming<pb::SchedulerMessage>, pb::Welcome), SessionError> {
+    let channel = tonic::transport::Endpoint::from_shared(endpoint.to_owned())
+        .map_err(|source| SessionError::Endpoint {
+            endpoint: endpoint.to_owned(),
+            source,
+        })?
+        .connect_timeout(CONNECT_TIMEOUT)
+        .tcp_nodelay(true)
+        .connect()
+        .await
+        .map_err(|source| SessionError::Connect {
+            endpoint: endpoint.to_owned(),
+            source,
+        })?;
+    let mut client = LeaseServiceClient::new(channel);
+    let (tx, rx) = mpsc::channel(256);
+    let mut stream = Stream {
+        tx,
+        last_sent: Instant::now(),
+        granting: false,
+    };
+    stream.send(Out::Hello(hello)).await?;
+    let mut inbound = client
+        .lease(ReceiverStream::new(rx))
+        .await
+        .map_err(SessionError::Refused)?
+        .into_inner();
+    let welcome = match tokio::time::timeout(WELCOME_TIMEOUT, inbound.message()).await {
+        Err(_) => return Err(SessionError::WelcomeTimeout(WELCOME_TIMEOUT)),
+        Ok(Err(status)) => return Err(SessionError::Refused(status)),
+        Ok(Ok(None)) => return Err(SessionError::Closed),
+        Ok(Ok(Some(pb::SchedulerMessage {
+            kind: Some(In::Welcome(w)),
+        }))) => w,
+        Ok(Ok(Some(_))) => return Err(SessionError::NoWelcome),
+    };
+    Ok((stream, inbound, welcome))
 }
 
 /// An error and its sources, `: `-separated (tonic's top-level transport error says little).
