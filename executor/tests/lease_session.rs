@@ -1,6 +1,6 @@
 //! The lease session against a scripted fake scheduler: handshake, unknown queues, revoke in
-//! each phase, credit, drain to another endpoint, resending unacknowledged results after a
-//! broken stream, and shutdown.
+//! each phase, credit, extension, drain to another endpoint, resending unacknowledged results after a
+//! broken stream, and shutdown (releasing leases not started).
 
 // Test helpers: a failed expectation is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -190,7 +190,16 @@ async fn spawn_executor(endpoints: Vec<String>) -> Executor {
 
 /// Shuts the executor down and waits for `run` to return, answering any fresh stream it opens
 /// to report what is left (it must offer no credit) by acknowledging every report.
-async fn finish_shutdown(mut exec: Executor, sessions: &mut mpsc::UnboundedReceiver<Session>) {
+async fn finish_shutdown(
+    mut exec: Executor,
+    current: Session,
+    sessions: &mut mpsc::UnboundedReceiver<Session>,
+) {
+    // Like the scheduler, end the current stream once the executor ends its side.
+    tokio::spawn(async move {
+        let mut current = current;
+        while let Ok(Some(_)) = current.inbound.message().await {}
+    });
     exec.shutdown.take().unwrap().send(()).unwrap();
     let mut done = exec.done;
     let finish = async {
@@ -304,6 +313,7 @@ async fn leases_revokes_drain_and_resend() {
     s1.send(In::Drain(pb::Drain {
         reason: "test".into(),
     }));
+    drop(s1); // Like the scheduler, end the drained stream.
     let mut s2 = next_session(&mut second_sessions).await;
     let hello = s2.handshake().await;
     assert_eq!(hello.initial_credit, 3, "one lease is still in flight");
@@ -335,7 +345,7 @@ async fn leases_revokes_drain_and_resend() {
         }],
     }));
 
-    finish_shutdown(exec, &mut first_sessions).await;
+    finish_shutdown(exec, s3, &mut first_sessions).await;
 }
 
 #[tokio::test]
@@ -350,8 +360,14 @@ async fn shutdown_finishes_sends_and_drops_pending_leases() {
     }));
     let sending = exec.started.recv().await.unwrap();
 
-    // Shutdown with a send in flight: the stream that was granted credit is closed at once...
+    // Shutdown with a send in flight: the lease still waiting is handed back, and the stream
+    // that was granted credit is closed at once...
     exec.shutdown.take().unwrap().send(()).unwrap();
+    let pending = if sending == "a" { "b" } else { "a" };
+    match s.next().await {
+        Out::Release(release) => assert_eq!(release.leases, vec![lease_ref(pending)]),
+        other => panic!("expected Release, got {other:?}"),
+    }
     loop {
         match tokio::time::timeout(Duration::from_secs(10), s.inbound.message()).await {
             Ok(Ok(None)) | Ok(Err(_)) => break,
@@ -362,8 +378,9 @@ async fn shutdown_finishes_sends_and_drops_pending_leases() {
             Err(_) => panic!("stream not closed"),
         }
     }
+    drop(s);
     // ...and a fresh one offering no credit carries the report of the send, once it ends. The
-    // pending lease is dropped without a report.
+    // released lease gets no report.
     let mut s2 = next_session(&mut sessions).await;
     assert_eq!(s2.handshake().await.initial_credit, 0);
     exec.release.add_permits(1);
@@ -379,17 +396,18 @@ async fn shutdown_finishes_sends_and_drops_pending_leases() {
             state: 0,
         }],
     }));
-    tokio::time::timeout(Duration::from_secs(10), exec.done)
-        .await
-        .expect("executor did not stop")
-        .unwrap()
-        .unwrap();
-    // Nothing but the end of the stream follows.
+    // Nothing but the end of the stream follows, then the run ends.
     match tokio::time::timeout(Duration::from_secs(10), s2.inbound.message()).await {
         Ok(Ok(None)) | Ok(Err(_)) => {}
         Ok(Ok(Some(frame))) => panic!("unexpected frame after shutdown: {frame:?}"),
         Err(_) => panic!("stream not closed"),
     }
+    drop(s2);
+    tokio::time::timeout(Duration::from_secs(10), exec.done)
+        .await
+        .expect("executor did not stop")
+        .unwrap()
+        .unwrap();
 }
 
 #[tokio::test]
@@ -452,5 +470,5 @@ async fn extends_old_leases_and_drops_lost_pending_ones() {
             state: 0,
         }],
     }));
-    finish_shutdown(exec, &mut sessions).await;
+    finish_shutdown(exec, s, &mut sessions).await;
 }

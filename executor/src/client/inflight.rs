@@ -157,9 +157,13 @@ impl InFlight {
         self.held.get(key).is_some_and(Self::stop)
     }
 
-    /// Stops every Pending lease (shutdown); returns how many.
-    pub(crate) fn stop_all_pending(&mut self) -> usize {
-        self.held.values().filter(|h| Self::stop(h)).count()
+    /// Stops every Pending lease (shutdown); returns them.
+    pub(crate) fn stop_all_pending(&mut self) -> Vec<pb::LeaseRef> {
+        self.held
+            .iter()
+            .filter(|(_, h)| Self::stop(h))
+            .map(|(k, _)| k.to_ref())
+            .collect()
     }
 
     /// The leases still worth extending that were received at least `age` ago.
@@ -214,7 +218,10 @@ mod tests {
         let (phase, _) = inflight.insert(key("a"), Instant::now());
         assert!(inflight.lose(&key("a")));
         assert!(!phase.start_sending());
-        assert_eq!(inflight.stop_all_pending(), 0);
+        assert!(inflight.stop_all_pending().is_empty());
+        let (_, cancel) = inflight.insert(key("b"), Instant::now());
+        assert_eq!(inflight.stop_all_pending(), vec![key("b").to_ref()]);
+        assert!(cancel.is_cancelled());
     }
 
     #[tokio::test(start_paused = true)]

@@ -32,6 +32,8 @@ const MAX_BATCH: usize = 1000;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long the scheduler has to answer Hello.
 const WELCOME_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a gracefully closed stream waits for the scheduler to end its side.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Used when Welcome carries no usable heartbeat interval.
 const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(10);
 /// Used when Welcome carries no usable lease TTL.
@@ -117,6 +119,8 @@ pub(crate) struct LeaseClient {
     outbox: BTreeMap<LeaseKey, Outgoing>,
     /// Slots freed since credit was last granted on the current stream.
     freed: u32,
+    /// Leases to hand back unsent (shutdown), on the next flush.
+    to_release: Vec<pb::LeaseRef>,
     /// Set once shutdown starts: the deadline for reporting what is in flight.
     shutdown_deadline: Option<Instant>,
     stats: Arc<Stats>,
@@ -151,6 +155,7 @@ impl LeaseClient {
             done_rx,
             outbox: BTreeMap::new(),
             freed: 0,
+            to_release: Vec::new(),
             shutdown_deadline: None,
             stats,
         }
@@ -201,7 +206,8 @@ impl LeaseClient {
         match self.shutdown_deadline {
             None => false,
             Some(deadline) => {
-                (self.inflight.is_empty() && self.outbox.is_empty()) || Instant::now() >= deadline
+                (self.inflight.is_empty() && self.outbox.is_empty() && self.to_release.is_empty())
+                    || Instant::now() >= deadline
             }
         }
     }
@@ -211,15 +217,17 @@ impl LeaseClient {
             return;
         }
         self.shutdown_deadline = Some(Instant::now() + self.settings.shutdown_grace);
-        // Leases that have not started sending are dropped without a report: the scheduler
+        // Leases that have not started sending are handed back (Release) so they are due again
+        // at once without a charged attempt; should that frame never get out, the scheduler
         // leases them again once their TTL runs out. Sends already under way finish and are
         // reported within the grace period.
-        let dropped = self.inflight.stop_all_pending();
+        let stopped = self.inflight.stop_all_pending();
         info!(
-            dropped_pending = dropped,
-            sending = self.inflight.len() - dropped,
+            released = stopped.len(),
+            sending = self.inflight.len() - stopped.len(),
             "shutting down: no more credit, finishing sends in flight"
         );
+        self.to_release.extend(stopped);
     }
 
     fn deadline_sleep(&self) -> tokio::time::Sleep {
@@ -325,11 +333,46 @@ impl LeaseClient {
             .await;
         self.stats.connected.store(0, Ordering::Relaxed);
         match result {
-            Ok(end) => end,
+            Ok(end) => {
+                self.close(stream, inbound).await;
+                end
+            }
             Err(error) => SessionEnd::Failed {
                 error,
                 welcomed: true,
             },
+        }
+    }
+
+    /// Ends a stream gracefully: half-close our side, then wait (briefly) for the scheduler to
+    /// end its side. Dropping the stream outright could cancel it before the last frames (a
+    /// Release, a report) reach the wire.
+    async fn close(&mut self, stream: Stream, mut inbound: tonic::Streaming<pb::SchedulerMessage>) {
+        drop(stream);
+        let limit = match self.shutdown_deadline {
+            Some(deadline) => deadline.min(Instant::now() + CLOSE_TIMEOUT),
+            None => Instant::now() + CLOSE_TIMEOUT,
+        };
+        loop {
+            match tokio::time::timeout_at(limit, inbound.message()).await {
+                Ok(Ok(Some(pb::SchedulerMessage {
+                    kind: Some(In::Leases(batch)),
+                }))) => {
+                    // Granted after we stopped asking on this stream: hand them back on the
+                    // next one (or leave them to their TTL if there is none).
+                    self.to_release
+                        .extend(batch.leases.iter().map(|l| pb::LeaseRef {
+                            task_id: l.task_id.clone(),
+                            attempt: l.attempt,
+                        }));
+                }
+                Ok(Ok(Some(_))) => {}
+                Ok(Ok(None)) | Ok(Err(_)) => return,
+                Err(_) => {
+                    debug!("scheduler did not end the closed stream in time");
+                    return;
+                }
+            }
         }
     }
 
@@ -409,6 +452,8 @@ impl LeaseClient {
                 () = shutdown.cancelled(), if self.shutdown_deadline.is_none() => {
                     self.begin_shutdown();
                     stream.granting = false;
+                    // Hand back the leases that had not started, here and now.
+                    self.flush(stream).await?;
                     if !self.finished() {
                         // Credit already granted on this stream cannot be taken back, so the
                         // scheduler could keep leasing on it. Close it and report what is in
@@ -422,8 +467,18 @@ impl LeaseClient {
         }
     }
 
-    /// Sends every unsent result, then grants the freed slots as credit.
+    /// Sends every unsent result and release, then grants the freed slots as credit.
     async fn flush(&mut self, stream: &mut Stream) -> Result<(), SessionError> {
+        if !self.to_release.is_empty() {
+            for chunk in self.to_release.chunks(MAX_BATCH) {
+                stream
+                    .send(Out::Release(pb::Release {
+                        leases: chunk.to_vec(),
+                    }))
+                    .await?;
+            }
+            self.to_release.clear();
+        }
         let unsent: Vec<LeaseKey> = self
             .outbox
             .iter()
@@ -463,7 +518,8 @@ impl LeaseClient {
                     self.on_lease(lease);
                 }
                 self.update_stats();
-                // Leases dropped on arrival freed their slot at once.
+                // Duplicates free their slot at once; leases arriving during shutdown are
+                // released.
                 self.flush(stream).await?;
             }
             Some(In::ReportAcks(batch)) => {
@@ -524,9 +580,9 @@ impl LeaseClient {
             return;
         }
         if self.shutdown_deadline.is_some() {
-            // Credit granted before shutdown can still bring leases; not starting them is
-            // safe: the scheduler leases them again after their TTL.
-            debug!(task_id = %key.task_id, attempt = key.attempt, "lease received while shutting down; dropped");
+            // Credit granted before shutdown can still bring leases: hand them back unsent.
+            debug!(task_id = %key.task_id, attempt = key.attempt, "lease received while shutting down; releasing it");
+            self.to_release.push(key.to_ref());
             return;
         }
         let queue = lease.queue.clone();
