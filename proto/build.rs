@@ -11,7 +11,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let descriptors = protox::compile(files, [&root])?;
     let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
     let descriptor_path = out_dir.join("herald_descriptor.bin");
-    std::fs::write(&descriptor_path, prost::Message::encode_to_vec(&descriptors))?;
+    std::fs::write(
+        &descriptor_path,
+        prost::Message::encode_to_vec(&descriptors),
+    )?;
 
     tonic_prost_build::configure()
         // BTreeMap makes encoding deterministic, which the idempotency check hashes.

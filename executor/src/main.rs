@@ -18,6 +18,7 @@ async fn main() -> anyhow::Result<()> {
         Some(path) => SenderRoutes::from_file(path)?,
         None => SenderRoutes::log_only(),
     };
+    let shutdown = signals()?;
     let listener = tokio::net::TcpListener::bind(config.http_addr)
         .await
         .with_context(|| format!("cannot listen on {}", config.http_addr))?;
@@ -27,42 +28,32 @@ async fn main() -> anyhow::Result<()> {
         writeln!(out, "READY http={addr}").context("cannot write to stdout")?;
         out.flush().context("cannot flush stdout")?;
     }
-    herald_executor::run(config, routes, listener, signals()).await?;
+    herald_executor::run(config, routes, listener, shutdown).await?;
     Ok(())
 }
 
-/// Resolves on the first SIGTERM/SIGINT; the second one exits the process at once.
-async fn signals() {
-    wait_for_signal().await;
-    tracing::info!("signal received; shutting down (send another to exit at once)");
-    tokio::spawn(async {
-        wait_for_signal().await;
-        tracing::warn!("second signal; exiting now");
-        std::process::exit(130);
-    });
-}
-
-async fn wait_for_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot watch SIGTERM; only Ctrl-C stops the executor");
-                let _ = tokio::signal::ctrl_c().await;
-            }
+/// Installs the SIGTERM/SIGINT handlers now, before READY is printed, so a signal sent right
+/// after start-up is caught; the returned future resolves on the first one, and a second one
+/// exits the process at once.
+fn signals() -> anyhow::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
         }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
+        tracing::info!("signal received; shutting down (send another to exit at once)");
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            tracing::warn!("second signal; exiting now");
+            std::process::exit(130);
+        });
+    })
 }
 
 fn init_tracing() {

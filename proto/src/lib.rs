@@ -11,7 +11,8 @@ pub mod v1 {
 }
 
 /// The encoded `FileDescriptorSet` of every herald proto, for `tonic-reflection`.
-pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/herald_descriptor.bin"));
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/herald_descriptor.bin"));
 
 /// The lease-stream protocol version this build speaks.
 pub const LEASE_PROTOCOL_VERSION: u32 = 1;
