@@ -5,7 +5,11 @@ use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
-    let files = ["herald/v1/task.proto", "herald/v1/lease.proto"];
+    let files = [
+        "herald/v1/task.proto",
+        "herald/v1/lease.proto",
+        "herald/v1/account.proto",
+    ];
     println!("cargo:rerun-if-changed={}", root.join("herald").display());
 
     let descriptors = protox::compile(files, [&root])?;
