@@ -42,6 +42,7 @@ impl ScriptedExecutor {
                 protocol_version: herald_proto::LEASE_PROTOCOL_VERSION,
                 queues: queues.iter().map(|q| (*q).to_owned()).collect(),
                 initial_credit: credit,
+                credentials_refs: Vec::new(),
             })))
             .await
             .context("sending Hello")?;

@@ -533,6 +533,7 @@ async fn a_stream_must_start_with_a_supported_hello() -> Result<()> {
             protocol_version: 0,
             queues: vec![],
             initial_credit: 1,
+            credentials_refs: vec![],
         })),
     })
     .await?;
