@@ -221,6 +221,7 @@ async fn create_then_get_round_trips_every_field() -> Result<()> {
             ("tenant".to_owned(), "acme".to_owned()),
             ("campaign".to_owned(), "spring sale".to_owned()),
         ]),
+        ..TaskSpec::default()
     };
     let response = create(&mut client, full.clone()).await?;
     assert!(!response.existing, "a fresh key must not be `existing`");
