@@ -1,0 +1,118 @@
+{{/* The chart's name, overridable. */}}
+{{- define "herald.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The release's full name: the prefix of every object (the scheduler's is <fullname>-scheduler). */}}
+{{- define "herald.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 50 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 50 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "herald.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Labels of every object. */}}
+{{- define "herald.labels" -}}
+helm.sh/chart: {{ include "herald.chart" . }}
+app.kubernetes.io/name: {{ include "herald.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: herald
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Selector labels of one component: (dict "ctx" $ "component" "scheduler"). */}}
+{{- define "herald.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "herald.name" .ctx }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "herald.componentLabels" -}}
+{{ include "herald.labels" .ctx }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "herald.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "herald.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "herald.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The Secret and key holding DATABASE_URL. */}}
+{{/* A url in values wins: the chart then manages the Secret. */}}
+{{- define "herald.databaseSecret" -}}
+{{- if .Values.database.url -}}
+{{- printf "%s-database" (include "herald.fullname" .) -}}
+{{- else -}}
+{{- .Values.database.existingSecret -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "herald.databaseEnv" -}}
+- name: DATABASE_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "herald.databaseSecret" . }}
+      key: {{ if .Values.database.url }}DATABASE_URL{{ else }}{{ .Values.database.existingSecretKey }}{{ end }}
+{{- end -}}
+
+{{- define "herald.executorTokenSecret" -}}
+{{- default .Values.auth.existingSecret .Values.auth.executorTokenSecret -}}
+{{- end -}}
+
+{{/* HERALD_SCHEDULER for executors. */}}
+{{- define "herald.schedulerEndpoints" -}}
+{{- if .Values.executor.schedulers -}}
+{{- join "," .Values.executor.schedulers -}}
+{{- else -}}
+{{- printf "%s://%s-scheduler.%s.svc:%d" (ternary "https" "http" .Values.tls.enabled) (include "herald.fullname" .) .Release.Namespace (int .Values.scheduler.ports.grpc) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The executor's sender file source: "secret", "configmap" (existing), "inline", or "". */}}
+{{- define "herald.sendersSource" -}}
+{{- if .Values.executor.senders.existingSecret -}}secret
+{{- else if .Values.executor.senders.existingConfigMap -}}configmap
+{{- else if .Values.executor.senders.inline -}}inline
+{{- end -}}
+{{- end -}}
+
+{{/* Fails the render on combinations that cannot work. */}}
+{{- define "herald.validate" -}}
+{{- if and (not .Values.database.existingSecret) (not .Values.database.url) -}}
+{{- fail "database: set database.existingSecret (a Secret with the PostgreSQL URL) or database.url" -}}
+{{- end -}}
+{{- if and .Values.tls.enabled (not .Values.tls.existingSecret) -}}
+{{- fail "tls.enabled needs tls.existingSecret (a kubernetes.io/tls Secret)" -}}
+{{- end -}}
+{{- if and .Values.tls.enabled .Values.tls.clientAuth.enabled .Values.executor.enabled (not .Values.tls.clientAuth.executorSecret) -}}
+{{- fail "tls.clientAuth.enabled needs tls.clientAuth.executorSecret (the executors' client certificate)" -}}
+{{- end -}}
+{{- if and .Values.auth.enabled (not .Values.auth.existingSecret) -}}
+{{- fail "auth.enabled needs auth.existingSecret (the Secret with the tokens file)" -}}
+{{- end -}}
+{{- end -}}
