@@ -4,14 +4,18 @@
 //! Map of the crate:
 //! - [`config`]: the command line ([`Config`]), every flag with an environment twin.
 //! - [`routes`]: the TOML file mapping queues to senders ([`SenderRoutes`]);
-//!   [`credentials`]: the secrets it references, never printed.
+//!   [`accounts`]: its `[accounts.*]` tables, one sending account each (leases naming an
+//!   account's `credentials_ref` go to that account's sender);
+//!   [`credentials`]: the secrets they reference, never printed.
 //! - [`senders`]: the sender contract ([`SendRequest`] → [`SendReceipt`] or [`SendError`]), the
-//!   tower layers every route gets, and the built-in `log` and `webhook` senders.
+//!   tower layers every route gets, and the built-in senders: `log`, `webhook`,
+//!   `whatsapp_cloud`, `wecom` and `wecom_robot`.
 //! - `client`: the lease stream session (Hello/Welcome, leases, reports, credit, extension,
 //!   revoke, drain) and reconnection; in-flight leases outlive any one stream.
 //! - `http`: `/healthz` and `/metrics`.
 //! - [`run`]: ties them together; shutdown is a parameter.
 
+pub mod accounts;
 pub mod config;
 pub mod credentials;
 pub mod routes;
@@ -69,20 +73,22 @@ pub async fn run(
         .map(|q| q.trim().to_owned())
         .filter(|q| !q.is_empty())
         .collect();
+    let accounts = routes.accounts();
     let queues = if !wanted.is_empty() {
         wanted
-    } else if routes.has_default() {
-        Vec::new() // every queue
+    } else if routes.has_default() || (routes.queues().is_empty() && !accounts.is_empty()) {
+        // Every queue: with only accounts configured, leases are routed by account.
+        Vec::new()
     } else {
         routes.queues()
     };
-    if queues.is_empty() && !routes.has_default() {
+    if queues.is_empty() && !routes.has_default() && accounts.is_empty() {
         return Err(ExecutorError::InvalidConfig(
-            "no queue has a sender: the config file needs a [queues.NAME] or [default] table"
+            "no queue has a sender: the config file needs a [queues.NAME], [default] or [accounts.NAME] table"
                 .into(),
         ));
     }
-    if !routes.has_default() {
+    if !routes.has_default() && !routes.queues().is_empty() {
         let known = routes.queues();
         for q in queues.iter().filter(|q| !known.contains(q)) {
             warn!(queue = %q, "queue has no sender; its leases will fail PERMANENT");
@@ -111,6 +117,7 @@ pub async fn run(
         executor_id = %config.executor_id,
         endpoints = ?endpoints,
         queues = ?queues,
+        accounts = ?accounts,
         max_in_flight = config.max_in_flight,
         "executor starting"
     );
@@ -118,6 +125,7 @@ pub async fn run(
         endpoints,
         executor_id: config.executor_id.clone(),
         queues,
+        credentials_refs: accounts,
         max_in_flight: config.max_in_flight,
         shutdown_grace: config.shutdown_grace,
     };

@@ -13,7 +13,14 @@
 //!
 //! [default]                          # optional: the sender for every other queue
 //! sender = "log"
+//!
+//! [accounts.wa-main]                 # leases whose credentials_ref is "wa-main"
+//! sender = "whatsapp_cloud"          # or "wecom", "wecom_robot", "webhook", "log"
+//! phone_number_id = "106540352242922"
+//! access_token = { env = "WA_TOKEN" }
 //! ```
+//!
+//! Account tables are parsed in [`crate::accounts`]; docs/senders.md lists every setting.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -93,6 +100,8 @@ impl Route {
 pub struct SenderRoutes {
     routes: BTreeMap<String, Route>,
     default: Option<Route>,
+    /// Senders by account (`[accounts.<credentials_ref>]`), for leases naming an account.
+    accounts: BTreeMap<String, Route>,
 }
 
 impl std::fmt::Debug for SenderRoutes {
@@ -100,6 +109,7 @@ impl std::fmt::Debug for SenderRoutes {
         f.debug_struct("SenderRoutes")
             .field("queues", &self.routes.keys().collect::<Vec<_>>())
             .field("default", &self.default.is_some())
+            .field("accounts", &self.accounts.keys().collect::<Vec<_>>())
             .finish()
     }
 }
@@ -130,6 +140,22 @@ impl SenderRoutes {
     pub fn with_default(mut self, sender: BoxSender) -> Self {
         self.default = Some(Route::new(sender));
         self
+    }
+
+    /// Sends leases naming `credentials_ref` with `route`, whatever their queue.
+    pub fn with_account(mut self, credentials_ref: &str, route: Route) -> Self {
+        self.accounts.insert(credentials_ref.to_owned(), route);
+        self
+    }
+
+    /// The accounts (credentials refs) this executor holds credentials for.
+    pub fn accounts(&self) -> Vec<String> {
+        self.accounts.keys().cloned().collect()
+    }
+
+    /// The route of one account, if configured.
+    pub fn account(&self, credentials_ref: &str) -> Option<&Route> {
+        self.accounts.get(credentials_ref)
     }
 
     /// The queues with their own route.
@@ -194,6 +220,13 @@ impl SenderRoutes {
         if let Some(spec) = &file.default {
             routes.default = Some(builder.route("[default]", spec)?);
         }
+        for (name, spec) in &file.accounts {
+            if name.is_empty() {
+                return Err(builder.invalid(spec.span(), "account name must not be empty".into()));
+            }
+            let route = builder.account(name, spec)?;
+            routes = routes.with_account(name, route);
+        }
         Ok(routes)
     }
 
@@ -215,6 +248,11 @@ impl SenderRoutes {
                 .map(|(q, r)| (q, build(r)))
                 .collect(),
             default: self.default.map(build),
+            accounts: self
+                .accounts
+                .into_iter()
+                .map(|(a, r)| (a, build(r)))
+                .collect(),
         }
     }
 }
@@ -224,12 +262,18 @@ impl SenderRoutes {
 pub(crate) struct BuiltRoutes {
     routes: BTreeMap<String, BoxSender>,
     default: Option<BoxSender>,
+    accounts: BTreeMap<String, BoxSender>,
 }
 
 impl BuiltRoutes {
     /// The sender for `queue`, if any.
     pub(crate) fn get(&self, queue: &str) -> Option<BoxSender> {
         self.routes.get(queue).or(self.default.as_ref()).cloned()
+    }
+
+    /// The sender of the account named `credentials_ref`, if this executor holds it.
+    pub(crate) fn account(&self, credentials_ref: &str) -> Option<BoxSender> {
+        self.accounts.get(credentials_ref).cloned()
     }
 }
 
@@ -240,6 +284,8 @@ struct FileSpec {
     default: Option<Spanned<QueueSpec>>,
     #[serde(default)]
     queues: BTreeMap<String, Spanned<QueueSpec>>,
+    #[serde(default)]
+    accounts: BTreeMap<String, Spanned<crate::accounts::AccountSpec>>,
 }
 
 #[derive(Deserialize)]
@@ -252,15 +298,27 @@ struct QueueSpec {
     concurrency: Option<Spanned<i64>>,
 }
 
-struct Builder<'a> {
+pub(crate) struct Builder<'a> {
     src: &'a str,
     origin: &'a str,
-    env: &'a dyn Fn(&str) -> Option<String>,
+    pub(crate) env: &'a dyn Fn(&str) -> Option<String>,
     client: Option<reqwest::Client>,
 }
 
 impl Builder<'_> {
-    fn invalid(&self, span: Range<usize>, message: String) -> ConfigError {
+    /// The shared HTTP client of every sender built from the file (one connection pool).
+    pub(crate) fn http_client(&mut self) -> Result<reqwest::Client, ConfigError> {
+        match &self.client {
+            Some(c) => Ok(c.clone()),
+            None => {
+                let c = http_client().map_err(ConfigError::HttpClient)?;
+                self.client = Some(c.clone());
+                Ok(c)
+            }
+        }
+    }
+
+    pub(crate) fn invalid(&self, span: Range<usize>, message: String) -> ConfigError {
         ConfigError::Invalid {
             origin: self.origin.to_owned(),
             line: line_col(self.src, span.start).0,
@@ -363,14 +421,7 @@ impl Builder<'_> {
             .map_err(|e| self.invalid(secret_ref.span(), format!("queue {queue}: secret: {e}")))?;
         let key = SigningKey::from_secret(&secret)
             .map_err(|e| self.invalid(secret_ref.span(), format!("queue {queue}: {e}")))?;
-        let client = match &self.client {
-            Some(c) => c.clone(),
-            None => {
-                let c = http_client().map_err(ConfigError::HttpClient)?;
-                self.client = Some(c.clone());
-                c
-            }
-        };
+        let client = self.http_client()?;
         Ok(WebhookSender::new(client, parsed, key).boxed())
     }
 }

@@ -126,6 +126,7 @@ fn gated_sender(
                 .forget();
             Ok::<_, SendError>(SendReceipt {
                 provider_message_id: Some(format!("pm-{}", req.task_id)),
+                ..Default::default()
             })
         }
     }))

@@ -98,6 +98,8 @@ pub(crate) struct ClientSettings {
     pub(crate) endpoints: Vec<String>,
     pub(crate) executor_id: String,
     pub(crate) queues: Vec<String>,
+    /// The accounts this executor holds credentials for (empty: none configured).
+    pub(crate) credentials_refs: Vec<String>,
     pub(crate) max_in_flight: u32,
     pub(crate) shutdown_grace: Duration,
 }
@@ -295,6 +297,9 @@ impl LeaseClient {
             protocol_version: herald_proto::LEASE_PROTOCOL_VERSION,
             queues: self.settings.queues.clone(),
             initial_credit,
+            // The `[accounts.*]` tables of the config file, so the scheduler leases this
+            // executor only tasks routed to accounts it can send for.
+            credentials_refs: self.settings.credentials_refs.clone(),
         };
         let deadline = self.deadline_sleep();
         let opened = tokio::select! {
@@ -586,11 +591,24 @@ impl LeaseClient {
             return;
         }
         let queue = lease.queue.clone();
-        let request = match self.routes.get(&queue) {
-            None => Err(SendError::permanent(format!(
-                "no sender configured for queue {queue}"
-            ))),
-            Some(sender) => match request_from_lease(lease) {
+        // A lease naming an account goes to that account's sender; the queue only decides
+        // for leases without one.
+        let sender = if lease.credentials_ref.is_empty() {
+            self.routes.get(&queue).ok_or_else(|| {
+                SendError::permanent(format!("no sender configured for queue {queue}"))
+            })
+        } else {
+            // Not the task's fault: the scheduler moves it to another account uncharged.
+            self.routes.account(&lease.credentials_ref).ok_or_else(|| {
+                SendError::account_unavailable(format!(
+                    "no credentials for account {} in this executor",
+                    lease.credentials_ref
+                ))
+            })
+        };
+        let request = match sender {
+            Err(error) => Err(error),
+            Ok(sender) => match request_from_lease(lease) {
                 Some(req) => Ok((sender, req)),
                 None => Err(SendError::permanent("lease carries no content")),
             },
@@ -621,6 +639,8 @@ fn request_from_lease(lease: pb::Lease) -> Option<SendRequest> {
         leased_at: lease.leased_at.and_then(|t| SystemTime::try_from(t).ok()),
         attempts_before: lease.attempts_before,
         max_attempts: lease.max_attempts,
+        account_id: lease.account_id,
+        credentials_ref: lease.credentials_ref,
     })
 }
 

@@ -10,7 +10,7 @@ use tower::{Service, ServiceExt};
 use tracing::{debug, instrument, warn};
 
 use super::inflight::{LeaseKey, SharedPhase};
-use crate::senders::{BoxSender, SendError, SendReceipt, SendRequest};
+use crate::senders::{BoxSender, OutcomeClass, SendError, SendReceipt, SendRequest};
 
 /// Longest error text the scheduler keeps.
 const MAX_ERROR_BYTES: usize = 4096;
@@ -92,9 +92,19 @@ fn result(
         Ok(receipt) => {
             out.set_outcome(pb::OutcomeClass::Ok);
             out.provider_message_id = receipt.provider_message_id.unwrap_or_default();
+            // An OK attempt can still have something to say (e.g. WeCom recipients rejected
+            // while the others got the message); the wire's error text is where it is kept.
+            out.error = truncate(receipt.note.unwrap_or_default(), MAX_ERROR_BYTES);
         }
         Err(error) => {
             out.set_outcome(error.class.to_proto());
+            if error.class == OutcomeClass::RateLimited {
+                out.set_rate_limit_scope(if error.recipient_scoped {
+                    pb::RateLimitScope::Recipient
+                } else {
+                    pb::RateLimitScope::Account
+                });
+            }
             out.error = truncate(error.message, MAX_ERROR_BYTES);
             out.retry_after = error
                 .retry_after

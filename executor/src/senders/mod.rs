@@ -1,8 +1,11 @@
 //! Senders: `tower::Service`s from a [`SendRequest`] to a [`SendReceipt`] or a classified
 //! [`SendError`], and the one function that wraps them in the executor's tower layers.
 
+pub mod limiter;
 pub mod log;
 pub mod webhook;
+pub mod wecom;
+pub mod whatsapp;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -94,6 +97,20 @@ pub struct SendRequest {
     pub attempts_before: i32,
     /// The task's attempt budget.
     pub max_attempts: i32,
+    /// The sending account the scheduler chose; empty when the task is routed by queue.
+    pub account_id: String,
+    /// The name of that account's table in the executor's config file (`[accounts.<name>]`);
+    /// empty when the task is routed by queue.
+    pub credentials_ref: String,
+}
+
+impl SendRequest {
+    /// Whether an earlier attempt of this task may have reached the provider: an attempt was
+    /// charged, or this is not the first lease of the task (a lease that expired without a
+    /// report is the zombie case, where the provider may have seen the message).
+    pub fn is_retry(&self) -> bool {
+        self.attempts_before > 0 || self.attempt > 1
+    }
 }
 
 /// What a successful send returns.
@@ -101,6 +118,10 @@ pub struct SendRequest {
 pub struct SendReceipt {
     /// The provider's message id, when it returned one.
     pub provider_message_id: Option<String>,
+    /// Something the attempt's record should say although the send succeeded, e.g. WeCom
+    /// recipients the provider rejected while delivering to the others. Reported as the
+    /// attempt's error text with outcome OK.
+    pub note: Option<String>,
 }
 
 /// How a failed send is classified (the non-OK outcome classes of the wire contract).
@@ -147,9 +168,17 @@ pub struct SendError {
     pub class: OutcomeClass,
     /// The delay the provider asked for, if any.
     pub retry_after: Option<Duration>,
-    /// The provider's error text (no secrets).
+    /// The provider's error text (no secrets). Starts with [`RECIPIENT_SCOPE_MARKER`] when
+    /// `recipient_scoped` is set, so the scheduler can tell before the wire has a field for it.
     pub message: String,
+    /// The failure concerns this recipient only (WhatsApp's pair rate limit 131056): other
+    /// recipients of the same account are unaffected, so the account must not be slowed.
+    pub recipient_scoped: bool,
 }
+
+/// Prefix of the error text of a recipient-scoped failure, until `AttemptResult` carries the
+/// scope as a field.
+pub const RECIPIENT_SCOPE_MARKER: &str = "[recipient] ";
 
 impl SendError {
     /// A failure of the given class without a retry hint.
@@ -158,7 +187,22 @@ impl SendError {
             class,
             retry_after: None,
             message: message.into(),
+            recipient_scoped: false,
         }
+    }
+
+    /// The sending account cannot send (offline, locked, misconfigured): not the task's fault.
+    pub fn account_unavailable(message: impl Into<String>) -> Self {
+        Self::new(OutcomeClass::AccountUnavailable, message)
+    }
+
+    /// Marks the failure as concerning this recipient only, and says so in the error text.
+    pub fn scoped_to_recipient(mut self) -> Self {
+        if !self.recipient_scoped {
+            self.recipient_scoped = true;
+            self.message = format!("{RECIPIENT_SCOPE_MARKER}{}", self.message);
+        }
+        self
     }
 
     /// A passing failure.

@@ -180,6 +180,7 @@ impl WebhookSender {
             debug!("webhook accepted");
             return Ok(SendReceipt {
                 provider_message_id,
+                note: None,
             });
         }
         let retry_after = retry_after(response.headers(), SystemTime::now());
@@ -316,6 +317,8 @@ mod tests {
             leased_at: None,
             attempts_before: 2,
             max_attempts: 5,
+            account_id: String::new(),
+            credentials_ref: String::new(),
         }
     }
 

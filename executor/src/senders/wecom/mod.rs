@@ -1,0 +1,432 @@
+//! WeCom (企业微信) senders: application messages (`wecom`, this module) and group robots
+//! ([`robot`]).
+//!
+//! An application message goes to `POST {base_url}/cgi-bin/message/send?access_token=…` with
+//! the app's token from `gettoken`, cached per app ([`token`]). The task's recipient is
+//! WeCom's `touser`: one userid or several joined by `|` (`@all` for everyone in the app's
+//! visible range). WeCom drops, without an error, messages beyond 30 a minute or 1,000 an hour
+//! per app and member, so this sender counts them itself and answers RATE_LIMITED before the
+//! limit instead of sending into the void.
+//!
+//! Outcomes beyond [`errcode::classify`]: `invaliduser` naming every recipient is PERMANENT;
+//! naming some is OK for the message, with the rejected users in the attempt's note.
+
+pub mod errcode;
+pub mod robot;
+mod token;
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tracing::{debug, instrument, warn, Span};
+
+use super::limiter::{KeyedLimiter, WindowLimit};
+use super::{BoxSender, Content, OutcomeClass, SendError, SendReceipt, SendRequest};
+use crate::credentials::Secret;
+use token::TokenCache;
+
+/// WeCom's API host.
+pub const DEFAULT_BASE_URL: &str = "https://qyapi.weixin.qq.com";
+/// `text.content` limit (bytes).
+pub const MAX_TEXT_BYTES: usize = 2048;
+/// Application `markdown.content` limit. Unverified for app messages (robots allow 4096), so
+/// the text limit is used: the safe side.
+pub const MAX_APP_MARKDOWN_BYTES: usize = 2048;
+/// `textcard.title` limit (bytes); WeCom truncates beyond it, we refuse instead.
+pub const MAX_CARD_TITLE_BYTES: usize = 128;
+/// `duplicate_check_interval` maximum: 4 hours.
+pub const MAX_DUPLICATE_CHECK_INTERVAL: Duration = Duration::from_secs(4 * 3600);
+
+/// WeCom's per-app, per-member limits (providers.md §2.4, documented): 30 a minute and 1,000
+/// an hour; the excess is dropped silently. A sliding window is stricter than any fixed
+/// window of the same length, so these values are safe whichever kind WeCom uses.
+pub fn default_member_limits() -> Vec<WindowLimit> {
+    vec![
+        WindowLimit {
+            max: 30,
+            window: Duration::from_secs(60),
+        },
+        WindowLimit {
+            max: 1000,
+            window: Duration::from_secs(3600),
+        },
+    ]
+}
+
+/// Which WeCom message type a `wecom` account sends.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MessageType {
+    /// `text`.
+    #[default]
+    Text,
+    /// `markdown`.
+    Markdown,
+    /// `textcard`: the text is the description; title and link from the task's labels
+    /// `title` and `url`, or the account's `card_title` and `card_url`.
+    TextCard,
+}
+
+impl MessageType {
+    /// Parses the config value.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "text" => Some(Self::Text),
+            "markdown" => Some(Self::Markdown),
+            "textcard" => Some(Self::TextCard),
+            _ => None,
+        }
+    }
+}
+
+/// Defaults for `textcard` messages.
+#[derive(Clone, Debug, Default)]
+pub struct CardDefaults {
+    /// Title when the task has no `title` label.
+    pub title: Option<String>,
+    /// Link when the task has no `url` label.
+    pub url: Option<String>,
+    /// Button text (WeCom's default is "详情").
+    pub button: Option<String>,
+}
+
+/// Settings of one `wecom` account (one application of one corp).
+#[derive(Clone)]
+pub struct WeComSettings {
+    /// The API host, e.g. [`DEFAULT_BASE_URL`] or a local fake.
+    pub base_url: reqwest::Url,
+    /// The enterprise id (`corpid`).
+    pub corp_id: String,
+    /// The application's secret (`corpsecret`).
+    pub corp_secret: Secret,
+    /// The application's id (`agentid`).
+    pub agent_id: i64,
+    /// The message type sent.
+    pub message_type: MessageType,
+    /// `duplicate_check_interval` sent on retries; WeCom's default (1800 s) when `None`.
+    pub duplicate_check_interval: Option<Duration>,
+    /// `textcard` defaults.
+    pub card: CardDefaults,
+    /// Per-member limits kept by the executor.
+    pub member_limits: Vec<WindowLimit>,
+}
+
+impl fmt::Debug for WeComSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WeComSettings")
+            .field("base_url", &self.base_url.as_str())
+            .field("corp_id", &self.corp_id)
+            .field("corp_secret", &self.corp_secret)
+            .field("agent_id", &self.agent_id)
+            .field("message_type", &self.message_type)
+            .field("duplicate_check_interval", &self.duplicate_check_interval)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The base URL does not take an API path.
+#[derive(Debug, thiserror::Error)]
+#[error("base_url {0:?} cannot be used as a WeCom API base")]
+pub struct InvalidBaseUrl(pub String);
+
+/// Joins `segments` under `base` (keeping any path prefix `base` has).
+pub(crate) fn api_url(
+    base: &reqwest::Url,
+    segments: &[&str],
+) -> Result<reqwest::Url, InvalidBaseUrl> {
+    let mut url = base.clone();
+    url.set_query(None);
+    url.path_segments_mut()
+        .map_err(|()| InvalidBaseUrl(base.to_string()))?
+        .pop_if_empty()
+        .extend(segments);
+    Ok(url)
+}
+
+/// Sends application messages of one WeCom app.
+#[derive(Clone, Debug)]
+pub struct WeComSender {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    client: reqwest::Client,
+    settings: WeComSettings,
+    send_url: reqwest::Url,
+    tokens: TokenCache,
+    members: KeyedLimiter,
+}
+
+impl WeComSender {
+    /// A sender for `settings`, using the shared `client`.
+    pub fn new(client: reqwest::Client, settings: WeComSettings) -> Result<Self, InvalidBaseUrl> {
+        let send_url = api_url(&settings.base_url, &["cgi-bin", "message", "send"])?;
+        let token_url = api_url(&settings.base_url, &["cgi-bin", "gettoken"])?;
+        let tokens = TokenCache::new(
+            client.clone(),
+            token_url,
+            settings.corp_id.clone(),
+            settings.corp_secret.clone(),
+        );
+        let members = KeyedLimiter::new(settings.member_limits.clone());
+        Ok(WeComSender {
+            inner: Arc::new(Inner {
+                client,
+                settings,
+                send_url,
+                tokens,
+                members,
+            }),
+        })
+    }
+
+    /// The sender, boxed.
+    pub fn boxed(self) -> BoxSender {
+        tower::util::BoxCloneService::new(self)
+    }
+}
+
+impl tower::Service<SendRequest> for WeComSender {
+    type Response = SendReceipt;
+    type Error = SendError;
+    type Future = BoxFuture<'static, Result<SendReceipt, SendError>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), SendError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: SendRequest) -> Self::Future {
+        let inner = self.inner.clone();
+        Box::pin(async move { inner.send(req).await })
+    }
+}
+
+/// The userids of a `touser` value (`a|b|c`), without empty entries.
+pub fn recipients(touser: &str) -> Vec<&str> {
+    touser
+        .split('|')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .collect()
+}
+
+/// The text of `content`, or PERMANENT for a template (WeCom has no templates of ours: the
+/// scheduler renders them first) or empty text (WeCom's 44004).
+pub(crate) fn text_of<'a>(content: &'a Content, what: &str) -> Result<&'a str, SendError> {
+    match content {
+        Content::Template { template_id, .. } => Err(SendError::permanent(format!(
+            "wecom needs rendered text; got template {template_id} ({what})"
+        ))),
+        Content::Text(t) if t.is_empty() => {
+            Err(SendError::permanent(format!("{what}: text is empty")))
+        }
+        Content::Text(t) => Ok(t),
+    }
+}
+
+/// Refuses text over `max` bytes (WeCom's 45002 "content too large").
+pub(crate) fn check_len(text: &str, max: usize, what: &str) -> Result<(), SendError> {
+    if text.len() > max {
+        return Err(SendError::permanent(format!(
+            "{what} is {} bytes; WeCom accepts at most {max}",
+            text.len()
+        )));
+    }
+    Ok(())
+}
+
+#[derive(Deserialize)]
+struct SendResponse {
+    errcode: i64,
+    #[serde(default)]
+    errmsg: String,
+    #[serde(default)]
+    invaliduser: String,
+    #[serde(default)]
+    invalidparty: String,
+    #[serde(default)]
+    invalidtag: String,
+    #[serde(default)]
+    unlicenseduser: String,
+    #[serde(default)]
+    msgid: String,
+}
+
+impl Inner {
+    /// The request body (without the token, which goes in the query).
+    fn body(&self, req: &SendRequest) -> Result<Value, SendError> {
+        let s = &self.settings;
+        let text = text_of(&req.content, "wecom application message")?;
+        let mut body = json!({ "touser": req.recipient, "agentid": s.agent_id });
+        match s.message_type {
+            MessageType::Text => {
+                check_len(text, MAX_TEXT_BYTES, "wecom text")?;
+                body["msgtype"] = json!("text");
+                body["text"] = json!({ "content": text });
+            }
+            MessageType::Markdown => {
+                check_len(text, MAX_APP_MARKDOWN_BYTES, "wecom markdown")?;
+                body["msgtype"] = json!("markdown");
+                body["markdown"] = json!({ "content": text });
+            }
+            MessageType::TextCard => {
+                let title = req
+                    .labels
+                    .get("title")
+                    .or(s.card.title.as_ref())
+                    .filter(|t| !t.is_empty())
+                    .ok_or_else(|| {
+                        SendError::permanent(
+                            "wecom textcard needs a title: a `title` label or the account's card_title",
+                        )
+                    })?;
+                check_len(title, MAX_CARD_TITLE_BYTES, "wecom textcard title")?;
+                let url = req
+                    .labels
+                    .get("url")
+                    .or(s.card.url.as_ref())
+                    .filter(|u| u.starts_with("http://") || u.starts_with("https://"))
+                    .ok_or_else(|| {
+                        SendError::permanent(
+                            "wecom textcard needs an http(s) link: a `url` label or the account's card_url",
+                        )
+                    })?;
+                let mut card = json!({ "title": title, "description": text, "url": url });
+                if let Some(button) = &s.card.button {
+                    card["btntxt"] = json!(button);
+                }
+                body["msgtype"] = json!("textcard");
+                body["textcard"] = card;
+            }
+        }
+        // WeCom's duplicate check is its only idempotency: an identical request within the
+        // interval is not delivered again. Set on every attempt that may follow a delivered
+        // one (see `SendRequest::is_retry`).
+        if req.is_retry() {
+            body["enable_duplicate_check"] = json!(1);
+            if let Some(interval) = s.duplicate_check_interval {
+                body["duplicate_check_interval"] = json!(interval.as_secs());
+            }
+        }
+        Ok(body)
+    }
+
+    #[instrument(name = "wecom_send", skip_all, fields(task_id = %req.task_id, attempt = req.attempt, account = %req.account_id, errcode))]
+    async fn send(&self, req: SendRequest) -> Result<SendReceipt, SendError> {
+        let users = recipients(&req.recipient);
+        if users.is_empty() {
+            return Err(SendError::permanent("wecom recipient (touser) is empty"));
+        }
+        let body = self.body(&req)?;
+        // `@all` cannot be counted per member; the limits cover named members only.
+        if !users.contains(&"@all") {
+            let keys: Vec<String> = users.iter().map(|u| u.to_lowercase()).collect();
+            if let Err(over) = self.members.try_acquire(&keys, tokio::time::Instant::now()) {
+                return Err(SendError::new(
+                    OutcomeClass::RateLimited,
+                    format!(
+                        "wecom member {} reached {} messages per {} for this app (WeCom drops the excess silently)",
+                        over.key,
+                        over.limit.max,
+                        humantime::format_duration(over.limit.window)
+                    ),
+                )
+                .with_retry_after(Some(over.retry_after)));
+            }
+        }
+        let token = self.tokens.get().await?;
+        let mut response = self.post(&token, &body).await?;
+        if errcode::is_token_rejected(response.errcode) {
+            debug!(
+                errcode = response.errcode,
+                "wecom rejected the access token; refreshing once"
+            );
+            let fresh = self.tokens.refresh(&token).await.map_err(|e| SendError {
+                message: format!(
+                    "wecom token was rejected and refreshing it failed: {}",
+                    e.message
+                ),
+                ..e
+            })?;
+            response = self.post(&fresh, &body).await?;
+        }
+        Span::current().record("errcode", response.errcode);
+        if response.errcode != 0 {
+            return Err(errcode::classify(
+                response.errcode,
+                &response.errmsg,
+                req.is_retry(),
+            ));
+        }
+        outcome(&users, response)
+    }
+
+    async fn post(&self, token: &Secret, body: &Value) -> Result<SendResponse, SendError> {
+        let mut url = self.send_url.clone();
+        url.query_pairs_mut()
+            .append_pair("access_token", token.expose());
+        let response = self
+            .client
+            .post(url)
+            .json(body)
+            .send()
+            .await
+            .map_err(|e| errcode::transport_error("wecom message/send failed", e))?;
+        let status = response.status();
+        if !status.is_success() {
+            return Err(errcode::classify_http(status, "wecom message/send"));
+        }
+        response.json::<SendResponse>().await.map_err(|e| {
+            SendError::transient(format!(
+                "wecom message/send answered something that is not its JSON: {}",
+                e.without_url()
+            ))
+        })
+    }
+}
+
+/// The result of an `errcode: 0` answer, given the users asked for.
+fn outcome(users: &[&str], r: SendResponse) -> Result<SendReceipt, SendError> {
+    let listed = |s: &str| -> BTreeSet<String> {
+        recipients(s).into_iter().map(str::to_lowercase).collect()
+    };
+    // WeCom lower-cases the userids it returns.
+    let invalid = listed(&r.invaliduser);
+    let asked: BTreeSet<String> = users.iter().map(|u| u.to_lowercase()).collect();
+    if !asked.contains("@all") && !asked.is_empty() && asked.is_subset(&invalid) {
+        return Err(SendError::permanent(format!(
+            "wecom rejected every recipient (invaliduser: {})",
+            r.invaliduser
+        )));
+    }
+    let mut skipped = Vec::new();
+    for (field, value) in [
+        ("invaliduser", &r.invaliduser),
+        ("invalidparty", &r.invalidparty),
+        ("invalidtag", &r.invalidtag),
+        ("unlicenseduser", &r.unlicenseduser),
+    ] {
+        if !value.is_empty() {
+            skipped.push(format!("{field}: {value}"));
+        }
+    }
+    let note = if skipped.is_empty() {
+        None
+    } else {
+        warn!(skipped = %skipped.join("; "), "wecom delivered to some recipients only");
+        Some(format!(
+            "[partial] wecom delivered to the other recipients but not to ({})",
+            skipped.join("; ")
+        ))
+    };
+    Ok(SendReceipt {
+        provider_message_id: Some(r.msgid).filter(|m| !m.is_empty()),
+        note,
+    })
+}

@@ -1,0 +1,469 @@
+//! The `whatsapp_cloud` sender: one business phone number of the WhatsApp Business Cloud API
+//! (`POST {base_url}/{api_version}/{phone_number_id}/messages` with a bearer token).
+//!
+//! Mapping of a task's content (docs/senders.md has the full table):
+//! - text → `type: "text"`, `text.body` (at most 4096 characters, checked before sending);
+//! - template → `type: "template"`, `template.name` = template id, `template.language.code` =
+//!   language, and one `body` component whose `text` parameters are the variables in the
+//!   numeric order of their keys `"1"`, `"2"`, … (WhatsApp's positional parameters); other keys,
+//!   gaps or an empty language are PERMANENT before anything is sent.
+//!
+//! Our task id travels as `biz_opaque_callback_data`, which Meta echoes in status webhooks;
+//! the returned wamid is the provider message id. Errors are classified by `error.code` first,
+//! by HTTP status when the body has no code (see [`classify_code`], [`classify_status`]).
+
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime};
+
+use futures::future::BoxFuture;
+use http::StatusCode;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tracing::{debug, instrument, warn, Span};
+
+use super::webhook::retry_after as retry_after_header;
+use super::{BoxSender, Content, OutcomeClass, SendError, SendReceipt, SendRequest};
+use crate::credentials::Secret;
+
+/// Meta's Graph API host.
+pub const DEFAULT_BASE_URL: &str = "https://graph.facebook.com";
+/// The Graph API version used unless the account sets `api_version`.
+pub const DEFAULT_API_VERSION: &str = "v23.0";
+/// `text.body` limit of the Cloud API (schema `TextMessage`: maxLength 4096).
+pub const MAX_TEXT_CHARS: usize = 4096;
+/// `biz_opaque_callback_data` limit (changelog: raised from 256 to 512 characters).
+const MAX_CALLBACK_DATA_CHARS: usize = 512;
+/// Meta's pair limit is one message per 6 s to the same user; wait at least that long.
+const PAIR_LIMIT_WAIT: Duration = Duration::from_secs(6);
+/// 131048 (spam limit) and 131049 (per-user marketing limit) want long pauses ("hours",
+/// "increasingly larger increments"); one hour is our choice, not a documented figure.
+const LONG_COOL_DOWN: Duration = Duration::from_secs(3600);
+/// 131057 (maintenance, e.g. a throughput upgrade of up to a minute): retry after that.
+const MAINTENANCE_WAIT: Duration = Duration::from_secs(60);
+/// How much of an unparseable error body goes into the error text.
+const BODY_EXCERPT: usize = 512;
+
+/// Settings of one `whatsapp_cloud` account.
+#[derive(Clone)]
+pub struct WhatsAppSettings {
+    /// The Graph API host, e.g. [`DEFAULT_BASE_URL`] or a local fake.
+    pub base_url: reqwest::Url,
+    /// The Graph API version, e.g. `v23.0`.
+    pub api_version: String,
+    /// The business phone number's id (not the phone number).
+    pub phone_number_id: String,
+    /// The system-user access token.
+    pub access_token: Secret,
+}
+
+impl fmt::Debug for WhatsAppSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WhatsAppSettings")
+            .field("base_url", &self.base_url.as_str())
+            .field("api_version", &self.api_version)
+            .field("phone_number_id", &self.phone_number_id)
+            .field("access_token", &self.access_token)
+            .finish()
+    }
+}
+
+/// Sends through one WhatsApp business phone number.
+#[derive(Clone, Debug)]
+pub struct WhatsAppSender {
+    client: reqwest::Client,
+    settings: Arc<WhatsAppSettings>,
+    url: reqwest::Url,
+}
+
+/// The settings do not make a usable endpoint URL.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot build the WhatsApp messages URL from base_url {base_url:?}: {reason}")]
+pub struct InvalidUrl {
+    base_url: String,
+    reason: String,
+}
+
+impl WhatsAppSender {
+    /// A sender for `settings`, using the shared `client`.
+    pub fn new(client: reqwest::Client, settings: WhatsAppSettings) -> Result<Self, InvalidUrl> {
+        let invalid = |reason: &str| InvalidUrl {
+            base_url: settings.base_url.to_string(),
+            reason: reason.to_owned(),
+        };
+        let mut url = settings.base_url.clone();
+        url.path_segments_mut()
+            .map_err(|()| invalid("it cannot have a path"))?
+            .pop_if_empty()
+            .extend([
+                settings.api_version.as_str(),
+                settings.phone_number_id.as_str(),
+                "messages",
+            ]);
+        Ok(WhatsAppSender {
+            client,
+            settings: Arc::new(settings),
+            url,
+        })
+    }
+
+    /// The sender, boxed.
+    pub fn boxed(self) -> BoxSender {
+        tower::util::BoxCloneService::new(self)
+    }
+
+    /// The messages endpoint this sender posts to.
+    pub fn url(&self) -> &reqwest::Url {
+        &self.url
+    }
+}
+
+impl tower::Service<SendRequest> for WhatsAppSender {
+    type Response = SendReceipt;
+    type Error = SendError;
+    type Future = BoxFuture<'static, Result<SendReceipt, SendError>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), SendError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: SendRequest) -> Self::Future {
+        let this = self.clone();
+        Box::pin(async move { this.send(req).await })
+    }
+}
+
+/// The request body for `req`, or PERMANENT when the content cannot be expressed.
+pub fn message_body(req: &SendRequest) -> Result<Value, SendError> {
+    let mut body = json!({
+        "messaging_product": "whatsapp",
+        "recipient_type": "individual",
+        "to": req.recipient,
+    });
+    match &req.content {
+        Content::Text(text) => {
+            if text.is_empty() {
+                return Err(SendError::permanent("whatsapp text message is empty"));
+            }
+            let chars = text.chars().count();
+            if chars > MAX_TEXT_CHARS {
+                return Err(SendError::permanent(format!(
+                    "whatsapp text is {chars} characters; the Cloud API accepts at most {MAX_TEXT_CHARS}"
+                )));
+            }
+            body["type"] = json!("text");
+            body["text"] = json!({ "preview_url": false, "body": text });
+        }
+        Content::Template {
+            template_id,
+            language,
+            variables,
+        } => {
+            if template_id.is_empty() {
+                return Err(SendError::permanent("whatsapp template has no name"));
+            }
+            if language.is_empty() {
+                return Err(SendError::permanent(format!(
+                    "whatsapp template {template_id} needs a language code (e.g. en_US)"
+                )));
+            }
+            let mut template = json!({ "name": template_id, "language": { "code": language } });
+            let params = positional_parameters(variables)?;
+            if !params.is_empty() {
+                let parameters: Vec<Value> = params
+                    .into_iter()
+                    .map(|text| json!({ "type": "text", "text": text }))
+                    .collect();
+                template["components"] = json!([{ "type": "body", "parameters": parameters }]);
+            }
+            body["type"] = json!("template");
+            body["template"] = template;
+        }
+    }
+    // Echoed back in status webhooks, so a delivery report finds its task.
+    if !req.task_id.is_empty() && req.task_id.chars().count() <= MAX_CALLBACK_DATA_CHARS {
+        body["biz_opaque_callback_data"] = json!(req.task_id);
+    }
+    Ok(body)
+}
+
+/// The variables' values in the order of their keys `"1"`, `"2"`, … `"n"`.
+fn positional_parameters(
+    variables: &std::collections::BTreeMap<String, String>,
+) -> Result<Vec<&str>, SendError> {
+    let mut numbered = Vec::with_capacity(variables.len());
+    for (key, value) in variables {
+        let n = key.parse::<usize>().ok().filter(|n| *n >= 1).ok_or_else(|| {
+            SendError::permanent(format!(
+                "whatsapp template variables must be named \"1\", \"2\", … (positional parameters); got {key:?}"
+            ))
+        })?;
+        numbered.push((n, value.as_str()));
+    }
+    // BTreeMap orders "10" before "2": sort by number.
+    numbered.sort_by_key(|(n, _)| *n);
+    for (i, (n, _)) in numbered.iter().enumerate() {
+        if *n != i + 1 {
+            return Err(SendError::permanent(format!(
+                "whatsapp template variables must be numbered 1 to {} without gaps; {} is missing",
+                numbered.len(),
+                i + 1
+            )));
+        }
+    }
+    Ok(numbered.into_iter().map(|(_, v)| v).collect())
+}
+
+#[derive(Deserialize)]
+struct ErrorEnvelope {
+    error: GraphError,
+}
+
+#[derive(Deserialize)]
+struct GraphError {
+    code: Option<i64>,
+    #[serde(default)]
+    message: String,
+    #[serde(default)]
+    error_data: Option<ErrorData>,
+    #[serde(default)]
+    fbtrace_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ErrorData {
+    #[serde(default)]
+    details: String,
+}
+
+#[derive(Deserialize)]
+struct SuccessBody {
+    #[serde(default)]
+    messages: Vec<SentMessage>,
+}
+
+#[derive(Deserialize)]
+struct SentMessage {
+    id: String,
+}
+
+impl WhatsAppSender {
+    #[instrument(name = "whatsapp_send", skip_all, fields(task_id = %req.task_id, attempt = req.attempt, account = %req.account_id, status, code))]
+    async fn send(&self, req: SendRequest) -> Result<SendReceipt, SendError> {
+        let body = message_body(&req)?;
+        let response = self
+            .client
+            .post(self.url.clone())
+            .bearer_auth(self.settings.access_token.expose())
+            .json(&body)
+            .send()
+            .await
+            .map_err(|e| transport_error("whatsapp request failed", &e))?;
+        let status = response.status();
+        Span::current().record("status", status.as_u16());
+        let retry_after = retry_after_header(response.headers(), SystemTime::now());
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| transport_error("cannot read the whatsapp response", &e))?;
+        if status.is_success() {
+            let id = serde_json::from_slice::<SuccessBody>(&bytes)
+                .ok()
+                .and_then(|b| b.messages.into_iter().next())
+                .map(|m| m.id)
+                .filter(|id| !id.is_empty());
+            if id.is_none() {
+                // Accepted (2xx) but no wamid: report OK; status webhooks cannot be matched.
+                warn!("whatsapp accepted the message without a message id");
+            }
+            debug!(wamid = ?id, "whatsapp accepted");
+            return Ok(SendReceipt {
+                provider_message_id: id,
+                note: None,
+            });
+        }
+        let parsed = serde_json::from_slice::<ErrorEnvelope>(&bytes).ok();
+        let error = match parsed.as_ref().and_then(|e| e.error.code.map(|c| (c, e))) {
+            Some((code, envelope)) => {
+                Span::current().record("code", code);
+                let e = &envelope.error;
+                let mut text = format!(
+                    "whatsapp error {code} (HTTP {}): {}",
+                    status.as_u16(),
+                    e.message
+                );
+                if let Some(d) = e.error_data.as_ref().filter(|d| !d.details.is_empty()) {
+                    text.push_str(": ");
+                    text.push_str(&d.details);
+                }
+                if let Some(trace) = &e.fbtrace_id {
+                    text.push_str(&format!(" (fbtrace_id {trace})"));
+                }
+                classify_code(code, status, &text)
+            }
+            None => {
+                let excerpt =
+                    String::from_utf8_lossy(&bytes[..bytes.len().min(BODY_EXCERPT)]).into_owned();
+                classify_status(
+                    status,
+                    &format!(
+                        "whatsapp answered HTTP {} without an error code: {excerpt}",
+                        status.as_u16()
+                    ),
+                )
+            }
+        };
+        // A Retry-After header (never documented by Meta) wins over our defaults.
+        Err(match retry_after {
+            Some(d) => error.with_retry_after(Some(d)),
+            None => error,
+        })
+    }
+}
+
+fn transport_error(what: &str, e: &reqwest::Error) -> SendError {
+    let mut message = format!("{what}: {e}");
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        message.push_str(": ");
+        message.push_str(&s.to_string());
+        source = s.source();
+    }
+    // No idempotency key exists for /messages: the message may have been sent already.
+    if e.is_builder() {
+        SendError::permanent(message)
+    } else {
+        SendError::transient(message)
+    }
+}
+
+/// Classifies a Graph API error by its `error.code` (providers.md §1.5); codes not in the
+/// table fall back to the HTTP status.
+pub fn classify_code(code: i64, status: StatusCode, message: &str) -> SendError {
+    use OutcomeClass::*;
+    let (class, retry_after, recipient_scoped) = match code {
+        // Throttling of the app, the WABA or the number's throughput: slow the account.
+        4 | 17 | 341 | 613 | 80007 | 130429 => (RateLimited, None, false),
+        // Spam limit: a quality problem; pause the number for long.
+        131048 => (RateLimited, Some(LONG_COOL_DOWN), false),
+        // Pair limit: only this recipient; other recipients can be sent to right away.
+        131056 => (RateLimited, Some(PAIR_LIMIT_WAIT), true),
+        // Per-user marketing limit: this recipient, long back-off.
+        131049 => (RateLimited, Some(LONG_COOL_DOWN), true),
+        // Flow throttled (10 messages an hour per flow).
+        132069 => (RateLimited, None, false),
+        // Register/deregister limit: not expected on sends; still a throttle.
+        133016 => (RateLimited, None, false),
+        // Temporary failures (bounded by the task's attempt budget).
+        1 | 2 | 131000 | 131016 | 133004 => (Transient, None, false),
+        131057 => (Transient, Some(MAINTENANCE_WAIT), false),
+        // The recipient, the payload or the template: never succeeds as sent.
+        100 | 130472 | 130497 | 131008 | 131009 | 131021 | 131026 | 131047 | 131050 | 131051
+        | 131052 | 131053 | 132000 | 132001 | 132005 | 132007 | 132012 | 132015 | 132016
+        | 132068 => (Permanent, None, false),
+        // Token (system-user tokens cannot be refreshed here), permissions, number deleted,
+        // policy block, lock, payment, registration: the account, not the message.
+        0 | 3 | 10 | 33 | 190 | 200..=299 | 368 | 131031 | 131042 | 131045 | 133010 => {
+            (AccountUnavailable, None, false)
+        }
+        _ => return classify_status(status, message),
+    };
+    let error = SendError::new(class, message).with_retry_after(retry_after);
+    if recipient_scoped {
+        error.scoped_to_recipient()
+    } else {
+        error
+    }
+}
+
+/// Classifies by HTTP status alone, when the body has no usable `error.code` (providers.md
+/// §1.5.1; a design rule, not Meta's).
+pub fn classify_status(status: StatusCode, message: &str) -> SendError {
+    let class = match status.as_u16() {
+        429 => OutcomeClass::RateLimited,
+        500..=599 => OutcomeClass::Transient,
+        // 401 would be "refresh the token", but a system-user token has no refresh path.
+        401 | 403 => OutcomeClass::AccountUnavailable,
+        _ => OutcomeClass::Permanent,
+    };
+    SendError::new(class, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn req(content: Content) -> SendRequest {
+        SendRequest {
+            task_id: "task-1".into(),
+            attempt: 1,
+            queue: "q".into(),
+            recipient: "16505551234".into(),
+            content,
+            idempotency_key: "idem".into(),
+            labels: BTreeMap::new(),
+            run_at: None,
+            leased_at: None,
+            attempts_before: 0,
+            max_attempts: 3,
+            account_id: "acc".into(),
+            credentials_ref: "wa".into(),
+        }
+    }
+
+    #[test]
+    fn template_parameters_in_numeric_order() {
+        let vars: BTreeMap<String, String> =
+            (1..=11).map(|i| (i.to_string(), format!("v{i}"))).collect();
+        let body = message_body(&req(Content::Template {
+            template_id: "t".into(),
+            language: "en_US".into(),
+            variables: vars,
+        }))
+        .unwrap();
+        let params = body["template"]["components"][0]["parameters"]
+            .as_array()
+            .unwrap();
+        let texts: Vec<&str> = params.iter().map(|p| p["text"].as_str().unwrap()).collect();
+        assert_eq!(texts[1], "v2");
+        assert_eq!(texts[9], "v10");
+        assert_eq!(texts.len(), 11);
+    }
+
+    #[test]
+    fn named_or_gapped_variables_are_permanent() {
+        for keys in [vec!["name"], vec!["1", "3"], vec!["0"]] {
+            let vars = keys
+                .into_iter()
+                .map(|k| (k.to_owned(), "x".to_owned()))
+                .collect();
+            let err = message_body(&req(Content::Template {
+                template_id: "t".into(),
+                language: "en".into(),
+                variables: vars,
+            }))
+            .unwrap_err();
+            assert_eq!(err.class, OutcomeClass::Permanent, "{err}");
+        }
+    }
+
+    #[test]
+    fn settings_debug_hides_the_token() {
+        let s = WhatsAppSettings {
+            base_url: DEFAULT_BASE_URL.parse().unwrap(),
+            api_version: DEFAULT_API_VERSION.into(),
+            phone_number_id: "1065".into(),
+            access_token: Secret::new("EAAJ-very-secret"),
+        };
+        assert!(!format!("{s:?}").contains("very-secret"));
+        let sender = WhatsAppSender::new(reqwest::Client::new(), s).unwrap();
+        assert_eq!(
+            sender.url().as_str(),
+            "https://graph.facebook.com/v23.0/1065/messages"
+        );
+        assert!(!format!("{sender:?}").contains("very-secret"));
+    }
+}
