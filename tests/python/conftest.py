@@ -10,6 +10,10 @@ import pytest
 import harness
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "chart: chart tests that need no binaries or database")
+
+
 @pytest.fixture(scope="session")
 def admin_url() -> str:
     url = os.environ.get("HERALD_TEST_PG_URL")

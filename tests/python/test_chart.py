@@ -1,0 +1,440 @@
+"""The Helm chart (helm/herald), with the real Helm engine (helm-python-sdk bundles Helm v4's Go
+SDK) and the Kubernetes OpenAPI schemas that kubernetes-validate ships (no cluster, no network):
+
+- lint in strict mode and render, for the default values and for every helm/herald/ci/*.yaml;
+- validate every rendered object in strict mode (unknown fields rejected) against the oldest
+  Kubernetes the chart supports and the newest kubernetes-validate knows;
+- check the properties operators rely on (restricted security context, probes on the right
+  ports, PDB and spread, hook Job, references between objects);
+- smoke: start the real binaries with the command, args and environment of the rendered
+  manifests against a private database, and call what the probes call.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import grpc
+import helm_python as helm
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+import harness
+
+CHART = harness.REPO / "helm" / "herald"
+CI_FILES = sorted((CHART / "ci").glob("*.yaml"))
+VALUES = [None, *CI_FILES]
+IDS = ["default", *[p.name for p in CI_FILES]]
+# The chart's kubeVersion floor (native gRPC probes) and the newest schemas kubernetes-validate
+# ships.
+KUBE_VERSIONS = ["1.27.0", kubernetes_validate.latest_version()]
+RELEASE, NAMESPACE = "herald", "herald"
+
+# Everything but the smoke test needs neither binaries nor PostgreSQL: script/test runs those
+# first (`-m chart`), before the long build.
+chart = pytest.mark.chart
+
+# kubernetes-validate knows built-in kinds only; the Prometheus Operator's CRD is checked against
+# the subset of monitoring.coreos.com/v1 ServiceMonitor the chart uses, unknown fields rejected.
+SERVICE_MONITOR_SCHEMA = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "additionalProperties": False,
+    "properties": {
+        "apiVersion": {"const": "monitoring.coreos.com/v1"},
+        "kind": {"const": "ServiceMonitor"},
+        "metadata": {"type": "object"},
+        "spec": {
+            "type": "object",
+            "required": ["selector", "endpoints"],
+            "additionalProperties": False,
+            "properties": {
+                "selector": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "matchLabels": {"type": "object", "additionalProperties": {"type": "string"}},
+                        "matchExpressions": {"type": "array", "items": {
+                            "type": "object",
+                            "required": ["key", "operator"],
+                            "additionalProperties": False,
+                            "properties": {
+                                "key": {"type": "string"},
+                                "operator": {"enum": ["In", "NotIn", "Exists", "DoesNotExist"]},
+                                "values": {"type": "array", "items": {"type": "string"}},
+                            },
+                        }},
+                    },
+                },
+                "namespaceSelector": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "any": {"type": "boolean"},
+                        "matchNames": {"type": "array", "items": {"type": "string"}},
+                    },
+                },
+                "endpoints": {"type": "array", "minItems": 1, "items": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "port": {"type": "string"},
+                        "path": {"type": "string"},
+                        "interval": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
+                        "scrapeTimeout": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
+                    },
+                }},
+            },
+        },
+    },
+}
+
+
+def load_values(path):
+    return yaml.safe_load(path.read_text()) if path else None
+
+
+def render(values=None):
+    """Renders the chart as `helm install` would; returns (objects, NOTES.txt)."""
+    chart = helm.Chart.load(str(CHART))
+    manifests = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    objects, notes = [], ""
+    for path, text in sorted(manifests.items()):
+        if path.endswith("NOTES.txt"):
+            notes = text
+            continue
+        for doc in yaml.safe_load_all(text):
+            if doc:
+                doc["__template"] = path
+                objects.append(doc)
+    return objects, notes
+
+
+def clean(obj):
+    return {k: v for k, v in obj.items() if k != "__template"}
+
+
+def find(objects, kind, name=None):
+    found = [o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+    return found
+
+
+def one(objects, kind, name):
+    found = find(objects, kind, name)
+    assert len(found) == 1, f"expected one {kind}/{name}, got {len(found)}"
+    return found[0]
+
+
+def workloads(objects):
+    """(object, pod spec) of every Deployment and Job."""
+    return [(o, o["spec"]["template"]["spec"]) for o in objects if o["kind"] in ("Deployment", "Job")]
+
+
+# --- lint, render, validate --------------------------------------------------------------------
+
+
+@chart
+def test_ci_values_cover_ha_and_tls():
+    assert CI_FILES, "helm/herald/ci/ has no values files"
+    ha_tls = [p for p in CI_FILES if (v := load_values(p)).get("tls", {}).get("enabled")
+              and v.get("scheduler", {}).get("replicaCount", 2) >= 2]
+    assert ha_tls, "no ci values file turns TLS on with several scheduler replicas"
+
+
+@chart
+@pytest.mark.parametrize("values_file", VALUES, ids=IDS)
+def test_lint(values_file):
+    report = helm.lint(str(CHART), load_values(values_file), strict=True, kube_version="v1.27.0")
+    problems = [m for m in report["messages"] if m["severity"] >= 2]
+    assert not problems and not report["errors"], report
+
+
+@chart
+@pytest.mark.parametrize("values_file", VALUES, ids=IDS)
+def test_rendered_objects_are_valid_kubernetes(values_file):
+    objects, notes = render(load_values(values_file))
+    assert objects and "herald" in notes
+    kinds = {o["kind"] for o in objects}
+    assert {"Deployment", "Service", "ConfigMap"} <= kinds
+    for obj in objects:
+        body = clean(obj)
+        where = f"{obj['__template']}: {obj['kind']}/{obj['metadata']['name']}"
+        if obj["kind"] == "ServiceMonitor":
+            jsonschema.validate(body, SERVICE_MONITOR_SCHEMA)
+            continue
+        for version in KUBE_VERSIONS:
+            try:
+                kubernetes_validate.validate(body, version, strict=True)
+            except kubernetes_validate.ValidationError as e:
+                pytest.fail(f"{where} is not valid for Kubernetes {version}: {e.message} at {list(e.path)}")
+
+
+@chart
+def test_strict_validation_catches_unknown_fields():
+    """The validation above would notice a misspelt field (strict mode is really on)."""
+    objects, _ = render()
+    deployment = clean(one(objects, "Deployment", "herald-scheduler"))
+    broken = copy.deepcopy(deployment)
+    broken["spec"]["template"]["spec"]["containers"][0]["livenessprobe"] = {}
+    kubernetes_validate.validate(deployment, KUBE_VERSIONS[0], strict=True)
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, KUBE_VERSIONS[0], strict=True)
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"scheduler": {"replicaCout": 3}}, "replicaCout"),
+    ({"scheduler": {"config": {"leaseTtl": "thirty"}}}, "leaseTtl"),
+    ({"tls": {"enabled": True}}, "existingSecret"),
+    ({"database": {"existingSecret": ""}}, "existingSecret"),
+    ({"image": {"pullPolicy": "Sometimes"}}, "pullPolicy"),
+    ({"executor": {"config": {"maxInFlight": 0}}}, "maxInFlight"),
+])
+@chart
+def test_schema_rejects_bad_values(values, message):
+    with pytest.raises(helm.HelmError) as err:
+        render(values)
+    assert message in str(err.value)
+
+
+# --- what operators rely on ---------------------------------------------------------------------
+
+
+@chart
+@pytest.mark.parametrize("values_file", VALUES, ids=IDS)
+def test_pods_are_restricted_and_bounded(values_file):
+    objects, _ = render(load_values(values_file))
+    for obj, pod in workloads(objects):
+        name = obj["metadata"]["name"]
+        assert pod["securityContext"]["runAsNonRoot"] is True, name
+        assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault", name
+        assert pod.get("automountServiceAccountToken") is False, name
+        for c in pod["containers"]:
+            sc = c["securityContext"]
+            assert sc["allowPrivilegeEscalation"] is False, name
+            assert sc["readOnlyRootFilesystem"] is True, name
+            assert sc["capabilities"]["drop"] == ["ALL"], name
+            assert c["resources"]["requests"] and c["resources"]["limits"]["memory"], name
+            for mount in c.get("volumeMounts", []):
+                if mount["mountPath"] != "/tmp":
+                    assert mount.get("readOnly") is True, f"{name}: {mount}"
+
+
+@chart
+@pytest.mark.parametrize("values_file", VALUES, ids=IDS)
+def test_references_resolve(values_file):
+    """Every selector matches its pods, every named port exists, every ConfigMap the pods use
+    is rendered (Secrets may be existing ones; those must be named in the values)."""
+    values = load_values(values_file) or {}
+    objects, _ = render(values)
+    rendered = {(o["kind"], o["metadata"]["name"]) for o in objects}
+    pods = {o["metadata"]["name"]: o["spec"]["template"] for o in find(objects, "Deployment")}
+    existing_secrets = set(yaml.safe_dump(values).split()) | {"herald-database"}
+
+    def matching(selector):
+        return [n for n, t in pods.items() if selector.items() <= t["metadata"]["labels"].items()]
+
+    for svc in find(objects, "Service"):
+        targets = matching(svc["spec"]["selector"])
+        assert len(targets) == 1, svc["metadata"]["name"]
+        ports = {p["name"] for p in pods[targets[0]]["spec"]["containers"][0]["ports"]}
+        assert {p["targetPort"] for p in svc["spec"]["ports"]} <= ports
+    for pdb in find(objects, "PodDisruptionBudget"):
+        assert len(matching(pdb["spec"]["selector"]["matchLabels"])) == 1
+    for hpa in find(objects, "HorizontalPodAutoscaler"):
+        target = hpa["spec"]["scaleTargetRef"]["name"]
+        assert ("Deployment", target) in rendered
+        assert "replicas" not in one(objects, "Deployment", target)["spec"]
+
+    for obj, pod in workloads(objects):
+        for c in pod["containers"]:
+            for src in c.get("envFrom", []):
+                if "configMapRef" in src:
+                    assert ("ConfigMap", src["configMapRef"]["name"]) in rendered
+                else:
+                    assert src["secretRef"]["name"] in existing_secrets
+            for env in c.get("env", []):
+                ref = env.get("valueFrom", {}).get("secretKeyRef")
+                if ref:
+                    assert ("Secret", ref["name"]) in rendered or ref["name"] in existing_secrets
+        for vol in pod.get("volumes", []):
+            if "configMap" in vol:
+                name = vol["configMap"]["name"]
+                assert ("ConfigMap", name) in rendered or name in existing_secrets
+            if "secret" in vol:
+                assert vol["secret"]["secretName"] in existing_secrets
+
+
+@chart
+@pytest.mark.parametrize("values_file", VALUES, ids=IDS)
+def test_probes_use_the_health_endpoints(values_file):
+    values = load_values(values_file) or {}
+    tls = values.get("tls", {}).get("enabled", False)
+    objects, _ = render(values)
+    fullname = values.get("fullnameOverride", "herald")
+    config = one(objects, "ConfigMap", f"{fullname}-scheduler")["data"]
+    grpc_port = int(config["HERALD_GRPC_ADDR"].rsplit(":", 1)[1])
+    http_port = int(config["HERALD_HTTP_ADDR"].rsplit(":", 1)[1])
+    scheduler = one(objects, "Deployment", f"{fullname}-scheduler")
+    c = scheduler["spec"]["template"]["spec"]["containers"][0]
+    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"grpc": grpc_port, "http": http_port}
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        if tls:  # kubelet's gRPC probe cannot do TLS
+            assert c[probe]["httpGet"]["port"] == "http"
+        else:
+            assert c[probe]["grpc"] == {"port": grpc_port, "service": ""}
+    if values.get("executor", {}).get("enabled", True):
+        executor = one(objects, "Deployment", f"{fullname}-executor")
+        e = executor["spec"]["template"]["spec"]["containers"][0]
+        econfig = one(objects, "ConfigMap", f"{fullname}-executor")["data"]
+        assert e["ports"][0]["containerPort"] == int(econfig["HERALD_HTTP_ADDR"].rsplit(":", 1)[1])
+        for probe in ("livenessProbe", "readinessProbe"):
+            assert e[probe]["httpGet"] == {"path": "/healthz", "port": "http"}
+        assert econfig["HERALD_SCHEDULER"].startswith("https://" if tls else "http://")
+
+
+@chart
+def test_defaults_are_highly_available():
+    objects, _ = render()
+    scheduler = one(objects, "Deployment", "herald-scheduler")
+    assert scheduler["spec"]["replicas"] == 2
+    assert scheduler["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    spread = scheduler["spec"]["template"]["spec"]["topologySpreadConstraints"]
+    assert spread[0]["topologyKey"] == "kubernetes.io/hostname"
+    assert one(objects, "PodDisruptionBudget", "herald-scheduler")["spec"]["maxUnavailable"] == 1
+    job = one(objects, "Job", "herald-migrate")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+    assert job["spec"]["template"]["spec"]["containers"][0]["args"] == ["migrate"]
+    # Security features are planned, so off by default.
+    env = {e["name"] for e in scheduler["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert not env & {"HERALD_TLS_CERT", "HERALD_TLS_KEY", "HERALD_TLS_CLIENT_CA", "HERALD_AUTH_TOKENS_FILE"}
+    assert not find(objects, "NetworkPolicy") and not find(objects, "ServiceMonitor")
+    assert not find(objects, "HorizontalPodAutoscaler")
+
+
+@chart
+def test_ha_tls_values_mount_the_security_material():
+    values = load_values(CHART / "ci" / "ha-tls-values.yaml")
+    objects, _ = render(values)
+    scheduler = one(objects, "Deployment", "herald-prod-scheduler")
+    pod = scheduler["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["HERALD_TLS_CERT"] == "/etc/herald/tls/tls.crt"
+    assert env["HERALD_TLS_KEY"] == "/etc/herald/tls/tls.key"
+    assert env["HERALD_TLS_CLIENT_CA"] == "/etc/herald/tls/ca.crt"
+    assert env["HERALD_AUTH_TOKENS_FILE"] == "/etc/herald/auth/tokens"
+    assert pod["topologySpreadConstraints"][0]["whenUnsatisfiable"] == "DoNotSchedule"
+    assert scheduler["spec"]["replicas"] == 3
+    assert {v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v} == {"herald-scheduler-tls", "herald-tokens"}
+    assert len(find(objects, "NetworkPolicy")) == 2
+    assert find(objects, "HorizontalPodAutoscaler") and find(objects, "ServiceMonitor")
+
+
+# --- smoke: the rendered commands start the real binaries --------------------------------------
+
+
+def resolve_env(container, objects, secrets, pod_name):
+    """The environment a container would get: envFrom ConfigMaps, then env (values, secretKeyRef
+    from `secrets` or rendered Secrets, fieldRef metadata.name)."""
+    configmaps = {o["metadata"]["name"]: o.get("data", {}) for o in find(objects, "ConfigMap")}
+    rendered_secrets = {
+        (o["metadata"]["name"], k): base64.b64decode(v).decode()
+        for o in find(objects, "Secret") for k, v in o.get("data", {}).items()
+    }
+    env = {}
+    for src in container.get("envFrom", []):
+        env.update(configmaps[src["configMapRef"]["name"]])
+    for e in container.get("env", []):
+        if "value" in e:
+            env[e["name"]] = e["value"]
+        elif "secretKeyRef" in e["valueFrom"]:
+            ref = e["valueFrom"]["secretKeyRef"]
+            key = (ref["name"], ref["key"])
+            env[e["name"]] = secrets[key] if key in secrets else rendered_secrets[key]
+        elif e["valueFrom"].get("fieldRef", {}).get("fieldPath") == "metadata.name":
+            env[e["name"]] = pod_name
+        else:
+            raise AssertionError(f"cannot resolve {e}")
+    return env
+
+
+def argv_of(container):
+    command = container["command"]
+    return [str(harness.binary(Path(command[0]).name)), *command[1:], *container.get("args", [])]
+
+
+def http_get(addr, path):
+    with urllib.request.urlopen(f"http://{addr}{path}", timeout=10) as resp:
+        return resp.status
+
+
+def test_smoke_rendered_manifests_start_and_report_serving(database, tmp_path, stubs):
+    objects, _ = render()
+    secrets = {("herald-database", "DATABASE_URL"): database.url}
+
+    # 1. The pre-install hook: herald-scheduler migrate.
+    job = one(objects, "Job", "herald-migrate")["spec"]["template"]["spec"]["containers"][0]
+    env = resolve_env(job, objects, secrets, "herald-migrate-x")
+    done = subprocess.run(argv_of(job), env=harness.base_env(**env), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+    # 2. The scheduler as its Deployment runs it, on loopback ports.
+    sched = one(objects, "Deployment", "herald-scheduler")["spec"]["template"]["spec"]["containers"][0]
+    env = resolve_env(sched, objects, secrets, "herald-scheduler-abc-1")
+    assert env["DATABASE_URL"] == database.url and env["HERALD_SCHEDULER_ID"] == "herald-scheduler-abc-1"
+    env.update(HERALD_GRPC_ADDR="127.0.0.1:0", HERALD_HTTP_ADDR="127.0.0.1:0")
+    scheduler = harness.Process(argv_of(sched), harness.base_env(**env), tmp_path / "scheduler.log")
+    executor = None
+    try:
+        grpc_addr, http_addr = scheduler.ready["grpc"], scheduler.ready["http"]
+        # What the kubelet's gRPC probes call: grpc.health.v1.Health/Check with their service.
+        with grpc.insecure_channel(grpc_addr) as ch:
+            health = health_pb2_grpc.HealthStub(ch)
+            for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+                reply = health.Check(health_pb2.HealthCheckRequest(service=sched[probe]["grpc"]["service"]), timeout=10)
+                assert reply.status == health_pb2.HealthCheckResponse.SERVING, probe
+        # What the TLS variant's HTTP probes call.
+        assert http_get(http_addr, "/healthz") == 200
+        assert http_get(http_addr, "/readyz") == 200
+
+        # 3. The executor as its Deployment runs it: its sender file from the rendered ConfigMap.
+        exe = one(objects, "Deployment", "herald-executor")["spec"]["template"]["spec"]
+        container = exe["containers"][0]
+        env = resolve_env(container, objects, secrets, "herald-executor-abc-1")
+        config_path = Path(env["HERALD_EXECUTOR_CONFIG"])
+        volume = next(v for v in exe["volumes"] if v["name"] == "senders")
+        data = one(objects, "ConfigMap", volume["configMap"]["name"])["data"]
+        local = tmp_path / config_path.name
+        local.write_text(data[config_path.name])
+        env.update(
+            HERALD_EXECUTOR_CONFIG=str(local),
+            HERALD_SCHEDULER=f"http://{grpc_addr}",
+            HERALD_HTTP_ADDR="127.0.0.1:0",
+        )
+        executor = harness.Process(argv_of(container), harness.base_env(**env), tmp_path / "executor.log")
+        probe = container["readinessProbe"]["httpGet"]["path"]
+        assert http_get(executor.ready["http"], probe) == 200
+
+        # The pair works: a task created now is sent by the log sender of the rendered config.
+        pb = stubs.task_pb2
+        with grpc.insecure_channel(grpc_addr) as ch:
+            tasks = stubs.task_pb2_grpc.TaskServiceStub(ch)
+            task = tasks.CreateTask(pb.CreateTaskRequest(task=pb.TaskSpec(
+                queue="default", recipient="+15550001", content=pb.Content(text="smoke")))).task
+            deadline = time.monotonic() + 30
+            while (state := tasks.GetTask(pb.GetTaskRequest(id=task.id)).state) != pb.TASK_STATE_SUCCEEDED:
+                assert time.monotonic() < deadline, f"task still {pb.TaskState.Name(state)}\n{executor.log_tail()}"
+                time.sleep(0.1)
+            attempts = tasks.ListAttempts(pb.ListAttemptsRequest(task_id=task.id)).attempts
+            assert attempts[-1].executor_id == "herald-executor-abc-1"
+    finally:
+        if executor:
+            assert executor.stop() == 0, executor.log_tail()
+        assert scheduler.stop() == 0, scheduler.log_tail()
