@@ -194,6 +194,19 @@ pub struct NewTask {
     pub max_attempts: i32,
     /// Retry spacing.
     pub retry: RetryPolicy,
+    /// Where the task is sent from.
+    pub target: Target,
+}
+
+/// Which sending account a task goes out through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// No account: the executor picks its sender by queue.
+    Queue,
+    /// Any eligible account of this pool, chosen at lease time.
+    Pool(String),
+    /// This account only.
+    Account(String),
 }
 
 /// A task as stored.
@@ -243,6 +256,10 @@ pub struct TaskRecord {
     pub updated_at: DateTime<Utc>,
     /// Terminal since.
     pub finished_at: Option<DateTime<Utc>>,
+    /// The targeted pool.
+    pub pool: Option<String>,
+    /// The pinned account, or the account of the current or last lease.
+    pub account_id: Option<String>,
 }
 
 /// One recorded attempt.
@@ -297,6 +314,10 @@ pub struct GrantedLease {
     pub max_attempts: i32,
     /// Labels.
     pub labels: BTreeMap<String, String>,
+    /// The account chosen, if routed.
+    pub account_id: Option<String>,
+    /// Where executors hold that account's credentials.
+    pub credentials_ref: Option<String>,
 }
 
 /// An executor's report of one attempt.
@@ -316,6 +337,8 @@ pub struct AttemptReport {
     pub retry_after_ms: Option<i64>,
     /// When the executor started sending.
     pub started_at: Option<DateTime<Utc>>,
+    /// For RateLimited: only this recipient was throttled, not the account.
+    pub recipient_scoped: bool,
 }
 
 /// The scheduler's answer to one report.
@@ -329,4 +352,126 @@ pub struct ReportVerdict {
     pub accepted: bool,
     /// The task's state afterwards, if it exists.
     pub state: Option<TaskState>,
+}
+
+/// Whether an account may send; names match the `herald.account_state` enum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AccountState {
+    /// Sends within its limits.
+    Active,
+    /// Paused by an operator.
+    Paused,
+    /// Reported unusable; active again after its cool-down.
+    Offline,
+}
+
+impl AccountState {
+    /// The database's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AccountState::Active => "active",
+            AccountState::Paused => "paused",
+            AccountState::Offline => "offline",
+        }
+    }
+
+    /// Parses the database's name.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "active" => AccountState::Active,
+            "paused" => AccountState::Paused,
+            "offline" => AccountState::Offline,
+            _ => return None,
+        })
+    }
+}
+
+/// An account's configured limits.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AccountLimits {
+    /// Sustained sends per second.
+    pub rate_per_sec: f64,
+    /// Bucket size.
+    pub burst: i32,
+    /// Sends per local day.
+    pub daily_cap: Option<i32>,
+    /// Leases held at once.
+    pub max_in_flight: Option<i32>,
+    /// Least time between sends to one recipient, in milliseconds.
+    pub recipient_interval_ms: Option<i64>,
+    /// Quiet window in local time, (start, end).
+    pub quiet_hours: Option<(chrono::NaiveTime, chrono::NaiveTime)>,
+    /// Share of max_in_flight kept for high priority.
+    pub high_priority_reserve: f64,
+    /// Lowest priority that may use the reserve.
+    pub high_priority_min: i16,
+    /// Lowest effective rate, as a fraction of the configured one.
+    pub adaptive_floor: f64,
+    /// Successes per recovery step.
+    pub recovery_successes: i32,
+    /// How long ACCOUNT_UNAVAILABLE keeps the account offline, in milliseconds.
+    pub offline_cooldown_ms: i64,
+}
+
+/// A sending account's definition.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AccountSpec {
+    /// Id.
+    pub id: String,
+    /// Sender kind.
+    pub sender_kind: String,
+    /// Pool.
+    pub pool: String,
+    /// IANA time zone.
+    pub time_zone: String,
+    /// Where executors hold its credentials.
+    pub credentials_ref: String,
+    /// Operator-set state.
+    pub state: AccountState,
+    /// Limits.
+    pub limits: AccountLimits,
+}
+
+/// An account as stored, with its live status.
+#[derive(Debug, Clone)]
+pub struct AccountRecord {
+    /// Definition.
+    pub spec: AccountSpec,
+    /// Current effective rate.
+    pub effective_rate: f64,
+    /// Why it last changed.
+    pub rate_reason: String,
+    /// When it last changed.
+    pub rate_changed_at: DateTime<Utc>,
+    /// Sends counted today.
+    pub today_count: i32,
+    /// Leases held.
+    pub in_flight: i32,
+    /// Offline until.
+    pub offline_until: Option<DateTime<Utc>>,
+    /// Why it is in its state.
+    pub state_reason: String,
+    /// Provider-requested pause.
+    pub throttled_until: Option<DateTime<Utc>>,
+    /// Created.
+    pub created_at: DateTime<Utc>,
+    /// Definition last changed.
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A pool as stored.
+#[derive(Debug, Clone)]
+pub struct PoolRecord {
+    /// Name.
+    pub name: String,
+    /// Description.
+    pub description: String,
+    /// Member accounts.
+    pub account_ids: Vec<String>,
+    /// Sum of active members' effective rates.
+    pub effective_rate: f64,
+    /// Tasks waiting for it.
+    pub scheduled_tasks: i64,
+    /// Created.
+    pub created_at: DateTime<Utc>,
 }

@@ -146,6 +146,8 @@ pub fn task(t: &TaskRecord) -> Result<pb::Task, StoreError> {
             .cancel_outcome
             .map(|o| cancel_outcome(o) as i32)
             .unwrap_or_default(),
+        pool: t.pool.clone().unwrap_or_default(),
+        account_id: t.account_id.clone().unwrap_or_default(),
     })
 }
 
@@ -180,5 +182,7 @@ pub fn lease(l: &GrantedLease) -> Result<pb::Lease, StoreError> {
         attempts_before: l.attempts_before,
         max_attempts: l.max_attempts,
         labels: l.labels.clone(),
+        account_id: l.account_id.clone().unwrap_or_default(),
+        credentials_ref: l.credentials_ref.clone().unwrap_or_default(),
     })
 }

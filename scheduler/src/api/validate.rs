@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use super::convert::from_timestamp;
 use crate::error::FieldViolation;
-use crate::model::{DueAt, NewTask, RetryPolicy};
+use crate::model::{DueAt, NewTask, RetryPolicy, Target};
 
 /// Largest text or template payload, in bytes.
 pub const MAX_CONTENT_BYTES: usize = 64 * 1024;
@@ -177,6 +177,25 @@ pub fn task_spec(
             }
         });
     labels(&spec.labels, &f("labels"), v);
+    let target = match (spec.pool.is_empty(), spec.account_id.is_empty()) {
+        (true, true) => Target::Queue,
+        (false, true) => {
+            if let Some(p) = queue_name_problem(&spec.pool) {
+                v.add(f("pool"), p);
+            }
+            Target::Pool(spec.pool.clone())
+        }
+        (true, false) => {
+            if let Some(p) = queue_name_problem(&spec.account_id) {
+                v.add(f("account_id"), p);
+            }
+            Target::Account(spec.account_id.clone())
+        }
+        (false, false) => {
+            v.add(f("account_id"), "set pool or account_id, not both");
+            Target::Queue
+        }
+    };
 
     if v.0.len() > before {
         return None;
@@ -204,6 +223,7 @@ pub fn task_spec(
         idempotency,
         max_attempts,
         retry: retry?,
+        target,
     })
 }
 

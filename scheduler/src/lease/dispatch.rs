@@ -11,7 +11,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::events::Event;
 use super::LeaseSettings;
+use crate::api::DEFAULT_NAMESPACE;
 use crate::model::GrantedLease;
+use crate::store::claim::ClaimRequest;
 use crate::store::Store;
 
 /// Upper bound on an idle sleep. Wake-ups come from events; this only bounds the damage of a
@@ -28,6 +30,8 @@ pub struct Dispatcher {
     pub executor_id: String,
     /// Queues the executor serves; None for all.
     pub queues: Option<Vec<String>>,
+    /// Accounts (credentials refs) the executor can send for; None for any.
+    pub credentials: Option<Vec<String>>,
     /// The executor's unused credit.
     pub credit: Arc<Semaphore>,
     /// Cluster events.
@@ -98,19 +102,29 @@ impl Dispatcher {
     ) -> Result<Option<Vec<GrantedLease>>, crate::store::StoreError> {
         let mut contended = Duration::from_millis(1);
         loop {
-            let leases = self
+            let claimed = self
                 .store
-                .claim_due(
-                    &self.executor_id,
-                    self.queues.as_deref(),
-                    i64::from(want),
-                    self.settings.lease_ttl,
-                )
+                .claim(&ClaimRequest {
+                    namespace: DEFAULT_NAMESPACE,
+                    executor_id: &self.executor_id,
+                    queues: self.queues.as_deref(),
+                    credentials: self.credentials.as_deref(),
+                    limit: i64::from(want),
+                    lease_ttl: self.settings.lease_ttl,
+                })
                 .await?;
-            if !leases.is_empty() {
-                return Ok(Some(leases));
+            if !claimed.leases.is_empty() {
+                return Ok(Some(claimed.leases));
             }
-            let next = self.store.next_due(self.queues.as_deref()).await?;
+            // Only routes with room can be served; their next due time, or the moment an
+            // account without room gets some back, is when to look again.
+            let next = self
+                .store
+                .next_due(&claimed.open_routes, self.queues.as_deref())
+                .await?;
+            let blocked_ms = claimed.blocked_until.map(|at| {
+                (at - chrono::Utc::now()).num_microseconds().unwrap_or(0) as f64 / 1000.0
+            });
             let (sleep, target) = match next {
                 // Due now but the claim found nothing: another session holds the rows' locks
                 // for a moment. Back off briefly rather than spin.
@@ -120,10 +134,10 @@ impl Dispatcher {
                     (s, None)
                 }
                 Some((wait_ms, at)) => (
-                    Duration::from_micros((wait_ms * 1000.0).ceil() as u64).min(MAX_IDLE),
+                    millis(wait_ms.min(blocked_ms.unwrap_or(f64::MAX))),
                     Some(at),
                 ),
-                None => (MAX_IDLE, None),
+                None => (blocked_ms.map_or(MAX_IDLE, millis), None),
             };
             if !self.wait(sleep, target).await {
                 return Ok(None);
@@ -158,4 +172,9 @@ impl Dispatcher {
     fn drain_events(&mut self) {
         while let Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) = self.events.try_recv() {}
     }
+}
+
+/// A non-negative number of milliseconds as a sleep, capped at [`MAX_IDLE`].
+fn millis(ms: f64) -> Duration {
+    Duration::from_micros((ms.max(0.0) * 1000.0).ceil() as u64).min(MAX_IDLE)
 }

@@ -125,6 +125,7 @@ async fn run(
         settings: ctx.settings.clone(),
         executor_id: executor_id.clone(),
         queues: (!hello.queues.is_empty()).then(|| hello.queues.clone()),
+        credentials: (!hello.credentials_refs.is_empty()).then(|| hello.credentials_refs.clone()),
         credit: credit.clone(),
         events: ctx.events.subscribe(),
         stop: stop.clone(),
@@ -243,11 +244,21 @@ async fn handle_reports(
     }
     let mut acks = invalid;
     if !reports.is_empty() {
-        let outcome = ctx.store.complete_attempts(&reports).await.map_err(|e| {
-            tracing::warn!(executor_id, error = %e, "cannot apply reports");
-            Status::unavailable(format!("cannot record reports: {e}"))
-        })?;
-        if let Some(at) = outcome.earliest_retry {
+        let outcome = ctx
+            .store
+            .complete_attempts(crate::api::DEFAULT_NAMESPACE, &reports)
+            .await
+            .map_err(|e| {
+                tracing::warn!(executor_id, error = %e, "cannot apply reports");
+                Status::unavailable(format!("cannot record reports: {e}"))
+            })?;
+        let wake_at = if outcome.capacity_freed {
+            // An account had no in-flight room; dispatchers on every replica look again now.
+            Some(chrono::DateTime::<chrono::Utc>::UNIX_EPOCH)
+        } else {
+            outcome.earliest_retry
+        };
+        if let Some(at) = wake_at {
             if let Err(e) = ctx.store.announce_due(at).await {
                 tracing::warn!(error = %e, "cannot announce retries");
             }
@@ -307,6 +318,7 @@ fn report_from_wire(r: &pb::AttemptResult) -> Option<AttemptReport> {
             .then(|| truncate(&r.provider_message_id, 512)),
         retry_after_ms,
         started_at: r.started_at.as_ref().and_then(convert::from_timestamp),
+        recipient_scoped: r.rate_limit_scope == pb::RateLimitScope::Recipient as i32,
     })
 }
 

@@ -2,18 +2,16 @@
 //! sweeping leases and deadlines that ran out. Every write after a claim is fenced by
 //! (task id, lease_count).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::tasks::{labels_from_json, parse_state};
+use super::accounts::{apply_feedback, AccountFeedback};
+use super::tasks::parse_state;
 use super::{Store, StoreError};
-use crate::model::{AttemptReport, GrantedLease, ReportVerdict, TaskState};
-
-/// Priority levels, highest first: the order the claim visits them in.
-const PRIORITIES_DESC: [i16; 10] = [9, 8, 7, 6, 5, 4, 3, 2, 1, 0];
+use crate::model::{AttemptReport, Outcome, ReportVerdict, TaskState};
 
 /// What a batch of reports did.
 #[derive(Debug, Default)]
@@ -22,6 +20,8 @@ pub struct ReportOutcome {
     pub verdicts: Vec<ReportVerdict>,
     /// The earliest retry time among rescheduled tasks, to wake dispatchers.
     pub earliest_retry: Option<DateTime<Utc>>,
+    /// An account at its in-flight limit got room back: dispatchers should look again.
+    pub capacity_freed: bool,
 }
 
 /// What one sweep did.
@@ -43,76 +43,11 @@ pub struct Extended {
 }
 
 impl Store {
-    /// Leases up to `limit` due tasks to `executor_id`, restricted to `queues` when given.
-    pub async fn claim_due(
-        &self,
-        executor_id: &str,
-        queues: Option<&[String]>,
-        limit: i64,
-        lease_ttl: Duration,
-    ) -> Result<Vec<GrantedLease>, StoreError> {
-        let conn = self.conn().await?;
-        let stmt = conn
-            .prepare_cached(include_str!("queries/claim_due.sql"))
-            .await
-            .map_err(StoreError::query("preparing claim"))?;
-        let ttl_ms = duration_ms(lease_ttl);
-        let rows = conn
-            .query(
-                &stmt,
-                &[
-                    &&PRIORITIES_DESC[..],
-                    &queues,
-                    &limit,
-                    &executor_id,
-                    &ttl_ms,
-                ],
-            )
-            .await
-            .map_err(StoreError::query("claiming due tasks"))?;
-        Ok(rows
-            .iter()
-            .map(|r| GrantedLease {
-                task_id: r.get(0),
-                attempt: r.get(1),
-                queue: r.get(2),
-                recipient: r.get(3),
-                content: r.get(4),
-                idempotency_key: r.get(5),
-                run_at: r.get(6),
-                leased_at: r.get(7),
-                expires_at: r.get(8),
-                attempts_before: r.get(9),
-                max_attempts: r.get(10),
-                labels: labels_from_json(r.get(11)),
-            })
-            .collect())
-    }
-
-    /// Time until the earliest claimable task is due, by the database clock, and its due
-    /// time; None when nothing is scheduled. Zero or negative means something is due now.
-    pub async fn next_due(
-        &self,
-        queues: Option<&[String]>,
-    ) -> Result<Option<(f64, DateTime<Utc>)>, StoreError> {
-        let conn = self.conn().await?;
-        let stmt = conn
-            .prepare_cached(include_str!("queries/next_due.sql"))
-            .await
-            .map_err(StoreError::query("preparing next-due"))?;
-        let row = conn
-            .query_one(&stmt, &[&&PRIORITIES_DESC[..], &queues])
-            .await
-            .map_err(StoreError::query("finding the next due task"))?;
-        let wait_ms: Option<f64> = row.get(0);
-        let at: Option<DateTime<Utc>> = row.get(1);
-        Ok(wait_ms.zip(at))
-    }
-
     /// Applies executor reports in one statement; reports with a stale fencing token are
     /// answered `accepted = false` and change nothing.
     pub async fn complete_attempts(
         &self,
+        namespace: &str,
         reports: &[AttemptReport],
     ) -> Result<ReportOutcome, StoreError> {
         let conn = self.conn().await?;
@@ -155,14 +90,65 @@ impl Store {
 
         let mut applied: HashMap<(Uuid, i32), TaskState> = HashMap::with_capacity(rows.len());
         let mut earliest_retry: Option<DateTime<Utc>> = None;
+        let by_token: HashMap<(Uuid, i32), &AttemptReport> = reports
+            .iter()
+            .map(|r| ((r.task_id, r.attempt), r))
+            .collect();
+        let mut feedback: BTreeMap<String, AccountFeedback> = BTreeMap::new();
+        let mut recipient_blocks: Vec<(Uuid, i64)> = Vec::new();
         for row in &rows {
             let state = parse_state(row.get(2))?;
             if state == TaskState::Scheduled {
                 let at: DateTime<Utc> = row.get(3);
                 earliest_retry = Some(earliest_retry.map_or(at, |e| e.min(at)));
             }
-            applied.insert((row.get(0), row.get(1)), state);
+            let token: (Uuid, i32) = (row.get(0), row.get(1));
+            applied.insert(token, state);
+            let account: Option<String> = row.get(4);
+            let was_cancelled: bool = row.get(5);
+            if let (Some(account), Some(report)) = (account, by_token.get(&token)) {
+                let f = feedback.entry(account).or_default();
+                if !was_cancelled {
+                    f.released += 1;
+                }
+                match report.outcome {
+                    Outcome::Ok => f.ok += 1,
+                    Outcome::RateLimited if report.recipient_scoped => {
+                        recipient_blocks.push((token.0, report.retry_after_ms.unwrap_or(6_000)));
+                    }
+                    Outcome::RateLimited => {
+                        f.rate_limited += 1;
+                        f.retry_after_ms = f.retry_after_ms.max(report.retry_after_ms.unwrap_or(0));
+                    }
+                    Outcome::AccountUnavailable => {
+                        f.unavailable += 1;
+                        f.refund += 1;
+                        f.reason.clone_from(&report.error);
+                    }
+                    _ => {}
+                }
+            }
         }
+        if !recipient_blocks.is_empty() {
+            let ids: Vec<Uuid> = recipient_blocks.iter().map(|b| b.0).collect();
+            let ms: Vec<i64> = recipient_blocks.iter().map(|b| b.1).collect();
+            conn.execute(
+                "INSERT INTO herald.recipient_sends AS s
+                     (namespace, account_id, recipient, last_sent_at, blocked_until)
+                 SELECT t.namespace, t.account_id, t.recipient, now(),
+                        now() + b.ms * interval '1 millisecond'
+                 FROM unnest($1::uuid[], $2::bigint[]) AS b(id, ms)
+                 JOIN herald.tasks t ON t.id = b.id
+                 WHERE t.account_id IS NOT NULL
+                 ON CONFLICT (namespace, account_id, recipient) DO UPDATE
+                 SET blocked_until = greatest(COALESCE(s.blocked_until, now()),
+                                              EXCLUDED.blocked_until)",
+                &[&ids, &ms],
+            )
+            .await
+            .map_err(StoreError::query("blocking throttled recipients"))?;
+        }
+        let freed = apply_feedback(&conn, namespace, &feedback).await?;
 
         // Rejected reports are rare (lost leases); look up their tasks' current states.
         let rejected: Vec<Uuid> = reports
@@ -204,6 +190,7 @@ impl Store {
         Ok(ReportOutcome {
             verdicts,
             earliest_retry,
+            capacity_freed: freed,
         })
     }
 
@@ -286,6 +273,8 @@ impl Store {
             .map_err(StoreError::query("sweeping expired leases"))?;
         let leases_expired = u64::try_from(row.get::<_, i64>(0)).unwrap_or(0);
         let rescheduled = u64::try_from(row.get::<_, i64>(1)).unwrap_or(0);
+        let freed_accounts: Vec<String> = row.get(2);
+        release_slots(&conn, &freed_accounts, false).await?;
         let deadlines = conn
             .prepare_cached(include_str!("queries/expire_deadlines.sql"))
             .await
@@ -356,18 +345,44 @@ impl Store {
         let conn = self.conn().await?;
         let ids: Vec<Uuid> = leases.iter().map(|l| l.0).collect();
         let attempts: Vec<i32> = leases.iter().map(|l| l.1).collect();
-        conn.execute(
-            "UPDATE herald.tasks t
-             SET state = 'scheduled', lease_expires_at = NULL, updated_at = now()
-             FROM unnest($1::uuid[], $2::integer[]) AS l(id, attempt)
-             WHERE t.id = l.id AND t.lease_count = l.attempt AND t.state = 'leased'",
-            &[&ids, &attempts],
-        )
-        .await
-        .map_err(StoreError::query("releasing undelivered leases"))?;
+        let accounts: Vec<String> = conn
+            .query(
+                "UPDATE herald.tasks t
+                 SET state = 'scheduled', lease_expires_at = NULL, updated_at = now()
+                 FROM unnest($1::uuid[], $2::integer[]) AS l(id, attempt)
+                 WHERE t.id = l.id AND t.lease_count = l.attempt AND t.state = 'leased'
+                 RETURNING t.account_id",
+                &[&ids, &attempts],
+            )
+            .await
+            .map_err(StoreError::query("releasing undelivered leases"))?
+            .iter()
+            .filter_map(|r| r.get::<_, Option<String>>(0))
+            .collect();
+        // Nothing was sent: the daily count gets these back too.
+        release_slots(&conn, &accounts, true).await?;
         conn.execute("SELECT pg_notify('herald_due', '0')", &[])
             .await
             .map_err(StoreError::query("announcing released leases"))?;
         Ok(())
     }
+}
+
+/// Frees one in-flight slot per entry of `accounts` (an account may repeat); `refund` also
+/// returns the sends to the daily count. Accounts of the default namespace: namespaces bind to
+/// executors once authentication exists.
+pub(crate) async fn release_slots(
+    client: &impl deadpool_postgres::GenericClient,
+    accounts: &[String],
+    refund: bool,
+) -> Result<bool, StoreError> {
+    let mut feedback: BTreeMap<String, AccountFeedback> = BTreeMap::new();
+    for a in accounts {
+        let f = feedback.entry(a.clone()).or_default();
+        f.released += 1;
+        if refund {
+            f.refund += 1;
+        }
+    }
+    apply_feedback(client, crate::api::DEFAULT_NAMESPACE, &feedback).await
 }

@@ -11,11 +11,18 @@ struct Migration {
 }
 
 /// Every migration, in order. Append only; never edit one that has shipped.
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "create_tasks",
-    sql: include_str!("../../migrations/V1__create_tasks.sql"),
-}];
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "create_tasks",
+        sql: include_str!("../../migrations/V1__create_tasks.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "add_accounts",
+        sql: include_str!("../../migrations/V2__add_accounts.sql"),
+    },
+];
 
 /// Arbitrary but fixed: the advisory lock key that serialises migrations across replicas.
 const MIGRATION_LOCK_KEY: i64 = 0x6865_7261_6c64_0001;

@@ -1,6 +1,8 @@
 //! PostgreSQL access: the connection pool, migrations, and one module per aggregate. SQL lives
 //! in `queries/*.sql`, prepared once per connection.
 
+pub mod accounts;
+pub mod claim;
 mod error;
 pub mod leases;
 pub mod migrate;

@@ -8,14 +8,16 @@ use uuid::Uuid;
 
 use super::{Store, StoreError};
 use crate::model::{
-    AttemptRecord, CancelOutcome, DueAt, NewTask, Outcome, RetryPolicy, TaskRecord, TaskState,
+    AttemptRecord, CancelOutcome, DueAt, NewTask, Outcome, RetryPolicy, Target, TaskRecord,
+    TaskState,
 };
 
 /// Columns every task read selects, in the order [`task_from_row`] expects.
 const TASK_COLUMNS: &str = "id, queue, recipient, content, labels, state::text, priority, run_at, \
      expire_at, idempotency_key, lease_count, attempts, max_attempts, retry_delays_ms, \
      backoff_initial_ms, backoff_max_ms, backoff_multiplier, backoff_jitter, executor_id, \
-     leased_at, lease_expires_at, cancel_outcome, last_error, created_at, updated_at, finished_at";
+     leased_at, lease_expires_at, cancel_outcome, last_error, created_at, updated_at, finished_at, \
+     pool, account_id";
 
 /// The result of creating one task.
 #[derive(Debug, Clone)]
@@ -290,6 +292,13 @@ impl Store {
         let attempt: i32 = row.get(1);
         let executor_id: Option<String> = row.get(2);
         let changed: bool = row.get(3);
+        let account: Option<String> = row.get(4);
+        if changed && state == TaskState::Leased {
+            // The slot is given back now; the late report of this lease will not free it again.
+            if let Some(account) = account {
+                super::leases::release_slots(&tx, &[account], false).await?;
+            }
+        }
         let result = match (changed, state) {
             (false, state) => CancelResult::AlreadyEnded(state),
             (true, TaskState::Leased) => {
@@ -409,7 +418,23 @@ async fn insert_rows(
     let mut maxes = Vec::with_capacity(n);
     let mut multipliers = Vec::with_capacity(n);
     let mut jitters = Vec::with_capacity(n);
+    let mut pools: Vec<Option<&str>> = Vec::with_capacity(n);
+    let mut accounts: Vec<Option<&str>> = Vec::with_capacity(n);
     for t in tasks {
+        match &t.target {
+            Target::Queue => {
+                pools.push(None);
+                accounts.push(None);
+            }
+            Target::Pool(p) => {
+                pools.push(Some(p));
+                accounts.push(None);
+            }
+            Target::Account(a) => {
+                pools.push(None);
+                accounts.push(Some(a));
+            }
+        }
         ids.push(t.id);
         queues.push(t.queue.as_str());
         recipients.push(t.recipient.as_str());
@@ -483,6 +508,8 @@ async fn insert_rows(
                 &maxes,
                 &multipliers,
                 &jitters,
+                &pools,
+                &accounts,
             ],
         )
         .await
@@ -530,6 +557,8 @@ fn task_from_row(r: &Row) -> Result<TaskRecord, StoreError> {
         created_at: r.get(23),
         updated_at: r.get(24),
         finished_at: r.get(25),
+        pool: r.get(26),
+        account_id: r.get(27),
     })
 }
 

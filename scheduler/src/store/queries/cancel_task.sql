@@ -2,7 +2,7 @@
 -- learns whether an executor held it. A leased task's late report cannot revive it: reports
 -- only move LEASED tasks (see complete_attempts.sql).
 WITH before AS (
-    SELECT id, state, lease_count, executor_id
+    SELECT id, state, lease_count, executor_id, account_id
     FROM herald.tasks
     WHERE id = $1 AND namespace = $2
     FOR UPDATE
@@ -17,5 +17,6 @@ updated AS (
     WHERE t.id = b.id AND b.state IN ('scheduled', 'leased')
     RETURNING t.id
 )
-SELECT b.state::text, b.lease_count, b.executor_id, EXISTS (SELECT 1 FROM updated)
+SELECT b.state::text, b.lease_count, b.executor_id, EXISTS (SELECT 1 FROM updated),
+       b.account_id
 FROM before b

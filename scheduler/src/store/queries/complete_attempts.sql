@@ -11,16 +11,18 @@ WITH input AS (
 ),
 decided AS (
     SELECT t.id, i.attempt, i.outcome, i.error, i.provider_message_id, i.retry_after_ms,
-           i.started_at, t.executor_id, t.leased_at,
+           i.started_at, t.executor_id, t.leased_at, t.account_id,
            t.state AS old_state,
            -- ACCOUNT_UNAVAILABLE (5) says nothing about the task: it is not charged.
            t.attempts + CASE WHEN i.outcome = 5 THEN 0 ELSE 1 END AS new_attempts,
-           -- A provider's retry-after wins over the formula.
-           now() + COALESCE(i.retry_after_ms,
+           -- A provider's retry-after wins over the formula. ACCOUNT_UNAVAILABLE is due again at
+           -- once: the claim routes it to another account of its pool (a pinned task waits for
+           -- its account instead, which the claim also handles).
+           CASE WHEN i.outcome = 5 THEN now() ELSE now() + COALESCE(i.retry_after_ms,
                             herald.retry_delay_ms(t.attempts + 1, t.retry_delays_ms,
                                                   t.backoff_initial_ms, t.backoff_max_ms,
                                                   t.backoff_multiplier, t.backoff_jitter))
-                   * interval '1 millisecond' AS next_run,
+                   * interval '1 millisecond' END AS next_run,
            t.max_attempts, t.expire_at
     FROM input i
     JOIN herald.tasks t ON t.id = i.task_id AND t.lease_count = i.attempt
@@ -53,14 +55,19 @@ updated AS (
         updated_at = now()
     FROM planned p
     WHERE t.id = p.id
-    RETURNING t.id, t.lease_count, t.state::text, t.run_at
+    RETURNING t.id, t.lease_count, t.state::text, t.run_at, t.account_id
 ),
 recorded AS (
     INSERT INTO herald.attempts (task_id, attempt, executor_id, outcome, error,
-                                 provider_message_id, retry_after_ms, leased_at, started_at)
+                                 provider_message_id, retry_after_ms, leased_at, started_at,
+                                 account)
     SELECT p.id, p.attempt, COALESCE(p.executor_id, ''), p.outcome, p.error,
-           p.provider_message_id, p.retry_after_ms, COALESCE(p.leased_at, now()), p.started_at
+           p.provider_message_id, p.retry_after_ms, COALESCE(p.leased_at, now()), p.started_at,
+           p.account_id
     FROM planned p
     ON CONFLICT (task_id, attempt) DO NOTHING
 )
-SELECT id, lease_count, state, run_at FROM updated
+SELECT u.id, u.lease_count, u.state, u.run_at, u.account_id,
+       -- A task cancelled while leased gave its account slot back when it was cancelled.
+       p.old_state = 'cancelled'
+FROM updated u JOIN planned p ON p.id = u.id

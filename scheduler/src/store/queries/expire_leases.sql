@@ -28,13 +28,17 @@ updated AS (
         updated_at = now()
     FROM lapsed l
     WHERE t.id = l.id
-    RETURNING t.id, t.lease_count, t.executor_id, t.leased_at, t.state
+    RETURNING t.id, t.lease_count, t.executor_id, t.leased_at, t.state, t.account_id
 ),
 recorded AS (
-    INSERT INTO herald.attempts (task_id, attempt, executor_id, outcome, error, leased_at)
+    INSERT INTO herald.attempts (task_id, attempt, executor_id, outcome, error, leased_at,
+                                 account)
     SELECT u.id, u.lease_count, COALESCE(u.executor_id, ''), 6, 'lease expired',
-           COALESCE(u.leased_at, now())
+           COALESCE(u.leased_at, now()), u.account_id
     FROM updated u
     ON CONFLICT (task_id, attempt) DO NOTHING
 )
-SELECT count(*)::bigint, count(*) FILTER (WHERE state = 'scheduled')::bigint FROM updated
+SELECT count(*)::bigint, count(*) FILTER (WHERE state = 'scheduled')::bigint,
+       -- Slots freed per account: the lapsed leases held them.
+       COALESCE(array_agg(account_id) FILTER (WHERE account_id IS NOT NULL), '{}')
+FROM updated

@@ -1,0 +1,16 @@
+-- Leases the tasks a routed claim assigned, each with its account (NULL: sent by queue).
+UPDATE herald.tasks t
+SET state = 'leased',
+    lease_count = t.lease_count + 1,
+    executor_id = $3,
+    leased_at = now(),
+    lease_expires_at = now() + $4::bigint * interval '1 millisecond',
+    account_id = COALESCE(a.account_id, t.account_id),
+    updated_at = now()
+FROM unnest($1::uuid[], $2::text[]) AS a(id, account_id)
+WHERE t.id = a.id AND t.state = 'scheduled'
+RETURNING t.id, t.lease_count, t.queue, t.recipient, t.content,
+          COALESCE(t.idempotency_key, t.id::text), t.run_at, t.leased_at, t.lease_expires_at,
+          t.attempts, t.max_attempts, t.labels, a.account_id,
+          (SELECT credentials_ref FROM herald.accounts ac
+           WHERE ac.namespace = t.namespace AND ac.id = a.account_id)
