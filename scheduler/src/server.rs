@@ -5,6 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use herald_proto::v1::account_service_server::AccountServiceServer;
 use herald_proto::v1::lease_service_server::LeaseServiceServer;
 use herald_proto::v1::task_service_server::TaskServiceServer;
 use tokio::net::TcpListener;
@@ -12,6 +13,7 @@ use tokio::sync::broadcast;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 
+use crate::api::accounts::AccountApi;
 use crate::api::lease::LeaseApi;
 use crate::api::tasks::TaskApi;
 use crate::config::Config;
@@ -115,6 +117,7 @@ pub async fn run(
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<TaskServiceServer<TaskApi>>().await;
     health.set_serving::<LeaseServiceServer<LeaseApi>>().await;
+    health.set_serving::<AccountServiceServer<AccountApi>>().await;
     health
         .set_service_status("", tonic_health::ServingStatus::Serving)
         .await;
@@ -152,6 +155,7 @@ pub async fn run(
         .add_service(reflection)
         .add_service(reflection_alpha)
         .add_service(TaskServiceServer::new(tasks))
+        .add_service(AccountServiceServer::new(AccountApi::new(store.clone())))
         .add_service(LeaseServiceServer::new(lease))
         .serve_with_incoming_shutdown(TcpListenerStream::new(listeners.grpc), async move {
             grpc_stop.cancelled().await

@@ -1,6 +1,7 @@
 //! The gRPC edge: validates and converts requests, calls the store, maps errors to statuses.
 //! Wire types stop here.
 
+pub mod accounts;
 pub mod convert;
 pub mod lease;
 pub mod tasks;

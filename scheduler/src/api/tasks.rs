@@ -52,6 +52,7 @@ impl TaskApi {
         if !violations.is_empty() {
             return Err(Error::InvalidArgument(violations.0));
         }
+        self.check_targets(&tasks, &path).await?;
         let created = match self.store.create_tasks(DEFAULT_NAMESPACE, &tasks).await {
             Ok(c) => c,
             Err(CreateError::KeyConflict { index }) => {
@@ -91,6 +92,54 @@ impl TaskApi {
             })
             .collect::<Result<_, crate::store::StoreError>>()
             .map_err(Error::from)
+    }
+
+    /// A task may only target a pool or account that exists: otherwise it would wait forever.
+    async fn check_targets(
+        &self,
+        tasks: &[crate::model::NewTask],
+        path: &impl Fn(usize) -> String,
+    ) -> Result<(), Error> {
+        use crate::model::Target;
+        let pools: Vec<&str> = tasks
+            .iter()
+            .filter_map(|t| match &t.target {
+                Target::Pool(p) => Some(p.as_str()),
+                _ => None,
+            })
+            .collect();
+        let accounts: Vec<&str> = tasks
+            .iter()
+            .filter_map(|t| match &t.target {
+                Target::Account(a) => Some(a.as_str()),
+                _ => None,
+            })
+            .collect();
+        if pools.is_empty() && accounts.is_empty() {
+            return Ok(());
+        }
+        let (found_pools, found_accounts) = self
+            .store
+            .existing_targets(DEFAULT_NAMESPACE, &pools, &accounts)
+            .await?;
+        let mut v = Violations::default();
+        for (i, t) in tasks.iter().enumerate() {
+            match &t.target {
+                Target::Pool(p) if !found_pools.contains(p) => {
+                    v.add(format!("{}.pool", path(i)), format!("pool {p} does not exist"))
+                }
+                Target::Account(a) if !found_accounts.contains(a) => v.add(
+                    format!("{}.account_id", path(i)),
+                    format!("account {a} does not exist"),
+                ),
+                _ => {}
+            }
+        }
+        if v.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::InvalidArgument(v.0))
+        }
     }
 
     async fn load(&self, id: Uuid) -> Result<TaskRecord, Error> {
