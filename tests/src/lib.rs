@@ -15,6 +15,7 @@
 //! does), or point `HERALD_BIN_DIR` at a folder holding them.
 
 mod db;
+pub mod fakes;
 mod grpc;
 pub mod lease;
 mod process;

@@ -1,0 +1,63 @@
+//! Helpers shared by the sender tests: requests, senders built from config text, sending.
+
+#![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::{BTreeMap, HashMap};
+
+use herald_executor::{BoxSender, Content, SendError, SendReceipt, SendRequest, SenderRoutes};
+use tower::{Service, ServiceExt};
+
+/// A request for `recipient` with `content`, first attempt.
+pub fn request(task_id: &str, recipient: &str, content: Content) -> SendRequest {
+    SendRequest {
+        task_id: task_id.into(),
+        attempt: 1,
+        queue: "q".into(),
+        recipient: recipient.into(),
+        content,
+        idempotency_key: format!("idem-{task_id}"),
+        labels: BTreeMap::new(),
+        run_at: None,
+        leased_at: None,
+        attempts_before: 0,
+        max_attempts: 5,
+        account_id: "acc-1".into(),
+        credentials_ref: "acc".into(),
+    }
+}
+
+/// Text content.
+pub fn text(s: &str) -> Content {
+    Content::Text(s.into())
+}
+
+/// The routes of a config file, with `env` as the environment.
+pub fn routes(
+    toml: &str,
+    env: &[(&str, &str)],
+) -> Result<SenderRoutes, herald_executor::ConfigError> {
+    let map: HashMap<String, String> = env
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    SenderRoutes::from_toml(toml, "executor.toml", &move |name| map.get(name).cloned())
+}
+
+/// The sender of account `name` in the config file `toml`.
+pub fn account_sender(toml: &str, env: &[(&str, &str)], name: &str) -> BoxSender {
+    let routes = routes(toml, env).expect("config parses");
+    routes
+        .account(name)
+        .expect("account configured")
+        .sender
+        .clone()
+}
+
+/// Sends one request (the future owns a clone of the sender, so it can be spawned).
+pub fn send(
+    sender: &BoxSender,
+    req: SendRequest,
+) -> impl std::future::Future<Output = Result<SendReceipt, SendError>> + Send {
+    let mut s = sender.clone();
+    async move { s.ready().await?.call(req).await }
+}

@@ -1,0 +1,458 @@
+//! A fake WhatsApp Cloud API: `POST /{version}/{phone_number_id}/messages` with
+//! `Authorization: Bearer <token>`, answering `{"messaging_product","contacts","messages":[{"id":
+//! "wamid…"}]}` or Graph's error envelope (providers.md §1.2–§1.5, §1.8).
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use anyhow::{Context, Result};
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use bytes::Bytes;
+use http::{HeaderMap, StatusCode};
+use serde_json::{json, Value};
+use tokio::task::JoinHandle;
+
+use super::lock;
+
+/// Every error code of providers.md §1.5 with the HTTP status the table gives it (400 where
+/// the table says "n/a") and its title.
+pub const ERROR_ROWS: &[(i64, u16, &str)] = &[
+    (4, 400, "API Too Many Calls"),
+    (80007, 400, "Rate limit issues"),
+    (130429, 400, "Rate limit hit"),
+    (131048, 400, "Spam rate limit hit"),
+    (
+        131056,
+        400,
+        "(Business Account, Consumer Account) pair rate limit hit",
+    ),
+    (
+        131049,
+        400,
+        "This message was not delivered to maintain healthy ecosystem engagement.",
+    ),
+    (17, 400, "User request limit reached"),
+    (341, 400, "Application limit reached"),
+    (613, 400, "Calls to this api have exceeded the rate limit."),
+    (1, 400, "An unknown error occurred"),
+    (2, 503, "Service temporarily unavailable"),
+    (131000, 500, "Something went wrong"),
+    (131016, 503, "Service unavailable"),
+    (133004, 503, "Server temporarily unavailable"),
+    (131057, 500, "Account in maintenance mode"),
+    (131026, 400, "Message undeliverable"),
+    (131047, 400, "Re-engagement message"),
+    (131050, 400, "User stopped marketing messages"),
+    (131051, 400, "Unsupported message type"),
+    (131021, 400, "Recipient cannot be sender"),
+    (130472, 400, "User's number is part of an experiment"),
+    (
+        130497,
+        403,
+        "Business account is restricted from messaging users in this country",
+    ),
+    (100, 400, "Invalid parameter"),
+    (33, 400, "Parameter value is not valid"),
+    (131008, 400, "Required parameter is missing"),
+    (131009, 400, "Parameter value is not valid"),
+    (131052, 400, "Media download error"),
+    (131053, 400, "Media upload error"),
+    (
+        132000,
+        400,
+        "Number of parameters does not match the expected number of params",
+    ),
+    (
+        132001,
+        404,
+        "Template name does not exist in the translation",
+    ),
+    (132005, 400, "Translated text too long"),
+    (132007, 400, "Format character policy violated"),
+    (
+        132012,
+        400,
+        "Parameter format does not match format in the created template",
+    ),
+    (132015, 400, "Template is paused"),
+    (132016, 400, "Template is disabled"),
+    (132068, 400, "Flow is in blocked state"),
+    (132069, 400, "Flow is in throttled state"),
+    (0, 401, "AuthException"),
+    (190, 401, "Access token has expired"),
+    (3, 500, "API Method"),
+    (10, 403, "Permission denied"),
+    (200, 403, "API Permission"),
+    (299, 403, "API Permission"),
+    (368, 403, "Temporarily blocked for policies violations"),
+    (131031, 403, "Account has been locked"),
+    (131042, 400, "Business eligibility payment issue"),
+    (131045, 400, "Incorrect certificate"),
+    (133010, 400, "Phone number not registered"),
+    (
+        133016,
+        400,
+        "Account register deregister rate limit exceeded",
+    ),
+];
+
+/// Graph's error envelope for `code` with `message`.
+pub fn error_body(code: i64, message: &str) -> Value {
+    json!({ "error": {
+        "message": format!("(#{code}) {message}"),
+        "type": "OAuthException",
+        "code": code,
+        "error_data": { "messaging_product": "whatsapp", "details": message },
+        "fbtrace_id": "AbCfake"
+    }})
+}
+
+/// One scripted answer.
+#[derive(Debug, Clone)]
+pub enum Scripted {
+    /// The row of [`ERROR_ROWS`] for this code (its HTTP status and Graph's envelope).
+    Code(i64),
+    /// Any status and body, e.g. a proxy's HTML page.
+    Raw(u16, String),
+}
+
+/// One request as the fake saw it.
+#[derive(Debug, Clone)]
+pub struct WaRequest {
+    /// The request path.
+    pub path: String,
+    /// The `Authorization` header, if any.
+    pub authorization: Option<String>,
+    /// The body, parsed (Null when it was not JSON).
+    pub body: Value,
+    /// What the fake answered.
+    pub status: u16,
+}
+
+struct Shared {
+    phone_number_id: String,
+    token: String,
+    script: Mutex<VecDeque<Scripted>>,
+    requests: Mutex<Vec<WaRequest>>,
+    next_id: AtomicU64,
+}
+
+/// The fake server. Stops when dropped.
+pub struct FakeWhatsApp {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    server: JoinHandle<()>,
+}
+
+impl FakeWhatsApp {
+    /// Starts a fake serving one phone number id, accepting one bearer token.
+    pub async fn start(phone_number_id: &str, token: &str) -> Result<Self> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .context("binding the fake WhatsApp API")?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared {
+            phone_number_id: phone_number_id.to_owned(),
+            token: token.to_owned(),
+            script: Mutex::new(VecDeque::new()),
+            requests: Mutex::new(Vec::new()),
+            next_id: AtomicU64::new(1),
+        });
+        let app = axum::Router::new()
+            .route("/{version}/{phone}/messages", post(messages))
+            .with_state(shared.clone());
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(FakeWhatsApp {
+            addr,
+            shared,
+            server,
+        })
+    }
+
+    /// `http://127.0.0.1:PORT`, the sender's `base_url`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The next valid request is answered with `answer` instead of success.
+    pub fn respond_next(&self, answer: Scripted) {
+        lock(&self.shared.script).push_back(answer);
+    }
+
+    /// Every request so far.
+    pub fn requests(&self) -> Vec<WaRequest> {
+        lock(&self.shared.requests).clone()
+    }
+}
+
+impl Drop for FakeWhatsApp {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+fn error(status: u16, code: i64, message: &str) -> (u16, Value) {
+    (status, error_body(code, message))
+}
+
+async fn messages(
+    State(shared): State<Arc<Shared>>,
+    Path((version, phone)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let authorization = headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let (status, answer) = answer(
+        &shared,
+        &version,
+        &phone,
+        authorization.as_deref(),
+        &headers,
+        &parsed,
+    );
+    lock(&shared.requests).push(WaRequest {
+        path: format!("/{version}/{phone}/messages"),
+        authorization,
+        body: parsed,
+        status,
+    });
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    match answer {
+        Answer::Json(v) => (status, axum::Json(v)).into_response(),
+        Answer::Raw(text) => (status, text).into_response(),
+    }
+}
+
+enum Answer {
+    Json(Value),
+    Raw(String),
+}
+
+fn answer(
+    shared: &Shared,
+    version: &str,
+    phone: &str,
+    authorization: Option<&str>,
+    headers: &HeaderMap,
+    body: &Value,
+) -> (u16, Answer) {
+    let checked = check(shared, version, phone, authorization, headers, body);
+    if let Err((status, v)) = checked {
+        return (status, Answer::Json(v));
+    }
+    if let Some(scripted) = lock(&shared.script).pop_front() {
+        return match scripted {
+            Scripted::Raw(status, text) => (status, Answer::Raw(text)),
+            Scripted::Code(code) => {
+                let (status, title) = ERROR_ROWS
+                    .iter()
+                    .find(|(c, _, _)| *c == code)
+                    .map(|(_, s, t)| (*s, *t))
+                    .unwrap_or((400, "Unknown error"));
+                (status, Answer::Json(error_body(code, title)))
+            }
+        };
+    }
+    let n = shared.next_id.fetch_add(1, Ordering::Relaxed);
+    let to = body["to"].as_str().unwrap_or_default();
+    (
+        200,
+        Answer::Json(json!({
+            "messaging_product": "whatsapp",
+            "contacts": [{ "input": to, "wa_id": to.trim_start_matches('+') }],
+            "messages": [{ "id": format!("wamid.fake{n:08}"), "message_status": "accepted" }]
+        })),
+    )
+}
+
+/// Rejects what the real API would: auth first, then the phone number id, then the body.
+fn check(
+    shared: &Shared,
+    version: &str,
+    phone: &str,
+    authorization: Option<&str>,
+    headers: &HeaderMap,
+    body: &Value,
+) -> Result<(), (u16, Value)> {
+    let token = authorization.and_then(|a| a.strip_prefix("Bearer "));
+    if token != Some(shared.token.as_str()) {
+        return Err(error(
+            401,
+            190,
+            "Invalid OAuth access token - Cannot parse access token",
+        ));
+    }
+    if !version.starts_with('v') {
+        return Err(error(400, 100, "Unknown path components"));
+    }
+    if phone != shared.phone_number_id {
+        return Err(error(
+            400,
+            100,
+            "Unsupported post request. Object does not exist",
+        ));
+    }
+    let json_type = headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !json_type {
+        return Err(error(400, 100, "Content-Type must be application/json"));
+    }
+    let Some(obj) = body.as_object() else {
+        return Err(error(400, 100, "The request body is not a JSON object"));
+    };
+    const TOP: &[&str] = &[
+        "messaging_product",
+        "recipient_type",
+        "to",
+        "type",
+        "context",
+        "biz_opaque_callback_data",
+        "text",
+        "template",
+    ];
+    if let Some(unknown) = obj.keys().find(|k| !TOP.contains(&k.as_str())) {
+        return Err(error(
+            400,
+            100,
+            &format!("Param {unknown} is not a valid parameter"),
+        ));
+    }
+    if obj.get("messaging_product").and_then(Value::as_str) != Some("whatsapp") {
+        return Err(error(
+            400,
+            100,
+            "The parameter messaging_product is required and must be whatsapp",
+        ));
+    }
+    if let Some(rt) = obj.get("recipient_type") {
+        if !matches!(rt.as_str(), Some("individual" | "group")) {
+            return Err(error(
+                400,
+                100,
+                "Param recipient_type must be individual or group",
+            ));
+        }
+    }
+    match obj.get("to").and_then(Value::as_str) {
+        Some(to) if !to.is_empty() => {}
+        _ => return Err(error(400, 131008, "The parameter to is required")),
+    }
+    if let Some(data) = obj.get("biz_opaque_callback_data") {
+        match data.as_str() {
+            Some(s) if s.chars().count() <= 512 => {}
+            _ => {
+                return Err(error(
+                    400,
+                    100,
+                    "biz_opaque_callback_data must be a string of at most 512 characters",
+                ))
+            }
+        }
+    }
+    let kind = obj.get("type").and_then(Value::as_str).unwrap_or("text");
+    // The object named by `type` must be there, and no other message object.
+    for other in ["text", "template"] {
+        if other != kind && obj.contains_key(other) {
+            return Err(error(
+                400,
+                100,
+                &format!("Param {other} does not match type {kind}"),
+            ));
+        }
+    }
+    match kind {
+        "text" => {
+            let text = obj
+                .get("text")
+                .ok_or_else(|| error(400, 131008, "The parameter text is required"))?;
+            let Some(b) = text.get("body").and_then(Value::as_str) else {
+                return Err(error(400, 131008, "The parameter text['body'] is required"));
+            };
+            if b.is_empty() || b.chars().count() > 4096 {
+                return Err(error(
+                    400,
+                    100,
+                    "Param text['body'] must be 1 to 4096 characters",
+                ));
+            }
+            if text.get("preview_url").is_some_and(|p| !p.is_boolean()) {
+                return Err(error(
+                    400,
+                    100,
+                    "Param text['preview_url'] must be a boolean",
+                ));
+            }
+        }
+        "template" => {
+            let t = obj
+                .get("template")
+                .ok_or_else(|| error(400, 131008, "The parameter template is required"))?;
+            if t.get("name")
+                .and_then(Value::as_str)
+                .is_none_or(str::is_empty)
+            {
+                return Err(error(
+                    400,
+                    131008,
+                    "The parameter template['name'] is required",
+                ));
+            }
+            if t["language"]["code"].as_str().is_none_or(str::is_empty) {
+                return Err(error(
+                    400,
+                    131008,
+                    "The parameter template['language']['code'] is required",
+                ));
+            }
+            if let Some(components) = t.get("components") {
+                let Some(components) = components.as_array() else {
+                    return Err(error(
+                        400,
+                        100,
+                        "Param template['components'] must be an array",
+                    ));
+                };
+                for c in components {
+                    if !matches!(c["type"].as_str(), Some("header" | "body" | "button")) {
+                        return Err(error(
+                            400,
+                            100,
+                            "Param template['components'][]['type'] is invalid",
+                        ));
+                    }
+                    for p in c["parameters"].as_array().into_iter().flatten() {
+                        if p["type"].as_str() == Some("text")
+                            && p["text"].as_str().is_none_or(str::is_empty)
+                        {
+                            return Err(error(
+                                400,
+                                100,
+                                "Param text of a text parameter must not be empty",
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        other => {
+            return Err(error(
+                400,
+                131051,
+                &format!("Unsupported message type {other}"),
+            ))
+        }
+    }
+    Ok(())
+}
