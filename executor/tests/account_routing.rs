@@ -1,0 +1,241 @@
+//! `[accounts.*]` end to end: the config file's errors name their line, and a lease naming a
+//! `credentials_ref` goes to that account's sender through the real lease session (against a
+//! scripted scheduler), with unknown accounts reported ACCOUNT_UNAVAILABLE and WhatsApp's pair
+//! limit reported with rate_limit_scope RECIPIENT.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use herald_executor::{Config, ConfigError};
+use herald_proto::v1 as pb;
+use herald_proto::v1::lease_service_server::{LeaseService, LeaseServiceServer};
+use herald_tests::fakes::whatsapp::{FakeWhatsApp, Scripted};
+use pb::executor_message::Kind as Out;
+use pb::scheduler_message::Kind as In;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::{TcpListenerStream, UnboundedReceiverStream};
+use tonic::{Request, Response, Status, Streaming};
+
+fn line_of(err: &ConfigError) -> usize {
+    match err {
+        ConfigError::Invalid { line, .. } | ConfigError::Syntax { line, .. } => *line,
+        other => panic!("unexpected error {other}"),
+    }
+}
+
+#[test]
+fn bad_account_tables_name_the_line() {
+    let cases: &[(&str, usize, &str)] = &[
+        (
+            "[accounts.wa]\nsender = \"whatsapp_cloud\"\nphone_number_id = \"1\"\naccess_token = { env = \"NOPE\" }\n",
+            4,
+            "NOPE",
+        ),
+        (
+            "[accounts.wa]\nsender = \"whatsapp_cloud\"\nphone_number_id = \"1\"\naccess_token = \"t\"\n\ncorp_id = \"x\"\n",
+            6,
+            "`corp_id` is not used by the whatsapp_cloud sender",
+        ),
+        ("[accounts.x]\n\nsender = \"fax\"\n", 3, "unknown sender"),
+        (
+            "[accounts.w]\nsender = \"wecom\"\ncorp_id = \"c\"\ncorp_secret = \"s\"\nagent_id = 1\nmessage_type = \"video\"\n",
+            6,
+            "message_type",
+        ),
+        (
+            "[accounts.w]\nsender = \"wecom\"\ncorp_id = \"c\"\ncorp_secret = \"s\"\nagent_id = 1\nduplicate_check_interval = \"5h\"\n",
+            6,
+            "4h",
+        ),
+        (
+            "[accounts.w]\nsender = \"wecom\"\ncorp_id = \"c\"\ncorp_secret = { file = \"/nonexistent/secret\" }\nagent_id = 1\n",
+            4,
+            "cannot read secret file",
+        ),
+        (
+            "[accounts.r]\nsender = \"wecom_robot\"\nwebhook_key = \"k\"\nurl = \"https://x/\"\n",
+            4,
+            "not both",
+        ),
+        ("[accounts.w]\nsender = \"wecom\"\ncorp_id = \"c\"\nagent_id = 1\n", 1, "needs `corp_secret`"),
+        ("[accounts.w]\nsender = \"wecom\"\nagent_id = \n", 3, ""),
+        ("[accounts.wa]\nsender = \"whatsapp_cloud\"\ntoken = \"x\"\n", 3, "token"),
+    ];
+    for (src, line, needle) in cases {
+        let err = common::routes(src, &[]).expect_err(src);
+        assert_eq!(line_of(&err), *line, "{src}\n→ {err}");
+        assert!(
+            err.to_string()
+                .starts_with(&format!("executor.toml:{line}")),
+            "{err}"
+        );
+        assert!(err.to_string().contains(needle), "{err}");
+    }
+}
+
+#[test]
+fn secrets_stay_out_of_config_errors_and_debug() {
+    let src = "[accounts.wa]\nsender = \"whatsapp_cloud\"\nphone_number_id = \"1\"\naccess_token = \"EAA-literal-s3cret\"\napi_version = \"23\"\n";
+    let err = common::routes(src, &[]).unwrap_err();
+    assert!(!err.to_string().contains("s3cret"), "{err}");
+    let ok = common::routes(
+        "[accounts.wa]\nsender = \"whatsapp_cloud\"\nphone_number_id = \"1\"\naccess_token = \"EAA-literal-s3cret\"\n",
+        &[],
+    )
+    .unwrap();
+    assert_eq!(ok.accounts(), ["wa"]);
+    let debug = format!("{ok:?} {:?}", ok.account("wa").unwrap().sender);
+    assert!(!debug.contains("s3cret"), "{debug}");
+}
+
+struct Fake {
+    sessions: mpsc::UnboundedSender<(Streaming<pb::ExecutorMessage>, Outbox)>,
+}
+
+type Outbox = mpsc::UnboundedSender<Result<pb::SchedulerMessage, Status>>;
+
+#[tonic::async_trait]
+impl LeaseService for Fake {
+    type LeaseStream = UnboundedReceiverStream<Result<pb::SchedulerMessage, Status>>;
+
+    async fn lease(
+        &self,
+        request: Request<Streaming<pb::ExecutorMessage>>,
+    ) -> Result<Response<Self::LeaseStream>, Status> {
+        let (out, rx) = mpsc::unbounded_channel();
+        self.sessions
+            .send((request.into_inner(), out))
+            .map_err(|_| Status::unavailable("test over"))?;
+        Ok(Response::new(UnboundedReceiverStream::new(rx)))
+    }
+}
+
+async fn next(inbound: &mut Streaming<pb::ExecutorMessage>) -> Out {
+    loop {
+        let frame = tokio::time::timeout(Duration::from_secs(10), inbound.message())
+            .await
+            .expect("no frame within 10 s")
+            .expect("stream error")
+            .expect("stream closed");
+        match frame.kind.expect("empty frame") {
+            Out::Heartbeat(_) | Out::Credit(_) => continue,
+            kind => return kind,
+        }
+    }
+}
+
+fn lease(task_id: &str, credentials_ref: &str) -> pb::Lease {
+    pb::Lease {
+        task_id: task_id.into(),
+        attempt: 1,
+        queue: "whatever".into(),
+        recipient: "16505551234".into(),
+        content: Some(pb::Content {
+            body: Some(pb::content::Body::Text("hi".into())),
+        }),
+        idempotency_key: format!("idem-{task_id}"),
+        account_id: format!("id-{credentials_ref}"),
+        credentials_ref: credentials_ref.into(),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn leases_go_to_the_account_named_by_credentials_ref() {
+    let wa = FakeWhatsApp::start("1065", "tok").await.unwrap();
+    let routes = common::routes(
+        &format!(
+            "[accounts.wa]\nsender = \"whatsapp_cloud\"\nphone_number_id = \"1065\"\naccess_token = \"tok\"\nbase_url = \"{}\"\n",
+            wa.base_url()
+        ),
+        &[],
+    )
+    .unwrap();
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, mut sessions) = mpsc::unbounded_channel();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(LeaseServiceServer::new(Fake { sessions: tx }))
+            .serve_with_incoming(TcpListenerStream::new(listener)),
+    );
+    let mut config = Config::for_schedulers([format!("http://{addr}")]);
+    config.max_in_flight = 4;
+    let http = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    tokio::spawn(herald_executor::run(
+        config,
+        routes,
+        http,
+        std::future::pending(),
+    ));
+
+    let (mut inbound, out) = tokio::time::timeout(Duration::from_secs(10), sessions.recv())
+        .await
+        .expect("executor connects")
+        .unwrap();
+    let Out::Hello(hello) = next(&mut inbound).await else {
+        panic!("first frame is not Hello")
+    };
+    assert_eq!(hello.credentials_refs, ["wa"]);
+    assert!(hello.queues.is_empty(), "only accounts: every queue");
+    let send = |kind: In| {
+        out.send(Ok(pb::SchedulerMessage { kind: Some(kind) }))
+            .unwrap()
+    };
+    send(In::Welcome(pb::Welcome {
+        protocol_version: 1,
+        heartbeat_interval: Some(prost_types::Duration {
+            seconds: 10,
+            nanos: 0,
+        }),
+        lease_ttl: Some(prost_types::Duration {
+            seconds: 30,
+            nanos: 0,
+        }),
+        scheduler_id: "fake".into(),
+    }));
+
+    let mut report = async |l: pb::Lease| -> pb::AttemptResult {
+        send(In::Leases(pb::LeaseBatch { leases: vec![l] }));
+        let Out::Report(batch) = next(&mut inbound).await else {
+            panic!("expected a report")
+        };
+        let r = batch.results.into_iter().next().unwrap();
+        send(In::ReportAcks(pb::ReportAckBatch {
+            acks: vec![pb::ReportAck {
+                task_id: r.task_id.clone(),
+                attempt: r.attempt,
+                accepted: true,
+                state: 0,
+            }],
+        }));
+        r
+    };
+
+    let ok = report(lease("t-ok", "wa")).await;
+    assert_eq!(ok.outcome(), pb::OutcomeClass::Ok, "{ok:?}");
+    assert!(ok.provider_message_id.starts_with("wamid."), "{ok:?}");
+    assert_eq!(wa.requests()[0].body["biz_opaque_callback_data"], "t-ok");
+
+    wa.respond_next(Scripted::Code(131056));
+    let pair = report(lease("t-pair", "wa")).await;
+    assert_eq!(pair.outcome(), pb::OutcomeClass::RateLimited, "{pair:?}");
+    assert_eq!(pair.rate_limit_scope(), pb::RateLimitScope::Recipient);
+    assert!(pair.error.starts_with("[recipient] "), "{pair:?}");
+
+    wa.respond_next(Scripted::Code(130429));
+    let throughput = report(lease("t-thr", "wa")).await;
+    assert_eq!(throughput.rate_limit_scope(), pb::RateLimitScope::Account);
+
+    let unknown = report(lease("t-unknown", "elsewhere")).await;
+    assert_eq!(unknown.outcome(), pb::OutcomeClass::AccountUnavailable);
+    assert_eq!(
+        unknown.error,
+        "no credentials for account elsewhere in this executor"
+    );
+    assert_eq!(wa.requests().len(), 3);
+}
