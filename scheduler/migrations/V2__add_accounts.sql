@@ -152,10 +152,14 @@ $$;
 -- Reserves capacity on accounts for a claim, atomically per account row: each account grants at
 -- most its account_room at p_now and records what it granted. Concurrent claims on other
 -- sessions or replicas serialise on the account row, so together they can never grant more
--- than the limits. p_now is a parameter so tests can drive the clock (across midnight, say).
+-- than the limits. Time is read after the row lock is taken (clock_timestamp(), not the
+-- transaction's start), so reservations on one account happen in clock order and the bucket's
+-- clock never runs backwards; tests pass p_now to drive the clock (across midnight, say).
+-- out_at is the reservation's time: the lease's grant time.
 CREATE FUNCTION herald.reserve_capacity(
-    p_namespace text, p_ids text[], p_high integer[], p_low integer[], p_now timestamptz
-) RETURNS TABLE (out_account text, out_high integer, out_low integer)
+    p_namespace text, p_ids text[], p_high integer[], p_low integer[],
+    p_now timestamptz DEFAULT NULL
+) RETURNS TABLE (out_account text, out_high integer, out_low integer, out_at timestamptz)
 LANGUAGE plpgsql AS $$
 DECLARE
     a herald.accounts%ROWTYPE;
@@ -163,6 +167,7 @@ DECLARE
     i integer;
     v_high integer;
     v_low integer;
+    v_now timestamptz;
 BEGIN
     -- Callers pass ids sorted, so concurrent claims lock account rows in one order.
     FOR i IN 1 .. coalesce(array_length(p_ids, 1), 0) LOOP
@@ -172,14 +177,15 @@ BEGIN
         IF NOT FOUND THEN
             CONTINUE;
         END IF;
-        r := herald.account_room(a, p_now);
+        v_now := greatest(coalesce(p_now, clock_timestamp()), a.tokens_at);
+        r := herald.account_room(a, v_now);
         v_low := greatest(0, least(p_low[i], r.room_low));
         v_high := greatest(0, least(p_high[i], r.room - v_low));
         UPDATE herald.accounts SET
             tokens = r.tokens - (v_high + v_low),
-            tokens_at = p_now,
+            tokens_at = v_now,
             in_flight = a.in_flight + v_high + v_low,
-            day = (p_now AT TIME ZONE a.time_zone)::date,
+            day = (v_now AT TIME ZONE a.time_zone)::date,
             day_count = r.day_used + v_high + v_low,
             state = CASE WHEN r.reopen THEN 'active'::herald.account_state ELSE a.state END,
             state_reason = CASE WHEN r.reopen THEN 'offline cool-down over'
@@ -188,6 +194,7 @@ BEGIN
         out_account := a.id;
         out_high := v_high;
         out_low := v_low;
+        out_at := v_now;
         RETURN NEXT;
     END LOOP;
 END
@@ -202,7 +209,7 @@ $$;
 CREATE FUNCTION herald.account_feedback(
     p_namespace text, p_ids text[], p_released integer[], p_refund integer[], p_ok integer[],
     p_rate_limited integer[], p_retry_after_ms bigint[], p_unavailable integer[],
-    p_reason text[], p_now timestamptz
+    p_reason text[], p_now timestamptz DEFAULT NULL
 ) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -214,6 +221,7 @@ DECLARE
     v_reason text;
     v_changed_at timestamptz;
     v_freed boolean := false;
+    v_now timestamptz;
 BEGIN
     FOR i IN 1 .. coalesce(array_length(p_ids, 1), 0) LOOP
         SELECT * INTO a FROM herald.accounts
@@ -222,13 +230,15 @@ BEGIN
         IF NOT FOUND THEN
             CONTINUE;
         END IF;
+        -- As in reserve_capacity: the clock after the lock, never behind the bucket's.
+        v_now := greatest(coalesce(p_now, clock_timestamp()), a.tokens_at);
         IF a.max_in_flight IS NOT NULL AND a.in_flight >= a.max_in_flight
            AND p_released[i] > 0 THEN
             v_freed := true;
         END IF;
         -- Settle the bucket at the old rate before the rate changes.
         v_tokens := least(a.burst::double precision,
-                          a.tokens + greatest(extract(epoch FROM p_now - a.tokens_at), 0)
+                          a.tokens + greatest(extract(epoch FROM v_now - a.tokens_at), 0)
                                      * a.effective_rate);
         v_rate := a.effective_rate;
         v_streak := a.success_streak;
@@ -240,36 +250,36 @@ BEGIN
             v_tokens := least(v_tokens, 0);
             v_reason := format('halved to %s/s after the provider answered RATE_LIMITED',
                                round(v_rate::numeric, 3));
-            v_changed_at := p_now;
+            v_changed_at := v_now;
         ELSIF p_ok[i] > 0 THEN
             v_streak := a.success_streak + p_ok[i];
             IF v_rate < a.rate_per_sec AND v_streak >= a.recovery_successes THEN
                 v_rate := least(a.rate_per_sec, v_rate + a.rate_per_sec * 0.25);
                 v_reason := format('raised to %s/s after %s successes',
                                    round(v_rate::numeric, 3), v_streak);
-                v_changed_at := p_now;
+                v_changed_at := v_now;
                 v_streak := 0;
             END IF;
         END IF;
         UPDATE herald.accounts SET
             in_flight = greatest(0, a.in_flight - p_released[i]),
-            day_count = CASE WHEN a.day = (p_now AT TIME ZONE a.time_zone)::date
+            day_count = CASE WHEN a.day = (v_now AT TIME ZONE a.time_zone)::date
                              THEN greatest(0, a.day_count - p_refund[i]) ELSE a.day_count END,
             tokens = v_tokens,
-            tokens_at = p_now,
+            tokens_at = v_now,
             effective_rate = v_rate,
             success_streak = v_streak,
             rate_reason = v_reason,
             rate_changed_at = v_changed_at,
             throttled_until = CASE
                 WHEN p_rate_limited[i] > 0 AND p_retry_after_ms[i] > 0
-                THEN greatest(coalesce(a.throttled_until, p_now),
-                              p_now + p_retry_after_ms[i] * interval '1 millisecond')
+                THEN greatest(coalesce(a.throttled_until, v_now),
+                              v_now + p_retry_after_ms[i] * interval '1 millisecond')
                 ELSE a.throttled_until END,
             state = CASE WHEN p_unavailable[i] > 0 AND a.state <> 'paused'
                          THEN 'offline'::herald.account_state ELSE a.state END,
             offline_until = CASE WHEN p_unavailable[i] > 0 AND a.state <> 'paused'
-                                 THEN p_now + a.offline_cooldown_ms * interval '1 millisecond'
+                                 THEN v_now + a.offline_cooldown_ms * interval '1 millisecond'
                                  ELSE a.offline_until END,
             state_reason = CASE WHEN p_unavailable[i] > 0 AND a.state <> 'paused'
                                 THEN coalesce(p_reason[i], 'ACCOUNT_UNAVAILABLE')

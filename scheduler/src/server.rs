@@ -117,7 +117,9 @@ pub async fn run(
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<TaskServiceServer<TaskApi>>().await;
     health.set_serving::<LeaseServiceServer<LeaseApi>>().await;
-    health.set_serving::<AccountServiceServer<AccountApi>>().await;
+    health
+        .set_serving::<AccountServiceServer<AccountApi>>()
+        .await;
     health
         .set_service_status("", tonic_health::ServingStatus::Serving)
         .await;

@@ -81,7 +81,10 @@ fn account_spec(a: &pb::Account, path: &str, v: &mut Violations) -> Option<Accou
         a.credentials_ref.clone()
     };
     if credentials_ref.len() > 128 || credentials_ref.chars().any(char::is_control) {
-        v.add(f("credentials_ref"), "must be at most 128 printable characters");
+        v.add(
+            f("credentials_ref"),
+            "must be at most 128 printable characters",
+        );
     }
     let state = match pb::AccountState::try_from(a.state) {
         Ok(pb::AccountState::Unspecified) | Ok(pb::AccountState::Active) => AccountState::Active,
@@ -117,9 +120,14 @@ fn account_limits(l: &pb::AccountLimits, path: &str, v: &mut Violations) -> Opti
     let before = v.0.len();
     let f = |name: &str| format!("{path}.{name}");
     if !(l.rate_per_second > 0.0 && l.rate_per_second <= 10_000.0) {
-        v.add(f("rate_per_second"), "must be greater than 0 and at most 10000");
+        v.add(
+            f("rate_per_second"),
+            "must be greater than 0 and at most 10000",
+        );
     }
-    let burst = l.burst.unwrap_or_else(|| (l.rate_per_second.ceil() as i32).max(1));
+    let burst = l
+        .burst
+        .unwrap_or_else(|| (l.rate_per_second.ceil() as i32).max(1));
     if !(1..=100_000).contains(&burst) {
         v.add(f("burst"), "must be between 1 and 100000");
     }

@@ -125,9 +125,10 @@ impl TaskApi {
         let mut v = Violations::default();
         for (i, t) in tasks.iter().enumerate() {
             match &t.target {
-                Target::Pool(p) if !found_pools.contains(p) => {
-                    v.add(format!("{}.pool", path(i)), format!("pool {p} does not exist"))
-                }
+                Target::Pool(p) if !found_pools.contains(p) => v.add(
+                    format!("{}.pool", path(i)),
+                    format!("pool {p} does not exist"),
+                ),
                 Target::Account(a) if !found_accounts.contains(a) => v.add(
                     format!("{}.account_id", path(i)),
                     format!("account {a} does not exist"),

@@ -81,7 +81,7 @@ impl Store {
                      high_priority_min, adaptive_floor, recovery_successes, offline_cooldown_ms,
                      effective_rate, tokens)
                  VALUES ($1, $2, $3, $4, $5, $6, $7::text::herald.account_state, $8, $9, $10,
-                         $11, $12, $13, $14, $15, $16, $17, $18, $19, $8, $9::float8)",
+                         $11, $12, $13, $14, $15, $16, $17, $18, $19, $8, $20)",
                 &[
                     &namespace,
                     &spec.id,
@@ -102,6 +102,8 @@ impl Store {
                     &l.adaptive_floor,
                     &l.recovery_successes,
                     &l.offline_cooldown_ms,
+                    // The bucket starts full.
+                    &f64::from(l.burst),
                 ],
             )
             .await
@@ -154,7 +156,8 @@ impl Store {
                                         ELSE 'configured rate' END,
                      rate_changed_at = CASE WHEN rate_per_sec = $8 THEN rate_changed_at
                                             ELSE now() END,
-                     rate_per_sec = $8, burst = $9, tokens = least(tokens, $9::float8),
+                     rate_per_sec = $8, burst = $9,
+                     tokens = least(tokens, CAST(CAST($9 AS integer) AS float8)),
                      daily_cap = $10, max_in_flight = $11, recipient_interval_ms = $12,
                      quiet_start = $13, quiet_end = $14, high_priority_reserve = $15,
                      high_priority_min = $16, adaptive_floor = $17, recovery_successes = $18,
@@ -448,7 +451,7 @@ pub(crate) async fn apply_feedback(
     let reasons: Vec<Option<&str>> = f.iter().map(|x| x.reason.as_deref()).collect();
     let row = client
         .query_one(
-            "SELECT herald.account_feedback($1, $2, $3, $4, $5, $6, $7, $8, $9, now())",
+            "SELECT herald.account_feedback($1, $2, $3, $4, $5, $6, $7, $8, $9)",
             &[
                 &namespace,
                 &ids,

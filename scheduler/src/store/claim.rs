@@ -357,40 +357,8 @@ impl Store {
             usize::try_from(req.limit).unwrap_or(usize::MAX),
         );
 
-        // Record recipient sends where the account spaces them; a pair another claim just took
-        // comes back refused and its task is dropped.
-        let spaced: HashSet<&str> = accounts
-            .iter()
-            .filter(|a| a.has_recipient_interval)
-            .map(|a| a.id.as_str())
-            .collect();
-        let marks: Vec<(&str, &str)> = assigned
-            .iter()
-            .filter_map(|a| a.account.as_deref().map(|acc| (acc, a.recipient.as_str())))
-            .filter(|(acc, _)| spaced.contains(acc))
-            .collect();
-        if !marks.is_empty() {
-            let (ids, recips): (Vec<&str>, Vec<&str>) = marks.iter().copied().unzip();
-            let stmt = tx
-                .prepare_cached(include_str!("queries/mark_recipients.sql"))
-                .await
-                .map_err(StoreError::query("preparing recipient marks"))?;
-            let accepted: HashSet<(String, String)> = tx
-                .query(&stmt, &[&req.namespace, &ids, &recips])
-                .await
-                .map_err(StoreError::query("recording recipient sends"))?
-                .iter()
-                .map(|r| (r.get(0), r.get(1)))
-                .collect();
-            assigned.retain(|a| match a.account.as_deref() {
-                Some(acc) if spaced.contains(acc) => {
-                    accepted.contains(&(acc.to_string(), a.recipient.clone()))
-                }
-                _ => true,
-            });
-        }
-
         // Reserve capacity; accounts grant at most their room at this instant.
+        let mut reserved_at: HashMap<String, DateTime<Utc>> = HashMap::new();
         let mut wanted: BTreeMap<&str, (i32, i32)> = BTreeMap::new();
         for a in &assigned {
             if let Some(acc) = a.account.as_deref() {
@@ -406,17 +374,19 @@ impl Store {
             let ids: Vec<&str> = wanted.keys().copied().collect();
             let highs: Vec<i32> = wanted.values().map(|w| w.0).collect();
             let lows: Vec<i32> = wanted.values().map(|w| w.1).collect();
-            let mut granted: HashMap<String, (i32, i32)> = tx
+            let rows = tx
                 .query(
-                    "SELECT out_account, out_high, out_low
-                     FROM herald.reserve_capacity($1, $2, $3, $4, now())",
+                    "SELECT out_account, out_high, out_low, out_at
+                     FROM herald.reserve_capacity($1, $2, $3, $4)",
                     &[&req.namespace, &ids, &highs, &lows],
                 )
                 .await
-                .map_err(StoreError::query("reserving account capacity"))?
-                .iter()
-                .map(|r| (r.get(0), (r.get(1), r.get(2))))
-                .collect();
+                .map_err(StoreError::query("reserving account capacity"))?;
+            let mut granted: HashMap<String, (i32, i32)> = HashMap::new();
+            for r in &rows {
+                granted.insert(r.get(0), (r.get(1), r.get(2)));
+                reserved_at.insert(r.get(0), r.get(3));
+            }
             assigned.retain(|a| match a.account.as_deref() {
                 None => true,
                 Some(acc) => match granted.get_mut(acc) {
@@ -434,15 +404,75 @@ impl Store {
             });
         }
 
+        // Record recipient sends where the account spaces them, at the reservation's instant
+        // (reservations on one account are serialised by its row lock, so these times are in
+        // order); a pair another claim just took comes back refused, its task is dropped and
+        // its account slot given back.
+        let spaced: HashSet<&str> = accounts
+            .iter()
+            .filter(|a| a.has_recipient_interval)
+            .map(|a| a.id.as_str())
+            .collect();
+        let marks: Vec<(&str, &str, DateTime<Utc>)> = assigned
+            .iter()
+            .filter_map(|a| {
+                let acc = a.account.as_deref()?;
+                let at = reserved_at.get(acc)?;
+                spaced
+                    .contains(acc)
+                    .then_some((acc, a.recipient.as_str(), *at))
+            })
+            .collect();
+        if !marks.is_empty() {
+            let ids: Vec<&str> = marks.iter().map(|m| m.0).collect();
+            let recips: Vec<&str> = marks.iter().map(|m| m.1).collect();
+            let times: Vec<DateTime<Utc>> = marks.iter().map(|m| m.2).collect();
+            let stmt = tx
+                .prepare_cached(include_str!("queries/mark_recipients.sql"))
+                .await
+                .map_err(StoreError::query("preparing recipient marks"))?;
+            let accepted: HashSet<(String, String)> = tx
+                .query(&stmt, &[&req.namespace, &ids, &recips, &times])
+                .await
+                .map_err(StoreError::query("recording recipient sends"))?
+                .iter()
+                .map(|r| (r.get(0), r.get(1)))
+                .collect();
+            let mut refused: Vec<String> = Vec::new();
+            assigned.retain(|a| match a.account.as_deref() {
+                Some(acc) if spaced.contains(acc) => {
+                    let keep = accepted.contains(&(acc.to_string(), a.recipient.clone()));
+                    if !keep {
+                        refused.push(acc.to_string());
+                    }
+                    keep
+                }
+                _ => true,
+            });
+            super::leases::release_slots(&tx, &refused, true).await?;
+        }
+
         let ids: Vec<Uuid> = assigned.iter().map(|a| a.id).collect();
         let account_ids: Vec<Option<&str>> =
             assigned.iter().map(|a| a.account.as_deref()).collect();
+        // A routed lease is granted at its reservation's instant; the rest at the lease's.
+        let granted_at: Vec<Option<DateTime<Utc>>> = assigned
+            .iter()
+            .map(|a| {
+                a.account
+                    .as_ref()
+                    .and_then(|acc| reserved_at.get(acc).copied())
+            })
+            .collect();
         let stmt = tx
             .prepare_cached(include_str!("queries/lease_assigned.sql"))
             .await
             .map_err(StoreError::query("preparing lease"))?;
         let rows = tx
-            .query(&stmt, &[&ids, &account_ids, &req.executor_id, &ttl_ms])
+            .query(
+                &stmt,
+                &[&ids, &account_ids, &req.executor_id, &ttl_ms, &granted_at],
+            )
             .await
             .map_err(StoreError::query("leasing assigned tasks"))?;
         tx.commit()

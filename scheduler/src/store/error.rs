@@ -9,7 +9,7 @@ pub enum StoreError {
     #[error("database unavailable: {0}")]
     Pool(#[from] deadpool_postgres::PoolError),
     /// A statement failed.
-    #[error("database error while {context}: {source}")]
+    #[error("database error while {context}: {}", detail(source))]
     Query {
         /// What the store was doing.
         context: &'static str,
@@ -64,5 +64,16 @@ impl StoreError {
             self.sql_state(),
             Some(c) if *c == SqlState::T_R_SERIALIZATION_FAILURE || *c == SqlState::T_R_DEADLOCK_DETECTED
         )
+    }
+}
+
+/// The server's message when there is one: tokio-postgres's own Display only says "db error".
+fn detail(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => match db.detail() {
+            Some(d) => format!("{} ({}: {d})", db.message(), db.code().code()),
+            None => format!("{} ({})", db.message(), db.code().code()),
+        },
+        None => e.to_string(),
     }
 }

@@ -1,13 +1,15 @@
--- Leases the tasks a routed claim assigned, each with its account (NULL: sent by queue).
+-- Leases the tasks a routed claim assigned, each with its account (NULL: sent by queue) and
+-- the instant its account's capacity was reserved (the grant time the limits were checked at).
 UPDATE herald.tasks t
 SET state = 'leased',
     lease_count = t.lease_count + 1,
     executor_id = $3,
-    leased_at = now(),
-    lease_expires_at = now() + $4::bigint * interval '1 millisecond',
+    leased_at = COALESCE(a.granted_at, clock_timestamp()),
+    lease_expires_at = COALESCE(a.granted_at, clock_timestamp())
+                       + $4::bigint * interval '1 millisecond',
     account_id = COALESCE(a.account_id, t.account_id),
     updated_at = now()
-FROM unnest($1::uuid[], $2::text[]) AS a(id, account_id)
+FROM unnest($1::uuid[], $2::text[], $5::timestamptz[]) AS a(id, account_id, granted_at)
 WHERE t.id = a.id AND t.state = 'scheduled'
 RETURNING t.id, t.lease_count, t.queue, t.recipient, t.content,
           COALESCE(t.idempotency_key, t.id::text), t.run_at, t.leased_at, t.lease_expires_at,
