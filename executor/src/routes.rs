@@ -12,7 +12,7 @@
 //! concurrency = 64                   # optional: sends at once on this queue
 //!
 //! [default]                          # optional: the sender for every other queue
-//! sender = "log"
+//! sender = "log"                     # or "noop": succeeds silently (benchmarks)
 //!
 //! [accounts.wa-main]                 # leases whose credentials_ref is "wa-main"
 //! sender = "whatsapp_cloud"          # or "wecom", "wecom_robot", "webhook", "log"
@@ -32,7 +32,7 @@ use toml::Spanned;
 
 use crate::credentials::SecretRef;
 use crate::senders::webhook::{http_client, SigningKey, WebhookSender};
-use crate::senders::{layered, log::LogSender, BoxSender, RouteLimits};
+use crate::senders::{layered, log::LogSender, noop::NoopSender, BoxSender, RouteLimits};
 
 /// A bad config file. Messages name the file and the line.
 #[derive(Debug, thiserror::Error)]
@@ -354,26 +354,30 @@ impl Builder<'_> {
             }
         };
         let sender = match q.sender.get_ref().as_str() {
-            "log" => {
-                for (name, span) in [
+            name @ ("log" | "noop") => {
+                for (field, span) in [
                     ("url", q.url.as_ref().map(|u| u.span())),
                     ("secret", q.secret.as_ref().map(|s| s.span())),
                 ] {
                     if let Some(span) = span {
                         return Err(self.invalid(
                             span,
-                            format!("queue {queue}: `{name}` is not used by the log sender"),
+                            format!("queue {queue}: `{field}` is not used by the {name} sender"),
                         ));
                     }
                 }
-                LogSender::boxed()
+                if name == "log" {
+                    LogSender::boxed()
+                } else {
+                    NoopSender::boxed()
+                }
             }
             "webhook" => self.webhook(queue, spec)?,
             other => {
                 return Err(self.invalid(
                     q.sender.span(),
                     format!(
-                        "queue {queue}: unknown sender {other:?} (expected \"log\" or \"webhook\")"
+                        "queue {queue}: unknown sender {other:?} (expected \"log\", \"noop\" or \"webhook\")"
                     ),
                 ))
             }
@@ -506,6 +510,44 @@ secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
             })
             .get("anything")
             .is_none());
+    }
+
+    #[tokio::test]
+    async fn noop_sender_succeeds_and_takes_no_url() {
+        use tower::{Service, ServiceExt};
+
+        let routes = parse("[default]\nsender = \"noop\"\n", &[]).unwrap();
+        let mut sender = routes
+            .build(RouteLimits {
+                timeout: Duration::from_secs(1),
+                concurrency: 1,
+            })
+            .get("q")
+            .unwrap();
+        let request = crate::senders::SendRequest {
+            task_id: "t".into(),
+            attempt: 1,
+            queue: "q".into(),
+            recipient: "r".into(),
+            content: crate::senders::Content::Text("hi".into()),
+            idempotency_key: "k".into(),
+            labels: Default::default(),
+            run_at: None,
+            leased_at: None,
+            attempts_before: 0,
+            max_attempts: 1,
+            account_id: String::new(),
+            credentials_ref: String::new(),
+        };
+        let receipt = sender.ready().await.unwrap().call(request).await.unwrap();
+        assert_eq!(receipt, crate::senders::SendReceipt::default());
+
+        let err = parse("[default]\nsender = \"noop\"\nurl = \"http://x\"\n", &[])
+            .err()
+            .unwrap();
+        let (line, message) = invalid_line(err);
+        assert_eq!(line, 3);
+        assert!(message.contains("not used by the noop sender"), "{message}");
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 pub mod limiter;
 pub mod log;
+pub mod noop;
 pub mod webhook;
 pub mod wecom;
 pub mod whatsapp;

@@ -1,0 +1,118 @@
+//! herald-bench: measures herald end to end on one machine and, in the same run and on the same
+//! PostgreSQL cluster, what plain SQL achieves for the same work, so every figure can be read as
+//! a fraction of what the database allows here.
+//!
+//! Scenarios (see `docs/performance.md`):
+//! - **S1 drain**: tasks due now, created before the executor connects; tasks/s until all are
+//!   SUCCEEDED. Baseline: claim with `FOR UPDATE SKIP LOCKED` and complete in large batches.
+//! - **S2 enqueue**: tasks/s through `CreateTasks` from concurrent clients. Baseline: `COPY`.
+//! - **S3 precision**: tasks spread over a window with the executor idle and waiting; lateness
+//!   of the lease grant and of the send start against `run_at`, and how many fired early.
+//! - **S4 scale**: claim latency and scheduler RSS with many future tasks in the table.
+//!
+//! Every scenario gets a fresh database ([`herald_tests::TestDb`]) and its own scheduler and
+//! executor processes (the real release binaries, the executor with the `noop` sender).
+
+mod report;
+mod scenarios;
+mod sql;
+mod stack;
+
+use std::time::Duration;
+
+use anyhow::Result;
+
+pub use report::{Report, Row};
+
+/// Which scenarios to run and how big.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Run S1 (and its baseline).
+    pub s1: bool,
+    /// Run S2 (and its baseline).
+    pub s2: bool,
+    /// Run S3.
+    pub s3: bool,
+    /// Run S4.
+    pub s4: bool,
+    /// S1: tasks to drain.
+    pub drain_tasks: usize,
+    /// S2: tasks to create.
+    pub enqueue_tasks: usize,
+    /// S2: concurrent clients.
+    pub enqueue_clients: usize,
+    /// S2: tasks per CreateTasks call (at most 1000).
+    pub enqueue_batch: usize,
+    /// S3: tasks spread over the window.
+    pub precision_tasks: usize,
+    /// S3: the window.
+    pub precision_window: Duration,
+    /// S4: table sizes (future tasks), ascending.
+    pub scale_sizes: Vec<u64>,
+    /// S4: due tasks drained at each size.
+    pub scale_due: usize,
+    /// S4: how many times the claim statement is timed at each size.
+    pub scale_probes: usize,
+    /// The executor's credit (HERALD_MAX_IN_FLIGHT).
+    pub max_in_flight: u32,
+    /// The scheduler's claim batch (HERALD_CLAIM_BATCH).
+    pub claim_batch: u32,
+    /// Plain-SQL baseline: concurrent drain workers.
+    pub baseline_workers: usize,
+}
+
+impl Options {
+    /// The sizes the issue asks for: 50k drain, 200k enqueue, 2,000 tasks over 20 s, 1M and 10M.
+    pub fn full() -> Self {
+        Options {
+            s1: true,
+            s2: true,
+            s3: true,
+            s4: true,
+            drain_tasks: 50_000,
+            enqueue_tasks: 200_000,
+            enqueue_clients: 4,
+            enqueue_batch: 1_000,
+            precision_tasks: 2_000,
+            precision_window: Duration::from_secs(20),
+            scale_sizes: vec![1_000_000, 10_000_000],
+            scale_due: 20_000,
+            scale_probes: 50,
+            max_in_flight: 2_048,
+            claim_batch: 512,
+            baseline_workers: 2,
+        }
+    }
+
+    /// Small sizes that run in seconds: for a smoke test or a first look (figures are noisy).
+    pub fn quick() -> Self {
+        Options {
+            drain_tasks: 2_000,
+            enqueue_tasks: 4_000,
+            precision_tasks: 100,
+            precision_window: Duration::from_secs(2),
+            scale_sizes: vec![10_000, 100_000],
+            scale_due: 1_000,
+            scale_probes: 10,
+            ..Self::full()
+        }
+    }
+}
+
+/// Runs the selected scenarios and returns the report.
+pub async fn run(opts: &Options) -> Result<Report> {
+    let mut report = Report::new(opts);
+    if opts.s1 {
+        scenarios::drain(opts, &mut report).await?;
+    }
+    if opts.s2 {
+        scenarios::enqueue(opts, &mut report).await?;
+    }
+    if opts.s3 {
+        scenarios::precision(opts, &mut report).await?;
+    }
+    if opts.s4 {
+        scenarios::scale(opts, &mut report).await?;
+    }
+    Ok(report)
+}

@@ -1,0 +1,462 @@
+//! The four scenarios. Each starts from a fresh database with its own scheduler (and executor),
+//! so one scenario's leftovers cannot slow the next.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{Context, Result};
+use herald_proto::v1::{task_spec, CreateTasksRequest, TaskSpec};
+use herald_tests::{connect_tasks, task_spec, TestDb};
+use tokio_postgres::Client;
+
+use crate::report::Report;
+use crate::sql::{self, percentiles, QUEUE};
+use crate::stack::{self, RssSampler};
+use crate::Options;
+
+/// Longest any scenario may wait for its tasks.
+const WAIT_LIMIT: Duration = Duration::from_secs(600);
+
+/// Creates `n` tasks through CreateTasks from `clients` concurrent clients, `batch` per call;
+/// `when(i)` sets task i's due time (None: due now). Returns the elapsed time.
+async fn create_via_api(
+    url: &str,
+    n: usize,
+    clients: usize,
+    batch: usize,
+    when: Arc<dyn Fn(usize) -> Option<task_spec::When> + Send + Sync>,
+) -> Result<Duration> {
+    let clients = clients.max(1);
+    let mut conns = Vec::with_capacity(clients);
+    for _ in 0..clients {
+        conns.push(connect_tasks(url).await?);
+    }
+    let started = Instant::now();
+    let mut handles = Vec::with_capacity(clients);
+    for (c, mut client) in conns.into_iter().enumerate() {
+        let when = when.clone();
+        handles.push(tokio::spawn(async move {
+            // Client c takes batches c, c + clients, c + 2 * clients, ...
+            let mut first = c * batch;
+            while first < n {
+                let last = (first + batch).min(n);
+                let tasks: Vec<TaskSpec> = (first..last)
+                    .map(|i| {
+                        let mut spec =
+                            task_spec(QUEUE, &format!("recipient-{i}"), "benchmark message");
+                        spec.when = when(i);
+                        spec
+                    })
+                    .collect();
+                client
+                    .create_tasks(CreateTasksRequest { tasks })
+                    .await
+                    .context("CreateTasks")?;
+                first += clients * batch;
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for h in handles {
+        h.await??;
+    }
+    Ok(started.elapsed())
+}
+
+/// S1: tasks due now, created before the executor connects; tasks/s until all SUCCEEDED.
+pub(crate) async fn drain(opts: &Options, report: &mut Report) -> Result<()> {
+    let n = opts.drain_tasks;
+
+    // Baseline first, on its own database of the same cluster and schema.
+    let base_db = TestDb::new().await?;
+    drop(stack::scheduler(&base_db, opts).await?); // applies the migrations
+    let base = sql::connect(base_db.url()).await?;
+    sql::copy_tasks(&base, n, Duration::ZERO).await?;
+    base.batch_execute("VACUUM ANALYZE herald.tasks").await?;
+    let baseline = sql::baseline_drain(
+        base_db.url(),
+        opts.baseline_workers,
+        i64::from(opts.claim_batch),
+        n,
+    )
+    .await?;
+    drop(base);
+    drop(base_db);
+
+    let db = TestDb::new().await?;
+    let scheduler = stack::scheduler(&db, opts).await?;
+    let rss = RssSampler::start(stack::pid(&scheduler)?);
+    create_via_api(&scheduler.grpc_url(), n, 4, 1000, Arc::new(|_| None)).await?;
+    let client = db.connect().await?;
+    client.batch_execute("VACUUM ANALYZE herald.tasks").await?;
+
+    let started = Instant::now();
+    let executor = stack::executor(&scheduler, opts).await?;
+    let spawn = started.elapsed();
+    stack::wait_succeeded(&client, n as i64, Duration::ZERO, WAIT_LIMIT).await?;
+    let wall = started.elapsed();
+    // The drain itself, on the database clock: first grant to last completion.
+    let window: f64 = client
+        .query_one(
+            "SELECT extract(epoch FROM max(finished_at) - min(leased_at))::float8
+             FROM herald.tasks",
+            &[],
+        )
+        .await?
+        .get(0);
+    let rate = n as f64 / window;
+    report.add_vs("S1 drain", "tasks/s", rate, baseline, 0.5);
+    report.add(
+        "S1 drain",
+        "tasks/s incl. executor start",
+        n as f64 / wall.as_secs_f64(),
+        "",
+        None,
+    );
+    report.add(
+        "S1 drain",
+        "scheduler peak RSS (MiB)",
+        rss.peak_mib(),
+        "< 150 MiB",
+        Some(rss.peak_mib() < 150.0),
+    );
+    report.note(format!(
+        "S1: {n} tasks drained in {window:.2} s (database clock; executor started in {spawn:.2?}, \
+         wall {wall:.2?}); baseline {baseline:.0} tasks/s with {} workers",
+        opts.baseline_workers
+    ));
+    stack::stop_executor(executor).await?;
+    Ok(())
+}
+
+/// S2: tasks/s through CreateTasks batches from concurrent clients, against COPY.
+pub(crate) async fn enqueue(opts: &Options, report: &mut Report) -> Result<()> {
+    let n = opts.enqueue_tasks;
+
+    let base_db = TestDb::new().await?;
+    drop(stack::scheduler(&base_db, opts).await?);
+    let baseline = sql::baseline_copy(base_db.url(), opts.enqueue_clients, n).await?;
+    drop(base_db);
+
+    let db = TestDb::new().await?;
+    let scheduler = stack::scheduler(&db, opts).await?;
+    let rss = RssSampler::start(stack::pid(&scheduler)?);
+    // Due in an hour: nothing is dispatched meanwhile, only the create path is measured.
+    let when = Arc::new(|_| {
+        Some(task_spec::When::Delay(prost_types::Duration {
+            seconds: 3600,
+            nanos: 0,
+        }))
+    });
+    let elapsed = create_via_api(
+        &scheduler.grpc_url(),
+        n,
+        opts.enqueue_clients,
+        opts.enqueue_batch,
+        when,
+    )
+    .await?;
+    let rate = n as f64 / elapsed.as_secs_f64();
+    report.add_vs("S2 enqueue", "tasks/s", rate, baseline, 0.3);
+    report.add(
+        "S2 enqueue",
+        "scheduler peak RSS (MiB)",
+        rss.peak_mib(),
+        "< 150 MiB",
+        Some(rss.peak_mib() < 150.0),
+    );
+    report.note(format!(
+        "S2: {n} tasks by {} clients in batches of {} in {elapsed:.2?}; baseline: {} concurrent COPYs",
+        opts.enqueue_clients, opts.enqueue_batch, opts.enqueue_clients
+    ));
+    Ok(())
+}
+
+/// Lateness of the lease grant and of the send start against run_at, in ms, for every task
+/// created at or after `since` (database clock) that succeeded: (grant, send start).
+async fn lateness(client: &Client, since: SystemTime) -> Result<(Vec<f64>, Vec<f64>)> {
+    let rows = client
+        .query(
+            "SELECT extract(epoch FROM a.leased_at - t.run_at)::float8 * 1000,
+                    extract(epoch FROM a.started_at - t.run_at)::float8 * 1000
+             FROM herald.tasks t
+             JOIN herald.attempts a ON a.task_id = t.id AND a.attempt = t.lease_count
+             WHERE t.finished_at IS NOT NULL AND t.state = 'succeeded' AND t.created_at >= $1",
+            &[&since],
+        )
+        .await?;
+    let grant = rows.iter().map(|r| r.get::<_, f64>(0)).collect();
+    let start = rows
+        .iter()
+        .filter_map(|r| r.get::<_, Option<f64>>(1))
+        .collect();
+    Ok((grant, start))
+}
+
+/// Creates `n` tasks spread evenly over `window`, starting `lead` from now, through the API.
+async fn spread(url: &str, n: usize, lead: Duration, window: Duration) -> Result<()> {
+    let first = SystemTime::now() + lead;
+    let step = window.as_secs_f64() / n.max(1) as f64;
+    let when = Arc::new(move |i: usize| {
+        let at = first + Duration::from_secs_f64(step * i as f64);
+        Some(task_spec::When::RunAt(at.into()))
+    });
+    create_via_api(url, n, 1, 1000, when).await?;
+    Ok(())
+}
+
+/// Adds the lateness rows of one precision run.
+fn lateness_rows(report: &mut Report, scenario: &str, grant: Vec<f64>, start: Vec<f64>) {
+    let early =
+        grant.iter().filter(|g| **g < 0.0).count() + start.iter().filter(|s| **s < 0.0).count();
+    let (g50, g99, gmax) = percentiles(grant);
+    let (s50, s99, smax) = percentiles(start);
+    report.add(scenario, "grant lateness p50 (ms)", g50, "", None);
+    report.add(
+        scenario,
+        "grant lateness p99 (ms)",
+        g99,
+        "<= 10 ms",
+        Some(g99 <= 10.0),
+    );
+    report.add(
+        scenario,
+        "grant lateness max (ms)",
+        gmax,
+        "<= 50 ms",
+        Some(gmax <= 50.0),
+    );
+    report.add(scenario, "send-start lateness p50 (ms)", s50, "", None);
+    report.add(
+        scenario,
+        "send-start lateness p99 (ms)",
+        s99,
+        "<= 10 ms",
+        Some(s99 <= 10.0),
+    );
+    report.add(
+        scenario,
+        "send-start lateness max (ms)",
+        smax,
+        "<= 50 ms",
+        Some(smax <= 50.0),
+    );
+    report.add(scenario, "fired early", early as f64, "0", Some(early == 0));
+}
+
+/// S3: tasks spread over a window, the executor idle and waiting; lateness and early fires.
+pub(crate) async fn precision(opts: &Options, report: &mut Report) -> Result<()> {
+    let n = opts.precision_tasks;
+    let db = TestDb::new().await?;
+    let scheduler = stack::scheduler(&db, opts).await?;
+    let executor = stack::executor(&scheduler, opts).await?;
+    // Let the executor's session settle into its idle sleep before the first task is due.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let since = db_now(&db.connect().await?).await?;
+    spread(
+        &scheduler.grpc_url(),
+        n,
+        Duration::from_secs(2),
+        opts.precision_window,
+    )
+    .await?;
+    let client = db.connect().await?;
+    stack::wait_succeeded(
+        &client,
+        n as i64,
+        opts.precision_window + Duration::from_secs(5),
+        opts.precision_window + WAIT_LIMIT,
+    )
+    .await?;
+    let (grant, start) = lateness(&client, since).await?;
+    lateness_rows(report, "S3 precision", grant, start);
+    report.note(format!(
+        "S3: {n} tasks over {:?}, created 2 s ahead of the first",
+        opts.precision_window
+    ));
+    stack::stop_executor(executor).await?;
+    Ok(())
+}
+
+/// S4: with 1M and 10M future tasks in the table: the claim statement's latency (timed
+/// directly, rolled back), an end-to-end drain of due tasks, grant lateness, scheduler RSS.
+pub(crate) async fn scale(opts: &Options, report: &mut Report) -> Result<()> {
+    let db = TestDb::new().await?;
+    let scheduler = stack::scheduler(&db, opts).await?;
+    let rss = RssSampler::start(stack::pid(&scheduler)?);
+    let client = db.connect().await?;
+    let claim = client
+        .prepare(include_str!(
+            "../../scheduler/src/store/queries/claim_due.sql"
+        ))
+        .await
+        .context("preparing herald's claim")?;
+    let priorities: Vec<i16> = (0..10).rev().collect();
+    let mut filled = 0u64;
+    let mut claim_p50 = Vec::new();
+    for &size in &opts.scale_sizes {
+        let started = Instant::now();
+        sql::fill_future(&client, filled, size).await?;
+        filled = filled.max(size);
+        client.batch_execute("VACUUM ANALYZE herald.tasks").await?;
+        report.note(format!(
+            "S4: table filled to {size} future tasks in {:.1?} (INSERT ... SELECT generate_series, then VACUUM ANALYZE)",
+            started.elapsed()
+        ));
+        let label = human(size);
+        let scenario = format!("S4 scale {label}");
+
+        // The claim statement alone (claim_due.sql, the statement a claim runs when the
+        // namespace has no accounts), on due tasks among the future ones; each probe is rolled
+        // back so every probe sees the same table. Its parameters follow store/claim.rs: the
+        // smoke test fails if they change.
+        sql::copy_tasks(&client, opts.scale_due, Duration::from_millis(0)).await?;
+        client.batch_execute("ANALYZE herald.tasks").await?;
+        let mut samples = Vec::with_capacity(opts.scale_probes);
+        for _ in 0..opts.scale_probes {
+            client.batch_execute("BEGIN").await?;
+            let t = Instant::now();
+            let rows = client
+                .query(
+                    &claim,
+                    &[
+                        &priorities,
+                        &None::<Vec<String>>,
+                        &i64::from(opts.claim_batch),
+                        &"probe",
+                        &30_000i64,
+                        &sql::ROUTE,
+                    ],
+                )
+                .await?;
+            samples.push(t.elapsed().as_secs_f64() * 1000.0);
+            client.batch_execute("ROLLBACK").await?;
+            anyhow::ensure!(!rows.is_empty(), "the claim probe found no due task");
+        }
+        let (p50, p99, _) = percentiles(samples);
+        claim_p50.push(p50);
+        report.add(
+            &scenario,
+            &format!("claim of {} due (ms) p50", opts.claim_batch),
+            p50,
+            "",
+            None,
+        );
+        report.add(
+            &scenario,
+            &format!("claim of {} due (ms) p99", opts.claim_batch),
+            p99,
+            "",
+            None,
+        );
+
+        // End to end: the executor drains the due tasks.
+        let started = Instant::now();
+        let executor = stack::executor(&scheduler, opts).await?;
+        stack::wait_succeeded(&client, opts.scale_due as i64, Duration::ZERO, WAIT_LIMIT).await?;
+        let window: f64 = client
+            .query_one(
+                "SELECT extract(epoch FROM max(finished_at) - min(leased_at))::float8
+                 FROM herald.tasks WHERE finished_at IS NOT NULL",
+                &[],
+            )
+            .await?
+            .get(0);
+        report.add(
+            &scenario,
+            "drain of due tasks (tasks/s)",
+            opts.scale_due as f64 / window,
+            "",
+            None,
+        );
+        report.note(format!(
+            "S4 {label}: {} due tasks drained in {window:.2} s (wall {:.2?})",
+            opts.scale_due,
+            started.elapsed()
+        ));
+        // Precision with the big table: a short spread while the executor waits.
+        let before = opts.scale_due as i64;
+        let spread_n = (opts.precision_tasks / 4).max(10);
+        let since = db_now(&client).await?;
+        spread(
+            &scheduler.grpc_url(),
+            spread_n,
+            Duration::from_secs(1),
+            Duration::from_secs(2),
+        )
+        .await?;
+        stack::wait_succeeded(
+            &client,
+            before + spread_n as i64,
+            Duration::from_secs(10),
+            WAIT_LIMIT,
+        )
+        .await?;
+        // Only the spread: the drained tasks' lateness is queueing behind each other.
+        let (grant, _) = lateness(&client, since).await?;
+        let (_, g99, gmax) = percentiles(grant);
+        report.add(
+            &scenario,
+            "grant lateness p99 (ms)",
+            g99,
+            "<= 10 ms",
+            Some(g99 <= 10.0),
+        );
+        report.add(
+            &scenario,
+            "grant lateness max (ms)",
+            gmax,
+            "<= 50 ms",
+            Some(gmax <= 50.0),
+        );
+        stack::stop_executor(executor).await?;
+        // Forget this size's finished tasks so the next size starts from the same state.
+        client
+            .batch_execute("DELETE FROM herald.attempts; DELETE FROM herald.tasks WHERE finished_at IS NOT NULL")
+            .await?;
+        report.add(
+            &scenario,
+            "scheduler peak RSS (MiB)",
+            rss.peak_mib(),
+            "< 150 MiB",
+            Some(rss.peak_mib() < 150.0),
+        );
+        report.note(format!(
+            "S4 {label}: scheduler RSS now {:.1} MiB",
+            rss.current_mib()
+        ));
+    }
+    if let (Some(first), Some(last)) = (claim_p50.first(), claim_p50.last()) {
+        if claim_p50.len() > 1 {
+            let ratio = last / first;
+            report.add(
+                "S4 scale",
+                &format!(
+                    "claim p50 at {} / at {}",
+                    human(*opts.scale_sizes.last().unwrap_or(&0)),
+                    human(*opts.scale_sizes.first().unwrap_or(&0))
+                ),
+                ratio,
+                "<= 2x",
+                Some(ratio <= 2.0),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The database's clock now.
+async fn db_now(client: &Client) -> Result<SystemTime> {
+    Ok(client.query_one("SELECT now()", &[]).await?.get(0))
+}
+
+/// 1000000 → "1M", 100000 → "100k".
+fn human(n: u64) -> String {
+    if n >= 1_000_000 && n.is_multiple_of(1_000_000) {
+        format!("{}M", n / 1_000_000)
+    } else if n >= 1_000 && n.is_multiple_of(1_000) {
+        format!("{}k", n / 1_000)
+    } else {
+        n.to_string()
+    }
+}

@@ -1,0 +1,48 @@
+//! Runs every benchmark scenario at tiny sizes against the harness's database and debug
+//! binaries: proves the benchmark still works, without asserting anything about speed (figures
+//! from a debug build on a shared machine mean nothing).
+
+use std::time::Duration;
+
+use herald_bench::{run, Options};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_scenario_runs_at_tiny_sizes() {
+    let opts = Options {
+        drain_tasks: 300,
+        enqueue_tasks: 400,
+        enqueue_batch: 100,
+        precision_tasks: 20,
+        precision_window: Duration::from_secs(1),
+        scale_sizes: vec![1_000, 3_000],
+        scale_due: 100,
+        scale_probes: 3,
+        max_in_flight: 64,
+        ..Options::quick()
+    };
+    let report = run(&opts).await.expect("benchmark run");
+    for scenario in [
+        "S1 drain",
+        "S2 enqueue",
+        "S3 precision",
+        "S4 scale 1k",
+        "S4 scale 3k",
+    ] {
+        assert!(
+            report.rows.iter().any(|r| r.scenario == scenario),
+            "no row for {scenario}:\n{}",
+            report.table()
+        );
+    }
+    for row in &report.rows {
+        assert!(row.value.is_finite(), "{row:?}");
+    }
+    let early = report
+        .rows
+        .iter()
+        .find(|r| r.scenario == "S3 precision" && r.metric == "fired early")
+        .expect("early count");
+    // Not a timing assertion: a task leased before its run_at is a correctness bug at any speed.
+    assert_eq!(early.value, 0.0, "{}", report.table());
+    assert!(report.to_json()["rows"].is_array());
+}
