@@ -9,6 +9,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "herald/v1/task.proto",
         "herald/v1/lease.proto",
         "herald/v1/account.proto",
+        "herald/v1/schedule.proto",
+        "herald/v1/campaign.proto",
     ];
     println!("cargo:rerun-if-changed={}", root.join("herald").display());
 

@@ -8,6 +8,7 @@
 //! - [`model`]: domain types of tasks, attempts and leases.
 //! - [`store`]: PostgreSQL access, migrations and the SQL (in `store/queries/`).
 //! - [`lease`]: executor sessions, the dispatcher, cluster events and the lease sweeper.
+//! - [`schedule`]: cron fire times, the schedule materialiser, campaign spreading.
 //! - [`retention`]: pruning of finished tasks and old idempotency keys.
 //! - [`http`]: health endpoints.
 //! - [`error`]: the service error and its single mapping to `tonic::Status`.
@@ -19,6 +20,7 @@ pub mod http;
 pub mod lease;
 pub mod model;
 pub mod retention;
+pub mod schedule;
 pub mod server;
 pub mod store;
 

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use herald_proto::v1::account_service_server::AccountServiceServer;
+use herald_proto::v1::campaign_service_server::CampaignServiceServer;
 use herald_proto::v1::lease_service_server::LeaseServiceServer;
+use herald_proto::v1::schedule_service_server::ScheduleServiceServer;
 use herald_proto::v1::task_service_server::TaskServiceServer;
 use tokio::net::TcpListener;
 use tokio::sync::broadcast;
@@ -106,6 +108,7 @@ pub async fn run(
         config.lease_ttl.min(Duration::from_secs(1)),
         background.clone(),
     ));
+    jobs.spawn(crate::schedule::materializer::run(store.clone(), background.clone()));
     jobs.spawn(crate::retention::run(
         store.clone(),
         config.task_retention,
@@ -158,6 +161,12 @@ pub async fn run(
         .add_service(reflection_alpha)
         .add_service(TaskServiceServer::new(tasks))
         .add_service(AccountServiceServer::new(AccountApi::new(store.clone())))
+        .add_service(ScheduleServiceServer::new(
+            crate::api::schedules::ScheduleApi::new(store.clone()),
+        ))
+        .add_service(CampaignServiceServer::new(
+            crate::api::campaigns::CampaignApi::new(store.clone(), events_tx.clone(), config.cancel_wait),
+        ))
         .add_service(LeaseServiceServer::new(lease))
         .serve_with_incoming_shutdown(TcpListenerStream::new(listeners.grpc), async move {
             grpc_stop.cancelled().await

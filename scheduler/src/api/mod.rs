@@ -2,8 +2,10 @@
 //! Wire types stop here.
 
 pub mod accounts;
+pub mod campaigns;
 pub mod convert;
 pub mod lease;
+pub mod schedules;
 pub mod tasks;
 pub mod validate;
 

@@ -84,6 +84,51 @@ pub fn task_id(field: &str, value: &str) -> Result<Uuid, FieldViolation> {
     })
 }
 
+/// Parses `local_time` in `local_time_zone` into a due instant (see task.proto).
+fn local_time(
+    spec: &pb::TaskSpec,
+    path: &str,
+    now: DateTime<Utc>,
+    v: &mut Violations,
+) -> Option<DueAt> {
+    let zone: Option<chrono_tz::Tz> = spec.local_time_zone.parse().ok();
+    let Some(zone) = zone else {
+        v.add(
+            format!("{path}.local_time_zone"),
+            "is required with local_time and must be an IANA time zone name",
+        );
+        return None;
+    };
+    let Some(local) = parse_local_time(&spec.local_time) else {
+        v.add(
+            format!("{path}.local_time"),
+            "must be a date-time like 2026-12-24T09:00 or 2026-12-24T09:00:30",
+        );
+        return None;
+    };
+    match crate::schedule::fire_times::local_to_instant(&zone, local) {
+        Some(at) if at < now - MAX_PAST || at > now + MAX_AHEAD => {
+            v.add(
+                format!("{path}.local_time"),
+                "must be within 24 hours in the past and 366 days ahead",
+            );
+            None
+        }
+        Some(at) => Some(DueAt::At(at)),
+        None => {
+            v.add(format!("{path}.local_time"), "does not exist in the zone");
+            None
+        }
+    }
+}
+
+/// Parses a wall-clock date-time, with or without seconds.
+pub fn parse_local_time(s: &str) -> Option<chrono::NaiveDateTime> {
+    chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S")
+        .or_else(|_| chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M"))
+        .ok()
+}
+
 /// Validates one spec; `path` prefixes field names (`task` or `tasks[3]`). `now` is only used
 /// for the coarse past/future bounds; due times themselves come from the database clock.
 pub fn task_spec(
@@ -138,6 +183,16 @@ pub fn task_spec(
                 None
             }
         },
+    };
+
+    // Local-time sends: a wall-clock time in the recipient's zone becomes run_at here.
+    let due = match (spec.local_time.is_empty(), due) {
+        (true, due) => due,
+        (false, _) if spec.when.is_some() => {
+            v.add(f("local_time"), "cannot be combined with run_at or delay");
+            None
+        }
+        (false, _) => local_time(spec, path, now, v),
     };
 
     let priority = spec.priority.unwrap_or(DEFAULT_PRIORITY);

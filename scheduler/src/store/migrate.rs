@@ -22,6 +22,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "add_accounts",
         sql: include_str!("../../migrations/V2__add_accounts.sql"),
     },
+    Migration {
+        version: 7,
+        name: "add_schedules_and_campaigns",
+        sql: include_str!("../../migrations/V7__add_schedules_and_campaigns.sql"),
+    },
 ];
 
 /// Arbitrary but fixed: the advisory lock key that serialises migrations across replicas.

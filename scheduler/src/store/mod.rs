@@ -2,11 +2,13 @@
 //! in `queries/*.sql`, prepared once per connection.
 
 pub mod accounts;
+pub mod campaigns;
 pub mod claim;
 mod error;
 pub mod leases;
 pub mod migrate;
 pub mod retention;
+pub mod schedules;
 pub mod tasks;
 
 pub use error::StoreError;

@@ -103,95 +103,11 @@ impl Store {
             .transaction()
             .await
             .map_err(StoreError::query("starting a create"))?;
-
-        let keyed: Vec<(usize, &str, &[u8])> = tasks
-            .iter()
-            .enumerate()
-            .filter_map(|(i, t)| {
-                t.idempotency
-                    .as_ref()
-                    .map(|(k, h)| (i, k.as_str(), h.as_slice()))
-            })
-            .collect();
-
-        // Index of each task whose key was already bound, with the task it resolves to.
-        let mut existing: HashMap<usize, Uuid> = HashMap::new();
-        if !keyed.is_empty() {
-            let keys: Vec<&str> = keyed.iter().map(|(_, k, _)| *k).collect();
-            let ids: Vec<Uuid> = keyed.iter().map(|(i, _, _)| tasks[*i].id).collect();
-            let hashes: Vec<&[u8]> = keyed.iter().map(|(_, _, h)| *h).collect();
-            let stmt = tx
-                .prepare_cached(include_str!("queries/reserve_keys.sql"))
-                .await
-                .map_err(StoreError::query("preparing key reservation"))?;
-            let reserved: HashSet<String> = tx
-                .query(&stmt, &[&namespace, &keys, &ids, &hashes])
-                .await
-                .map_err(StoreError::query("reserving idempotency keys"))?
-                .iter()
-                .map(|r| r.get(0))
-                .collect();
-            // A key reserved by this batch may still appear twice in it: only its first use
-            // inserts, later ones resolve like any existing key.
-            let mut first_use: HashSet<&str> = HashSet::new();
-            let unresolved: Vec<&(usize, &str, &[u8])> = keyed
-                .iter()
-                .filter(|(_, k, _)| !(reserved.contains(*k) && first_use.insert(*k)))
-                .collect();
-            if !unresolved.is_empty() {
-                let lookup: Vec<&str> = unresolved.iter().map(|(_, k, _)| *k).collect();
-                let stmt = tx
-                    .prepare_cached(include_str!("queries/find_keys.sql"))
-                    .await
-                    .map_err(StoreError::query("preparing key lookup"))?;
-                let found: HashMap<String, (Uuid, Vec<u8>)> = tx
-                    .query(&stmt, &[&namespace, &lookup])
-                    .await
-                    .map_err(StoreError::query("looking up idempotency keys"))?
-                    .iter()
-                    .map(|r| (r.get(0), (r.get(1), r.get(2))))
-                    .collect();
-                for (index, key, hash) in unresolved {
-                    match found.get(*key) {
-                        Some((task_id, stored)) if stored.as_slice() == *hash => {
-                            existing.insert(*index, *task_id);
-                        }
-                        _ => return Err(CreateError::KeyConflict { index: *index }),
-                    }
-                }
-            }
-        }
-
-        let fresh: Vec<&NewTask> = tasks
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| !existing.contains_key(i))
-            .map(|(_, t)| t)
-            .collect();
-        if !fresh.is_empty() {
-            let earliest = insert_rows(&tx, namespace, &fresh).await?;
-            if let Some(earliest) = earliest {
-                // Delivered at commit; dispatchers sleeping past this time wake up.
-                tx.execute(
-                    "SELECT pg_notify('herald_due', $1)",
-                    &[&earliest.timestamp_micros().to_string()],
-                )
-                .await
-                .map_err(StoreError::query("announcing new tasks"))?;
-            }
-        }
+        let created = create_tasks_in(&tx, namespace, tasks).await?;
         tx.commit()
             .await
             .map_err(StoreError::query("committing a create"))?;
-
-        Ok(tasks
-            .iter()
-            .enumerate()
-            .map(|(i, t)| match existing.get(&i) {
-                Some(id) => Created::Existing(*id),
-                None => Created::New(t.id),
-            })
-            .collect())
+        Ok(created)
     }
 
     /// Reads tasks by id (in no particular order); missing ids are skipped.
@@ -393,6 +309,99 @@ impl Store {
             .collect()
     }
 }
+
+/// [`Store::create_tasks`] inside the caller's transaction, so a schedule run or a campaign
+/// chunk and its tasks commit together.
+pub(crate) async fn create_tasks_in(
+    tx: &deadpool_postgres::Transaction<'_>,
+    namespace: &str,
+    tasks: &[NewTask],
+) -> Result<Vec<Created>, CreateError> {
+    let keyed: Vec<(usize, &str, &[u8])> = tasks
+        .iter()
+        .enumerate()
+        .filter_map(|(i, t)| {
+            t.idempotency
+                .as_ref()
+                .map(|(k, h)| (i, k.as_str(), h.as_slice()))
+        })
+        .collect();
+
+    // Index of each task whose key was already bound, with the task it resolves to.
+    let mut existing: HashMap<usize, Uuid> = HashMap::new();
+    if !keyed.is_empty() {
+        let keys: Vec<&str> = keyed.iter().map(|(_, k, _)| *k).collect();
+        let ids: Vec<Uuid> = keyed.iter().map(|(i, _, _)| tasks[*i].id).collect();
+        let hashes: Vec<&[u8]> = keyed.iter().map(|(_, _, h)| *h).collect();
+        let stmt = tx
+            .prepare_cached(include_str!("queries/reserve_keys.sql"))
+            .await
+            .map_err(StoreError::query("preparing key reservation"))?;
+        let reserved: HashSet<String> = tx
+            .query(&stmt, &[&namespace, &keys, &ids, &hashes])
+            .await
+            .map_err(StoreError::query("reserving idempotency keys"))?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        // A key reserved by this batch may still appear twice in it: only its first use
+        // inserts, later ones resolve like any existing key.
+        let mut first_use: HashSet<&str> = HashSet::new();
+        let unresolved: Vec<&(usize, &str, &[u8])> = keyed
+            .iter()
+            .filter(|(_, k, _)| !(reserved.contains(*k) && first_use.insert(*k)))
+            .collect();
+        if !unresolved.is_empty() {
+            let lookup: Vec<&str> = unresolved.iter().map(|(_, k, _)| *k).collect();
+            let stmt = tx
+                .prepare_cached(include_str!("queries/find_keys.sql"))
+                .await
+                .map_err(StoreError::query("preparing key lookup"))?;
+            let found: HashMap<String, (Uuid, Vec<u8>)> = tx
+                .query(&stmt, &[&namespace, &lookup])
+                .await
+                .map_err(StoreError::query("looking up idempotency keys"))?
+                .iter()
+                .map(|r| (r.get(0), (r.get(1), r.get(2))))
+                .collect();
+            for (index, key, hash) in unresolved {
+                match found.get(*key) {
+                    Some((task_id, stored)) if stored.as_slice() == *hash => {
+                        existing.insert(*index, *task_id);
+                    }
+                    _ => return Err(CreateError::KeyConflict { index: *index }),
+                }
+            }
+        }
+    }
+
+    let fresh: Vec<&NewTask> = tasks
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !existing.contains_key(i))
+        .map(|(_, t)| t)
+        .collect();
+    if !fresh.is_empty() {
+        let earliest = insert_rows(&tx, namespace, &fresh).await?;
+        if let Some(earliest) = earliest {
+            // Delivered at commit; dispatchers sleeping past this time wake up.
+            tx.execute(
+                "SELECT pg_notify('herald_due', $1)",
+                &[&earliest.timestamp_micros().to_string()],
+            )
+            .await
+            .map_err(StoreError::query("announcing new tasks"))?;
+        }
+    }
+    Ok(tasks
+        .iter()
+        .enumerate()
+        .map(|(i, t)| match existing.get(&i) {
+            Some(id) => Created::Existing(*id),
+            None => Created::New(t.id),
+        })
+        .collect())
+    }
 
 /// Inserts tasks with one statement and returns the earliest due time among them.
 async fn insert_rows(

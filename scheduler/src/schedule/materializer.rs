@@ -1,0 +1,445 @@
+//! The schedule materialiser: turns due fire times into runs and tasks.
+//!
+//! One replica at a time materialises: the leader holds a session-level PostgreSQL advisory
+//! lock on a dedicated connection (released by the server when that connection dies, so a
+//! killed leader is replaced within [`FOLLOWER_RETRY`]). Each schedule's runs are inserted
+//! with `ON CONFLICT (schedule, fire time) DO NOTHING` in the same transaction that creates
+//! their tasks and advances the schedule's cursor, so even two leaders (a lock lost to a
+//! network split while a pass runs) could not fire a time twice.
+//!
+//! The leader sleeps until the earliest cursor minus [`LOOKAHEAD`] (runs are created slightly
+//! ahead; their tasks are due at the fire time itself, and the dispatcher fires them exactly),
+//! capped at [`MAX_SLEEP`], and wakes on `herald_schedules` notifications sent when schedules
+//! change.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Duration as ChronoDuration, SecondsFormat, Utc};
+use futures::StreamExt;
+use herald_proto::v1 as pb;
+use prost::Message;
+use tokio_postgres::AsyncMessage;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::fire_times::{DstPolicy, FireTimes, RepeatedTime, SkippedTime};
+use super::spread;
+use crate::api::validate::{self, Violations};
+use crate::store::schedules::{schedule_from_row, ScheduleRecord, SCHEDULE_COLUMNS};
+use crate::store::tasks::create_tasks_in;
+use crate::store::{Store, StoreError};
+
+/// Arbitrary but fixed: the advisory lock key of the materialiser leader.
+const LEADER_LOCK_KEY: i64 = 0x6865_7261_6c64_0002;
+/// How often a follower tries to become leader.
+const FOLLOWER_RETRY: Duration = Duration::from_secs(1);
+/// Runs are created this long before their fire time.
+const LOOKAHEAD: ChronoDuration = ChronoDuration::milliseconds(500);
+/// Longest sleep without an event: a backstop for a lost notification.
+const MAX_SLEEP: Duration = Duration::from_secs(30);
+/// CATCH_UP fires at most this many missed runs (the latest ones).
+const MAX_CATCH_UP: usize = 100;
+/// One pass handles at most this many fire times per schedule (the rest on the next pass).
+const MAX_FIRES_PER_PASS: usize = 1_000;
+
+/// Runs the materialiser until `stop`.
+pub async fn run(store: Store, stop: CancellationToken) {
+    loop {
+        let connected = tokio::select! {
+            _ = stop.cancelled() => return,
+            c = store.pg_config().connect(tokio_postgres::NoTls) => c,
+        };
+        let (client, mut connection) = match connected {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "materialiser cannot connect; retrying");
+                if sleep_or_stop(FOLLOWER_RETRY, &stop).await {
+                    return;
+                }
+                continue;
+            }
+        };
+        // The connection is driven here; notifications wake the leader's sleep.
+        let (wake_tx, mut wake_rx) = tokio::sync::mpsc::channel::<()>(1);
+        let conn_task = tokio::spawn(async move {
+            let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+            while let Some(m) = messages.next().await {
+                match m {
+                    Ok(AsyncMessage::Notification(_)) => {
+                        let _ = wake_tx.try_send(());
+                    }
+                    Ok(_) => {}
+                    Err(_) => break,
+                }
+            }
+        });
+        lead_while_connected(&store, &client, &mut wake_rx, &stop).await;
+        conn_task.abort();
+        if stop.is_cancelled() {
+            return;
+        }
+        if sleep_or_stop(FOLLOWER_RETRY, &stop).await {
+            return;
+        }
+    }
+}
+
+/// Returns true when stopped.
+async fn sleep_or_stop(d: Duration, stop: &CancellationToken) -> bool {
+    tokio::select! {
+        _ = stop.cancelled() => true,
+        _ = tokio::time::sleep(d) => false,
+    }
+}
+
+async fn lead_while_connected(
+    store: &Store,
+    client: &tokio_postgres::Client,
+    wake: &mut tokio::sync::mpsc::Receiver<()>,
+    stop: &CancellationToken,
+) {
+    // Become leader.
+    loop {
+        match client
+            .query_one("SELECT pg_try_advisory_lock($1)", &[&LEADER_LOCK_KEY])
+            .await
+        {
+            Ok(row) if row.get::<_, bool>(0) => break,
+            Ok(_) => {
+                if sleep_or_stop(FOLLOWER_RETRY, stop).await {
+                    return;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "materialiser lost its connection");
+                return;
+            }
+        }
+    }
+    tracing::info!("schedule materialiser leading");
+    if let Err(e) = client.batch_execute("LISTEN herald_schedules").await {
+        tracing::warn!(error = %e, "materialiser cannot listen");
+        return;
+    }
+    loop {
+        let sleep = match pass(store).await {
+            Ok(next) => next,
+            Err(e) => {
+                tracing::warn!(error = %e, "materialiser pass failed; retrying");
+                Some(FOLLOWER_RETRY)
+            }
+        };
+        // The lock lives on `client`'s session: if it is gone, so is leadership.
+        if client.is_closed() {
+            tracing::warn!("materialiser lost its connection and its leadership");
+            return;
+        }
+        let sleep = sleep.unwrap_or(MAX_SLEEP).min(MAX_SLEEP);
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(sleep) => {}
+            _ = wake.recv() => {}
+        }
+    }
+}
+
+/// One pass over every schedule with a due cursor; returns how long to sleep.
+async fn pass(store: &Store) -> Result<Option<Duration>, StoreError> {
+    let conn = store.conn().await?;
+    let due = conn
+        .query(
+            &format!(
+                "SELECT {SCHEDULE_COLUMNS}, namespace FROM herald.schedules
+                 WHERE NOT paused AND next_fire_at <= now() + $1::bigint * interval '1 millisecond'
+                 ORDER BY next_fire_at"
+            ),
+            &[&LOOKAHEAD.num_milliseconds()],
+        )
+        .await
+        .map_err(StoreError::query("finding due schedules"))?;
+    drop(conn);
+    for row in &due {
+        let namespace: String = row.get(17);
+        let schedule = schedule_from_row(row);
+        if let Err(e) = materialise(store, &namespace, &schedule).await {
+            tracing::warn!(schedule_id = %schedule.id, error = %e, "cannot materialise a schedule");
+        }
+    }
+    let conn = store.conn().await?;
+    let row = conn
+        .query_one(
+            "SELECT (extract(epoch FROM min(next_fire_at) - now()) * 1000)::float8
+             FROM herald.schedules WHERE NOT paused",
+            &[],
+        )
+        .await
+        .map_err(StoreError::query("finding the next fire time"))?;
+    let ms: Option<f64> = row.get(0);
+    Ok(ms.map(|ms| {
+        Duration::from_millis((ms - LOOKAHEAD.num_milliseconds() as f64).max(0.0) as u64)
+    }))
+}
+
+/// Parses a stored schedule's fire-time rules.
+pub fn fire_times_of(s: &ScheduleRecord) -> Option<FireTimes> {
+    let policy = DstPolicy {
+        skipped: if s.skipped_time == "skip" {
+            SkippedTime::Skip
+        } else {
+            SkippedTime::ShiftForward
+        },
+        repeated: if s.repeated_time == "fire_twice" {
+            RepeatedTime::FireTwice
+        } else {
+            RepeatedTime::FireOnce
+        },
+    };
+    FireTimes::parse(&s.cron, &s.time_zone, policy).ok()
+}
+
+/// A run to create.
+struct Run {
+    fire_time: DateTime<Utc>,
+    catch_up: bool,
+}
+
+/// Materialises one schedule's due fire times in one transaction.
+async fn materialise(
+    store: &Store,
+    namespace: &str,
+    snapshot: &ScheduleRecord,
+) -> Result<(), StoreError> {
+    let mut conn = store.conn().await?;
+    let tx = conn
+        .transaction()
+        .await
+        .map_err(StoreError::query("starting a materialisation"))?;
+    // Re-read under a lock: a pause, resume or delete since the pass began wins.
+    let Some(row) = tx
+        .query_opt(
+            &format!(
+                "SELECT {SCHEDULE_COLUMNS}, now() FROM herald.schedules
+                 WHERE namespace = $1 AND id = $2 AND NOT paused FOR UPDATE"
+            ),
+            &[&namespace, &snapshot.id],
+        )
+        .await
+        .map_err(StoreError::query("locking a schedule"))?
+    else {
+        return Ok(());
+    };
+    let s = schedule_from_row(&row);
+    let now: DateTime<Utc> = row.get(17);
+    let Some(cursor) = s.next_fire_at else {
+        return Ok(());
+    };
+    let Some(fires) = fire_times_of(&s) else {
+        tracing::error!(schedule_id = %s.id, "stored schedule does not parse; not firing it");
+        return Ok(());
+    };
+    let spec = pb::ScheduleSpec::decode(s.spec.as_slice())
+        .map_err(|e| StoreError::Corrupt(format!("schedule {} spec: {e}", s.id)))?;
+
+    // Collect the fire times up to now + lookahead; those later than the grace are missed.
+    let horizon = now + LOOKAHEAD;
+    let grace = ChronoDuration::milliseconds(s.misfire_grace_ms);
+    let mut missed: Vec<DateTime<Utc>> = Vec::new();
+    let mut on_time: Vec<DateTime<Utc>> = Vec::new();
+    let mut next: Option<DateTime<Utc>> = Some(cursor);
+    while let Some(t) = next {
+        if t > horizon || missed.len() + on_time.len() >= MAX_FIRES_PER_PASS * 100 {
+            break;
+        }
+        if t < now - grace {
+            missed.push(t);
+        } else {
+            on_time.push(t);
+        }
+        next = fires.next_after(t);
+    }
+    let mut runs: Vec<Run> = Vec::new();
+    if !missed.is_empty() {
+        tracing::info!(schedule_id = %s.id, missed = missed.len(), policy = %s.misfire,
+            "fire times missed while no materialiser ran");
+        match s.misfire.as_str() {
+            "skip" => {}
+            "catch_up" => {
+                let from = missed.len().saturating_sub(MAX_CATCH_UP);
+                runs.extend(missed[from..].iter().map(|&t| Run {
+                    fire_time: t,
+                    catch_up: true,
+                }));
+            }
+            _ => {
+                if let Some(&t) = missed.last() {
+                    runs.push(Run {
+                        fire_time: t,
+                        catch_up: true,
+                    });
+                }
+            }
+        }
+    }
+    runs.extend(on_time.iter().take(MAX_FIRES_PER_PASS).map(|&t| Run {
+        fire_time: t,
+        catch_up: false,
+    }));
+    let new_cursor = if on_time.len() > MAX_FIRES_PER_PASS {
+        Some(on_time[MAX_FIRES_PER_PASS])
+    } else {
+        next
+    };
+
+    let mut last_fired = s.last_fire_at;
+    for run in &runs {
+        if fire_run(&tx, namespace, &s, &spec, run, now).await? {
+            last_fired = last_fired.max(Some(run.fire_time));
+        }
+    }
+    tx.execute(
+        "UPDATE herald.schedules SET next_fire_at = $3, last_fire_at = $4
+         WHERE namespace = $1 AND id = $2",
+        &[&namespace, &s.id, &new_cursor, &last_fired],
+    )
+    .await
+    .map_err(StoreError::query("advancing a schedule"))?;
+    tx.commit()
+        .await
+        .map_err(StoreError::query("committing a materialisation"))?;
+    Ok(())
+}
+
+/// Inserts one run and its tasks; false when it was skipped or already there.
+async fn fire_run(
+    tx: &deadpool_postgres::Transaction<'_>,
+    namespace: &str,
+    s: &ScheduleRecord,
+    spec: &pb::ScheduleSpec,
+    run: &Run,
+    now: DateTime<Utc>,
+) -> Result<bool, StoreError> {
+    if s.overlap == "skip" && !run.catch_up {
+        let busy: bool = tx
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM herald.tasks
+                                WHERE schedule_id = $1 AND namespace = $2
+                                  AND state IN ('scheduled', 'leased'))",
+                &[&s.id, &namespace],
+            )
+            .await
+            .map_err(StoreError::query("checking a schedule's previous run"))?
+            .get(0);
+        if busy {
+            tx.execute(
+                "INSERT INTO herald.schedule_runs (namespace, schedule_id, fire_time, kind,
+                     task_count)
+                 VALUES ($1, $2, $3, 'skipped_overlap', 0) ON CONFLICT DO NOTHING",
+                &[&namespace, &s.id, &run.fire_time],
+            )
+            .await
+            .map_err(StoreError::query("recording a skipped run"))?;
+            return Ok(false);
+        }
+    }
+    let kind = if run.catch_up { "catch_up" } else { "fired" };
+    let inserted = tx
+        .execute(
+            "INSERT INTO herald.schedule_runs (namespace, schedule_id, fire_time, kind, task_count)
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+            &[
+                &namespace,
+                &s.id,
+                &run.fire_time,
+                &kind,
+                &(spec.recipients.len() as i32),
+            ],
+        )
+        .await
+        .map_err(StoreError::query("inserting a schedule run"))?;
+    if inserted == 0 {
+        return Ok(false);
+    }
+    let tasks = run_tasks(namespace, s, spec, run, now);
+    let ids: Vec<Uuid> = tasks.iter().map(|t| t.id).collect();
+    create_tasks_in(tx, namespace, &tasks)
+        .await
+        .map_err(|e| match e {
+            crate::store::tasks::CreateError::Store(e) => e,
+            crate::store::tasks::CreateError::KeyConflict { .. } => {
+                StoreError::Corrupt(format!("schedule {} run key conflict", s.id))
+            }
+        })?;
+    tx.execute(
+        "UPDATE herald.tasks SET schedule_id = $1, fire_time = $2 WHERE id = ANY($3)",
+        &[&s.id, &run.fire_time, &ids],
+    )
+    .await
+    .map_err(StoreError::query("linking tasks to a run"))?;
+    Ok(true)
+}
+
+/// The tasks of one run: one per recipient, due at the fire time plus its stagger slot and
+/// jitter (catch-ups: now), keyed by (schedule, fire time, recipient) so that even a second
+/// insert of the run could not create a second task.
+fn run_tasks(
+    namespace: &str,
+    s: &ScheduleRecord,
+    spec: &pb::ScheduleSpec,
+    run: &Run,
+    now: DateTime<Utc>,
+) -> Vec<crate::model::NewTask> {
+    let fire = run
+        .fire_time
+        .to_rfc3339_opts(SecondsFormat::Millis, true);
+    let stagger = ChronoDuration::milliseconds(s.stagger_ms);
+    let jitter = ChronoDuration::milliseconds(s.jitter_ms);
+    let mut out = Vec::with_capacity(spec.recipients.len());
+    for recipient in &spec.recipients {
+        let mut due = if run.catch_up {
+            now
+        } else {
+            run.fire_time + spread::stagger_offset(&s.id, recipient, stagger)
+        };
+        if s.stagger_off_round && s.stagger_ms > 0 && !run.catch_up {
+            due = spread::off_round_minutes(due);
+        }
+        due += spread::jitter(jitter);
+        let mut labels: BTreeMap<String, String> = spec.labels.clone();
+        labels.insert("herald.schedule_id".into(), s.id.clone());
+        labels.insert("herald.fire_time".into(), fire.clone());
+        if run.catch_up {
+            labels.insert("herald.catch_up".into(), "true".into());
+        }
+        let key = format!("herald:schedule:{}:{}:{}", s.id, fire, recipient);
+        let task = pb::TaskSpec {
+            queue: spec.queue.clone(),
+            recipient: recipient.clone(),
+            // Rendering: schedule content is stored as given; templates are resolved by the
+            // executor-side template id. (Single call site to switch to herald-side rendering.)
+            content: spec.content.clone(),
+            when: Some(pb::task_spec::When::RunAt(crate::api::convert::timestamp(due))),
+            priority: spec.priority,
+            idempotency_key: key,
+            max_attempts: spec.max_attempts,
+            expire_at: spec.expire_after.as_ref().map(|d| {
+                crate::api::convert::timestamp(
+                    due + ChronoDuration::seconds(d.seconds)
+                        + ChronoDuration::nanoseconds(i64::from(d.nanos)),
+                )
+            }),
+            labels,
+            pool: spec.pool.clone(),
+            account_id: spec.account_id.clone(),
+            ..Default::default()
+        };
+        let mut v = Violations::default();
+        // Validated at creation; a run far in the past (catch-up) is due now, so the bounds hold.
+        match validate::task_spec(&task, "task", namespace, now, &mut v) {
+            Some(t) => out.push(t),
+            None => tracing::error!(schedule_id = %s.id, recipient = %recipient,
+                problems = ?v.0, "schedule task does not validate; skipped"),
+        }
+    }
+    out
+}

@@ -1,0 +1,275 @@
+//! CampaignService on the real binary: 10,000 recipients paused midway and resumed with each
+//! sent exactly once, cancel midway with nothing sent after it returns, duplicates dropped,
+//! and local-time sends.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use herald_proto::v1::{
+    campaign_service_client::CampaignServiceClient, content, scheduler_message, AddRecipientsRequest,
+    CampaignRecipient, CampaignSpec, CampaignState, CancelCampaignRequest, Content,
+    CreateCampaignRequest, CreateTaskRequest, GetCampaignRequest, OutcomeClass,
+    PauseCampaignRequest, ResumeCampaignRequest, RevokeResult,
+};
+use herald_tests::lease::{lease_ref, result, ScriptedExecutor};
+use herald_tests::{connect_tasks, task_spec, SchedulerProcess, TestDb};
+use tonic::transport::Channel;
+
+const QUEUE: &str = "campaign";
+
+async fn client(s: &SchedulerProcess) -> Result<CampaignServiceClient<Channel>> {
+    Ok(CampaignServiceClient::connect(s.grpc_url()).await?)
+}
+
+fn spec() -> CampaignSpec {
+    CampaignSpec {
+        name: "launch".into(),
+        queue: QUEUE.into(),
+        content: Some(Content {
+            body: Some(content::Body::Text("we launched".into())),
+        }),
+        ..Default::default()
+    }
+}
+
+async fn create_with(
+    c: &mut CampaignServiceClient<Channel>,
+    n: usize,
+) -> Result<String> {
+    let id = c
+        .create_campaign(CreateCampaignRequest {
+            campaign: Some(spec()),
+            recipients: vec![],
+        })
+        .await?
+        .into_inner()
+        .id;
+    let all: Vec<CampaignRecipient> = (0..n)
+        .map(|i| CampaignRecipient {
+            recipient: format!("user-{i}"),
+            ..Default::default()
+        })
+        .collect();
+    for chunk in all.chunks(1_000) {
+        c.add_recipients(AddRecipientsRequest {
+            campaign_id: id.clone(),
+            recipients: chunk.to_vec(),
+        })
+        .await?;
+    }
+    Ok(id)
+}
+
+/// Leases and reports OK until `target` sends in total, counting recipients.
+async fn send_until(
+    exec: &mut ScriptedExecutor,
+    sent: &mut HashMap<String, usize>,
+    target: usize,
+) -> Result<()> {
+    while sent.values().sum::<usize>() < target {
+        let want = (target - sent.values().sum::<usize>()).min(500);
+        exec.credit(want as u32).await?;
+        let leases = exec.leases(want).await?;
+        for l in &leases {
+            *sent.entry(l.recipient.clone()).or_default() += 1;
+        }
+        exec.report(leases.iter().map(|l| result(l, OutcomeClass::Ok)).collect())
+            .await?;
+    }
+    Ok(())
+}
+
+async fn live_or_done(db: &TestDb, id: &str) -> Result<i64> {
+    let c = db.connect().await?;
+    let id: uuid::Uuid = id.parse()?;
+    Ok(c.query_one(
+        "SELECT count(*) FROM herald.tasks WHERE campaign_id = $1
+           AND state IN ('leased', 'succeeded', 'failed')",
+        &[&id],
+    )
+    .await?
+    .get(0))
+}
+
+#[tokio::test]
+async fn ten_thousand_paused_midway_and_resumed_each_sent_once() -> Result<()> {
+    let db = TestDb::new().await?;
+    let s = SchedulerProcess::spawn(&db).await?;
+    let mut c = client(&s).await?;
+    let id = create_with(&mut c, 10_000).await?;
+    // Duplicates are dropped.
+    let dup = c
+        .add_recipients(AddRecipientsRequest {
+            campaign_id: id.clone(),
+            recipients: vec![
+                CampaignRecipient {
+                    recipient: "user-7".into(),
+                    ..Default::default()
+                };
+                2
+            ],
+        })
+        .await?
+        .into_inner();
+    assert_eq!((dup.added, dup.duplicates, dup.total), (0, 2, 10_000));
+
+    let mut exec = ScriptedExecutor::connect(&s.grpc_url(), "exec-1", &[QUEUE], 0).await?;
+    let mut sent = HashMap::new();
+    send_until(&mut exec, &mut sent, 5_000).await?;
+    let paused = c
+        .pause_campaign(PauseCampaignRequest { id: id.clone() })
+        .await?
+        .into_inner();
+    assert_eq!(paused.state, CampaignState::Paused as i32);
+    let at_pause = live_or_done(&db, &id).await?;
+    // With credit on offer, nothing of the paused campaign is leased.
+    exec.credit(500).await?;
+    match exec.next_within(Duration::from_secs(2)).await {
+        Ok(scheduler_message::Kind::Leases(b)) => bail!("leased while paused: {}", b.leases.len()),
+        _ => {}
+    }
+    assert_eq!(live_or_done(&db, &id).await?, at_pause);
+    let progress = c
+        .get_campaign(GetCampaignRequest { id: id.clone() })
+        .await?
+        .into_inner()
+        .progress
+        .unwrap_or_default();
+    assert_eq!((progress.total, progress.sent, progress.scheduled), (10_000, 5_000, 5_000));
+
+    c.resume_campaign(ResumeCampaignRequest { id: id.clone() })
+        .await?;
+    // The 500 credits granted while paused are used first.
+    let leases = exec.leases(500).await?;
+    for l in &leases {
+        *sent.entry(l.recipient.clone()).or_default() += 1;
+    }
+    exec.report(leases.iter().map(|l| result(l, OutcomeClass::Ok)).collect())
+        .await?;
+    send_until(&mut exec, &mut sent, 10_000).await?;
+    assert_eq!(sent.len(), 10_000);
+    assert!(sent.values().all(|n| *n == 1));
+    let done = c
+        .get_campaign(GetCampaignRequest { id: id.clone() })
+        .await?
+        .into_inner();
+    let p = done.progress.unwrap_or_default();
+    assert_eq!((p.sent, p.scheduled), (10_000, 0));
+    assert_eq!(done.state, CampaignState::Finished as i32);
+    Ok(())
+}
+
+#[tokio::test]
+async fn cancel_midway_nothing_is_sent_after_it_returns() -> Result<()> {
+    let db = TestDb::new().await?;
+    let s = SchedulerProcess::spawn(&db).await?;
+    let mut c = client(&s).await?;
+    let id = create_with(&mut c, 2_000).await?;
+    let mut exec = ScriptedExecutor::connect(&s.grpc_url(), "exec-1", &[QUEUE], 0).await?;
+    let mut sent = HashMap::new();
+    send_until(&mut exec, &mut sent, 500).await?;
+    // 20 more leased and held unreported when the cancel comes.
+    exec.credit(20).await?;
+    let held = exec.leases(20).await?;
+    let mut cancel_client = c.clone();
+    let cid = id.clone();
+    let cancel = tokio::spawn(async move {
+        cancel_client
+            .cancel_campaign(CancelCampaignRequest { id: cid })
+            .await
+    });
+    let mut revoked = 0;
+    while revoked < held.len() {
+        match exec.next().await? {
+            scheduler_message::Kind::Revoke(r) => {
+                if let Some(lease) = r.lease {
+                    exec.revoke_ack(lease, RevokeResult::StoppedBeforeSend).await?;
+                    revoked += 1;
+                }
+            }
+            other => bail!("expected revokes, got {other:?}"),
+        }
+    }
+    let response = cancel.await??.into_inner();
+    assert_eq!(response.revoked, 20);
+    assert_eq!(response.in_flight_at_cancel, 0);
+    assert_eq!(response.cancelled_scheduled, 1_480);
+    // After the cancel returned: credit on offer, nothing leased; a late report changes nothing.
+    exec.credit(500).await?;
+    match exec.next_within(Duration::from_secs(2)).await {
+        Ok(scheduler_message::Kind::Leases(b)) => bail!("leased after cancel: {}", b.leases.len()),
+        _ => {}
+    }
+    let _ = lease_ref(&held[0]);
+    let p = c
+        .get_campaign(GetCampaignRequest { id })
+        .await?
+        .into_inner()
+        .progress
+        .unwrap_or_default();
+    assert_eq!((p.sent, p.cancelled, p.scheduled), (500, 1_500, 0));
+    Ok(())
+}
+
+#[tokio::test]
+async fn local_time_sends_use_each_recipients_zone() -> Result<()> {
+    let db = TestDb::new().await?;
+    let s = SchedulerProcess::spawn(&db).await?;
+    let mut tasks = connect_tasks(&s.grpc_url()).await?;
+    let day = (chrono::Utc::now() + chrono::Duration::days(30)).date_naive();
+    let mut spec = task_spec(QUEUE, "tokyo-user", "ohayo");
+    spec.local_time = format!("{day}T09:00");
+    spec.local_time_zone = "Asia/Tokyo".into();
+    let task = tasks
+        .create_task(CreateTaskRequest { task: Some(spec) })
+        .await?
+        .into_inner()
+        .task
+        .unwrap_or_default();
+    let expected = day.and_hms_opt(0, 0, 0).unwrap_or_default().and_utc().timestamp();
+    assert_eq!(task.run_at.unwrap_or_default().seconds, expected);
+
+    let mut c = client(&s).await?;
+    let mut campaign = spec_local(&day.to_string());
+    campaign.time_zone = "Europe/Berlin".into();
+    let created = c
+        .create_campaign(CreateCampaignRequest {
+            campaign: Some(campaign),
+            recipients: vec![
+                CampaignRecipient {
+                    recipient: "ny".into(),
+                    time_zone: "America/New_York".into(),
+                    ..Default::default()
+                },
+                CampaignRecipient {
+                    recipient: "berlin".into(),
+                    ..Default::default()
+                },
+            ],
+        })
+        .await?
+        .into_inner();
+    let conn = db.connect().await?;
+    let cid: uuid::Uuid = created.id.parse()?;
+    let rows = conn
+        .query(
+            "SELECT recipient, (run_at AT TIME ZONE CASE recipient WHEN 'ny'
+                 THEN 'America/New_York' ELSE 'Europe/Berlin' END)::time::text
+             FROM herald.tasks WHERE campaign_id = $1",
+            &[&cid],
+        )
+        .await?;
+    assert_eq!(rows.len(), 2);
+    for r in rows {
+        assert_eq!(r.get::<_, String>(1), "09:00:00", "{}", r.get::<_, String>(0));
+    }
+    Ok(())
+}
+
+fn spec_local(day: &str) -> CampaignSpec {
+    CampaignSpec {
+        local_start: format!("{day}T09:00"),
+        ..spec()
+    }
+}
