@@ -1,6 +1,5 @@
-//! The executor's HTTP endpoint: `/healthz` and a first `/metrics`.
+//! The executor's HTTP endpoint: `/healthz` and `/metrics`.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use axum::extract::State;
@@ -17,20 +16,13 @@ pub(crate) fn router(stats: Arc<Stats>) -> Router {
         .with_state(stats)
 }
 
-/// Prometheus text format. A placeholder until the metrics module lands: a few gauges only.
-async fn metrics(State(stats): State<Arc<Stats>>) -> String {
-    format!(
-        "# HELP herald_executor_leases_in_flight Leases held (pending or sending).\n\
-         # TYPE herald_executor_leases_in_flight gauge\n\
-         herald_executor_leases_in_flight {}\n\
-         # HELP herald_executor_results_unacked Results not yet acknowledged by a scheduler.\n\
-         # TYPE herald_executor_results_unacked gauge\n\
-         herald_executor_results_unacked {}\n\
-         # HELP herald_executor_connected 1 while a lease stream is open.\n\
-         # TYPE herald_executor_connected gauge\n\
-         herald_executor_connected {}\n",
-        stats.in_flight.load(Ordering::Relaxed),
-        stats.unacked.load(Ordering::Relaxed),
-        stats.connected.load(Ordering::Relaxed),
+/// Prometheus text exposition of every metric in `telemetry::metrics`.
+async fn metrics(State(stats): State<Arc<Stats>>) -> impl axum::response::IntoResponse {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        crate::telemetry::metrics::render(&stats),
     )
 }

@@ -12,7 +12,7 @@
 //!   `whatsapp_cloud`, `wecom` and `wecom_robot`.
 //! - `client`: the lease stream session (Hello/Welcome, leases, reports, credit, extension,
 //!   revoke, drain) and reconnection; in-flight leases outlive any one stream.
-//! - `http`: `/healthz` and `/metrics`.
+//! - `http`: `/healthz` and `/metrics`; [`telemetry`]: logs, OTLP traces and the metrics.
 //! - [`run`]: ties them together; shutdown is a parameter.
 
 pub mod accounts;
@@ -20,6 +20,7 @@ pub mod config;
 pub mod credentials;
 pub mod routes;
 pub mod senders;
+pub mod telemetry;
 
 mod client;
 mod http;
@@ -100,6 +101,7 @@ pub async fn run(
         concurrency: config.max_in_flight as usize,
     });
     let stats = Arc::new(client::Stats::default());
+    telemetry::metrics::install();
 
     let stop = CancellationToken::new();
     let trigger = stop.clone();

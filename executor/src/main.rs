@@ -7,12 +7,13 @@ use std::io::Write as _;
 use anyhow::Context as _;
 use clap::Parser as _;
 use herald_executor::{Config, SenderRoutes};
-use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let config = Config::parse();
-    init_tracing();
+    // Held to the end of main: dropping it flushes the spans not yet exported.
+    let _telemetry =
+        herald_executor::telemetry::init(&std::env::var("HERALD_LOG_FORMAT").unwrap_or_default());
 
     let routes = match &config.config_file {
         Some(path) => SenderRoutes::from_file(path)?,
@@ -54,16 +55,4 @@ fn signals() -> anyhow::Result<impl std::future::Future<Output = ()>> {
             std::process::exit(130);
         });
     })
-}
-
-fn init_tracing() {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if std::env::var("HERALD_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json")) {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
 }

@@ -47,6 +47,13 @@ pub struct Config {
     /// Log format: text or json.
     #[arg(long, env = "HERALD_LOG_FORMAT", default_value = "text")]
     pub log_format: String,
+    /// Operator notification webhook: receives task.failed, task.expired and account.offline
+    /// events (unset: no notifications are recorded or sent).
+    #[arg(long, env = "HERALD_NOTIFY_URL")]
+    pub notify_url: Option<String>,
+    /// Signing secret for the notification webhook (`whsec_<base64>` or raw); unset: unsigned.
+    #[arg(long, env = "HERALD_NOTIFY_SECRET", hide_env_values = true)]
+    pub notify_secret: Option<String>,
 }
 
 impl Config {
@@ -67,6 +74,8 @@ impl Config {
             shutdown_grace: Duration::from_secs(10),
             scheduler_id: None,
             log_format: "text".into(),
+            notify_url: None,
+            notify_secret: None,
         }
     }
 }

@@ -12,7 +12,19 @@ pub fn router(store: Store) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
+        .route("/metrics", get(metrics))
         .with_state(store)
+}
+
+/// Prometheus text exposition of every metric in [`crate::telemetry::metrics`].
+async fn metrics(State(store): State<Store>) -> impl axum::response::IntoResponse {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        crate::telemetry::metrics::render(&store),
+    )
 }
 
 /// Ready while the database answers.

@@ -10,7 +10,8 @@
 //! - [`lease`]: executor sessions, the dispatcher, cluster events and the lease sweeper.
 //! - [`schedule`]: cron fire times, the schedule materialiser, campaign spreading.
 //! - [`retention`]: pruning of finished tasks and old idempotency keys.
-//! - [`http`]: health endpoints.
+//! - [`telemetry`]: logs, OTLP traces, Prometheus metrics and the notification webhook.
+//! - [`http`]: health endpoints and `/metrics`.
 //! - [`error`]: the service error and its single mapping to `tonic::Status`.
 
 pub mod api;
@@ -23,6 +24,7 @@ pub mod retention;
 pub mod schedule;
 pub mod server;
 pub mod store;
+pub mod telemetry;
 
 pub use config::Config;
 pub use server::{run, Listeners, ServeError};

@@ -5,7 +5,7 @@ use std::io::Write;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use herald_scheduler::{store, Config, Listeners};
+use herald_scheduler::{store, telemetry, Config, Listeners};
 
 #[derive(Parser)]
 #[command(
@@ -54,7 +54,7 @@ fn main() -> anyhow::Result<()> {
                 database_url,
                 log_format,
             } => {
-                init_logging(&log_format);
+                let _telemetry = telemetry::init(&log_format, "herald-scheduler");
                 let store = store::Store::connect(&database_url, 1)?;
                 let applied = store::migrate::run(&store)
                     .await
@@ -68,7 +68,8 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {
-    init_logging(&config.log_format);
+    // Held to the end of serve: dropping it flushes the spans not yet exported.
+    let _telemetry = telemetry::init(&config.log_format, "herald-scheduler");
     let listeners = Listeners::bind(&config)
         .await
         .with_context(|| format!("cannot bind {} / {}", config.grpc_addr, config.http_addr))?;
@@ -104,17 +105,4 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
             std::process::exit(130);
         });
     })
-}
-
-fn init_logging(format: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if format == "json" {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
 }

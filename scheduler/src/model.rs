@@ -196,6 +196,8 @@ pub struct NewTask {
     pub retry: RetryPolicy,
     /// Where the task is sent from.
     pub target: Target,
+    /// The W3C `traceparent` of the CreateTask span, carried to the lease and the send.
+    pub trace_parent: Option<String>,
 }
 
 /// Which sending account a task goes out through.
@@ -318,6 +320,8 @@ pub struct GrantedLease {
     pub account_id: Option<String>,
     /// Where executors hold that account's credentials.
     pub credentials_ref: Option<String>,
+    /// The W3C `traceparent` recorded when the task was created.
+    pub trace_parent: Option<String>,
 }
 
 /// An executor's report of one attempt.

@@ -61,6 +61,9 @@ pub enum ServeError {
     /// The HTTP server failed.
     #[error("HTTP server failed: {0}")]
     Http(#[source] std::io::Error),
+    /// HERALD_NOTIFY_URL or HERALD_NOTIFY_SECRET is unusable.
+    #[error("invalid notification webhook settings: {0}")]
+    Notify(String),
 }
 
 /// Runs the scheduler until `shutdown` resolves, then drains executors and stops in order.
@@ -71,6 +74,8 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
     on_ready: impl FnOnce() + Send,
 ) -> Result<(), ServeError> {
+    crate::telemetry::metrics::install();
+    let notifier = crate::telemetry::notify::from_config(&config).map_err(ServeError::Notify)?;
     let store = Store::connect(&config.database_url, config.db_pool_size)?;
     migrate_with_retry(&store).await?;
 
@@ -109,6 +114,17 @@ pub async fn run(
         background.clone(),
     ));
     jobs.spawn(crate::schedule::materializer::run(store.clone(), background.clone()));
+    jobs.spawn(crate::telemetry::metrics::refresh_task_counts(
+        store.clone(),
+        background.clone(),
+    ));
+    if let Some(notifier) = notifier {
+        jobs.spawn(crate::telemetry::notify::run(
+            store.clone(),
+            notifier,
+            background.clone(),
+        ));
+    }
     jobs.spawn(crate::retention::run(
         store.clone(),
         config.task_retention,

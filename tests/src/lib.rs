@@ -9,6 +9,7 @@
 //!   [`wait_for_task_state`]: gRPC client helpers.
 //! - [`WebhookReceiver`]: a scriptable HTTP endpoint that records every request, for the webhook
 //!   sender and as the base of provider fakes.
+//! - [`otlp::OtlpReceiver`]: records the spans the binaries export over OTLP/HTTP.
 //! - [`task_spec`], [`unique_id`]: small builders for test inputs.
 //!
 //! The binaries are not built by the harness: run `cargo build --bins` first (`script/test`
@@ -18,6 +19,7 @@ mod db;
 pub mod fakes;
 mod grpc;
 pub mod lease;
+pub mod otlp;
 mod process;
 mod spec;
 mod webhook;

@@ -591,6 +591,8 @@ impl LeaseClient {
             return;
         }
         let queue = lease.queue.clone();
+        let account = lease.account_id.clone();
+        let traceparent = lease.traceparent.clone();
         // A lease naming an account goes to that account's sender; the queue only decides
         // for leases without one.
         let sender = if lease.credentials_ref.is_empty() {
@@ -620,6 +622,8 @@ impl LeaseClient {
             request,
             phase,
             cancel,
+            account,
+            traceparent,
         };
         tokio::spawn(worker::run(job, self.done_tx.clone()));
     }

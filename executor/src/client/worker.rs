@@ -1,16 +1,17 @@
 //! One lease's worker: wait for the route's sender, send, turn the outcome into an
 //! `AttemptResult`.
 
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 use herald_proto::v1 as pb;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tower::{Service, ServiceExt};
-use tracing::{debug, instrument, warn};
+use tracing::{debug, warn, Instrument as _};
 
 use super::inflight::{LeaseKey, SharedPhase};
 use crate::senders::{BoxSender, OutcomeClass, SendError, SendReceipt, SendRequest};
+use crate::telemetry::metrics::{class_label, RATE_LIMIT_WAIT, SEND_DURATION, SEND_OUTCOMES};
 
 /// Longest error text the scheduler keeps.
 const MAX_ERROR_BYTES: usize = 4096;
@@ -30,10 +31,25 @@ pub(crate) struct Job {
     pub(crate) request: Result<(BoxSender, SendRequest), SendError>,
     pub(crate) phase: SharedPhase,
     pub(crate) cancel: CancellationToken,
+    /// The sending account (the lease's `account_id`; empty when routed by queue).
+    pub(crate) account: String,
+    /// The lease's W3C `traceparent`: the send span joins that trace.
+    pub(crate) traceparent: String,
 }
 
-#[instrument(name = "lease", skip_all, fields(task_id = %job.key.task_id, attempt = job.key.attempt, queue = %job.queue))]
 pub(crate) async fn run(job: Job, done: mpsc::UnboundedSender<Done>) {
+    let span = tracing::info_span!(
+        "send",
+        task_id = %job.key.task_id,
+        attempt = job.key.attempt,
+        queue = %job.queue,
+        account = %job.account,
+    );
+    crate::telemetry::set_parent_from(&span, &job.traceparent);
+    run_in_span(job, done).instrument(span).await;
+}
+
+async fn run_in_span(job: Job, done: mpsc::UnboundedSender<Done>) {
     let key = job.key.clone();
     let result = send(job).await;
     if result.is_none() {
@@ -51,10 +67,14 @@ async fn send(job: Job) -> Option<pb::AttemptResult> {
                 return None;
             }
             warn!(error = %error.message, "lease cannot be sent");
+            let class = class_label(Some(error.class));
+            metrics::counter!(SEND_OUTCOMES, "account" => job.account.clone(), "class" => class)
+                .increment(1);
             return Some(result(&job.key, SystemTime::now(), Err(error)));
         }
     };
     // Pending: wait until the route accepts one more send, unless the lease is stopped first.
+    let waiting_since = Instant::now();
     let ready = tokio::select! {
         biased;
         () = job.cancel.cancelled() => return None,
@@ -63,11 +83,17 @@ async fn send(job: Job) -> Option<pb::AttemptResult> {
     if !job.phase.start_sending() {
         return None;
     }
+    metrics::histogram!(RATE_LIMIT_WAIT).record(waiting_since.elapsed().as_secs_f64());
     let started_at = SystemTime::now();
+    let started = Instant::now();
     let outcome = match ready {
         Ok(()) => sender.call(request).await,
         Err(error) => Err(error),
     };
+    metrics::histogram!(SEND_DURATION).record(started.elapsed().as_secs_f64());
+    let class = class_label(outcome.as_ref().err().map(|e| e.class));
+    metrics::counter!(SEND_OUTCOMES, "account" => job.account.clone(), "class" => class)
+        .increment(1);
     match &outcome {
         Ok(receipt) => debug!(provider_message_id = ?receipt.provider_message_id, "sent"),
         Err(error) => {

@@ -184,5 +184,6 @@ pub fn lease(l: &GrantedLease) -> Result<pb::Lease, StoreError> {
         labels: l.labels.clone(),
         account_id: l.account_id.clone().unwrap_or_default(),
         credentials_ref: l.credentials_ref.clone().unwrap_or_default(),
+        traceparent: l.trace_parent.clone().unwrap_or_default(),
     })
 }

@@ -7,6 +7,7 @@ use chrono::Utc;
 use herald_proto::v1::{self as pb, task_service_server::TaskService};
 use tokio::sync::broadcast;
 use tonic::{Request, Response, Status};
+use tracing::Instrument as _;
 use uuid::Uuid;
 
 use super::validate::{self, Violations};
@@ -39,10 +40,11 @@ impl TaskApi {
         &self,
         specs: &[pb::TaskSpec],
         path: impl Fn(usize) -> String,
+        trace_parent: Option<String>,
     ) -> Result<Vec<pb::CreateTaskResponse>, Error> {
         let now = Utc::now();
         let mut violations = Violations::default();
-        let tasks: Vec<_> = specs
+        let mut tasks: Vec<_> = specs
             .iter()
             .enumerate()
             .filter_map(|(i, s)| {
@@ -51,6 +53,9 @@ impl TaskApi {
             .collect();
         if !violations.is_empty() {
             return Err(Error::InvalidArgument(violations.0));
+        }
+        for t in &mut tasks {
+            t.trace_parent.clone_from(&trace_parent);
         }
         self.check_targets(&tasks, &path).await?;
         let created = match self.store.create_tasks(DEFAULT_NAMESPACE, &tasks).await {
@@ -161,6 +166,9 @@ impl TaskService for TaskApi {
         &self,
         request: Request<pb::CreateTaskRequest>,
     ) -> Result<Response<pb::CreateTaskResponse>, Status> {
+        // Fields only, never the request: it holds recipients and content.
+        let span = tracing::info_span!("CreateTask", task_id = tracing::field::Empty);
+        let trace_parent = crate::telemetry::adopt_remote_parent(&span, request.metadata());
         let req = request.into_inner();
         let Some(spec) = req.task else {
             return Err(invalid(FieldViolation {
@@ -170,8 +178,16 @@ impl TaskService for TaskApi {
             .into());
         };
         let mut results = self
-            .create(std::slice::from_ref(&spec), |_| "task".to_string())
+            .create(
+                std::slice::from_ref(&spec),
+                |_| "task".to_string(),
+                trace_parent,
+            )
+            .instrument(span.clone())
             .await?;
+        if let Some(task) = results.last().and_then(|r| r.task.as_ref()) {
+            span.record("task_id", task.id.as_str());
+        }
         results
             .pop()
             .map(Response::new)
@@ -182,6 +198,8 @@ impl TaskService for TaskApi {
         &self,
         request: Request<pb::CreateTasksRequest>,
     ) -> Result<Response<pb::CreateTasksResponse>, Status> {
+        let span = tracing::info_span!("CreateTasks", tasks = tracing::field::Empty);
+        let trace_parent = crate::telemetry::adopt_remote_parent(&span, request.metadata());
         let req = request.into_inner();
         if req.tasks.is_empty() || req.tasks.len() > validate::MAX_BATCH {
             return Err(invalid(FieldViolation {
@@ -190,7 +208,11 @@ impl TaskService for TaskApi {
             })
             .into());
         }
-        let results = self.create(&req.tasks, |i| format!("tasks[{i}]")).await?;
+        span.record("tasks", req.tasks.len());
+        let results = self
+            .create(&req.tasks, |i| format!("tasks[{i}]"), trace_parent)
+            .instrument(span)
+            .await?;
         Ok(Response::new(pb::CreateTasksResponse { results }))
     }
 

@@ -279,6 +279,8 @@ pub fn task_spec(
         max_attempts,
         retry: retry?,
         target,
+        // Set by the handler from the request's trace context, not from the spec.
+        trace_parent: None,
     })
 }
 

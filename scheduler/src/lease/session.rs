@@ -132,9 +132,12 @@ async fn run(
     };
     let deliver_tx = tx.clone();
     let deliver_store = ctx.store.clone();
+    let deliver_executor = executor_id.clone();
     let dispatch = tokio::spawn(dispatcher.run(move |leases| {
         let tx = deliver_tx.clone();
         let store = deliver_store.clone();
+        crate::telemetry::metrics::leases_granted(&leases);
+        crate::telemetry::lease_grant_spans(&leases, &deliver_executor);
         async move { deliver(&store, &tx, leases).await }
     }));
 
@@ -261,6 +264,11 @@ async fn handle_reports(
         if let Some(at) = wake_at {
             if let Err(e) = ctx.store.announce_due(at).await {
                 tracing::warn!(error = %e, "cannot announce retries");
+            }
+        }
+        for v in outcome.verdicts.iter().filter(|v| v.accepted) {
+            if let Some(state) = v.state {
+                crate::telemetry::metrics::task_finished(state, v.attempt);
             }
         }
         let resolved: Vec<Uuid> = outcome

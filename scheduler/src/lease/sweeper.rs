@@ -46,6 +46,10 @@ pub async fn run(store: Store, max_sleep: Duration, shutdown: CancellationToken)
 /// One sweep; Some(true) when a batch was full and more may be waiting.
 async fn sweep_once(store: &Store) -> Result<Option<bool>, crate::store::StoreError> {
     let outcome = store.sweep(BATCH).await?;
+    crate::telemetry::metrics::swept(
+        outcome.leases_expired as u64,
+        outcome.deadlines_passed as u64,
+    );
     if outcome.leases_expired > 0 || outcome.deadlines_passed > 0 {
         tracing::info!(
             leases_expired = outcome.leases_expired,

@@ -523,6 +523,7 @@ fn lease_from_row(r: &Row) -> GrantedLease {
         labels: labels_from_json(r.get(11)),
         account_id: r.get(12),
         credentials_ref: r.get(13),
+        trace_parent: r.get(14),
     }
 }
 

@@ -27,6 +27,16 @@ const MIGRATIONS: &[Migration] = &[
         name: "add_schedules_and_campaigns",
         sql: include_str!("../../migrations/V7__add_schedules_and_campaigns.sql"),
     },
+    Migration {
+        version: 4,
+        name: "add_trace_context",
+        sql: include_str!("../../migrations/V4__add_trace_context.sql"),
+    },
+    Migration {
+        version: 5,
+        name: "add_notifications",
+        sql: include_str!("../../migrations/V5__add_notifications.sql"),
+    },
 ];
 
 /// Arbitrary but fixed: the advisory lock key that serialises migrations across replicas.

@@ -10,6 +10,7 @@ pub mod migrate;
 pub mod retention;
 pub mod schedules;
 pub mod tasks;
+pub mod telemetry;
 
 pub use error::StoreError;
 

@@ -429,6 +429,8 @@ async fn insert_rows(
     let mut jitters = Vec::with_capacity(n);
     let mut pools: Vec<Option<&str>> = Vec::with_capacity(n);
     let mut accounts: Vec<Option<&str>> = Vec::with_capacity(n);
+    let trace_parents: Vec<Option<&str>> =
+        tasks.iter().map(|t| t.trace_parent.as_deref()).collect();
     for t in tasks {
         match &t.target {
             Target::Queue => {
@@ -519,6 +521,7 @@ async fn insert_rows(
                 &jitters,
                 &pools,
                 &accounts,
+                &trace_parents,
             ],
         )
         .await

@@ -34,4 +34,5 @@ FROM due
 WHERE t.id = due.id
 RETURNING t.id, t.lease_count, t.queue, t.recipient, t.content,
           COALESCE(t.idempotency_key, t.id::text), t.run_at, t.leased_at, t.lease_expires_at,
-          t.attempts, t.max_attempts, t.labels, NULL::text, NULL::text
+          t.attempts, t.max_attempts, t.labels, NULL::text, NULL::text,
+          t.trace_parent

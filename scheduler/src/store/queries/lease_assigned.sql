@@ -15,4 +15,5 @@ RETURNING t.id, t.lease_count, t.queue, t.recipient, t.content,
           COALESCE(t.idempotency_key, t.id::text), t.run_at, t.leased_at, t.lease_expires_at,
           t.attempts, t.max_attempts, t.labels, a.account_id,
           (SELECT credentials_ref FROM herald.accounts ac
-           WHERE ac.namespace = t.namespace AND ac.id = a.account_id)
+           WHERE ac.namespace = t.namespace AND ac.id = a.account_id),
+          t.trace_parent

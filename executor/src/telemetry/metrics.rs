@@ -1,0 +1,88 @@
+//! Every metric the executor exports, named once here with its help text, and the Prometheus
+//! text rendering behind `GET /metrics`.
+
+use std::sync::atomic::Ordering;
+use std::sync::OnceLock;
+
+use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use crate::client::Stats;
+use crate::senders::OutcomeClass;
+
+/// Counter `{account, class}`: send attempts by sending account (empty for queue-routed
+/// leases) and outcome class (ok, rate_limited, transient, permanent, account_unavailable).
+pub const SEND_OUTCOMES: &str = "herald_send_outcomes_total";
+/// Histogram: seconds from the send attempt's start to its outcome.
+pub const SEND_DURATION: &str = "herald_send_duration_seconds";
+/// Gauge: leases held (waiting for their sender or sending).
+pub const IN_FLIGHT: &str = "herald_executor_in_flight";
+/// Histogram: seconds a lease waited for its route's rate limiter and concurrency limit.
+pub const RATE_LIMIT_WAIT: &str = "herald_rate_limit_wait_seconds";
+/// Gauge: results not yet acknowledged by a scheduler.
+pub const RESULTS_UNACKED: &str = "herald_executor_results_unacked";
+/// Gauge: 1 while a lease stream is open.
+pub const CONNECTED: &str = "herald_executor_connected";
+
+const WAIT_BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Installs the process-wide recorder (once; later calls return the same handle).
+pub(crate) fn install() -> &'static PrometheusHandle {
+    HANDLE.get_or_init(|| {
+        let builder = PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Full(RATE_LIMIT_WAIT.into()), WAIT_BUCKETS)
+            .and_then(|b| {
+                b.set_buckets_for_metric(Matcher::Full(SEND_DURATION.into()), WAIT_BUCKETS)
+            });
+        let recorder = match builder {
+            Ok(b) => b.build_recorder(),
+            // Only reachable with an empty bucket list, which the constant above is not.
+            Err(_) => PrometheusBuilder::new().build_recorder(),
+        };
+        let handle = recorder.handle();
+        // Fails when another recorder is installed (several executors in one test process):
+        // the first one's recorder then serves them all.
+        let _ = metrics::set_global_recorder(recorder);
+        describe_counter!(SEND_OUTCOMES, "Send attempts by account and outcome class.");
+        describe_histogram!(SEND_DURATION, Unit::Seconds, "Time one send attempt took.");
+        describe_gauge!(
+            IN_FLIGHT,
+            "Leases held (waiting for their sender or sending)."
+        );
+        describe_histogram!(
+            RATE_LIMIT_WAIT,
+            Unit::Seconds,
+            "Time a lease waited for its route's rate limiter and concurrency limit."
+        );
+        describe_gauge!(
+            RESULTS_UNACKED,
+            "Results not yet acknowledged by a scheduler."
+        );
+        describe_gauge!(CONNECTED, "1 while a lease stream is open.");
+        handle
+    })
+}
+
+/// Renders every metric, after sampling the client's gauges.
+pub(crate) fn render(stats: &Stats) -> String {
+    let handle = install();
+    metrics::gauge!(IN_FLIGHT).set(stats.in_flight.load(Ordering::Relaxed) as f64);
+    metrics::gauge!(RESULTS_UNACKED).set(stats.unacked.load(Ordering::Relaxed) as f64);
+    metrics::gauge!(CONNECTED).set(stats.connected.load(Ordering::Relaxed) as f64);
+    handle.render()
+}
+
+/// The label value of an outcome class.
+pub(crate) fn class_label(class: Option<OutcomeClass>) -> &'static str {
+    match class {
+        None => "ok",
+        Some(OutcomeClass::RateLimited) => "rate_limited",
+        Some(OutcomeClass::Transient) => "transient",
+        Some(OutcomeClass::Permanent) => "permanent",
+        Some(OutcomeClass::AccountUnavailable) => "account_unavailable",
+    }
+}

@@ -1,0 +1,220 @@
+//! The operator notification webhook (`HERALD_NOTIFY_URL`): delivers the outbox
+//! `herald.notifications` with retries and backoff, signed like the executor's webhook sender
+//! (Standard Webhooks: `webhook-id`, `webhook-timestamp`, `webhook-signature: v1,<base64
+//! HMAC-SHA256 over "id.timestamp.body">`).
+//!
+//! Events are recorded by database triggers in the transaction that makes the change (see
+//! `V5__add_notifications.sql`): `task.failed`, `task.expired`, `account.offline`, and
+//! `campaign.finished` through `herald.notify_event` once campaigns exist. So a crash between
+//! the change and the delivery loses nothing; delivery is at least once, and the stable
+//! `webhook-id` lets a receiver drop repeats. Every replica runs this loop; rows are taken with
+//! SKIP LOCKED, so each delivery try happens on one replica.
+
+use std::time::Duration;
+
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+use tokio_util::sync::CancellationToken;
+
+use super::metrics::{NOTIFICATIONS, NOTIFICATIONS_PENDING};
+use crate::store::telemetry::PendingNotification;
+use crate::store::Store;
+
+/// Notifications sent per round.
+const BATCH: i64 = 16;
+/// How long a taken notification is reserved for this replica's delivery try.
+const HOLD: Duration = Duration::from_secs(60);
+/// One delivery try's time limit.
+const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest sleep between rounds: a notification recorded meanwhile waits at most this long.
+const MAX_SLEEP: Duration = Duration::from_secs(1);
+/// How far ahead each round keeps the triggers recording.
+const ENABLED_FOR: Duration = Duration::from_secs(300);
+/// Backoff between tries: 1 s doubling, capped at 10 minutes; tries never stop, so an outage
+/// of the receiver delays notifications without dropping them.
+const BACKOFF_MAX: Duration = Duration::from_secs(600);
+
+/// The secret is unusable.
+#[derive(Debug, thiserror::Error)]
+pub enum NotifySecretError {
+    /// `whsec_` followed by something that is not base64.
+    #[error("HERALD_NOTIFY_SECRET has the whsec_ prefix but the rest is not valid base64: {0}")]
+    Base64(#[source] base64::DecodeError),
+    /// The HMAC rejected the key.
+    #[error("HERALD_NOTIFY_SECRET is not a usable HMAC key")]
+    Key,
+}
+
+/// Signs notification bodies.
+#[derive(Clone)]
+pub struct Signer(Hmac<Sha256>);
+
+impl Signer {
+    /// The key is the base64-decoded part after `whsec_`, or the raw bytes of a secret without
+    /// that prefix (as the executor's webhook sender does).
+    pub fn from_secret(secret: &str) -> Result<Self, NotifySecretError> {
+        let key = match secret.strip_prefix("whsec_") {
+            Some(b64) => BASE64.decode(b64).map_err(NotifySecretError::Base64)?,
+            None => secret.as_bytes().to_vec(),
+        };
+        Hmac::<Sha256>::new_from_slice(&key)
+            .map(Signer)
+            .map_err(|_| NotifySecretError::Key)
+    }
+
+    /// The `webhook-signature` value.
+    pub fn sign(&self, id: &str, timestamp: i64, body: &[u8]) -> String {
+        let mut mac = self.0.clone();
+        mac.update(id.as_bytes());
+        mac.update(b".");
+        mac.update(timestamp.to_string().as_bytes());
+        mac.update(b".");
+        mac.update(body);
+        format!("v1,{}", BASE64.encode(mac.finalize().into_bytes()))
+    }
+}
+
+/// Where and how to deliver.
+pub struct Notifier {
+    /// The receiver.
+    pub url: reqwest::Url,
+    /// Signs bodies; None sends them unsigned.
+    pub signer: Option<Signer>,
+}
+
+/// The notifier the configuration asks for: None without `notify_url`.
+pub fn from_config(config: &crate::Config) -> Result<Option<Notifier>, String> {
+    let Some(url) = config.notify_url.as_deref().filter(|u| !u.is_empty()) else {
+        return Ok(None);
+    };
+    let url = reqwest::Url::parse(url).map_err(|e| format!("HERALD_NOTIFY_URL: {e}"))?;
+    let signer = match config.notify_secret.as_deref().filter(|s| !s.is_empty()) {
+        Some(secret) => Some(Signer::from_secret(secret).map_err(|e| e.to_string())?),
+        None => None,
+    };
+    Ok(Some(Notifier { url, signer }))
+}
+
+/// Delivers notifications until `stop`.
+pub async fn run(store: Store, notifier: Notifier, stop: CancellationToken) {
+    let client = match reqwest::Client::builder().timeout(SEND_TIMEOUT).build() {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot build the notification HTTP client; notifications are off");
+            return;
+        }
+    };
+    let mut error_backoff = Duration::from_millis(100);
+    loop {
+        let sleep = match round(&store, &client, &notifier).await {
+            Ok(sleep) => {
+                error_backoff = Duration::from_millis(100);
+                sleep
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "notification round failed");
+                error_backoff = (error_backoff * 2).min(Duration::from_secs(5));
+                error_backoff
+            }
+        };
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(sleep) => {}
+        }
+    }
+}
+
+/// One round: keep recording enabled, deliver a batch, and say how long to sleep.
+async fn round(
+    store: &Store,
+    client: &reqwest::Client,
+    notifier: &Notifier,
+) -> Result<Duration, crate::store::StoreError> {
+    store.enable_notifications(ENABLED_FOR).await?;
+    let batch = store.take_notifications(BATCH, HOLD).await?;
+    let full = batch.len() as i64 >= BATCH;
+    for n in batch {
+        match deliver(client, notifier, &n).await {
+            Ok(()) => {
+                metrics::counter!(NOTIFICATIONS, "result" => "delivered").increment(1);
+                tracing::info!(notification_id = %n.id, event = %n.event, "notification delivered");
+                store.notification_delivered(n.id).await?;
+            }
+            Err(error) => {
+                metrics::counter!(NOTIFICATIONS, "result" => "failed").increment(1);
+                let retry_in = backoff(n.attempts);
+                tracing::warn!(notification_id = %n.id, event = %n.event, attempts = n.attempts, retry_in = ?retry_in, %error, "notification not delivered");
+                store.notification_failed(n.id, retry_in, &error).await?;
+            }
+        }
+    }
+    if full {
+        return Ok(Duration::ZERO);
+    }
+    let (pending, next_ms) = store.notification_backlog().await?;
+    metrics::gauge!(NOTIFICATIONS_PENDING).set(pending as f64);
+    Ok(match next_ms {
+        Some(ms) if ms > 0.0 => Duration::from_millis(ms as u64 + 1).min(MAX_SLEEP),
+        Some(_) => Duration::ZERO,
+        None => MAX_SLEEP,
+    })
+}
+
+async fn deliver(
+    client: &reqwest::Client,
+    notifier: &Notifier,
+    n: &PendingNotification,
+) -> Result<(), String> {
+    let body = serde_json::to_vec(&n.payload).map_err(|e| e.to_string())?;
+    let id = n.id.to_string();
+    let timestamp = chrono::Utc::now().timestamp();
+    let mut request = client
+        .post(notifier.url.clone())
+        .header("content-type", "application/json")
+        .header("webhook-id", &id)
+        .header("webhook-timestamp", timestamp.to_string());
+    if let Some(signer) = &notifier.signer {
+        request = request.header("webhook-signature", signer.sign(&id, timestamp, &body));
+    }
+    let response = request
+        .body(body)
+        .send()
+        .await
+        .map_err(|e| format!("request failed: {e}"))?;
+    if response.status().is_success() {
+        Ok(())
+    } else {
+        Err(format!("receiver answered {}", response.status()))
+    }
+}
+
+/// 1 s, 2 s, 4 s, … capped at [`BACKOFF_MAX`], after the `attempts`-th failed try.
+fn backoff(attempts: i32) -> Duration {
+    let exp = attempts.clamp(1, 20) as u32 - 1;
+    Duration::from_secs(1u64 << exp).min(BACKOFF_MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_caps() {
+        assert_eq!(backoff(1), Duration::from_secs(1));
+        assert_eq!(backoff(3), Duration::from_secs(4));
+        assert_eq!(backoff(40), BACKOFF_MAX);
+    }
+
+    #[test]
+    fn signature_matches_the_standard_webhooks_example() {
+        // The example of the Standard Webhooks specification.
+        let signer = Signer::from_secret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap();
+        let body = br#"{"test": 2432232314}"#;
+        assert_eq!(
+            signer.sign("msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, body),
+            "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+        );
+    }
+}
