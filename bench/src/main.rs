@@ -45,6 +45,9 @@ struct Cli {
     /// The scheduler's claim batch (HERALD_CLAIM_BATCH).
     #[arg(long)]
     claim_batch: Option<u32>,
+    /// Plain-SQL drain baseline: concurrent workers.
+    #[arg(long)]
+    baseline_workers: Option<usize>,
     /// Where to write the JSON results.
     #[arg(long, default_value = "target/bench/results.json")]
     out: PathBuf,
@@ -108,6 +111,9 @@ fn options(cli: &Cli) -> Result<Options> {
     }
     if let Some(v) = cli.max_in_flight {
         o.max_in_flight = v;
+    }
+    if let Some(v) = cli.baseline_workers {
+        o.baseline_workers = v.max(1);
     }
     if let Some(v) = cli.claim_batch {
         o.claim_batch = v;

@@ -82,14 +82,17 @@ WHERE t.id = ANY(ARRAY(
     FOR UPDATE SKIP LOCKED))
 RETURNING t.id, t.lease_count, t.queue, t.recipient, t.content, t.run_at, t.labels";
 
-/// The plain-SQL completion: the state change and the attempt row, fenced by lease_count.
+/// The plain-SQL completion: the state change and the attempt row. `= ANY($1)` again pins the
+/// update to primary-key lookups (joining `unnest($1, $2)` for the fencing pair let the planner
+/// hash-join a sequential scan of the table: 5k tasks/s at 50k rows). The fencing check stays
+/// (lease_count must still be the claimed one), applied as a filter on the looked-up rows.
 const BASELINE_COMPLETE: &str = "
 WITH done AS (
     UPDATE herald.tasks t
     SET state = 'succeeded', attempts = t.attempts + 1, finished_at = now(),
         lease_expires_at = NULL, updated_at = now()
-    FROM unnest($1::uuid[], $2::integer[]) AS i(id, attempt)
-    WHERE t.id = i.id AND t.lease_count = i.attempt AND t.state = 'leased'
+    WHERE t.id = ANY($1::uuid[]) AND t.state = 'leased'
+      AND t.lease_count = ($2::integer[])[array_position($1::uuid[], t.id)]
     RETURNING t.id, t.lease_count, t.executor_id, t.leased_at
 )
 INSERT INTO herald.attempts (task_id, attempt, executor_id, outcome, leased_at, started_at)
