@@ -11,6 +11,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "herald/v1/account.proto",
         "herald/v1/schedule.proto",
         "herald/v1/campaign.proto",
+        "herald/v1/stats.proto",
     ];
     println!("cargo:rerun-if-changed={}", root.join("herald").display());
 

@@ -9,6 +9,7 @@ use herald_proto::v1::account_service_server::AccountServiceServer;
 use herald_proto::v1::campaign_service_server::CampaignServiceServer;
 use herald_proto::v1::lease_service_server::LeaseServiceServer;
 use herald_proto::v1::schedule_service_server::ScheduleServiceServer;
+use herald_proto::v1::stats_service_server::StatsServiceServer;
 use herald_proto::v1::task_service_server::TaskServiceServer;
 use tokio::net::TcpListener;
 use tokio::sync::broadcast;
@@ -17,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::accounts::AccountApi;
 use crate::api::lease::LeaseApi;
+use crate::api::stats::StatsApi;
 use crate::api::tasks::TaskApi;
 use crate::config::Config;
 use crate::lease::events::{self, Event};
@@ -136,6 +138,7 @@ pub async fn run(
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<TaskServiceServer<TaskApi>>().await;
     health.set_serving::<LeaseServiceServer<LeaseApi>>().await;
+    health.set_serving::<StatsServiceServer<StatsApi>>().await;
     health
         .set_serving::<AccountServiceServer<AccountApi>>()
         .await;
@@ -184,6 +187,7 @@ pub async fn run(
             crate::api::campaigns::CampaignApi::new(store.clone(), events_tx.clone(), config.cancel_wait),
         ))
         .add_service(LeaseServiceServer::new(lease))
+        .add_service(StatsServiceServer::new(StatsApi::new(store.clone())))
         .serve_with_incoming_shutdown(TcpListenerStream::new(listeners.grpc), async move {
             grpc_stop.cancelled().await
         });
@@ -208,6 +212,7 @@ pub async fn run(
         .set_service_status("", tonic_health::ServingStatus::NotServing)
         .await;
     health.set_not_serving::<TaskServiceServer<TaskApi>>().await;
+    health.set_not_serving::<StatsServiceServer<StatsApi>>().await;
     health
         .set_not_serving::<LeaseServiceServer<LeaseApi>>()
         .await;

@@ -6,6 +6,7 @@ pub mod campaigns;
 pub mod convert;
 pub mod lease;
 pub mod schedules;
+pub mod stats;
 pub mod tasks;
 pub mod validate;
 

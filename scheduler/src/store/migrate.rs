@@ -37,6 +37,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "add_notifications",
         sql: include_str!("../../migrations/V5__add_notifications.sql"),
     },
+    Migration {
+        version: 6,
+        name: "add_stats_indexes",
+        sql: include_str!("../../migrations/V6__add_stats_indexes.sql"),
+    },
 ];
 
 /// Arbitrary but fixed: the advisory lock key that serialises migrations across replicas.

@@ -9,6 +9,7 @@ pub mod leases;
 pub mod migrate;
 pub mod retention;
 pub mod schedules;
+pub mod stats;
 pub mod tasks;
 pub mod telemetry;
 

@@ -1,0 +1,513 @@
+//! StatsService: counts, success rates, trigger lag, send durations and the failure list over a
+//! window of time. Validates and converts; the figures come from `store::stats`.
+
+use std::str::FromStr;
+
+use base64::Engine;
+use chrono::{DateTime, Duration as ChronoDuration, Utc};
+use herald_proto::v1::{self as pb, stats_service_server::StatsService};
+use tonic::{Request, Response, Status};
+use uuid::Uuid;
+
+use super::validate::{self, Violations};
+use super::{convert, DEFAULT_NAMESPACE};
+use crate::error::Error;
+use crate::model::Outcome;
+use crate::store::stats::{
+    DurationStats, FailureFilter, FailureRecord, GroupBy, LagStats, OutcomeCounts, Window,
+    WindowSpec,
+};
+use crate::store::Store;
+
+/// The longest window a statistic may cover: a little over a year, so a mistyped year fails
+/// loudly instead of scanning every row.
+pub const MAX_WINDOW: ChronoDuration = ChronoDuration::days(400);
+/// Default page size of ListFailures.
+pub const DEFAULT_FAILURE_PAGE: i32 = 50;
+/// Largest page size of ListFailures.
+pub const MAX_FAILURE_PAGE: i32 = 500;
+
+/// The StatsService implementation.
+pub struct StatsApi {
+    store: Store,
+}
+
+impl StatsApi {
+    /// A service answering from `store`.
+    pub fn new(store: Store) -> Self {
+        StatsApi { store }
+    }
+
+    /// Validates the window, then resolves it by the database's clock.
+    async fn window(&self, spec: (WindowSpec, String)) -> Result<Window, Error> {
+        Ok(self.store.resolve_window(&spec.0, &spec.1).await?)
+    }
+}
+
+/// Why `name` is not a usable IANA time zone, if it is not. Empty means UTC and is fine.
+pub fn time_zone_problem(name: &str) -> Option<&'static str> {
+    if name.is_empty() || chrono_tz::Tz::from_str(name).is_ok() {
+        None
+    } else {
+        Some("is not an IANA time zone name (for example \"Europe/Berlin\")")
+    }
+}
+
+/// The time zone to use: `name`, or UTC when empty. Call after [`time_zone_problem`].
+pub fn time_zone_or_utc(name: &str) -> String {
+    if name.is_empty() {
+        "UTC".to_string()
+    } else {
+        name.to_string()
+    }
+}
+
+/// Validates a request's window (field path `window`); absent means today in UTC.
+pub fn window_spec(
+    w: Option<&pb::StatsWindow>,
+    v: &mut Violations,
+) -> Option<(WindowSpec, String)> {
+    let Some(w) = w else {
+        return Some((WindowSpec::Today, "UTC".to_string()));
+    };
+    let before = v.0.len();
+    if let Some(problem) = time_zone_problem(&w.time_zone) {
+        v.add("window.time_zone", problem);
+    }
+    let spec = match (&w.start, &w.end, &w.last) {
+        (None, None, None) => Some(WindowSpec::Today),
+        (None, None, Some(last)) => match validate::duration_ms(last) {
+            Some(ms) if ms > 0 && ms <= MAX_WINDOW.num_milliseconds() => Some(WindowSpec::Last(ms)),
+            _ => {
+                v.add("window.last", "must be positive and at most 400 days");
+                None
+            }
+        },
+        (Some(_), Some(_), Some(_)) => {
+            v.add("window.last", "set either start and end, or last");
+            None
+        }
+        (Some(start), Some(end), None) => {
+            let start = convert::from_timestamp(start);
+            let end = convert::from_timestamp(end);
+            match (start, end) {
+                (None, _) => {
+                    v.add("window.start", "is not a valid timestamp");
+                    None
+                }
+                (_, None) => {
+                    v.add("window.end", "is not a valid timestamp");
+                    None
+                }
+                (Some(s), Some(e)) if e <= s => {
+                    v.add("window.end", "must be after start");
+                    None
+                }
+                (Some(s), Some(e)) if e - s > MAX_WINDOW => {
+                    v.add("window.end", "must be at most 400 days after start");
+                    None
+                }
+                (Some(s), Some(e)) => Some(WindowSpec::Range(s, e)),
+            }
+        }
+        (Some(_), None, _) => {
+            v.add("window.end", "is required with start");
+            None
+        }
+        (None, Some(_), _) => {
+            v.add("window.start", "is required with end");
+            None
+        }
+    };
+    if v.0.len() > before {
+        return None;
+    }
+    Some((spec?, time_zone_or_utc(&w.time_zone)))
+}
+
+/// Validates an optional queue filter.
+fn queue_filter(queue: &str, field: &str, v: &mut Violations) -> Option<String> {
+    if queue.is_empty() {
+        return None;
+    }
+    if let Some(problem) = validate::queue_name_problem(queue) {
+        v.add(field, problem);
+    }
+    Some(queue.to_string())
+}
+
+fn check(v: Violations) -> Result<(), Error> {
+    if v.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument(v.0))
+    }
+}
+
+/// The failure list's page token: the last row's `(finished_at, id)`, opaque to clients.
+pub fn encode_failure_token(finished_at: DateTime<Utc>, id: Uuid) -> String {
+    let mut bytes = finished_at.timestamp_micros().to_be_bytes().to_vec();
+    bytes.extend_from_slice(id.as_bytes());
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// Reads a token made by [`encode_failure_token`].
+pub fn decode_failure_token(token: &str) -> Option<(DateTime<Utc>, Uuid)> {
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(token)
+        .ok()?;
+    if bytes.len() != 24 {
+        return None;
+    }
+    let micros = i64::from_be_bytes(bytes[..8].try_into().ok()?);
+    let at = DateTime::from_timestamp_micros(micros)?;
+    Some((at, Uuid::from_slice(&bytes[8..]).ok()?))
+}
+
+/// Fractional milliseconds to a wire duration (negative clamps to zero).
+fn duration_ms_f64(ms: f64) -> prost_types::Duration {
+    let nanos_total = (ms.max(0.0) * 1_000_000.0).round() as i64;
+    prost_types::Duration {
+        seconds: nanos_total / 1_000_000_000,
+        nanos: (nanos_total % 1_000_000_000) as i32,
+    }
+}
+
+fn rate(c: &OutcomeCounts) -> pb::SuccessRate {
+    pb::SuccessRate {
+        key: c.key.clone(),
+        bucket_start: c.bucket.map(convert::timestamp),
+        attempts: c.attempts,
+        succeeded: c.ok,
+        failed: c.failed(),
+        rate_limited: c.rate_limited,
+        transient: c.transient,
+        permanent: c.permanent,
+        account_unavailable: c.account_unavailable,
+        lease_expired: c.lease_expired,
+        success_rate: c.success_rate(),
+    }
+}
+
+fn lag(l: &LagStats) -> pb::LagPercentiles {
+    pb::LagPercentiles {
+        queue: l.queue.clone().unwrap_or_default(),
+        count: l.count,
+        p50: Some(duration_ms_f64(l.p50_ms)),
+        p90: Some(duration_ms_f64(l.p90_ms)),
+        p99: Some(duration_ms_f64(l.p99_ms)),
+        max: Some(duration_ms_f64(l.max_ms)),
+    }
+}
+
+fn send_duration(d: &DurationStats) -> pb::SendDuration {
+    pb::SendDuration {
+        queue: d.queue.clone(),
+        template_id: d.template_id.clone(),
+        count: d.count,
+        average: Some(duration_ms_f64(d.avg_ms)),
+        max: Some(duration_ms_f64(d.max_ms)),
+    }
+}
+
+fn failure(f: &FailureRecord) -> Result<pb::Failure, Error> {
+    Ok(pb::Failure {
+        task_id: f.id.to_string(),
+        queue: f.queue.clone(),
+        recipient: f.recipient.clone(),
+        template_id: f.template_id.clone().unwrap_or_default(),
+        content: Some(convert::content(&f.content)?),
+        labels: f.labels.clone(),
+        state: convert::state(f.state) as i32,
+        outcome: f
+            .outcome
+            .map_or(pb::OutcomeClass::Unspecified, convert::outcome) as i32,
+        error: f.error.clone().unwrap_or_default(),
+        account_id: f.account.clone().unwrap_or_default(),
+        attempts: f.attempts,
+        finished_at: Some(convert::timestamp(f.finished_at)),
+    })
+}
+
+fn outcome_from_wire(value: i32) -> Option<Outcome> {
+    Outcome::from_code(i16::try_from(value).ok()?)
+}
+
+#[tonic::async_trait]
+impl StatsService for StatsApi {
+    async fn count_tasks(
+        &self,
+        request: Request<pb::CountTasksRequest>,
+    ) -> Result<Response<pb::CountTasksResponse>, Status> {
+        let req = request.into_inner();
+        let mut v = Violations::default();
+        let spec = window_spec(req.window.as_ref(), &mut v);
+        let queue = queue_filter(&req.queue, "queue", &mut v);
+        check(v)?;
+        let Some(spec) = spec else {
+            return Err(Error::InvalidArgument(Vec::new()).into());
+        };
+        let window = self.window(spec).await?;
+        let c = self
+            .store
+            .count_tasks(DEFAULT_NAMESPACE, &window, queue.as_deref())
+            .await
+            .map_err(Error::from)?;
+        Ok(Response::new(pb::CountTasksResponse {
+            start: Some(convert::timestamp(window.start)),
+            end: Some(convert::timestamp(window.end)),
+            scheduled: c.scheduled,
+            leased: c.leased,
+            succeeded: c.succeeded,
+            failed: c.failed,
+            cancelled: c.cancelled,
+            expired: c.expired,
+        }))
+    }
+
+    async fn success_rates(
+        &self,
+        request: Request<pb::SuccessRatesRequest>,
+    ) -> Result<Response<pb::SuccessRatesResponse>, Status> {
+        let req = request.into_inner();
+        let mut v = Violations::default();
+        let spec = window_spec(req.window.as_ref(), &mut v);
+        let queue = queue_filter(&req.queue, "queue", &mut v);
+        let group = match pb::StatsGroupBy::try_from(req.group_by) {
+            Ok(pb::StatsGroupBy::Account) => Some(GroupBy::Account),
+            Ok(pb::StatsGroupBy::Template) => Some(GroupBy::Template),
+            Ok(pb::StatsGroupBy::Hour) => Some(GroupBy::Hour),
+            Ok(pb::StatsGroupBy::Minute) => Some(GroupBy::Minute),
+            Ok(pb::StatsGroupBy::Unspecified) | Err(_) => {
+                v.add("group_by", "must be ACCOUNT, TEMPLATE, HOUR or MINUTE");
+                None
+            }
+        };
+        check(v)?;
+        let (Some(spec), Some(group)) = (spec, group) else {
+            return Err(Error::InvalidArgument(Vec::new()).into());
+        };
+        let window = self.window(spec).await?;
+        let rates = self
+            .store
+            .success_rates(DEFAULT_NAMESPACE, &window, group, queue.as_deref())
+            .await
+            .map_err(Error::from)?;
+        Ok(Response::new(pb::SuccessRatesResponse {
+            start: Some(convert::timestamp(window.start)),
+            end: Some(convert::timestamp(window.end)),
+            rates: rates.iter().map(rate).collect(),
+        }))
+    }
+
+    async fn trigger_lag(
+        &self,
+        request: Request<pb::TriggerLagRequest>,
+    ) -> Result<Response<pb::TriggerLagResponse>, Status> {
+        let req = request.into_inner();
+        let mut v = Violations::default();
+        let spec = window_spec(req.window.as_ref(), &mut v);
+        let queue = queue_filter(&req.queue, "queue", &mut v);
+        check(v)?;
+        let Some(spec) = spec else {
+            return Err(Error::InvalidArgument(Vec::new()).into());
+        };
+        let window = self.window(spec).await?;
+        let report = self
+            .store
+            .trigger_lag(DEFAULT_NAMESPACE, &window, queue.as_deref())
+            .await
+            .map_err(Error::from)?;
+        Ok(Response::new(pb::TriggerLagResponse {
+            start: Some(convert::timestamp(window.start)),
+            end: Some(convert::timestamp(window.end)),
+            overall: Some(lag(&report.overall)),
+            queues: if req.by_queue {
+                report.queues.iter().map(lag).collect()
+            } else {
+                Vec::new()
+            },
+        }))
+    }
+
+    async fn send_durations(
+        &self,
+        request: Request<pb::SendDurationsRequest>,
+    ) -> Result<Response<pb::SendDurationsResponse>, Status> {
+        let req = request.into_inner();
+        let mut v = Violations::default();
+        let spec = window_spec(req.window.as_ref(), &mut v);
+        let queue = queue_filter(&req.queue, "queue", &mut v);
+        check(v)?;
+        let Some(spec) = spec else {
+            return Err(Error::InvalidArgument(Vec::new()).into());
+        };
+        let window = self.window(spec).await?;
+        let durations = self
+            .store
+            .send_durations(DEFAULT_NAMESPACE, &window, queue.as_deref())
+            .await
+            .map_err(Error::from)?;
+        Ok(Response::new(pb::SendDurationsResponse {
+            start: Some(convert::timestamp(window.start)),
+            end: Some(convert::timestamp(window.end)),
+            durations: durations.iter().map(send_duration).collect(),
+        }))
+    }
+
+    async fn list_failures(
+        &self,
+        request: Request<pb::ListFailuresRequest>,
+    ) -> Result<Response<pb::ListFailuresResponse>, Status> {
+        let req = request.into_inner();
+        let mut v = Violations::default();
+        let spec = window_spec(req.window.as_ref(), &mut v);
+        let queue = queue_filter(&req.queue, "queue", &mut v);
+        let account = queue_filter(&req.account_id, "account_id", &mut v);
+        let outcome = match req.outcome {
+            0 => None,
+            value => {
+                let outcome = outcome_from_wire(value);
+                if outcome.is_none() {
+                    v.add("outcome", "is not an OutcomeClass");
+                }
+                outcome
+            }
+        };
+        let template_id = (!req.template_id.is_empty()).then(|| req.template_id.clone());
+        if req.template_id.chars().count() > 200 {
+            v.add("template_id", "must be at most 200 characters");
+        }
+        let limit = match req.page_size {
+            0 => DEFAULT_FAILURE_PAGE,
+            n if (1..=MAX_FAILURE_PAGE).contains(&n) => n,
+            _ => {
+                v.add("page_size", "must be between 1 and 500");
+                DEFAULT_FAILURE_PAGE
+            }
+        };
+        let after = if req.page_token.is_empty() {
+            None
+        } else {
+            let decoded = decode_failure_token(&req.page_token);
+            if decoded.is_none() {
+                v.add("page_token", "is not a token returned by ListFailures");
+            }
+            decoded
+        };
+        check(v)?;
+        let Some(spec) = spec else {
+            return Err(Error::InvalidArgument(Vec::new()).into());
+        };
+        let window = self.window(spec).await?;
+        let filter = FailureFilter {
+            queue,
+            account,
+            outcome,
+            template_id,
+            after,
+            limit: i64::from(limit),
+        };
+        let records = self
+            .store
+            .list_failures(DEFAULT_NAMESPACE, &window, &filter)
+            .await
+            .map_err(Error::from)?;
+        let next_page_token = match records.last() {
+            Some(last) if records.len() as i64 == filter.limit => {
+                encode_failure_token(last.finished_at, last.id)
+            }
+            _ => String::new(),
+        };
+        Ok(Response::new(pb::ListFailuresResponse {
+            failures: records.iter().map(failure).collect::<Result<_, _>>()?,
+            next_page_token,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fields(w: pb::StatsWindow) -> Vec<String> {
+        let mut v = Violations::default();
+        window_spec(Some(&w), &mut v);
+        v.0.into_iter().map(|f| f.field).collect()
+    }
+
+    fn ts(seconds: i64) -> prost_types::Timestamp {
+        prost_types::Timestamp { seconds, nanos: 0 }
+    }
+
+    #[test]
+    fn absent_window_is_today_in_utc() {
+        let mut v = Violations::default();
+        assert_eq!(
+            window_spec(None, &mut v),
+            Some((WindowSpec::Today, "UTC".to_string()))
+        );
+        let w = pb::StatsWindow {
+            time_zone: "Asia/Tokyo".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            window_spec(Some(&w), &mut v),
+            Some((WindowSpec::Today, "Asia/Tokyo".to_string()))
+        );
+        assert!(v.is_empty());
+    }
+
+    #[test]
+    fn names_each_bad_window_field() {
+        let tz = |z: &str| pb::StatsWindow {
+            time_zone: z.into(),
+            ..Default::default()
+        };
+        assert_eq!(fields(tz("Mars/Olympus_Mons")), vec!["window.time_zone"]);
+        assert_eq!(fields(tz("utc+1")), vec!["window.time_zone"]);
+        let backwards = pb::StatsWindow {
+            start: Some(ts(1_000)),
+            end: Some(ts(1_000)),
+            ..Default::default()
+        };
+        assert_eq!(fields(backwards), vec!["window.end"]);
+        let half = pb::StatsWindow {
+            start: Some(ts(1_000)),
+            ..Default::default()
+        };
+        assert_eq!(fields(half), vec!["window.end"]);
+        let too_long = pb::StatsWindow {
+            start: Some(ts(0)),
+            end: Some(ts(401 * 86_400)),
+            ..Default::default()
+        };
+        assert_eq!(fields(too_long), vec!["window.end"]);
+        let zero = pb::StatsWindow {
+            last: Some(prost_types::Duration {
+                seconds: 0,
+                nanos: 0,
+            }),
+            ..Default::default()
+        };
+        assert_eq!(fields(zero), vec!["window.last"]);
+    }
+
+    #[test]
+    fn failure_tokens_round_trip_and_reject_garbage() {
+        let at = DateTime::from_timestamp_micros(1_764_000_000_123_456).unwrap();
+        let id = Uuid::now_v7();
+        let token = encode_failure_token(at, id);
+        assert_eq!(decode_failure_token(&token), Some((at, id)));
+        assert_eq!(decode_failure_token("not a token"), None);
+        assert_eq!(decode_failure_token(""), None);
+    }
+
+    #[test]
+    fn fractional_milliseconds_become_exact_durations() {
+        let d = duration_ms_f64(1_234.5);
+        assert_eq!((d.seconds, d.nanos), (1, 234_500_000));
+        let d = duration_ms_f64(-3.0);
+        assert_eq!((d.seconds, d.nanos), (0, 0));
+    }
+}
