@@ -13,7 +13,8 @@ pub fn router(store: Store) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
         .route("/metrics", get(metrics))
-        .with_state(store)
+        .with_state(store.clone())
+        .merge(crate::dashboard::router(store))
 }
 
 /// Prometheus text exposition of every metric in [`crate::telemetry::metrics`].

@@ -12,10 +12,12 @@
 //! - [`retention`]: pruning of finished tasks and old idempotency keys.
 //! - [`telemetry`]: logs, OTLP traces, Prometheus metrics and the notification webhook.
 //! - [`http`]: health endpoints and `/metrics`.
+//! - [`dashboard`]: the operator's web page and its JSON endpoints, on the HTTP listener.
 //! - [`error`]: the service error and its single mapping to `tonic::Status`.
 
 pub mod api;
 pub mod config;
+pub mod dashboard;
 pub mod error;
 pub mod http;
 pub mod lease;
