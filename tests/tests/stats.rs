@@ -1,0 +1,786 @@
+//! StatsService over gRPC on the real scheduler binary, against rows seeded directly in SQL with
+//! chosen timestamps (the database's clock is the only clock the statistics read, so seeding
+//! relative to its `now()` is the injectable clock): today's counts in several time zones across
+//! UTC midnight, success rates grouped three ways, trigger-lag percentiles, send durations, and
+//! the failure list's paging and filters.
+
+use std::collections::BTreeSet;
+use std::fmt::Debug;
+
+use anyhow::{bail, ensure, Context, Result};
+use chrono::{DateTime, Duration, DurationRound, NaiveTime, TimeZone, Utc};
+use herald_proto::v1::stats_service_client::StatsServiceClient;
+use herald_proto::v1::{
+    content, Content, CountTasksRequest, ListFailuresRequest, OutcomeClass, SendDurationsRequest,
+    StatsGroupBy, StatsWindow, SuccessRatesRequest, TaskState, TemplateContent, TriggerLagRequest,
+};
+use herald_tests::{SchedulerProcess, TestDb};
+use prost::Message;
+use tonic::transport::Channel;
+use tonic::{Code, Status};
+use tonic_types::StatusExt;
+use uuid::Uuid;
+
+/// A task row to seed; fields left at their defaults are what a plain text task has.
+#[derive(Debug, Clone)]
+struct Seed {
+    queue: &'static str,
+    state: &'static str,
+    run_at: DateTime<Utc>,
+    finished_at: Option<DateTime<Utc>>,
+    leased_at: Option<DateTime<Utc>>,
+    template: Option<&'static str>,
+    account: Option<&'static str>,
+    cancel_outcome: Option<i16>,
+    last_error: Option<&'static str>,
+    /// Attempts: (account, outcome code, finished_at, started_at, error).
+    attempts: Vec<SeedAttempt>,
+}
+
+#[derive(Debug, Clone)]
+struct SeedAttempt {
+    account: Option<&'static str>,
+    outcome: i16,
+    finished_at: DateTime<Utc>,
+    started_at: Option<DateTime<Utc>>,
+    error: Option<&'static str>,
+}
+
+impl Seed {
+    fn new(queue: &'static str, state: &'static str, run_at: DateTime<Utc>) -> Self {
+        Seed {
+            queue,
+            state,
+            run_at,
+            finished_at: None,
+            leased_at: None,
+            template: None,
+            account: None,
+            cancel_outcome: None,
+            last_error: None,
+            attempts: Vec::new(),
+        }
+    }
+
+    fn finished(mut self, at: DateTime<Utc>) -> Self {
+        self.finished_at = Some(at);
+        self
+    }
+
+    fn template(mut self, id: &'static str) -> Self {
+        self.template = Some(id);
+        self
+    }
+
+    fn attempt(mut self, account: Option<&'static str>, outcome: i16, at: DateTime<Utc>) -> Self {
+        self.attempts.push(SeedAttempt {
+            account,
+            outcome,
+            finished_at: at,
+            started_at: None,
+            error: (outcome != 1).then_some("seeded failure"),
+        });
+        self
+    }
+}
+
+fn content_bytes(template: Option<&str>) -> Vec<u8> {
+    let body = match template {
+        Some(id) => content::Body::Template(TemplateContent {
+            template_id: id.to_string(),
+            language: "en".into(),
+            ..Default::default()
+        }),
+        None => content::Body::Text("hello".into()),
+    };
+    Content { body: Some(body) }.encode_to_vec()
+}
+
+async fn seed(db: &tokio_postgres::Client, seeds: &[Seed]) -> Result<Vec<Uuid>> {
+    let mut ids = Vec::new();
+    for s in seeds {
+        let id = Uuid::now_v7();
+        let lease_count = s.attempts.len() as i32;
+        let charged = s.attempts.iter().filter(|a| a.outcome != 5).count() as i32;
+        db.execute(
+            "INSERT INTO herald.tasks (id, queue, recipient, content, template_id, labels, state,
+                 priority, run_at, max_attempts, backoff_initial_ms, backoff_max_ms,
+                 backoff_multiplier, backoff_jitter, route, account_id, leased_at, lease_count,
+                 attempts, finished_at, cancel_outcome, last_error)
+             VALUES ($1, $2, '+15550100', $3, $4, '{\"team\": \"ops\"}', $5::text::herald.task_state,
+                 5, $6, 10, 1000, 60000, 2.0, 0.0, 'default/', $7, $8, $9, $10, $11, $12, $13)",
+            &[
+                &id,
+                &s.queue,
+                &content_bytes(s.template),
+                &s.template,
+                &s.state,
+                &s.run_at,
+                &s.account,
+                &s.leased_at,
+                &lease_count,
+                &charged,
+                &s.finished_at,
+                &s.cancel_outcome,
+                &s.last_error,
+            ],
+        )
+        .await
+        .context("seeding a task")?;
+        for (i, a) in s.attempts.iter().enumerate() {
+            db.execute(
+                "INSERT INTO herald.attempts (task_id, attempt, executor_id, account, outcome,
+                     error, leased_at, started_at, finished_at)
+                 VALUES ($1, $2, 'seed', $3, $4, $5, $6, $7, $6)",
+                &[
+                    &id,
+                    &(i as i32 + 1),
+                    &a.account,
+                    &a.outcome,
+                    &a.error,
+                    &a.finished_at,
+                    &a.started_at,
+                ],
+            )
+            .await
+            .context("seeding an attempt")?;
+        }
+        ids.push(id);
+    }
+    Ok(ids)
+}
+
+async fn db_now(db: &tokio_postgres::Client) -> Result<DateTime<Utc>> {
+    Ok(db.query_one("SELECT now()", &[]).await?.get(0))
+}
+
+async fn stack() -> Result<(TestDb, SchedulerProcess, StatsServiceClient<Channel>)> {
+    let db = TestDb::new().await?;
+    // Starting the scheduler applies the migrations the seeds need; no executor connects, so
+    // seeded scheduled tasks stay as they are.
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let client = StatsServiceClient::connect(scheduler.grpc_url()).await?;
+    Ok((db, scheduler, client))
+}
+
+fn ts(t: DateTime<Utc>) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: t.timestamp(),
+        nanos: t.timestamp_subsec_nanos() as i32,
+    }
+}
+
+fn from_ts(t: Option<&prost_types::Timestamp>) -> Result<DateTime<Utc>> {
+    let t = t.context("timestamp missing")?;
+    DateTime::from_timestamp(t.seconds, t.nanos as u32).context("timestamp out of range")
+}
+
+fn range(start: DateTime<Utc>, end: DateTime<Utc>) -> Option<StatsWindow> {
+    Some(StatsWindow {
+        start: Some(ts(start)),
+        end: Some(ts(end)),
+        ..Default::default()
+    })
+}
+
+fn today_in(zone: &str) -> Option<StatsWindow> {
+    Some(StatsWindow {
+        time_zone: zone.into(),
+        ..Default::default()
+    })
+}
+
+/// Today's bounds in `zone` at `now`, computed here with chrono-tz, independently of the
+/// server (which asks PostgreSQL).
+fn day_bounds(zone: &str, now: DateTime<Utc>) -> Result<(DateTime<Utc>, DateTime<Utc>)> {
+    let tz: chrono_tz::Tz = zone.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let date = now.with_timezone(&tz).date_naive();
+    let midnight = |d: chrono::NaiveDate| {
+        tz.from_local_datetime(&d.and_time(NaiveTime::MIN))
+            .earliest()
+            .map(|t| t.with_timezone(&Utc))
+            .context("local midnight does not exist")
+    };
+    let next = date.succ_opt().context("no next day")?;
+    Ok((midnight(date)?, midnight(next)?))
+}
+
+fn violated_fields(status: &Status) -> Result<Vec<String>> {
+    let bad_request = status
+        .get_details_bad_request()
+        .with_context(|| format!("no google.rpc.BadRequest details on {status:?}"))?;
+    Ok(bad_request
+        .field_violations
+        .into_iter()
+        .map(|v| v.field)
+        .collect())
+}
+
+fn expect_invalid<T: Debug>(result: Result<tonic::Response<T>, Status>, field: &str) -> Result<()> {
+    match result {
+        Ok(r) => bail!(
+            "expected INVALID_ARGUMENT on {field}, got {:?}",
+            r.into_inner()
+        ),
+        Err(status) if status.code() == Code::InvalidArgument => {
+            let fields = violated_fields(&status)?;
+            ensure!(fields == [field], "expected field {field}, got {fields:?}");
+            Ok(())
+        }
+        Err(status) => bail!("expected INVALID_ARGUMENT, got {status:?}"),
+    }
+}
+
+#[tokio::test]
+async fn counts_today_follow_the_time_zone_across_utc_midnight() -> Result<()> {
+    let (db, _scheduler, mut stats) = stack().await?;
+    let pg = db.connect().await?;
+    let now = db_now(&pg).await?;
+    let zones = ["UTC", "Asia/Tokyo", "America/Los_Angeles"];
+
+    // Instants a minute either side of every boundary that matters: the UTC midnights before
+    // and after now (one of them falls inside Tokyo's and Los Angeles' today, splitting what a
+    // UTC day would count together) and each zone's own day boundaries.
+    let utc_midnight = now.duration_trunc(Duration::days(1))?;
+    let mut boundaries = vec![utc_midnight, utc_midnight + Duration::days(1)];
+    for zone in zones {
+        let (start, end) = day_bounds(zone, now)?;
+        boundaries.extend([start, end]);
+    }
+    let instants: BTreeSet<DateTime<Utc>> = boundaries
+        .iter()
+        .flat_map(|b| [*b - Duration::minutes(1), *b + Duration::minutes(1)])
+        .collect();
+    let mut seeds = Vec::new();
+    for at in &instants {
+        // One ended task placed by finished_at, one pending task placed by run_at.
+        seeds.push(Seed::new("counts", "succeeded", *at - Duration::hours(1)).finished(*at));
+        seeds.push(Seed::new("counts", "scheduled", *at));
+    }
+    // Another queue, to check the queue filter.
+    seeds.push(Seed::new("other", "failed", now).finished(now));
+    seed(&pg, &seeds).await?;
+
+    let mut per_zone = Vec::new();
+    for zone in zones {
+        let (start, end) = day_bounds(zone, now)?;
+        let expected = instants
+            .iter()
+            .filter(|t| **t >= start && **t < end)
+            .count() as i64;
+        let counts = stats
+            .count_tasks(CountTasksRequest {
+                window: today_in(zone),
+                queue: "counts".into(),
+            })
+            .await?
+            .into_inner();
+        ensure!(
+            from_ts(counts.start.as_ref())? == start && from_ts(counts.end.as_ref())? == end,
+            "{zone}: window {:?}..{:?}, expected {start}..{end}",
+            counts.start,
+            counts.end
+        );
+        ensure!(
+            counts.succeeded == expected && counts.scheduled == expected,
+            "{zone}: expected {expected} succeeded and scheduled, got {counts:?}"
+        );
+        ensure!(counts.failed == 0, "queue filter ignored: {counts:?}");
+        per_zone.push((zone, expected));
+    }
+    // The UTC midnight inside Tokyo's today has both its sides there; UTC puts them on two days.
+    let midnight_in_tokyo = {
+        let (start, end) = day_bounds("Asia/Tokyo", now)?;
+        [utc_midnight, utc_midnight + Duration::days(1)]
+            .into_iter()
+            .find(|m| *m > start && *m < end)
+            .context("no UTC midnight inside Tokyo's today")?
+    };
+    let (utc_start, utc_end) = day_bounds("UTC", now)?;
+    let sides_in_utc = [
+        midnight_in_tokyo - Duration::minutes(1),
+        midnight_in_tokyo + Duration::minutes(1),
+    ]
+    .iter()
+    .filter(|t| **t >= utc_start && **t < utc_end)
+    .count();
+    ensure!(sides_in_utc == 1, "the split midnight was not split in UTC");
+
+    // Every queue, and an explicit window.
+    let all = stats
+        .count_tasks(CountTasksRequest {
+            window: range(now - Duration::seconds(1), now + Duration::seconds(1)),
+            queue: String::new(),
+        })
+        .await?
+        .into_inner();
+    ensure!(all.failed == 1, "explicit window: {all:?}");
+    println!("today's counts per zone: {per_zone:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn success_rates_group_by_account_template_and_hour() -> Result<()> {
+    let (db, _scheduler, stats) = stack().await?;
+    let pg = db.connect().await?;
+    let now = db_now(&pg).await?;
+    let base = now.duration_trunc(Duration::hours(1))? - Duration::hours(5);
+    let h = |hours: i64, minutes: i64| base + Duration::hours(hours) + Duration::minutes(minutes);
+
+    seed(
+        &pg,
+        &[
+            // Account a1, template t1: OK after one TRANSIENT, in hours 0 and 1.
+            Seed::new("rates", "succeeded", base)
+                .template("t1")
+                .attempt(Some("a1"), 3, h(0, 10))
+                .attempt(Some("a1"), 1, h(1, 10))
+                .finished(h(1, 10)),
+            Seed::new("rates", "succeeded", base)
+                .template("t1")
+                .attempt(Some("a1"), 1, h(1, 20))
+                .finished(h(1, 20)),
+            // Account a2, template t2: PERMANENT in hour 2.
+            Seed::new("rates", "failed", base)
+                .template("t2")
+                .attempt(Some("a2"), 4, h(2, 30))
+                .finished(h(2, 30)),
+            // Routed by queue alone (no account), plain text: OK in hour 2.
+            Seed::new("rates", "succeeded", base)
+                .attempt(None, 1, h(2, 40))
+                .finished(h(2, 40)),
+            // Outside the window: not counted.
+            Seed::new("rates", "succeeded", base)
+                .attempt(Some("a1"), 1, h(4, 0))
+                .finished(h(4, 0)),
+        ],
+    )
+    .await?;
+    let window = range(base, h(3, 0));
+    let rates = |group: StatsGroupBy, window: Option<StatsWindow>| {
+        let mut stats = stats.clone();
+        async move {
+            Ok::<_, anyhow::Error>(
+                stats
+                    .success_rates(SuccessRatesRequest {
+                        window,
+                        group_by: group as i32,
+                        queue: String::new(),
+                    })
+                    .await?
+                    .into_inner()
+                    .rates,
+            )
+        }
+    };
+
+    let by_account: Vec<_> = rates(StatsGroupBy::Account, window.clone())
+        .await?
+        .into_iter()
+        .map(|r| (r.key, r.attempts, r.succeeded, r.transient, r.permanent))
+        .collect();
+    ensure!(
+        by_account
+            == vec![
+                ("a1".to_string(), 3, 2, 1, 0),
+                ("".to_string(), 1, 1, 0, 0),
+                ("a2".to_string(), 1, 0, 0, 1),
+            ],
+        "by account: {by_account:?}"
+    );
+
+    let by_template = rates(StatsGroupBy::Template, window.clone()).await?;
+    let t1 = by_template
+        .iter()
+        .find(|r| r.key == "t1")
+        .context("no t1 entry")?;
+    ensure!(
+        t1.attempts == 3 && t1.succeeded == 2 && t1.failed == 1,
+        "t1: {t1:?}"
+    );
+    ensure!(
+        (t1.success_rate - 2.0 / 3.0).abs() < 1e-9,
+        "t1 rate {}",
+        t1.success_rate
+    );
+    let keys: BTreeSet<_> = by_template.iter().map(|r| r.key.as_str()).collect();
+    ensure!(
+        keys == BTreeSet::from(["", "t1", "t2"]),
+        "templates: {keys:?}"
+    );
+
+    let by_hour: Vec<_> = rates(StatsGroupBy::Hour, window.clone())
+        .await?
+        .into_iter()
+        .map(|r| Ok((from_ts(r.bucket_start.as_ref())?, r.attempts, r.succeeded)))
+        .collect::<Result<_>>()?;
+    ensure!(
+        by_hour == vec![(h(0, 0), 1, 0), (h(1, 0), 2, 2), (h(2, 0), 2, 1)],
+        "by hour: {by_hour:?}"
+    );
+
+    // Hours align in the window's zone: India is UTC+5:30, so its hours start at :30 UTC.
+    let india = rates(
+        StatsGroupBy::Hour,
+        Some(StatsWindow {
+            time_zone: "Asia/Kolkata".into(),
+            ..window.clone().context("window")?
+        }),
+    )
+    .await?;
+    ensure!(!india.is_empty(), "no hourly buckets in Asia/Kolkata");
+    for r in &india {
+        let start = from_ts(r.bucket_start.as_ref())?;
+        ensure!(
+            start.timestamp() % 3600 == 1800,
+            "bucket {start} not at :30"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn trigger_lag_percentiles_and_send_durations() -> Result<()> {
+    let (db, _scheduler, mut stats) = stack().await?;
+    let pg = db.connect().await?;
+    let now = db_now(&pg).await?;
+    let due = now - Duration::hours(2);
+
+    // Lags of 1..=100 seconds: odd ones in queue lag-a, even ones in lag-b.
+    let mut seeds = Vec::new();
+    for i in 1..=100i64 {
+        let queue = if i % 2 == 1 { "lag-a" } else { "lag-b" };
+        let leased = due + Duration::seconds(i);
+        let mut s = Seed::new(queue, "succeeded", due).finished(leased + Duration::seconds(1));
+        s.leased_at = Some(leased);
+        seeds.push(s);
+    }
+    // Not measured: a task waiting for a retry (its run_at belongs to the next lease), and one
+    // cancelled before its latest due time was leased.
+    let mut waiting = Seed::new("lag-a", "scheduled", now + Duration::hours(1));
+    waiting.leased_at = Some(due + Duration::hours(1));
+    let mut cancelled = Seed::new("lag-a", "cancelled", due).finished(now);
+    cancelled.leased_at = Some(due + Duration::hours(1));
+    cancelled.cancel_outcome = Some(1);
+    seeds.extend([waiting, cancelled]);
+    // Send durations: 200 ms and 400 ms for (sends, t1); 1 s for (sends, text).
+    for (ms, template) in [(200, Some("t1")), (400, Some("t1")), (1000, None)] {
+        let finished = now - Duration::minutes(10);
+        let mut s = Seed::new("sends", "succeeded", due).finished(finished);
+        s.template = template;
+        s.attempts.push(SeedAttempt {
+            account: Some("a1"),
+            outcome: 1,
+            finished_at: finished,
+            started_at: Some(finished - Duration::milliseconds(ms)),
+            error: None,
+        });
+        seeds.push(s);
+    }
+    seed(&pg, &seeds).await?;
+
+    let lag = stats
+        .trigger_lag(TriggerLagRequest {
+            window: range(due, now),
+            queue: String::new(),
+            by_queue: true,
+        })
+        .await?
+        .into_inner();
+    let overall = lag.overall.context("no overall lag")?;
+    let secs = |d: Option<prost_types::Duration>| {
+        d.map(|d| d.seconds as f64 + f64::from(d.nanos) / 1e9)
+            .unwrap_or(-1.0)
+    };
+    // percentile_cont interpolates: p50 of 1..=100 is 50.5, p90 is 90.1, p99 is 99.01.
+    ensure!(overall.count == 100, "count: {overall:?}");
+    for (name, got, want) in [
+        ("p50", secs(overall.p50), 50.5),
+        ("p90", secs(overall.p90), 90.1),
+        ("p99", secs(overall.p99), 99.01),
+        ("max", secs(overall.max), 100.0),
+    ] {
+        ensure!(
+            (got - want).abs() < 1e-3,
+            "{name}: {got} s, expected {want} s"
+        );
+    }
+    let queues: Vec<_> = lag
+        .queues
+        .iter()
+        .map(|q| (q.queue.as_str(), q.count, secs(q.max)))
+        .collect();
+    ensure!(
+        queues == vec![("lag-a", 50, 99.0), ("lag-b", 50, 100.0)],
+        "per queue: {queues:?}"
+    );
+    let only_a = stats
+        .trigger_lag(TriggerLagRequest {
+            window: range(due, now),
+            queue: "lag-a".into(),
+            by_queue: false,
+        })
+        .await?
+        .into_inner();
+    ensure!(
+        only_a.overall.as_ref().map(|o| o.count) == Some(50) && only_a.queues.is_empty(),
+        "queue filter: {only_a:?}"
+    );
+
+    let durations = stats
+        .send_durations(SendDurationsRequest {
+            window: range(due, now),
+            queue: "sends".into(),
+        })
+        .await?
+        .into_inner()
+        .durations;
+    let got: Vec<_> = durations
+        .iter()
+        .map(|d| {
+            (
+                d.template_id.as_str(),
+                d.count,
+                secs(d.average),
+                secs(d.max),
+            )
+        })
+        .collect();
+    ensure!(
+        got == vec![("", 1, 1.0, 1.0), ("t1", 2, 0.3, 0.4)],
+        "durations: {got:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn failure_list_pages_and_filters() -> Result<()> {
+    let (db, _scheduler, mut stats) = stack().await?;
+    let pg = db.connect().await?;
+    let now = db_now(&pg).await?;
+    let at = |minutes: i64| now - Duration::minutes(minutes);
+
+    let mut seeds = Vec::new();
+    // Seven failures, ended a minute apart: queue f1 through a1 (PERMANENT, template t1) for
+    // the first four, queue f2 through a2 (TRANSIENT) for the next three.
+    for i in 1..=7 {
+        let (queue, account, outcome) = if i <= 4 {
+            ("f1", "a1", 4)
+        } else {
+            ("f2", "a2", 3)
+        };
+        let mut s = Seed::new(queue, "failed", at(100))
+            .attempt(Some(account), outcome, at(i))
+            .finished(at(i));
+        if i <= 4 {
+            s = s.template("t1");
+        }
+        seeds.push(s);
+    }
+    // An expired task that never had an attempt, and a success (not a failure).
+    let mut expired = Seed::new("f1", "expired", at(100)).finished(at(20));
+    expired.last_error = None;
+    seeds.push(expired);
+    seeds.push(
+        Seed::new("f1", "succeeded", at(100))
+            .attempt(Some("a1"), 1, at(30))
+            .finished(at(30)),
+    );
+    let ids = seed(&pg, &seeds).await?;
+
+    let list = |req: ListFailuresRequest| {
+        let mut stats = stats.clone();
+        async move { Ok::<_, anyhow::Error>(stats.list_failures(req).await?.into_inner()) }
+    };
+    let window = range(now - Duration::hours(3), now + Duration::seconds(1));
+
+    // Paging: 8 failures in pages of 3, newest first, none twice.
+    let mut seen = Vec::new();
+    let mut token = String::new();
+    let mut pages = 0;
+    loop {
+        let page = list(ListFailuresRequest {
+            window: window.clone(),
+            page_size: 3,
+            page_token: token.clone(),
+            ..Default::default()
+        })
+        .await?;
+        pages += 1;
+        seen.extend(page.failures.iter().map(|f| f.task_id.clone()));
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        token = page.next_page_token;
+        ensure!(pages < 10, "paging does not end");
+    }
+    let mut expected: Vec<String> = ids[..7].iter().map(Uuid::to_string).collect();
+    expected.push(ids[7].to_string());
+    ensure!(
+        seen == expected,
+        "pages ({pages}) gave {seen:?}, expected {expected:?}"
+    );
+
+    // Each entry traces back to its input.
+    let first = list(ListFailuresRequest {
+        window: window.clone(),
+        page_size: 1,
+        ..Default::default()
+    })
+    .await?
+    .failures
+    .into_iter()
+    .next()
+    .context("no failure")?;
+    ensure!(
+        first.queue == "f1"
+            && first.account_id == "a1"
+            && first.outcome == OutcomeClass::Permanent as i32
+            && first.state == TaskState::Failed as i32
+            && first.error == "seeded failure"
+            && first.template_id == "t1"
+            && first.attempts == 1
+            && first.labels.get("team").map(String::as_str) == Some("ops")
+            && first.recipient == "+15550100",
+        "entry: {first:?}"
+    );
+    ensure!(
+        matches!(
+            first.content.and_then(|c| c.body),
+            Some(content::Body::Template(t)) if t.template_id == "t1"
+        ),
+        "content not returned"
+    );
+
+    // Filters.
+    for (name, req, want) in [
+        (
+            "queue",
+            ListFailuresRequest {
+                queue: "f2".into(),
+                ..Default::default()
+            },
+            3,
+        ),
+        (
+            "account",
+            ListFailuresRequest {
+                account_id: "a1".into(),
+                ..Default::default()
+            },
+            4,
+        ),
+        (
+            "outcome",
+            ListFailuresRequest {
+                outcome: OutcomeClass::Transient as i32,
+                ..Default::default()
+            },
+            3,
+        ),
+        (
+            "template",
+            ListFailuresRequest {
+                template_id: "t1".into(),
+                ..Default::default()
+            },
+            4,
+        ),
+        (
+            "queue and outcome",
+            ListFailuresRequest {
+                queue: "f1".into(),
+                outcome: OutcomeClass::Transient as i32,
+                ..Default::default()
+            },
+            0,
+        ),
+    ] {
+        let got = list(ListFailuresRequest {
+            window: window.clone(),
+            ..req
+        })
+        .await?
+        .failures
+        .len();
+        ensure!(got == want, "filter {name}: {got} entries, expected {want}");
+    }
+    let expired_entry = list(ListFailuresRequest {
+        window: window.clone(),
+        queue: "f1".into(),
+        ..Default::default()
+    })
+    .await?
+    .failures
+    .into_iter()
+    .find(|f| f.state == TaskState::Expired as i32)
+    .context("expired task missing")?;
+    ensure!(
+        expired_entry.outcome == OutcomeClass::Unspecified as i32,
+        "expired entry: {expired_entry:?}"
+    );
+
+    expect_invalid(
+        stats
+            .list_failures(ListFailuresRequest {
+                page_token: "garbage".into(),
+                ..Default::default()
+            })
+            .await,
+        "page_token",
+    )?;
+    expect_invalid(
+        stats
+            .list_failures(ListFailuresRequest {
+                page_size: 501,
+                ..Default::default()
+            })
+            .await,
+        "page_size",
+    )?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn invalid_requests_name_the_field() -> Result<()> {
+    let (_db, _scheduler, mut stats) = stack().await?;
+    expect_invalid(
+        stats
+            .count_tasks(CountTasksRequest {
+                window: today_in("Mars/Olympus_Mons"),
+                queue: String::new(),
+            })
+            .await,
+        "window.time_zone",
+    )?;
+    expect_invalid(
+        stats
+            .success_rates(SuccessRatesRequest {
+                window: None,
+                group_by: StatsGroupBy::Unspecified as i32,
+                queue: String::new(),
+            })
+            .await,
+        "group_by",
+    )?;
+    let now = Utc::now();
+    expect_invalid(
+        stats
+            .trigger_lag(TriggerLagRequest {
+                window: range(now, now - Duration::hours(1)),
+                ..Default::default()
+            })
+            .await,
+        "window.end",
+    )?;
+    expect_invalid(
+        stats
+            .send_durations(SendDurationsRequest {
+                window: None,
+                queue: "Not A Queue".into(),
+            })
+            .await,
+        "queue",
+    )?;
+    Ok(())
+}
