@@ -10,6 +10,7 @@
 //! - [`lease`]: executor sessions, the dispatcher, cluster events and the lease sweeper.
 //! - [`schedule`]: cron fire times, the schedule materialiser, campaign spreading.
 //! - [`retention`]: pruning of finished tasks and old idempotency keys.
+//! - [`template`]: checking and rendering message templates.
 //! - [`telemetry`]: logs, OTLP traces, Prometheus metrics and the notification webhook.
 //! - [`http`]: health endpoints and `/metrics`.
 //! - [`dashboard`]: the operator's web page and its JSON endpoints, on the HTTP listener.
@@ -27,6 +28,7 @@ pub mod schedule;
 pub mod server;
 pub mod store;
 pub mod telemetry;
+pub mod template;
 
 pub use config::Config;
 pub use server::{run, Listeners, ServeError};

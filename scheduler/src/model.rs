@@ -479,3 +479,39 @@ pub struct PoolRecord {
     /// Created.
     pub created_at: DateTime<Utc>,
 }
+
+/// What a stored template renders into.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TemplateKind {
+    /// Final text from a Jinja body.
+    Text {
+        /// The body.
+        body: String,
+    },
+    /// A provider's own template with positional parameters.
+    Provider {
+        /// The provider's template name.
+        name: String,
+        /// Its language code.
+        language: String,
+        /// Variable names in parameter order.
+        parameters: Vec<String>,
+    },
+}
+
+/// A stored template.
+#[derive(Debug, Clone)]
+pub struct TemplateRecord {
+    /// Id.
+    pub id: String,
+    /// Description.
+    pub description: String,
+    /// What it renders into.
+    pub kind: TemplateKind,
+    /// The variables it needs.
+    pub variables: Vec<String>,
+    /// Created.
+    pub created_at: DateTime<Utc>,
+    /// Last changed.
+    pub updated_at: DateTime<Utc>,
+}

@@ -11,6 +11,7 @@ use herald_proto::v1::lease_service_server::LeaseServiceServer;
 use herald_proto::v1::schedule_service_server::ScheduleServiceServer;
 use herald_proto::v1::stats_service_server::StatsServiceServer;
 use herald_proto::v1::task_service_server::TaskServiceServer;
+use herald_proto::v1::template_service_server::TemplateServiceServer;
 use tokio::net::TcpListener;
 use tokio::sync::broadcast;
 use tokio_stream::wrappers::TcpListenerStream;
@@ -20,6 +21,7 @@ use crate::api::accounts::AccountApi;
 use crate::api::lease::LeaseApi;
 use crate::api::stats::StatsApi;
 use crate::api::tasks::TaskApi;
+use crate::api::templates::TemplateApi;
 use crate::config::Config;
 use crate::lease::events::{self, Event};
 use crate::lease::registry::Registry;
@@ -115,7 +117,6 @@ pub async fn run(
         config.lease_ttl.min(Duration::from_secs(1)),
         background.clone(),
     ));
-    jobs.spawn(crate::schedule::materializer::run(store.clone(), background.clone()));
     jobs.spawn(crate::telemetry::metrics::refresh_task_counts(
         store.clone(),
         background.clone(),
@@ -127,6 +128,10 @@ pub async fn run(
             background.clone(),
         ));
     }
+    jobs.spawn(crate::schedule::materializer::run(
+        store.clone(),
+        background.clone(),
+    ));
     jobs.spawn(crate::retention::run(
         store.clone(),
         config.task_retention,
@@ -158,7 +163,11 @@ pub async fn run(
         .build_v1alpha()
         .map_err(|e| ServeError::Reflection(e.to_string()))?;
 
-    let tasks = TaskApi::new(store.clone(), events_tx.clone(), config.cancel_wait);
+    let tasks = Arc::new(TaskApi::new(
+        store.clone(),
+        events_tx.clone(),
+        config.cancel_wait,
+    ));
     let lease = LeaseApi::new(SessionContext {
         store: store.clone(),
         settings,
@@ -178,13 +187,21 @@ pub async fn run(
         .add_service(health_service)
         .add_service(reflection)
         .add_service(reflection_alpha)
-        .add_service(TaskServiceServer::new(tasks))
+        .add_service(TaskServiceServer::from_arc(tasks.clone()))
+        .add_service(TemplateServiceServer::new(TemplateApi::new(
+            store.clone(),
+            tasks.clone(),
+        )))
         .add_service(AccountServiceServer::new(AccountApi::new(store.clone())))
         .add_service(ScheduleServiceServer::new(
             crate::api::schedules::ScheduleApi::new(store.clone()),
         ))
         .add_service(CampaignServiceServer::new(
-            crate::api::campaigns::CampaignApi::new(store.clone(), events_tx.clone(), config.cancel_wait),
+            crate::api::campaigns::CampaignApi::new(
+                store.clone(),
+                events_tx.clone(),
+                config.cancel_wait,
+            ),
         ))
         .add_service(LeaseServiceServer::new(lease))
         .add_service(StatsServiceServer::new(StatsApi::new(store.clone())))
@@ -212,7 +229,9 @@ pub async fn run(
         .set_service_status("", tonic_health::ServingStatus::NotServing)
         .await;
     health.set_not_serving::<TaskServiceServer<TaskApi>>().await;
-    health.set_not_serving::<StatsServiceServer<StatsApi>>().await;
+    health
+        .set_not_serving::<StatsServiceServer<StatsApi>>()
+        .await;
     health
         .set_not_serving::<LeaseServiceServer<LeaseApi>>()
         .await;

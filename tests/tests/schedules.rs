@@ -63,7 +63,10 @@ where
 {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while !f().await? {
-        ensure!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     Ok(())
@@ -121,7 +124,10 @@ async fn misfire_policies_after_the_scheduler_was_down_across_5_fire_times() -> 
         .await?;
     }
     for id in ["skip", "once", "each"] {
-        until("a first run", || async { Ok(!runs(&db, id).await?.is_empty()) }).await?;
+        until("a first run", || async {
+            Ok(!runs(&db, id).await?.is_empty())
+        })
+        .await?;
     }
     s.kill()?;
     s.wait().await?;
@@ -132,8 +138,10 @@ async fn misfire_policies_after_the_scheduler_was_down_across_5_fire_times() -> 
         }
         m
     };
-    // The scenario itself: the scheduler stays down across 5 fire times.
-    tokio::time::sleep(Duration::from_secs(11)).await;
+    // The scenario itself: the scheduler stays down across at least 5 fire times that are
+    // older than the 1 s misfire grace when it comes back (every 2 s, plus the grace, plus the
+    // run created ahead of time before the kill).
+    tokio::time::sleep(Duration::from_secs(13)).await;
     let s = SchedulerProcess::spawn(&db).await?;
     let restarted = chrono::Utc::now().timestamp();
     for id in ["skip", "once", "each"] {
@@ -156,7 +164,11 @@ async fn misfire_policies_after_the_scheduler_was_down_across_5_fire_times() -> 
     let missed = catch_ups(&each, before["each"]);
     assert!(missed.len() >= 5, "{each:?}");
     // Every fire time from the last one before the crash on is there exactly once: no gap.
-    let all: Vec<i64> = each.keys().copied().filter(|t| *t >= before["each"]).collect();
+    let all: Vec<i64> = each
+        .keys()
+        .copied()
+        .filter(|t| *t >= before["each"])
+        .collect();
     assert!(all.windows(2).all(|w| w[1] - w[0] == 2), "{all:?}");
     // Catch-up tasks say so, with their original fire time.
     let conn = db.connect().await?;
@@ -183,7 +195,10 @@ async fn sigkill_midway_then_restart_has_no_duplicate_and_no_gap() -> Result<()>
         schedule: Some(every(1, "tick", MisfirePolicy::CatchUp, &["a", "b"])),
     })
     .await?;
-    until("three runs", || async { Ok(runs(&db, "tick").await?.len() >= 3) }).await?;
+    until("three runs", || async {
+        Ok(runs(&db, "tick").await?.len() >= 3)
+    })
+    .await?;
     s.kill()?;
     s.wait().await?;
     let _s = SchedulerProcess::spawn(&db).await?;
@@ -210,10 +225,19 @@ async fn three_replicas_fire_each_time_once() -> Result<()> {
         schedule: Some(every(1, "shared", MisfirePolicy::CatchUp, &["x", "y", "z"])),
     })
     .await?;
-    until("five runs", || async { Ok(runs(&db, "shared").await?.len() >= 5) }).await?;
+    until("five runs", || async {
+        Ok(runs(&db, "shared").await?.len() >= 5)
+    })
+    .await?;
     // Pause and resume round trip while replicas race.
-    c.pause_schedule(PauseScheduleRequest { id: "shared".into() }).await?;
-    c.resume_schedule(ResumeScheduleRequest { id: "shared".into() }).await?;
+    c.pause_schedule(PauseScheduleRequest {
+        id: "shared".into(),
+    })
+    .await?;
+    c.resume_schedule(ResumeScheduleRequest {
+        id: "shared".into(),
+    })
+    .await?;
     let r = runs(&db, "shared").await?;
     assert!(r.values().all(|(_, n)| *n == 3), "{r:?}");
     let conn = db.connect().await?;

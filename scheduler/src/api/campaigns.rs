@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Duration as ChronoDuration, Utc};
+use chrono::{Duration as ChronoDuration, Utc};
 use herald_proto::v1::{self as pb, campaign_service_server::CampaignService};
 use prost::Message;
 use tokio::sync::broadcast;
@@ -20,6 +20,7 @@ use crate::model::{CancelOutcome, NewTask};
 use crate::schedule::{fire_times, spread};
 use crate::store::campaigns::{AddError, CampaignRecord};
 use crate::store::{Store, StoreError};
+use crate::template::Renderer;
 
 /// Most recipients per chunk.
 pub const MAX_CHUNK: usize = 1_000;
@@ -69,7 +70,9 @@ impl CampaignApi {
         let estimated_finish = match (state, p.now) {
             (pb::CampaignState::Active, Some(now)) if p.live > 0 => {
                 let by_rate = (p.pool_rate > 0.0).then(|| {
-                    now + ChronoDuration::milliseconds((p.live as f64 / p.pool_rate * 1000.0) as i64)
+                    now + ChronoDuration::milliseconds(
+                        (p.live as f64 / p.pool_rate * 1000.0) as i64,
+                    )
                 });
                 [Some(now), p.last_due, by_rate].into_iter().flatten().max()
             }
@@ -113,6 +116,22 @@ impl CampaignApi {
         let now = Utc::now();
         // Validate every recipient before touching the database.
         let mut v = Violations::default();
+        // Render each recipient's content now: what the task stores is what will be sent, and a
+        // recipient missing a variable is refused here rather than failing at send time.
+        let renderer = Renderer::load(
+            &self.store,
+            DEFAULT_NAMESPACE,
+            Renderer::template_ids(spec.content.iter()),
+        )
+        .await?;
+        let contents: Vec<Option<pb::Content>> = recipients
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                merge_variables(spec.content.as_ref(), r)
+                    .and_then(|c| renderer.render(&c, &format!("{path}[{i}].content"), &mut v))
+            })
+            .collect();
         let mut dues = Vec::with_capacity(recipients.len());
         for (i, r) in recipients.iter().enumerate() {
             let zone_name = if r.time_zone.is_empty() {
@@ -123,18 +142,31 @@ impl CampaignApi {
             match zone_name.parse::<chrono_tz::Tz>() {
                 Ok(z) => dues.push(Some(z)),
                 Err(_) => {
-                    v.add(format!("{path}[{i}].time_zone"), "is not an IANA time zone name");
+                    v.add(
+                        format!("{path}[{i}].time_zone"),
+                        "is not an IANA time zone name",
+                    );
                     dues.push(None);
                 }
             }
-            let probe = task_for(&spec, r, now, &id);
-            validate::task_spec(&probe, &format!("{path}[{i}]"), DEFAULT_NAMESPACE, now, &mut v);
+            let probe = task_for(&spec, r, contents[i].clone(), &id);
+            validate::task_spec(
+                &probe,
+                &format!("{path}[{i}]"),
+                DEFAULT_NAMESPACE,
+                now,
+                &mut v,
+            );
         }
         if !v.is_empty() {
             return Err(Error::InvalidArgument(v.0));
         }
         let names: Vec<&str> = recipients.iter().map(|r| r.recipient.as_str()).collect();
-        let start = spec.start_at.as_ref().and_then(from_timestamp).unwrap_or(campaign.created_at);
+        let start = spec
+            .start_at
+            .as_ref()
+            .and_then(from_timestamp)
+            .unwrap_or(campaign.created_at);
         let local_start = validate::parse_local_time(&spec.local_start);
         let window = ms(spec.window.as_ref());
         let spacing = ms(spec.spacing.as_ref());
@@ -161,7 +193,7 @@ impl CampaignApi {
                                 ChronoDuration::milliseconds(window),
                             )
                         };
-                        let mut t = task_for(&spec, r, now, &id);
+                        let mut t = task_for(&spec, r, contents[i].clone(), &id);
                         t.when = Some(pb::task_spec::When::RunAt(timestamp(due.max(now))));
                         let mut tv = Violations::default();
                         validate::task_spec(&t, "recipient", DEFAULT_NAMESPACE, now, &mut tv)
@@ -199,7 +231,7 @@ fn decode(c: &CampaignRecord) -> Result<pb::CampaignSpec, Error> {
 fn task_for(
     spec: &pb::CampaignSpec,
     r: &pb::CampaignRecipient,
-    _now: DateTime<Utc>,
+    content: Option<pb::Content>,
     id: &Uuid,
 ) -> pb::TaskSpec {
     let mut labels = spec.labels.clone();
@@ -207,7 +239,7 @@ fn task_for(
     pb::TaskSpec {
         queue: spec.queue.clone(),
         recipient: r.recipient.clone(),
-        content: render(spec.content.as_ref(), r),
+        content,
         priority: spec.priority,
         max_attempts: spec.max_attempts,
         expire_at: spec.expire_at,
@@ -217,10 +249,11 @@ fn task_for(
     }
 }
 
-/// Per-recipient content: the recipient's variables over the campaign's. This is the single
-/// place to switch to herald-side template rendering (`template::Renderer`) once it lands;
-/// until then a template is sent with the merged variables and rendered by the provider.
-fn render(content: Option<&pb::Content>, r: &pb::CampaignRecipient) -> Option<pb::Content> {
+/// Per-recipient content before rendering: the recipient's variables over the campaign's.
+fn merge_variables(
+    content: Option<&pb::Content>,
+    r: &pb::CampaignRecipient,
+) -> Option<pb::Content> {
     let mut content = content.cloned()?;
     if let Some(pb::content::Body::Template(t)) = content.body.as_mut() {
         for (k, v) in &r.variables {
@@ -253,9 +286,11 @@ impl CampaignService for CampaignApi {
         if !spec.time_zone.is_empty() && spec.time_zone.parse::<chrono_tz::Tz>().is_err() {
             v.add("campaign.time_zone", "is not an IANA time zone name");
         }
-        if !spec.local_start.is_empty() && validate::parse_local_time(&spec.local_start).is_none()
-        {
-            v.add("campaign.local_start", "must be a date-time like 2026-12-24T09:00");
+        if !spec.local_start.is_empty() && validate::parse_local_time(&spec.local_start).is_none() {
+            v.add(
+                "campaign.local_start",
+                "must be a date-time like 2026-12-24T09:00",
+            );
         }
         if !(0..=7 * 86_400_000).contains(&ms(spec.window.as_ref())) {
             v.add("campaign.window", "must be between 0 and 7 days");
@@ -273,7 +308,7 @@ impl CampaignService for CampaignApi {
                 recipient: "probe".into(),
                 ..Default::default()
             },
-            Utc::now(),
+            spec.content.clone(),
             &Uuid::nil(),
         );
         validate::task_spec(&probe, "campaign", DEFAULT_NAMESPACE, Utc::now(), &mut v);
@@ -289,7 +324,10 @@ impl CampaignService for CampaignApi {
                 .map_err(Error::from)?;
             if !pools.contains(&spec.pool) {
                 let mut v = Violations::default();
-                v.add("campaign.pool", format!("pool {} does not exist", spec.pool));
+                v.add(
+                    "campaign.pool",
+                    format!("pool {} does not exist", spec.pool),
+                );
                 return Err(Error::InvalidArgument(v.0).into());
             }
         }
@@ -301,7 +339,13 @@ impl CampaignService for CampaignApi {
         let pool = (!spec.pool.is_empty()).then_some(spec.pool.as_str());
         let campaign = self
             .store
-            .create_campaign(DEFAULT_NAMESPACE, id, &spec.name, &stored.encode_to_vec(), pool)
+            .create_campaign(
+                DEFAULT_NAMESPACE,
+                id,
+                &spec.name,
+                &stored.encode_to_vec(),
+                pool,
+            )
             .await
             .map_err(Error::from)?;
         if !req.recipients.is_empty() {
@@ -317,7 +361,9 @@ impl CampaignService for CampaignApi {
     ) -> Result<Response<pb::AddRecipientsResponse>, Status> {
         let req = request.into_inner();
         let id = campaign_id("campaign_id", &req.campaign_id)?;
-        Ok(Response::new(self.add(id, &req.recipients, "recipients").await?))
+        Ok(Response::new(
+            self.add(id, &req.recipients, "recipients").await?,
+        ))
     }
 
     async fn stream_recipients(

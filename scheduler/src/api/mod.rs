@@ -8,6 +8,7 @@ pub mod lease;
 pub mod schedules;
 pub mod stats;
 pub mod tasks;
+pub mod templates;
 pub mod validate;
 
 /// The namespace every request acts in until authentication binds tokens to namespaces.

@@ -363,7 +363,11 @@ impl ScheduleService for ScheduleApi {
         };
         let count = page_size(req.count, 10) as usize;
         Ok(Response::new(pb::PreviewFireTimesResponse {
-            fire_times: fires.preview(after, count).into_iter().map(timestamp).collect(),
+            fire_times: fires
+                .preview(after, count)
+                .into_iter()
+                .map(timestamp)
+                .collect(),
         }))
     }
 
@@ -376,7 +380,12 @@ impl ScheduleService for ScheduleApi {
         let before = req.before.as_ref().and_then(from_timestamp);
         let runs = self
             .store
-            .list_schedule_runs(DEFAULT_NAMESPACE, &req.id, before, page_size(req.page_size, 100))
+            .list_schedule_runs(
+                DEFAULT_NAMESPACE,
+                &req.id,
+                before,
+                page_size(req.page_size, 100),
+            )
             .await
             .map_err(Error::from)?;
         Ok(Response::new(pb::ListScheduleRunsResponse {

@@ -17,6 +17,7 @@ use crate::lease::events::Event;
 use crate::model::{CancelOutcome, TaskRecord};
 use crate::store::tasks::{CancelResult, CreateError, Created, TaskFilter};
 use crate::store::Store;
+use crate::template::Renderer;
 
 /// The TaskService implementation.
 pub struct TaskApi {
@@ -57,6 +58,7 @@ impl TaskApi {
         for t in &mut tasks {
             t.trace_parent.clone_from(&trace_parent);
         }
+        let tasks = self.render(specs, tasks, &path).await?;
         self.check_targets(&tasks, &path).await?;
         let created = match self.store.create_tasks(DEFAULT_NAMESPACE, &tasks).await {
             Ok(c) => c,
@@ -97,6 +99,48 @@ impl TaskApi {
             })
             .collect::<Result<_, crate::store::StoreError>>()
             .map_err(Error::from)
+    }
+
+    /// Renders stored templates into each task's content, so the task holds exactly what will
+    /// be sent. Specs and tasks are in the same order (validation succeeded for all).
+    async fn render(
+        &self,
+        specs: &[pb::TaskSpec],
+        mut tasks: Vec<crate::model::NewTask>,
+        path: &impl Fn(usize) -> String,
+    ) -> Result<Vec<crate::model::NewTask>, Error> {
+        use prost::Message;
+        let contents: Vec<&pb::Content> = specs.iter().filter_map(|s| s.content.as_ref()).collect();
+        let ids = Renderer::template_ids(contents.iter().copied());
+        if ids.is_empty() {
+            return Ok(tasks);
+        }
+        let renderer = Renderer::load(&self.store, DEFAULT_NAMESPACE, ids).await?;
+        let mut v = Violations::default();
+        for (i, (spec, task)) in specs.iter().zip(tasks.iter_mut()).enumerate() {
+            if let Some(content) = &spec.content {
+                if let Some(rendered) =
+                    renderer.render(content, &format!("{}.content", path(i)), &mut v)
+                {
+                    task.content = rendered.encode_to_vec();
+                }
+            }
+        }
+        if v.is_empty() {
+            Ok(tasks)
+        } else {
+            Err(Error::InvalidArgument(v.0))
+        }
+    }
+
+    /// Creates one task, as CreateTask does (used by test sends too).
+    pub async fn create_one(&self, spec: pb::TaskSpec) -> Result<pb::CreateTaskResponse, Error> {
+        let mut results = self
+            .create(std::slice::from_ref(&spec), |_| "task".to_string(), None)
+            .await?;
+        results
+            .pop()
+            .ok_or_else(|| Error::FailedPrecondition("no result for the created task".into()))
     }
 
     /// A task may only target a pool or account that exists: otherwise it would wait forever.

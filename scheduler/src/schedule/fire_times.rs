@@ -209,46 +209,150 @@ mod tests {
     fn fire_time_table() {
         let cases: &[(&str, &str, DstPolicy, &str, &[&str])] = &[
             // New York spring forward 2026-03-08 02:00 EST → 03:00 EDT.
-            ("30 2 * * *", "America/New_York", SHIFT_ONCE, "2026-03-07T12:00:00Z",
-             &["2026-03-08T07:30:00Z" /* 02:30 EST = 03:30 EDT */, "2026-03-09T06:30:00Z"]),
-            ("30 2 * * *", "America/New_York", SKIP_TWICE, "2026-03-07T12:00:00Z",
-             &["2026-03-09T06:30:00Z", "2026-03-10T06:30:00Z"]),
+            (
+                "30 2 * * *",
+                "America/New_York",
+                SHIFT_ONCE,
+                "2026-03-07T12:00:00Z",
+                &[
+                    "2026-03-08T07:30:00Z", /* 02:30 EST = 03:30 EDT */
+                    "2026-03-09T06:30:00Z",
+                ],
+            ),
+            (
+                "30 2 * * *",
+                "America/New_York",
+                SKIP_TWICE,
+                "2026-03-07T12:00:00Z",
+                &["2026-03-09T06:30:00Z", "2026-03-10T06:30:00Z"],
+            ),
             // New York fall back 2026-11-01 02:00 EDT → 01:00 EST: 01:30 happens twice.
-            ("30 1 * * *", "America/New_York", SHIFT_ONCE, "2026-10-31T12:00:00Z",
-             &["2026-11-01T05:30:00Z", "2026-11-02T06:30:00Z"]),
-            ("30 1 * * *", "America/New_York", SKIP_TWICE, "2026-10-31T12:00:00Z",
-             &["2026-11-01T05:30:00Z", "2026-11-01T06:30:00Z", "2026-11-02T06:30:00Z"]),
+            (
+                "30 1 * * *",
+                "America/New_York",
+                SHIFT_ONCE,
+                "2026-10-31T12:00:00Z",
+                &["2026-11-01T05:30:00Z", "2026-11-02T06:30:00Z"],
+            ),
+            (
+                "30 1 * * *",
+                "America/New_York",
+                SKIP_TWICE,
+                "2026-10-31T12:00:00Z",
+                &[
+                    "2026-11-01T05:30:00Z",
+                    "2026-11-01T06:30:00Z",
+                    "2026-11-02T06:30:00Z",
+                ],
+            ),
             // Every 30 minutes across the New York fall-back hour, fired twice: in instant order.
-            ("*/30 1 * * *", "America/New_York", SKIP_TWICE, "2026-11-01T05:00:00Z",
-             &["2026-11-01T05:30:00Z", "2026-11-01T06:00:00Z", "2026-11-01T06:30:00Z",
-               "2026-11-02T06:00:00Z"]),
+            (
+                "*/30 1 * * *",
+                "America/New_York",
+                SKIP_TWICE,
+                "2026-11-01T05:00:00Z",
+                &[
+                    "2026-11-01T05:30:00Z",
+                    "2026-11-01T06:00:00Z",
+                    "2026-11-01T06:30:00Z",
+                    "2026-11-02T06:00:00Z",
+                ],
+            ),
             // Berlin spring forward 2026-03-29 02:00 CET → 03:00 CEST.
-            ("15 2 * * *", "Europe/Berlin", SHIFT_ONCE, "2026-03-28T12:00:00Z",
-             &["2026-03-29T01:15:00Z" /* 03:15 CEST */, "2026-03-30T00:15:00Z"]),
-            ("15 2 * * *", "Europe/Berlin", SKIP_TWICE, "2026-03-28T12:00:00Z",
-             &["2026-03-30T00:15:00Z"]),
+            (
+                "15 2 * * *",
+                "Europe/Berlin",
+                SHIFT_ONCE,
+                "2026-03-28T12:00:00Z",
+                &[
+                    "2026-03-29T01:15:00Z", /* 03:15 CEST */
+                    "2026-03-30T00:15:00Z",
+                ],
+            ),
+            (
+                "15 2 * * *",
+                "Europe/Berlin",
+                SKIP_TWICE,
+                "2026-03-28T12:00:00Z",
+                &["2026-03-30T00:15:00Z"],
+            ),
             // Berlin fall back 2026-10-25 03:00 CEST → 02:00 CET.
-            ("15 2 * * *", "Europe/Berlin", SHIFT_ONCE, "2026-10-24T12:00:00Z",
-             &["2026-10-25T00:15:00Z", "2026-10-26T01:15:00Z"]),
-            ("15 2 * * *", "Europe/Berlin", SKIP_TWICE, "2026-10-24T12:00:00Z",
-             &["2026-10-25T00:15:00Z", "2026-10-25T01:15:00Z", "2026-10-26T01:15:00Z"]),
+            (
+                "15 2 * * *",
+                "Europe/Berlin",
+                SHIFT_ONCE,
+                "2026-10-24T12:00:00Z",
+                &["2026-10-25T00:15:00Z", "2026-10-26T01:15:00Z"],
+            ),
+            (
+                "15 2 * * *",
+                "Europe/Berlin",
+                SKIP_TWICE,
+                "2026-10-24T12:00:00Z",
+                &[
+                    "2026-10-25T00:15:00Z",
+                    "2026-10-25T01:15:00Z",
+                    "2026-10-26T01:15:00Z",
+                ],
+            ),
             // A shifted time equal to a real one fires once (02:00 and 03:00 both → 03:00 CEST).
-            ("0 2,3 * * *", "Europe/Berlin", SHIFT_ONCE, "2026-03-28T23:00:00Z",
-             &["2026-03-29T01:00:00Z", "2026-03-30T00:00:00Z"]),
+            (
+                "0 2,3 * * *",
+                "Europe/Berlin",
+                SHIFT_ONCE,
+                "2026-03-28T23:00:00Z",
+                &["2026-03-29T01:00:00Z", "2026-03-30T00:00:00Z"],
+            ),
             // 29 February: only leap years.
-            ("0 9 29 2 *", "UTC", SHIFT_ONCE, "2025-01-01T00:00:00Z",
-             &["2028-02-29T09:00:00Z", "2032-02-29T09:00:00Z"]),
+            (
+                "0 9 29 2 *",
+                "UTC",
+                SHIFT_ONCE,
+                "2025-01-01T00:00:00Z",
+                &["2028-02-29T09:00:00Z", "2032-02-29T09:00:00Z"],
+            ),
             // The 31st: short months have none.
-            ("0 8 31 * *", "Asia/Tokyo", SHIFT_ONCE, "2026-03-31T00:00:00Z",
-             &["2026-05-30T23:00:00Z", "2026-07-30T23:00:00Z", "2026-08-30T23:00:00Z"]),
+            (
+                "0 8 31 * *",
+                "Asia/Tokyo",
+                SHIFT_ONCE,
+                "2026-03-31T00:00:00Z",
+                &[
+                    "2026-05-30T23:00:00Z",
+                    "2026-07-30T23:00:00Z",
+                    "2026-08-30T23:00:00Z",
+                ],
+            ),
             // Six fields: seconds first.
-            ("*/20 * * * * *", "Europe/Berlin", SHIFT_ONCE, "2026-06-01T10:00:05Z",
-             &["2026-06-01T10:00:20Z", "2026-06-01T10:00:40Z", "2026-06-01T10:01:00Z"]),
-            ("30 0 9 * * MON", "Europe/Berlin", SHIFT_ONCE, "2026-06-01T07:00:30Z",
-             &["2026-06-08T07:00:30Z"]),
+            (
+                "*/20 * * * * *",
+                "Europe/Berlin",
+                SHIFT_ONCE,
+                "2026-06-01T10:00:05Z",
+                &[
+                    "2026-06-01T10:00:20Z",
+                    "2026-06-01T10:00:40Z",
+                    "2026-06-01T10:01:00Z",
+                ],
+            ),
+            (
+                "30 0 9 * * MON",
+                "Europe/Berlin",
+                SHIFT_ONCE,
+                "2026-06-01T07:00:30Z",
+                &["2026-06-08T07:00:30Z"],
+            ),
             // Five fields: seconds are 0.
-            ("0 9 * * *", "America/New_York", SHIFT_ONCE, "2026-03-07T15:00:00Z",
-             &["2026-03-08T13:00:00Z" /* EDT now */, "2026-03-09T13:00:00Z"]),
+            (
+                "0 9 * * *",
+                "America/New_York",
+                SHIFT_ONCE,
+                "2026-03-07T15:00:00Z",
+                &[
+                    "2026-03-08T13:00:00Z", /* EDT now */
+                    "2026-03-09T13:00:00Z",
+                ],
+            ),
         ];
         for (cron, zone, policy, after, expected) in cases {
             let f = FireTimes::parse(cron, zone, *policy)
@@ -258,7 +362,10 @@ mod tests {
                 .iter()
                 .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
                 .collect();
-            assert_eq!(&got, expected, "{cron} in {zone} with {policy:?} after {after}");
+            assert_eq!(
+                &got, expected,
+                "{cron} in {zone} with {policy:?} after {after}"
+            );
         }
     }
 

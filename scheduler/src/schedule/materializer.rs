@@ -389,9 +389,7 @@ fn run_tasks(
     run: &Run,
     now: DateTime<Utc>,
 ) -> Vec<crate::model::NewTask> {
-    let fire = run
-        .fire_time
-        .to_rfc3339_opts(SecondsFormat::Millis, true);
+    let fire = run.fire_time.to_rfc3339_opts(SecondsFormat::Millis, true);
     let stagger = ChronoDuration::milliseconds(s.stagger_ms);
     let jitter = ChronoDuration::milliseconds(s.jitter_ms);
     let mut out = Vec::with_capacity(spec.recipients.len());
@@ -418,7 +416,9 @@ fn run_tasks(
             // Rendering: schedule content is stored as given; templates are resolved by the
             // executor-side template id. (Single call site to switch to herald-side rendering.)
             content: spec.content.clone(),
-            when: Some(pb::task_spec::When::RunAt(crate::api::convert::timestamp(due))),
+            when: Some(pb::task_spec::When::RunAt(crate::api::convert::timestamp(
+                due,
+            ))),
             priority: spec.priority,
             idempotency_key: key,
             max_attempts: spec.max_attempts,

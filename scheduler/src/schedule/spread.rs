@@ -36,7 +36,7 @@ pub fn jitter(bound: Duration) -> Duration {
 /// has whole- or half-hour offsets for the minutes that matter here, except the rare :45 ones)
 /// one minute later, so staggered sends stay off the moments everyone else fires at.
 pub fn off_round_minutes(at: DateTime<Utc>) -> DateTime<Utc> {
-    if at.minute() % 30 == 0 {
+    if at.minute().is_multiple_of(30) {
         at + Duration::minutes(1)
     } else {
         at

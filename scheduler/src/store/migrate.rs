@@ -23,9 +23,9 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../migrations/V2__add_accounts.sql"),
     },
     Migration {
-        version: 7,
-        name: "add_schedules_and_campaigns",
-        sql: include_str!("../../migrations/V7__add_schedules_and_campaigns.sql"),
+        version: 3,
+        name: "add_templates",
+        sql: include_str!("../../migrations/V3__add_templates.sql"),
     },
     Migration {
         version: 4,
@@ -41,6 +41,11 @@ const MIGRATIONS: &[Migration] = &[
         version: 6,
         name: "add_stats_indexes",
         sql: include_str!("../../migrations/V6__add_stats_indexes.sql"),
+    },
+    Migration {
+        version: 7,
+        name: "add_schedules_and_campaigns",
+        sql: include_str!("../../migrations/V7__add_schedules_and_campaigns.sql"),
     },
 ];
 

@@ -12,6 +12,7 @@ pub mod schedules;
 pub mod stats;
 pub mod tasks;
 pub mod telemetry;
+pub mod templates;
 
 pub use error::StoreError;
 

@@ -382,7 +382,7 @@ pub(crate) async fn create_tasks_in(
         .map(|(_, t)| t)
         .collect();
     if !fresh.is_empty() {
-        let earliest = insert_rows(&tx, namespace, &fresh).await?;
+        let earliest = insert_rows(tx, namespace, &fresh).await?;
         if let Some(earliest) = earliest {
             // Delivered at commit; dispatchers sleeping past this time wake up.
             tx.execute(
@@ -401,7 +401,7 @@ pub(crate) async fn create_tasks_in(
             None => Created::New(t.id),
         })
         .collect())
-    }
+}
 
 /// Inserts tasks with one statement and returns the earliest due time among them.
 async fn insert_rows(
