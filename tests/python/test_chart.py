@@ -42,6 +42,44 @@ RELEASE, NAMESPACE = "herald", "herald"
 # first (`-m chart`), before the long build.
 chart = pytest.mark.chart
 
+# The subset of monitoring.coreos.com/v1 PrometheusRule the chart uses: named groups of alerting
+# rules, each with an expression, unknown fields rejected.
+PROMETHEUS_RULE_SCHEMA = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "additionalProperties": False,
+    "properties": {
+        "apiVersion": {"const": "monitoring.coreos.com/v1"},
+        "kind": {"const": "PrometheusRule"},
+        "metadata": {"type": "object"},
+        "spec": {
+            "type": "object",
+            "required": ["groups"],
+            "additionalProperties": False,
+            "properties": {"groups": {"type": "array", "minItems": 1, "items": {
+                "type": "object",
+                "required": ["name", "rules"],
+                "additionalProperties": False,
+                "properties": {
+                    "name": {"type": "string"},
+                    "rules": {"type": "array", "minItems": 4, "items": {
+                        "type": "object",
+                        "required": ["alert", "expr"],
+                        "additionalProperties": False,
+                        "properties": {
+                            "alert": {"type": "string"},
+                            "expr": {"type": "string", "minLength": 1},
+                            "for": {"type": "string"},
+                            "labels": {"type": "object"},
+                            "annotations": {"type": "object"},
+                        },
+                    }},
+                },
+            }}},
+        },
+    },
+}
+
 # kubernetes-validate knows built-in kinds only; the Prometheus Operator's CRD is checked against
 # the subset of monitoring.coreos.com/v1 ServiceMonitor the chart uses, unknown fields rejected.
 SERVICE_MONITOR_SCHEMA = {
@@ -169,6 +207,9 @@ def test_rendered_objects_are_valid_kubernetes(values_file):
         where = f"{obj['__template']}: {obj['kind']}/{obj['metadata']['name']}"
         if obj["kind"] == "ServiceMonitor":
             jsonschema.validate(body, SERVICE_MONITOR_SCHEMA)
+            continue
+        if obj["kind"] == "PrometheusRule":
+            jsonschema.validate(body, PROMETHEUS_RULE_SCHEMA)
             continue
         for version in KUBE_VERSIONS:
             try:
@@ -335,6 +376,12 @@ def test_ha_tls_values_mount_the_security_material():
     assert {v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v} == {"herald-scheduler-tls", "herald-tokens"}
     assert len(find(objects, "NetworkPolicy")) == 2
     assert find(objects, "HorizontalPodAutoscaler") and find(objects, "ServiceMonitor")
+    rules = find(objects, "PrometheusRule")
+    assert rules, "the HA file ships the alert rules"
+    alerts = {r["alert"] for g in rules[0]["spec"]["groups"] for r in g["rules"]}
+    assert {"HeraldBacklogGrowing", "HeraldTriggerLagHigh"} <= alerts
+    # Prometheus's own templates survive Helm untouched.
+    assert any("{{ $labels" in str(r.get("annotations")) for g in rules[0]["spec"]["groups"] for r in g["rules"])
 
 
 # --- smoke: the rendered commands start the real binaries --------------------------------------
