@@ -125,3 +125,96 @@ async fn failures_expiries_and_offline_accounts_notify_once_each_signed() -> Res
 
     Ok(())
 }
+
+#[tokio::test]
+async fn a_campaign_whose_tasks_all_ended_notifies_finished_once() -> Result<()> {
+    use herald_proto::v1::{
+        campaign_service_client::CampaignServiceClient, CampaignRecipient, CampaignSpec, Content,
+        CreateCampaignRequest,
+    };
+    let notify = WebhookReceiver::start().await?;
+    let provider = WebhookReceiver::start().await?;
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::builder(&db)
+        .env("HERALD_NOTIFY_URL", format!("{}/notify", notify.url()))
+        .env("HERALD_NOTIFY_SECRET", secret())
+        .spawn()
+        .await?;
+    let _executor = ExecutorProcess::builder(&[scheduler.grpc_url()])
+        .config_toml(format!(
+            "[queues.hooks]\nsender = \"webhook\"\nurl = \"{}/hook\"\nsecret = \"provider-secret\"\n",
+            provider.url()
+        ))
+        .spawn()
+        .await?;
+    let mut campaigns = CampaignServiceClient::new(
+        tonic::transport::Channel::from_shared(scheduler.grpc_url())?
+            .connect()
+            .await?,
+    );
+    let created = campaigns
+        .create_campaign(CreateCampaignRequest {
+            campaign: Some(CampaignSpec {
+                name: "launch".into(),
+                queue: "hooks".into(),
+                content: Some(Content {
+                    body: Some(herald_proto::v1::content::Body::Text("we're live".into())),
+                }),
+                ..Default::default()
+            }),
+            recipients: (0..3)
+                .map(|i| CampaignRecipient {
+                    recipient: format!("+1555000{i}"),
+                    ..Default::default()
+                })
+                .collect(),
+        })
+        .await?
+        .into_inner();
+    provider.wait_for_requests(3, WAIT).await?;
+    // A campaign that took recipients in the last minute is not declared finished (more chunks
+    // may come); move its last change a minute back instead of waiting for it.
+    let conn = db.connect().await?;
+    let uuid: uuid::Uuid = created.id.parse()?;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let live: i64 = conn
+            .query_one(
+                "SELECT count(*) FROM herald.tasks
+                 WHERE campaign_id = $1 AND state IN ('scheduled', 'leased')",
+                &[&uuid],
+            )
+            .await?
+            .get(0);
+        if live == 0 {
+            break;
+        }
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "tasks still live");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    conn.execute(
+        "UPDATE herald.campaigns SET updated_at = now() - interval '2 minutes' WHERE id = $1",
+        &[&uuid],
+    )
+    .await?;
+    let requests = notify.wait_for_requests(1, WAIT).await?;
+    let finished: Vec<serde_json::Value> = requests
+        .iter()
+        .map(verified)
+        .collect::<Result<Vec<_>>>()?
+        .into_iter()
+        .filter(|b| b["type"] == "campaign.finished")
+        .collect();
+    assert_eq!(finished.len(), 1, "{requests:?}");
+    assert_eq!(finished[0]["data"]["campaign_id"], created.id.as_str());
+    assert_eq!(finished[0]["data"]["states"]["succeeded"], 3);
+    let state: String = conn
+        .query_one(
+            "SELECT state::text FROM herald.campaigns WHERE id = $1",
+            &[&uuid],
+        )
+        .await?
+        .get(0);
+    assert_eq!(state, "finished");
+    Ok(())
+}

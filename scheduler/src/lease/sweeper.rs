@@ -46,6 +46,13 @@ pub async fn run(store: Store, max_sleep: Duration, shutdown: CancellationToken)
 /// One sweep; Some(true) when a batch was full and more may be waiting.
 async fn sweep_once(store: &Store) -> Result<Option<bool>, crate::store::StoreError> {
     let outcome = store.sweep(BATCH).await?;
+    // Campaigns whose last task ended are finished here, each once, with its notification. A
+    // failure here must not hold up lease sweeping: it is retried on the next pass.
+    match store.finish_campaigns().await {
+        Ok(0) => {}
+        Ok(finished) => tracing::info!(campaigns = finished, "campaigns finished"),
+        Err(e) => tracing::warn!(error = %e, "cannot finish campaigns"),
+    }
     crate::telemetry::metrics::swept(
         outcome.leases_expired as u64,
         outcome.deadlines_passed as u64,

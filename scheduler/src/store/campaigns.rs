@@ -412,3 +412,16 @@ impl Store {
         Ok(Some(CancelledRows { scheduled, leased }))
     }
 }
+
+impl Store {
+    /// Marks campaigns whose every task has ended as finished and raises `campaign.finished`
+    /// (see migration V8); returns how many.
+    pub async fn finish_campaigns(&self) -> Result<i32, StoreError> {
+        let conn = self.conn().await?;
+        let row = conn
+            .query_one("SELECT herald.finish_campaigns()", &[])
+            .await
+            .map_err(StoreError::query("finishing campaigns"))?;
+        Ok(row.get(0))
+    }
+}

@@ -47,6 +47,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "add_schedules_and_campaigns",
         sql: include_str!("../../migrations/V7__add_schedules_and_campaigns.sql"),
     },
+    Migration {
+        version: 8,
+        name: "finish_campaigns",
+        sql: include_str!("../../migrations/V8__finish_campaigns.sql"),
+    },
 ];
 
 /// Arbitrary but fixed: the advisory lock key that serialises migrations across replicas.
