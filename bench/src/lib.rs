@@ -9,6 +9,8 @@
 //! - **S3 precision**: tasks spread over a window with the executor idle and waiting; lateness
 //!   of the lease grant and of the send start against `run_at`, and how many fired early.
 //! - **S4 scale**: claim latency and scheduler RSS with many future tasks in the table.
+//! - **S5 accounts**: the S1 drain through a pool of 100 accounts with every limit on, against
+//!   the same drain by queue (limits may cost at most a third).
 //!
 //! Every scenario gets a fresh database ([`herald_tests::TestDb`]) and its own scheduler and
 //! executor processes (the real release binaries, the executor with the `noop` sender).
@@ -35,6 +37,8 @@ pub struct Options {
     pub s3: bool,
     /// Run S4.
     pub s4: bool,
+    /// Run S5 (100 accounts with every limit on, against the same drain by queue).
+    pub s5: bool,
     /// S1: tasks to drain.
     pub drain_tasks: usize,
     /// S2: tasks to create.
@@ -69,6 +73,7 @@ impl Options {
             s2: true,
             s3: true,
             s4: true,
+            s5: true,
             drain_tasks: 50_000,
             enqueue_tasks: 200_000,
             enqueue_clients: 4,
@@ -113,6 +118,9 @@ pub async fn run(opts: &Options) -> Result<Report> {
     }
     if opts.s4 {
         scenarios::scale(opts, &mut report).await?;
+    }
+    if opts.s5 {
+        scenarios::accounts(opts, &mut report).await?;
     }
     Ok(report)
 }

@@ -460,3 +460,129 @@ fn human(n: u64) -> String {
         n.to_string()
     }
 }
+
+/// Accounts in S5's pool.
+const S5_ACCOUNTS: usize = 100;
+
+/// S5: the same drain as S1, once by queue and once through a pool of 100 accounts whose every
+/// limit is switched on (rate and burst, daily cap, in-flight cap with a high-priority reserve,
+/// per-recipient spacing), set high enough that the executor, not the limits, bounds the drain:
+/// the difference is what checking and reserving the limits costs. Target: at least 2/3 of the
+/// unrouted rate.
+pub(crate) async fn accounts(opts: &Options, report: &mut Report) -> Result<()> {
+    let n = opts.drain_tasks;
+    let unrouted = routed_drain(opts, n, 0).await?;
+    let limited = routed_drain(opts, n, S5_ACCOUNTS).await?;
+    report.add_vs(
+        "S5 100 accounts",
+        "tasks/s (vs. the same drain by queue)",
+        limited,
+        unrouted,
+        2.0 / 3.0,
+    );
+    report.note(format!(
+        "S5: {n} tasks, {unrouted:.0} tasks/s by queue, {limited:.0} tasks/s through \
+         {S5_ACCOUNTS} accounts with every limit on"
+    ));
+    Ok(())
+}
+
+/// Drains `n` tasks due now, through a pool of `accounts` accounts (0: by queue); tasks/s on
+/// the database clock.
+async fn routed_drain(opts: &Options, n: usize, accounts: usize) -> Result<f64> {
+    use herald_proto::v1::account_service_client::AccountServiceClient;
+    use herald_proto::v1::{Account, AccountLimits, CreateAccountRequest};
+
+    let db = TestDb::new().await?;
+    let scheduler = stack::scheduler(&db, opts).await?;
+    let mut config = String::from("[default]\nsender = \"noop\"\n");
+    let pool = if accounts > 0 {
+        let mut admin = AccountServiceClient::new(
+            tonic::transport::Channel::from_shared(scheduler.grpc_url())?
+                .connect()
+                .await?,
+        );
+        let per_account = (n / accounts).max(1) as i32;
+        for i in 0..accounts {
+            let id = format!("acct-{i:03}");
+            admin
+                .create_account(CreateAccountRequest {
+                    account: Some(Account {
+                        id: id.clone(),
+                        sender_kind: "log".into(),
+                        pool: "bench".into(),
+                        limits: Some(AccountLimits {
+                            rate_per_second: 5_000.0,
+                            burst: Some(5_000),
+                            daily_cap: Some(per_account * 10),
+                            max_in_flight: Some(1_000),
+                            high_priority_reserve: 0.1,
+                            recipient_interval: Some(prost_types::Duration {
+                                seconds: 6,
+                                nanos: 0,
+                            }),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }),
+                })
+                .await
+                .context("CreateAccount")?;
+            config.push_str(&format!("[accounts.{id}]\nsender = \"noop\"\n"));
+        }
+        "bench".to_string()
+    } else {
+        String::new()
+    };
+    let mut client = connect_tasks(&scheduler.grpc_url()).await?;
+    for first in (0..n).step_by(1000) {
+        let tasks: Vec<TaskSpec> = (first..(first + 1000).min(n))
+            .map(|i| TaskSpec {
+                pool: pool.clone(),
+                ..task_spec(QUEUE, &format!("recipient-{i}"), "benchmark message")
+            })
+            .collect();
+        client
+            .create_tasks(CreateTasksRequest { tasks })
+            .await
+            .context("CreateTasks")?;
+    }
+    let conn = db.connect().await?;
+    conn.batch_execute("VACUUM ANALYZE herald.tasks").await?;
+
+    let executor = herald_tests::ExecutorProcess::builder(&[scheduler.grpc_url()])
+        .config_toml(config)
+        .env("RUST_LOG", "warn")
+        .env("HERALD_MAX_IN_FLIGHT", opts.max_in_flight.to_string())
+        .spawn()
+        .await
+        .context("starting the executor")?;
+    let started = Instant::now();
+    loop {
+        let done: i64 = conn
+            .query_one(
+                "SELECT count(*) FROM herald.tasks WHERE state = 'succeeded'",
+                &[],
+            )
+            .await?
+            .get(0);
+        if done >= n as i64 {
+            break;
+        }
+        anyhow::ensure!(
+            started.elapsed() < WAIT_LIMIT,
+            "S5: only {done} of {n} succeeded"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let window: f64 = conn
+        .query_one(
+            "SELECT extract(epoch FROM max(finished_at) - min(leased_at))::float8
+             FROM herald.tasks",
+            &[],
+        )
+        .await?
+        .get(0);
+    stack::stop_executor(executor).await?;
+    Ok(n as f64 / window)
+}

@@ -27,6 +27,7 @@ async fn every_scenario_runs_at_tiny_sizes() {
         "S3 precision",
         "S4 scale 1k",
         "S4 scale 3k",
+        "S5 100 accounts",
     ] {
         assert!(
             report.rows.iter().any(|r| r.scenario == scenario),

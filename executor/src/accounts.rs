@@ -125,7 +125,7 @@ impl Builder<'_> {
         let what = format!("account {name}");
         let sender_name = a.sender.get_ref().as_str();
         let allowed: &[&str] = match sender_name {
-            "log" => &[],
+            "log" | "noop" => &[],
             "webhook" => &["url", "secret"],
             "whatsapp_cloud" => &["base_url", "phone_number_id", "access_token", "api_version"],
             "wecom" => &[
@@ -144,7 +144,7 @@ impl Builder<'_> {
                 return Err(self.invalid(
                     a.sender.span(),
                     format!(
-                        "{what}: unknown sender {other:?} (expected \"whatsapp_cloud\", \"wecom\", \"wecom_robot\", \"webhook\" or \"log\")"
+                        "{what}: unknown sender {other:?} (expected \"whatsapp_cloud\", \"wecom\", \"wecom_robot\", \"webhook\", \"log\" or \"noop\")"
                     ),
                 ))
             }
@@ -157,6 +157,8 @@ impl Builder<'_> {
         }
         let sender = match sender_name {
             "log" => LogSender::boxed(),
+            // Succeeds silently: for benchmarks of accounts at their limits.
+            "noop" => crate::senders::noop::NoopSender::boxed(),
             "webhook" => self.account_webhook(&what, spec)?,
             "whatsapp_cloud" => self.account_whatsapp(&what, spec)?,
             "wecom" => self.account_wecom(&what, spec)?,
