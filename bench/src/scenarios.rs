@@ -502,7 +502,7 @@ async fn routed_drain(opts: &Options, n: usize, accounts: usize) -> Result<f64> 
                 .connect()
                 .await?,
         );
-        let per_account = (n / accounts).max(1) as i32;
+        let per_account = n.checked_div(accounts).unwrap_or(n).max(1) as i32;
         for i in 0..accounts {
             let id = format!("acct-{i:03}");
             admin
