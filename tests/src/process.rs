@@ -130,6 +130,10 @@ impl SchedulerBuilder {
             // whatever the flag layout of the subcommands.
             .env("HERALD_GRPC_ADDR", "127.0.0.1:0")
             .env("HERALD_HTTP_ADDR", "127.0.0.1:0")
+            // Loopback tests run without TLS and tokens unless a test configures them; the
+            // binaries refuse both unless told so explicitly. A test's own env wins.
+            .env("HERALD_ALLOW_PLAINTEXT", "true")
+            .env("HERALD_ALLOW_ANONYMOUS", "true")
             .envs(&self.env);
         let (process, ready) = ManagedProcess::spawn(self.name, command).await?;
         let grpc_addr = ready
@@ -258,6 +262,7 @@ impl ExecutorBuilder {
             .args(&self.args)
             .env("HERALD_SCHEDULER", self.schedulers.join(","))
             .env("HERALD_HTTP_ADDR", "127.0.0.1:0")
+            .env("HERALD_ALLOW_PLAINTEXT", "true")
             .envs(&self.env);
         let (process, ready) = ManagedProcess::spawn(self.name, command).await?;
         let http_addr = ready.get("http").cloned().unwrap_or_default();
