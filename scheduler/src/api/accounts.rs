@@ -53,7 +53,7 @@ fn clock(s: &str) -> Option<NaiveTime> {
 }
 
 /// Validates a wire account into a definition; `path` prefixes field names.
-fn account_spec(a: &pb::Account, path: &str, v: &mut Violations) -> Option<AccountSpec> {
+pub fn account_spec(a: &pb::Account, path: &str, v: &mut Violations) -> Option<AccountSpec> {
     let f = |name: &str| format!("{path}.{name}");
     if let Some(p) = queue_name_problem(&a.id) {
         v.add(f("id"), p);

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use chrono::{Duration as ChronoDuration, Utc};
+use chrono::{DateTime, Duration as ChronoDuration, Utc};
 use herald_proto::v1::{self as pb, campaign_service_server::CampaignService};
 use prost::Message;
 use tokio::sync::broadcast;
@@ -271,6 +271,46 @@ fn campaign_id(field: &str, value: &str) -> Result<Uuid, Error> {
     })
 }
 
+/// Checks a campaign spec before anything is stored: the campaign's own fields, and its
+/// content, queue and target as a task would be checked. Empty when valid.
+pub fn validate_spec(spec: &pb::CampaignSpec, now: DateTime<Utc>) -> Violations {
+    let mut v = Violations::default();
+    if spec.name.chars().count() > 200 {
+        v.add("campaign.name", "must be at most 200 characters");
+    }
+    if !spec.time_zone.is_empty() && spec.time_zone.parse::<chrono_tz::Tz>().is_err() {
+        v.add("campaign.time_zone", "is not an IANA time zone name");
+    }
+    if !spec.local_start.is_empty() && validate::parse_local_time(&spec.local_start).is_none() {
+        v.add(
+            "campaign.local_start",
+            "must be a date-time like 2026-12-24T09:00",
+        );
+    }
+    if !(0..=7 * 86_400_000).contains(&ms(spec.window.as_ref())) {
+        v.add("campaign.window", "must be between 0 and 7 days");
+    }
+    if !(0..=86_400_000).contains(&ms(spec.spacing.as_ref())) {
+        v.add("campaign.spacing", "must be between 0 and 24 hours");
+    }
+    if spec.labels.keys().any(|k| k.starts_with("herald.")) {
+        v.add("campaign.labels", "keys starting with herald. are reserved");
+    }
+    // The content, queue and target are checked as a task would be.
+    let probe = task_for(
+        spec,
+        &pb::CampaignRecipient {
+            recipient: "probe".into(),
+            ..Default::default()
+        },
+        spec.content.clone(),
+        &Uuid::nil(),
+    );
+    validate::task_spec(&probe, "campaign", DEFAULT_NAMESPACE, now, &mut v);
+    v.0.retain(|f| !f.field.starts_with("campaign.labels") || f.description.contains("herald"));
+    v
+}
+
 #[tonic::async_trait]
 impl CampaignService for CampaignApi {
     async fn create_campaign(
@@ -279,40 +319,7 @@ impl CampaignService for CampaignApi {
     ) -> Result<Response<pb::Campaign>, Status> {
         let req = request.into_inner();
         let spec = req.campaign.unwrap_or_default();
-        let mut v = Violations::default();
-        if spec.name.chars().count() > 200 {
-            v.add("campaign.name", "must be at most 200 characters");
-        }
-        if !spec.time_zone.is_empty() && spec.time_zone.parse::<chrono_tz::Tz>().is_err() {
-            v.add("campaign.time_zone", "is not an IANA time zone name");
-        }
-        if !spec.local_start.is_empty() && validate::parse_local_time(&spec.local_start).is_none() {
-            v.add(
-                "campaign.local_start",
-                "must be a date-time like 2026-12-24T09:00",
-            );
-        }
-        if !(0..=7 * 86_400_000).contains(&ms(spec.window.as_ref())) {
-            v.add("campaign.window", "must be between 0 and 7 days");
-        }
-        if !(0..=86_400_000).contains(&ms(spec.spacing.as_ref())) {
-            v.add("campaign.spacing", "must be between 0 and 24 hours");
-        }
-        if spec.labels.keys().any(|k| k.starts_with("herald.")) {
-            v.add("campaign.labels", "keys starting with herald. are reserved");
-        }
-        // The content, queue and target are checked as a task would be.
-        let probe = task_for(
-            &spec,
-            &pb::CampaignRecipient {
-                recipient: "probe".into(),
-                ..Default::default()
-            },
-            spec.content.clone(),
-            &Uuid::nil(),
-        );
-        validate::task_spec(&probe, "campaign", DEFAULT_NAMESPACE, Utc::now(), &mut v);
-        v.0.retain(|f| !f.field.starts_with("campaign.labels") || f.description.contains("herald"));
+        let v = validate_spec(&spec, Utc::now());
         if !v.is_empty() {
             return Err(Error::InvalidArgument(v.0).into());
         }

@@ -63,7 +63,7 @@ fn ms_of(d: Option<&prost_types::Duration>) -> Option<i64> {
 }
 
 /// Validates a spec into a record (cursor unset) and its fire-time rules.
-fn validate_spec(
+pub fn validate_spec(
     spec: &pb::ScheduleSpec,
     now: DateTime<Utc>,
 ) -> Result<(ScheduleRecord, FireTimes), Error> {

@@ -32,7 +32,7 @@ fn invalid(field: &str, description: impl Into<String>) -> Error {
 }
 
 /// Validates a wire template into a record (timestamps are the store's to set).
-fn record(t: &pb::Template) -> Result<TemplateRecord, Error> {
+pub fn record(t: &pb::Template) -> Result<TemplateRecord, Error> {
     let mut v = Violations::default();
     if let Some(p) = queue_name_problem(&t.id) {
         v.add("template.id", p);

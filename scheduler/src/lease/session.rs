@@ -82,7 +82,8 @@ pub async fn open(
     Ok(ReceiverStream::new(rx))
 }
 
-fn validate_hello(hello: &pb::Hello) -> Result<(), Status> {
+/// Checks an executor's Hello; the status says which field is wrong.
+pub fn validate_hello(hello: &pb::Hello) -> Result<(), Status> {
     if hello.executor_id.is_empty() || hello.executor_id.chars().count() > 128 {
         return Err(Status::invalid_argument(
             "hello.executor_id: must be 1 to 128 characters",
@@ -303,7 +304,9 @@ async fn handle_reports(
     .map_err(|_| Status::cancelled("executor went away"))
 }
 
-fn report_from_wire(r: &pb::AttemptResult) -> Option<AttemptReport> {
+/// A wire report as a domain report; None when its outcome or task id is not one a report can
+/// carry (it is acknowledged `accepted = false`).
+pub fn report_from_wire(r: &pb::AttemptResult) -> Option<AttemptReport> {
     let outcome = match pb::OutcomeClass::try_from(r.outcome).ok()? {
         pb::OutcomeClass::Ok => Outcome::Ok,
         pb::OutcomeClass::RateLimited => Outcome::RateLimited,
