@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use clap::Parser;
 
+use crate::credentials::Secret;
+
 /// herald-executor: leases due tasks from the herald scheduler, sends them with the configured
 /// senders and reports each outcome.
 #[derive(Clone, Debug, Parser)]
@@ -50,6 +52,44 @@ pub struct Config {
     /// queue when there is no file (or the file has a `[default]` sender).
     #[arg(long, env = "HERALD_QUEUES", value_delimiter = ',')]
     pub queues: Vec<String>,
+
+    /// Serve from `http://` scheduler endpoints, without TLS (trusted networks only; without
+    /// it, only `https://` endpoints are accepted).
+    #[arg(long, env = "HERALD_ALLOW_PLAINTEXT")]
+    pub allow_plaintext: bool,
+
+    /// PEM CA bundle that signed the scheduler's certificate (default: the system's roots).
+    #[arg(long, env = "HERALD_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
+
+    /// PEM client certificate for mutual TLS, with HERALD_TLS_KEY.
+    #[arg(long, env = "HERALD_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM private key of the client certificate.
+    #[arg(long, env = "HERALD_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+
+    /// Name to verify the scheduler's certificate against, when it differs from the
+    /// endpoint's host.
+    #[arg(long, env = "HERALD_TLS_DOMAIN")]
+    pub tls_domain: Option<String>,
+
+    /// File holding the bearer token (a token with the executor role).
+    #[arg(long, env = "HERALD_AUTH_TOKEN_FILE")]
+    pub auth_token_file: Option<PathBuf>,
+
+    /// The bearer token itself (prefer HERALD_AUTH_TOKEN_FILE: environments leak).
+    #[arg(long, env = "HERALD_AUTH_TOKEN", hide_env_values = true, value_parser = parse_secret)]
+    pub auth_token: Option<Secret>,
+
+    /// The namespace to lease in (default: the token's first).
+    #[arg(long, env = "HERALD_NAMESPACE")]
+    pub namespace: Option<String>,
+}
+
+fn parse_secret(value: &str) -> Result<Secret, String> {
+    Ok(Secret::new(value))
 }
 
 impl Config {
@@ -65,6 +105,14 @@ impl Config {
             send_timeout: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(20),
             queues: Vec::new(),
+            allow_plaintext: true,
+            tls_ca: None,
+            tls_cert: None,
+            tls_key: None,
+            tls_domain: None,
+            auth_token_file: None,
+            auth_token: None,
+            namespace: None,
         }
     }
 

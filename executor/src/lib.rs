@@ -23,6 +23,7 @@ pub mod senders;
 pub mod telemetry;
 
 mod client;
+mod connection;
 mod http;
 
 use std::future::Future;
@@ -63,6 +64,8 @@ pub async fn run(
             "no scheduler endpoint given".into(),
         ));
     }
+    let connection = connection::Connection::from_config(&config, &endpoints)
+        .map_err(|e| ExecutorError::InvalidConfig(e.to_string()))?;
     if config.executor_id.is_empty() || config.executor_id.chars().count() > 128 {
         return Err(ExecutorError::InvalidConfig(
             "executor id must be 1 to 128 characters".into(),
@@ -130,6 +133,7 @@ pub async fn run(
         credentials_refs: accounts,
         max_in_flight: config.max_in_flight,
         shutdown_grace: config.shutdown_grace,
+        connection,
     };
     let lease_client = client::LeaseClient::new(settings, built, stats);
     let mut http = std::pin::pin!(http);

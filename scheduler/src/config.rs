@@ -1,5 +1,6 @@
 //! The scheduler's configuration: flags with environment twins, documented in `--help`.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Everything `herald-scheduler serve` needs. Every flag has an environment twin.
@@ -54,6 +55,43 @@ pub struct Config {
     /// Signing secret for the notification webhook (`whsec_<base64>` or raw); unset: unsigned.
     #[arg(long, env = "HERALD_NOTIFY_SECRET", hide_env_values = true)]
     pub notify_secret: Option<String>,
+    /// PEM certificate chain of the gRPC port; with HERALD_TLS_KEY, turns TLS on.
+    #[arg(long, env = "HERALD_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of the gRPC port's certificate.
+    #[arg(long, env = "HERALD_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+    /// PEM CA bundle for client certificates: turns on mutual TLS, required on the lease stream
+    /// (executors) and accepted, not required, on the other services.
+    #[arg(long, env = "HERALD_TLS_CLIENT_CA")]
+    pub tls_client_ca: Option<PathBuf>,
+    /// Serve gRPC without TLS (loopback and development only; without it the scheduler refuses
+    /// to start unless HERALD_TLS_CERT/KEY are set).
+    #[arg(long, env = "HERALD_ALLOW_PLAINTEXT")]
+    pub allow_plaintext: bool,
+    /// TOML file of token hashes with their roles, namespaces and rates (docs/security.md).
+    #[arg(long, env = "HERALD_AUTH_TOKENS_FILE")]
+    pub auth_tokens_file: Option<PathBuf>,
+    /// Let requests without a token act with every role in every namespace (development only;
+    /// without it the scheduler refuses to start unless HERALD_AUTH_TOKENS_FILE is set).
+    #[arg(long, env = "HERALD_ALLOW_ANONYMOUS")]
+    pub allow_anonymous: bool,
+    /// Requests per second a token may make, unless its entry sets `rate`.
+    #[arg(long, env = "HERALD_TOKEN_RATE", default_value_t = 200,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub token_rate: u32,
+    /// Requests a token may make at once above its rate, unless its entry sets `burst`.
+    #[arg(long, env = "HERALD_TOKEN_BURST", default_value_t = 400,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub token_burst: u32,
+    /// Require an admin token on /metrics too (the dashboard always requires one when tokens
+    /// are configured).
+    #[arg(long, env = "HERALD_METRICS_AUTH")]
+    pub metrics_auth: bool,
+    /// Largest gRPC message accepted, in bytes; larger ones are refused before decoding.
+    #[arg(long, env = "HERALD_MAX_MESSAGE_BYTES", default_value_t = 4 * 1024 * 1024,
+          value_parser = clap::value_parser!(u32).range(1024..=(64 * 1024 * 1024)))]
+    pub max_message_bytes: u32,
 }
 
 impl Config {
@@ -76,6 +114,17 @@ impl Config {
             log_format: "text".into(),
             notify_url: None,
             notify_secret: None,
+            tls_cert: None,
+            tls_key: None,
+            tls_client_ca: None,
+            // Embedded schedulers (tests, benchmarks) listen on loopback.
+            allow_plaintext: true,
+            auth_tokens_file: None,
+            allow_anonymous: true,
+            token_rate: 200,
+            token_burst: 400,
+            metrics_auth: false,
+            max_message_bytes: 4 * 1024 * 1024,
         }
     }
 }

@@ -1,20 +1,23 @@
-//! The HTTP side: liveness, readiness.
+//! The HTTP side: liveness, readiness, metrics and the dashboard, behind the admin check.
 
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::Router;
 
+use crate::auth::http_admin::{require_admin, HttpAuth};
 use crate::store::Store;
 
-/// Routes of the HTTP listener.
-pub fn router(store: Store) -> Router {
+/// Routes of the HTTP listener; everything but the probes (and `/metrics` unless `auth` says
+/// otherwise) requires an admin token.
+pub fn router(store: Store, auth: HttpAuth) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
         .route("/metrics", get(metrics))
         .with_state(store.clone())
         .merge(crate::dashboard::router(store))
+        .layer(axum::middleware::from_fn_with_state(auth, require_admin))
 }
 
 /// Prometheus text exposition of every metric in [`crate::telemetry::metrics`].

@@ -4,6 +4,8 @@
 //! Map of the crate:
 //! - [`config`]: flags and their environment twins.
 //! - [`server`]: wiring, start-up and the ordered shutdown.
+//! - [`auth`]: tokens, roles, namespaces bound to tokens, per-token rates.
+//! - [`tls`]: TLS of the gRPC port.
 //! - [`api`]: the gRPC edge (validation, conversion, status mapping); wire types stop there.
 //! - [`model`]: domain types of tasks, attempts and leases.
 //! - [`store`]: PostgreSQL access, migrations and the SQL (in `store/queries/`).
@@ -17,6 +19,7 @@
 //! - [`error`]: the service error and its single mapping to `tonic::Status`.
 
 pub mod api;
+pub mod auth;
 pub mod config;
 pub mod dashboard;
 pub mod error;
@@ -29,6 +32,7 @@ pub mod server;
 pub mod store;
 pub mod telemetry;
 pub mod template;
+pub mod tls;
 
 pub use config::Config;
 pub use server::{run, Listeners, ServeError};

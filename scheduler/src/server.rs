@@ -2,6 +2,7 @@
 //! listeners, and runs the ordered shutdown.
 
 use std::future::Future;
+use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,6 +24,10 @@ use crate::api::lease::LeaseApi;
 use crate::api::stats::StatsApi;
 use crate::api::tasks::TaskApi;
 use crate::api::templates::TemplateApi;
+use crate::auth::http_admin::HttpAuth;
+use crate::auth::layer::{AuthLayer, AuthPolicy};
+use crate::auth::rate::{DefaultRate, TokenRates};
+use crate::auth::tokens::TokenSet;
 use crate::config::Config;
 use crate::lease::events::{self, Event};
 use crate::lease::registry::Registry;
@@ -69,6 +74,41 @@ pub enum ServeError {
     /// HERALD_NOTIFY_URL or HERALD_NOTIFY_SECRET is unusable.
     #[error("invalid notification webhook settings: {0}")]
     Notify(String),
+    /// The TLS settings are unusable, or plaintext was not allowed.
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
+    /// The tokens file is unusable, or anonymous access was not allowed.
+    #[error("{0}")]
+    Auth(String),
+}
+
+/// The auth policy of `config`: its tokens and rates, or a refusal to run without any.
+fn auth_policy(config: &Config) -> Result<AuthPolicy, ServeError> {
+    let tokens = match &config.auth_tokens_file {
+        Some(path) => TokenSet::load(path).map_err(|e| ServeError::Auth(e.to_string()))?,
+        None if config.allow_anonymous => TokenSet::default(),
+        None => {
+            return Err(ServeError::Auth(
+                "refusing to serve without authentication: set HERALD_AUTH_TOKENS_FILE, or \
+                 HERALD_ALLOW_ANONYMOUS=true for development"
+                    .into(),
+            ))
+        }
+    };
+    let nonzero = |v: u32| NonZeroU32::new(v).unwrap_or(NonZeroU32::MIN);
+    let rates = TokenRates::new(
+        &tokens,
+        DefaultRate {
+            per_second: nonzero(config.token_rate),
+            burst: nonzero(config.token_burst),
+        },
+    );
+    Ok(AuthPolicy {
+        tokens,
+        allow_anonymous: config.allow_anonymous,
+        rates,
+        executor_cert_required: config.tls_client_ca.is_some(),
+    })
 }
 
 /// Runs the scheduler until `shutdown` resolves, then drains executors and stops in order.
@@ -80,6 +120,9 @@ pub async fn run(
     on_ready: impl FnOnce() + Send,
 ) -> Result<(), ServeError> {
     crate::telemetry::metrics::install();
+    // Refuse an unsafe configuration before touching the database.
+    let tls = crate::tls::server_tls(&config)?;
+    let auth = Arc::new(auth_policy(&config)?);
     let notifier = crate::telemetry::notify::from_config(&config).map_err(ServeError::Notify)?;
     let store = Store::connect(&config.database_url, config.db_pool_size)?;
     migrate_with_retry(&store).await?;
@@ -186,39 +229,61 @@ pub async fn run(
         }
         conn
     });
-    let grpc = tonic::transport::Server::builder()
+    let max_message = config.max_message_bytes as usize;
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = tls {
+        builder = builder.tls_config(tls)?;
+    }
+    let grpc = builder
         // Dead executors are noticed by HTTP/2 pings, not only by lease expiry.
         .http2_keepalive_interval(Some(Duration::from_secs(10)))
         .http2_keepalive_timeout(Some(Duration::from_secs(20)))
         // Bounds unary handlers; a streaming response is returned at once, so the lease stream
         // itself is not cut by it.
         .timeout(Duration::from_secs(60))
+        .layer(AuthLayer::shared(auth.clone()))
         .add_service(health_service)
         .add_service(reflection)
         .add_service(reflection_alpha)
-        .add_service(TaskServiceServer::from_arc(tasks.clone()))
-        .add_service(TemplateServiceServer::new(TemplateApi::new(
-            store.clone(),
-            tasks.clone(),
-        )))
-        .add_service(AccountServiceServer::new(AccountApi::new(store.clone())))
-        .add_service(ScheduleServiceServer::new(
-            crate::api::schedules::ScheduleApi::new(store.clone()),
-        ))
-        .add_service(CampaignServiceServer::new(
-            crate::api::campaigns::CampaignApi::new(
+        .add_service(
+            TaskServiceServer::from_arc(tasks.clone()).max_decoding_message_size(max_message),
+        )
+        .add_service(
+            TemplateServiceServer::new(TemplateApi::new(store.clone(), tasks.clone()))
+                .max_decoding_message_size(max_message),
+        )
+        .add_service(
+            AccountServiceServer::new(AccountApi::new(store.clone()))
+                .max_decoding_message_size(max_message),
+        )
+        .add_service(
+            ScheduleServiceServer::new(crate::api::schedules::ScheduleApi::new(store.clone()))
+                .max_decoding_message_size(max_message),
+        )
+        .add_service(
+            CampaignServiceServer::new(crate::api::campaigns::CampaignApi::new(
                 store.clone(),
                 events_tx.clone(),
                 config.cancel_wait,
-            ),
-        ))
-        .add_service(LeaseServiceServer::new(lease))
-        .add_service(StatsServiceServer::new(StatsApi::new(store.clone())))
+            ))
+            .max_decoding_message_size(max_message),
+        )
+        .add_service(LeaseServiceServer::new(lease).max_decoding_message_size(max_message))
+        .add_service(
+            StatsServiceServer::new(StatsApi::new(store.clone()))
+                .max_decoding_message_size(max_message),
+        )
         .serve_with_incoming_shutdown(incoming, async move { grpc_stop.cancelled().await });
     let grpc = tokio::spawn(grpc);
 
     let http_stop = server_stop.clone();
-    let http_router = crate::http::router(store.clone());
+    let http_router = crate::http::router(
+        store.clone(),
+        HttpAuth {
+            policy: auth.clone(),
+            protect_metrics: config.metrics_auth,
+        },
+    );
     let http = tokio::spawn(async move {
         axum::serve(listeners.http, http_router)
             .with_graceful_shutdown(async move { http_stop.cancelled().await })

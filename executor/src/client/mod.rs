@@ -56,6 +56,8 @@ pub(crate) enum SessionError {
         #[source]
         source: tonic::transport::Error,
     },
+    #[error("refusing plaintext endpoint {0} (HERALD_ALLOW_PLAINTEXT is not set)")]
+    Plaintext(String),
     #[error("lease stream refused: {0}")]
     Refused(#[source] tonic::Status),
     #[error("lease stream failed: {0}")]
@@ -102,6 +104,8 @@ pub(crate) struct ClientSettings {
     pub(crate) credentials_refs: Vec<String>,
     pub(crate) max_in_flight: u32,
     pub(crate) shutdown_grace: Duration,
+    /// TLS, token and namespace of every stream.
+    pub(crate) connection: crate::connection::Connection,
 }
 
 /// A result waiting for its ReportAck.
@@ -303,7 +307,7 @@ impl LeaseClient {
         };
         let deadline = self.deadline_sleep();
         let opened = tokio::select! {
-            opened = open(endpoint, hello) => opened,
+            opened = open(endpoint, &self.settings.connection, hello) => opened,
             () = shutdown.cancelled(), if !shutting_down => {
                 // The Hello may already have offered credit: start over without any.
                 self.begin_shutdown();
@@ -651,13 +655,19 @@ fn request_from_lease(lease: pb::Lease) -> Option<SendRequest> {
 /// Connects, sends Hello and waits for Welcome.
 async fn open(
     endpoint: &str,
+    connection: &crate::connection::Connection,
     hello: pb::Hello,
 ) -> Result<(Stream, tonic::Streaming<pb::SchedulerMessage>, pb::Welcome), SessionError> {
+    if !connection.allows(endpoint) {
+        return Err(SessionError::Plaintext(endpoint.to_owned()));
+    }
+    let bad_endpoint = |source| SessionError::Endpoint {
+        endpoint: endpoint.to_owned(),
+        source,
+    };
     let channel = tonic::transport::Endpoint::from_shared(endpoint.to_owned())
-        .map_err(|source| SessionError::Endpoint {
-            endpoint: endpoint.to_owned(),
-            source,
-        })?
+        .and_then(|e| connection.configure(e))
+        .map_err(bad_endpoint)?
         .connect_timeout(CONNECT_TIMEOUT)
         .tcp_nodelay(true)
         .connect()
@@ -674,8 +684,10 @@ async fn open(
         granting: false,
     };
     stream.send(Out::Hello(hello)).await?;
+    let mut request = tonic::Request::new(ReceiverStream::new(rx));
+    connection.authorize(&mut request);
     let mut inbound = client
-        .lease(ReceiverStream::new(rx))
+        .lease(request)
         .await
         .map_err(SessionError::Refused)?
         .into_inner();

@@ -5,8 +5,9 @@ use chrono::NaiveTime;
 use herald_proto::v1::{self as pb, account_service_server::AccountService};
 use tonic::{Request, Response, Status};
 
+use super::convert;
 use super::validate::{duration_ms, queue_name_problem, Violations};
-use super::{convert, DEFAULT_NAMESPACE};
+use crate::auth::namespace_of;
 use crate::error::{Error, FieldViolation};
 use crate::model::{AccountLimits, AccountRecord, AccountSpec, AccountState, PoolRecord};
 use crate::store::accounts::AccountWriteError;
@@ -302,6 +303,7 @@ impl AccountService for AccountApi {
         &self,
         request: Request<pb::CreateAccountRequest>,
     ) -> Result<Response<pb::Account>, Status> {
+        let ns = namespace_of(&request)?;
         let Some(account) = request.into_inner().account else {
             return Err(invalid("account", "is required").into());
         };
@@ -313,7 +315,7 @@ impl AccountService for AccountApi {
         };
         let record = self
             .store
-            .create_account(DEFAULT_NAMESPACE, &spec)
+            .create_account(&ns, &spec)
             .await
             .map_err(Error::from)?;
         tracing::info!(account = %spec.id, pool = %spec.pool, "account created");
@@ -324,6 +326,7 @@ impl AccountService for AccountApi {
         &self,
         request: Request<pb::UpdateAccountRequest>,
     ) -> Result<Response<pb::Account>, Status> {
+        let ns = namespace_of(&request)?;
         let req = request.into_inner();
         let Some(patch) = req.account else {
             return Err(invalid("account", "is required").into());
@@ -334,7 +337,7 @@ impl AccountService for AccountApi {
         }
         let Some(current) = self
             .store
-            .get_account(DEFAULT_NAMESPACE, &patch.id)
+            .get_account(&ns, &patch.id)
             .await
             .map_err(Error::from)?
         else {
@@ -357,7 +360,7 @@ impl AccountService for AccountApi {
         }
         let record = self
             .store
-            .update_account(DEFAULT_NAMESPACE, &spec)
+            .update_account(&ns, &spec)
             .await
             .map_err(Error::from)?;
         Ok(Response::new(account_to_wire(&record)))
@@ -367,13 +370,14 @@ impl AccountService for AccountApi {
         &self,
         request: Request<pb::GetAccountRequest>,
     ) -> Result<Response<pb::Account>, Status> {
+        let ns = namespace_of(&request)?;
         let id = request.into_inner().id;
         if let Some(p) = queue_name_problem(&id) {
             return Err(invalid("id", p).into());
         }
         let record = self
             .store
-            .get_account(DEFAULT_NAMESPACE, &id)
+            .get_account(&ns, &id)
             .await
             .map_err(Error::from)?
             .ok_or_else(|| Error::NotFound(format!("account {id}")))?;
@@ -384,6 +388,7 @@ impl AccountService for AccountApi {
         &self,
         request: Request<pb::ListAccountsRequest>,
     ) -> Result<Response<pb::ListAccountsResponse>, Status> {
+        let ns = namespace_of(&request)?;
         let req = request.into_inner();
         let limit = match req.page_size {
             0 => 100,
@@ -409,7 +414,7 @@ impl AccountService for AccountApi {
         let pool = (!req.pool.is_empty()).then_some(req.pool.as_str());
         let records = self
             .store
-            .list_accounts(DEFAULT_NAMESPACE, pool, after.as_deref(), limit)
+            .list_accounts(&ns, pool, after.as_deref(), limit)
             .await
             .map_err(Error::from)?;
         let next_page_token = match records.last() {
@@ -428,12 +433,13 @@ impl AccountService for AccountApi {
         &self,
         request: Request<pb::DeleteAccountRequest>,
     ) -> Result<Response<pb::DeleteAccountResponse>, Status> {
+        let ns = namespace_of(&request)?;
         let id = request.into_inner().id;
         if let Some(p) = queue_name_problem(&id) {
             return Err(invalid("id", p).into());
         }
         self.store
-            .delete_account(DEFAULT_NAMESPACE, &id)
+            .delete_account(&ns, &id)
             .await
             .map_err(Error::from)?;
         Ok(Response::new(pb::DeleteAccountResponse {}))
@@ -443,6 +449,7 @@ impl AccountService for AccountApi {
         &self,
         request: Request<pb::CreatePoolRequest>,
     ) -> Result<Response<pb::Pool>, Status> {
+        let ns = namespace_of(&request)?;
         let Some(pool) = request.into_inner().pool else {
             return Err(invalid("pool", "is required").into());
         };
@@ -454,7 +461,7 @@ impl AccountService for AccountApi {
         }
         let record = self
             .store
-            .create_pool(DEFAULT_NAMESPACE, &pool.name, &pool.description)
+            .create_pool(&ns, &pool.name, &pool.description)
             .await
             .map_err(Error::from)?;
         Ok(Response::new(pool_to_wire(&record)))
@@ -464,6 +471,7 @@ impl AccountService for AccountApi {
         &self,
         request: Request<pb::UpdatePoolRequest>,
     ) -> Result<Response<pb::Pool>, Status> {
+        let ns = namespace_of(&request)?;
         let Some(pool) = request.into_inner().pool else {
             return Err(invalid("pool", "is required").into());
         };
@@ -472,7 +480,7 @@ impl AccountService for AccountApi {
         }
         let record = self
             .store
-            .update_pool(DEFAULT_NAMESPACE, &pool.name, &pool.description)
+            .update_pool(&ns, &pool.name, &pool.description)
             .await
             .map_err(Error::from)?;
         Ok(Response::new(pool_to_wire(&record)))
@@ -482,13 +490,14 @@ impl AccountService for AccountApi {
         &self,
         request: Request<pb::GetPoolRequest>,
     ) -> Result<Response<pb::Pool>, Status> {
+        let ns = namespace_of(&request)?;
         let name = request.into_inner().name;
         if let Some(p) = queue_name_problem(&name) {
             return Err(invalid("name", p).into());
         }
         let record = self
             .store
-            .get_pool(DEFAULT_NAMESPACE, &name)
+            .get_pool(&ns, &name)
             .await
             .map_err(Error::from)?
             .ok_or_else(|| Error::NotFound(format!("pool {name}")))?;
@@ -497,11 +506,12 @@ impl AccountService for AccountApi {
 
     async fn list_pools(
         &self,
-        _request: Request<pb::ListPoolsRequest>,
+        request: Request<pb::ListPoolsRequest>,
     ) -> Result<Response<pb::ListPoolsResponse>, Status> {
+        let ns = namespace_of(&request)?;
         let pools = self
             .store
-            .list_pools(DEFAULT_NAMESPACE, None)
+            .list_pools(&ns, None)
             .await
             .map_err(Error::from)?;
         Ok(Response::new(pb::ListPoolsResponse {
@@ -513,12 +523,13 @@ impl AccountService for AccountApi {
         &self,
         request: Request<pb::DeletePoolRequest>,
     ) -> Result<Response<pb::DeletePoolResponse>, Status> {
+        let ns = namespace_of(&request)?;
         let name = request.into_inner().name;
         if let Some(p) = queue_name_problem(&name) {
             return Err(invalid("name", p).into());
         }
         self.store
-            .delete_pool(DEFAULT_NAMESPACE, &name)
+            .delete_pool(&ns, &name)
             .await
             .map_err(Error::from)?;
         Ok(Response::new(pb::DeletePoolResponse {}))

@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::convert::{from_timestamp, timestamp};
 use super::validate::{self, Violations};
-use super::DEFAULT_NAMESPACE;
+use crate::auth::{namespace_of, DEFAULT_NAMESPACE};
 use crate::error::Error;
 use crate::lease::events::Event;
 use crate::model::{CancelOutcome, NewTask};
@@ -44,18 +44,18 @@ impl CampaignApi {
         }
     }
 
-    async fn load(&self, id: Uuid) -> Result<CampaignRecord, Error> {
+    async fn load(&self, ns: &str, id: Uuid) -> Result<CampaignRecord, Error> {
         self.store
-            .get_campaign(DEFAULT_NAMESPACE, id)
+            .get_campaign(&ns, id)
             .await?
             .ok_or_else(|| Error::NotFound(format!("campaign {id}")))
     }
 
-    async fn to_wire(&self, c: &CampaignRecord) -> Result<pb::Campaign, Error> {
+    async fn to_wire(&self, ns: &str, c: &CampaignRecord) -> Result<pb::Campaign, Error> {
         let spec = decode(c)?;
         let p = self
             .store
-            .campaign_progress(DEFAULT_NAMESPACE, c.id, c.pool.as_deref())
+            .campaign_progress(&ns, c.id, c.pool.as_deref())
             .await?;
         let mut state = match c.state.as_str() {
             "paused" => pb::CampaignState::Paused,
@@ -97,6 +97,7 @@ impl CampaignApi {
 
     async fn add(
         &self,
+        ns: &str,
         id: Uuid,
         recipients: &[pb::CampaignRecipient],
         path: &str,
@@ -106,7 +107,7 @@ impl CampaignApi {
             v.add(path, "must hold at most 1,000 recipients per chunk");
             return Err(Error::InvalidArgument(v.0));
         }
-        let campaign = self.load(id).await?;
+        let campaign = self.load(&ns, id).await?;
         if campaign.recipient_count + recipients.len() as i32 > MAX_RECIPIENTS {
             return Err(Error::FailedPrecondition(format!(
                 "campaign {id} would exceed 100,000 recipients"
@@ -120,7 +121,7 @@ impl CampaignApi {
         // recipient missing a variable is refused here rather than failing at send time.
         let renderer = Renderer::load(
             &self.store,
-            DEFAULT_NAMESPACE,
+            &ns,
             Renderer::template_ids(spec.content.iter()),
         )
         .await?;
@@ -150,13 +151,7 @@ impl CampaignApi {
                 }
             }
             let probe = task_for(&spec, r, contents[i].clone(), &id);
-            validate::task_spec(
-                &probe,
-                &format!("{path}[{i}]"),
-                DEFAULT_NAMESPACE,
-                now,
-                &mut v,
-            );
+            validate::task_spec(&probe, &format!("{path}[{i}]"), &ns, now, &mut v);
         }
         if !v.is_empty() {
             return Err(Error::InvalidArgument(v.0));
@@ -173,7 +168,7 @@ impl CampaignApi {
         let scope = id.to_string();
         let added = self
             .store
-            .add_campaign_recipients(DEFAULT_NAMESPACE, id, &names, |fresh| {
+            .add_campaign_recipients(&ns, id, &names, |fresh| {
                 fresh
                     .iter()
                     .filter_map(|&(i, seq)| {
@@ -196,7 +191,7 @@ impl CampaignApi {
                         let mut t = task_for(&spec, r, contents[i].clone(), &id);
                         t.when = Some(pb::task_spec::When::RunAt(timestamp(due.max(now))));
                         let mut tv = Violations::default();
-                        validate::task_spec(&t, "recipient", DEFAULT_NAMESPACE, now, &mut tv)
+                        validate::task_spec(&t, "recipient", &ns, now, &mut tv)
                     })
                     .collect::<Vec<NewTask>>()
             })
@@ -218,7 +213,10 @@ impl CampaignApi {
 
 fn ms(d: Option<&prost_types::Duration>) -> i64 {
     d.map_or(0, |d| {
-        d.seconds.saturating_mul(1000) + i64::from(d.nanos) / 1_000_000
+        // Saturating: a huge duration is out of range, not an overflow (found by fuzzing, #10).
+        d.seconds
+            .saturating_mul(1000)
+            .saturating_add(i64::from(d.nanos) / 1_000_000)
     })
 }
 
@@ -306,6 +304,7 @@ pub fn validate_spec(spec: &pb::CampaignSpec, now: DateTime<Utc>) -> Violations 
         spec.content.clone(),
         &Uuid::nil(),
     );
+    // Only validity matters here: the probe is never stored, so its namespace is moot.
     validate::task_spec(&probe, "campaign", DEFAULT_NAMESPACE, now, &mut v);
     v.0.retain(|f| !f.field.starts_with("campaign.labels") || f.description.contains("herald"));
     v
@@ -317,6 +316,7 @@ impl CampaignService for CampaignApi {
         &self,
         request: Request<pb::CreateCampaignRequest>,
     ) -> Result<Response<pb::Campaign>, Status> {
+        let ns = namespace_of(&request)?;
         let req = request.into_inner();
         let spec = req.campaign.unwrap_or_default();
         let v = validate_spec(&spec, Utc::now());
@@ -326,7 +326,7 @@ impl CampaignService for CampaignApi {
         if !spec.pool.is_empty() {
             let (pools, _) = self
                 .store
-                .existing_targets(DEFAULT_NAMESPACE, &[spec.pool.as_str()], &[])
+                .existing_targets(&ns, &[spec.pool.as_str()], &[])
                 .await
                 .map_err(Error::from)?;
             if !pools.contains(&spec.pool) {
@@ -346,30 +346,26 @@ impl CampaignService for CampaignApi {
         let pool = (!spec.pool.is_empty()).then_some(spec.pool.as_str());
         let campaign = self
             .store
-            .create_campaign(
-                DEFAULT_NAMESPACE,
-                id,
-                &spec.name,
-                &stored.encode_to_vec(),
-                pool,
-            )
+            .create_campaign(&ns, id, &spec.name, &stored.encode_to_vec(), pool)
             .await
             .map_err(Error::from)?;
         if !req.recipients.is_empty() {
-            self.add(campaign.id, &req.recipients, "recipients").await?;
+            self.add(&ns, campaign.id, &req.recipients, "recipients")
+                .await?;
         }
-        let campaign = self.load(id).await?;
-        Ok(Response::new(self.to_wire(&campaign).await?))
+        let campaign = self.load(&ns, id).await?;
+        Ok(Response::new(self.to_wire(&ns, &campaign).await?))
     }
 
     async fn add_recipients(
         &self,
         request: Request<pb::AddRecipientsRequest>,
     ) -> Result<Response<pb::AddRecipientsResponse>, Status> {
+        let ns = namespace_of(&request)?;
         let req = request.into_inner();
         let id = campaign_id("campaign_id", &req.campaign_id)?;
         Ok(Response::new(
-            self.add(id, &req.recipients, "recipients").await?,
+            self.add(&ns, id, &req.recipients, "recipients").await?,
         ))
     }
 
@@ -377,11 +373,12 @@ impl CampaignService for CampaignApi {
         &self,
         request: Request<Streaming<pb::AddRecipientsRequest>>,
     ) -> Result<Response<pb::AddRecipientsResponse>, Status> {
+        let ns = namespace_of(&request)?;
         let mut stream = request.into_inner();
         let mut total = pb::AddRecipientsResponse::default();
         while let Some(chunk) = stream.message().await? {
             let id = campaign_id("campaign_id", &chunk.campaign_id)?;
-            let r = self.add(id, &chunk.recipients, "recipients").await?;
+            let r = self.add(&ns, id, &chunk.recipients, "recipients").await?;
             total.added += r.added;
             total.duplicates += r.duplicates;
             total.total = r.total;
@@ -393,49 +390,53 @@ impl CampaignService for CampaignApi {
         &self,
         request: Request<pb::GetCampaignRequest>,
     ) -> Result<Response<pb::Campaign>, Status> {
+        let ns = namespace_of(&request)?;
         let id = campaign_id("id", &request.get_ref().id)?;
-        let c = self.load(id).await?;
-        Ok(Response::new(self.to_wire(&c).await?))
+        let c = self.load(&ns, id).await?;
+        Ok(Response::new(self.to_wire(&ns, &c).await?))
     }
 
     async fn pause_campaign(
         &self,
         request: Request<pb::PauseCampaignRequest>,
     ) -> Result<Response<pb::Campaign>, Status> {
+        let ns = namespace_of(&request)?;
         let id = campaign_id("id", &request.get_ref().id)?;
         let c = self
             .store
-            .set_campaign_paused(DEFAULT_NAMESPACE, id, true)
+            .set_campaign_paused(&ns, id, true)
             .await
             .map_err(Error::from)?
             .ok_or_else(|| Error::NotFound(format!("campaign {id}")))?;
-        Ok(Response::new(self.to_wire(&c).await?))
+        Ok(Response::new(self.to_wire(&ns, &c).await?))
     }
 
     async fn resume_campaign(
         &self,
         request: Request<pb::ResumeCampaignRequest>,
     ) -> Result<Response<pb::Campaign>, Status> {
+        let ns = namespace_of(&request)?;
         let id = campaign_id("id", &request.get_ref().id)?;
         let c = self
             .store
-            .set_campaign_paused(DEFAULT_NAMESPACE, id, false)
+            .set_campaign_paused(&ns, id, false)
             .await
             .map_err(Error::from)?
             .ok_or_else(|| Error::NotFound(format!("campaign {id}")))?;
-        Ok(Response::new(self.to_wire(&c).await?))
+        Ok(Response::new(self.to_wire(&ns, &c).await?))
     }
 
     async fn cancel_campaign(
         &self,
         request: Request<pb::CancelCampaignRequest>,
     ) -> Result<Response<pb::CancelCampaignResponse>, Status> {
+        let ns = namespace_of(&request)?;
         let id = campaign_id("id", &request.get_ref().id)?;
         // Subscribe before revoking, so no executor's answer slips past.
         let mut events = self.events.subscribe();
         let rows = self
             .store
-            .cancel_campaign_rows(DEFAULT_NAMESPACE, id)
+            .cancel_campaign_rows(&ns, id)
             .await
             .map_err(Error::from)?
             .ok_or_else(|| Error::NotFound(format!("campaign {id}")))?;
@@ -444,7 +445,7 @@ impl CampaignService for CampaignApi {
         for task in &rows.leased {
             match self
                 .store
-                .cancel_task(DEFAULT_NAMESPACE, *task)
+                .cancel_task(&ns, *task)
                 .await
                 .map_err(Error::from)?
             {
@@ -472,7 +473,7 @@ impl CampaignService for CampaignApi {
         let revoked_ids: Vec<Uuid> = rows.leased.clone();
         let records = self
             .store
-            .get_tasks(DEFAULT_NAMESPACE, &revoked_ids)
+            .get_tasks(&ns, &revoked_ids)
             .await
             .map_err(Error::from)?;
         let in_flight = records
@@ -484,9 +485,9 @@ impl CampaignService for CampaignApi {
                 ) && r.state == crate::model::TaskState::Cancelled
             })
             .count() as i64;
-        let c = self.load(id).await?;
+        let c = self.load(&ns, id).await?;
         Ok(Response::new(pb::CancelCampaignResponse {
-            campaign: Some(self.to_wire(&c).await?),
+            campaign: Some(self.to_wire(&ns, &c).await?),
             cancelled_scheduled,
             revoked,
             in_flight_at_cancel: in_flight,

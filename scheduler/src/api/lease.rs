@@ -26,7 +26,8 @@ impl LeaseService for LeaseApi {
         &self,
         request: Request<Streaming<ExecutorMessage>>,
     ) -> Result<Response<Self::LeaseStream>, Status> {
-        let stream = session::open(self.ctx.clone(), request.into_inner()).await?;
+        let namespace = crate::auth::namespace_of(&request)?;
+        let stream = session::open(self.ctx.clone(), namespace, request.into_inner()).await?;
         Ok(Response::new(stream))
     }
 }

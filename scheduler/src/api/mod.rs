@@ -10,6 +10,3 @@ pub mod stats;
 pub mod tasks;
 pub mod templates;
 pub mod validate;
-
-/// The namespace every request acts in until authentication binds tokens to namespaces.
-pub const DEFAULT_NAMESPACE: &str = "default";

@@ -7,7 +7,7 @@ use tonic::{Request, Response, Status};
 
 use super::convert::{from_timestamp, timestamp};
 use super::validate::{self, Violations};
-use super::DEFAULT_NAMESPACE;
+use crate::auth::{namespace_of, DEFAULT_NAMESPACE};
 use crate::error::Error;
 use crate::schedule::fire_times::{DstPolicy, FireTimes, RepeatedTime, SkippedTime};
 use crate::store::schedules::{RunRecord, ScheduleRecord};
@@ -27,9 +27,9 @@ impl ScheduleApi {
         ScheduleApi { store }
     }
 
-    async fn load(&self, id: &str) -> Result<ScheduleRecord, Error> {
+    async fn load(&self, ns: &str, id: &str) -> Result<ScheduleRecord, Error> {
         self.store
-            .get_schedule(DEFAULT_NAMESPACE, id)
+            .get_schedule(&ns, id)
             .await?
             .ok_or_else(|| Error::NotFound(format!("schedule {id}")))
     }
@@ -59,7 +59,12 @@ fn zone_or_utc(z: &str) -> &str {
 }
 
 fn ms_of(d: Option<&prost_types::Duration>) -> Option<i64> {
-    d.map(|d| d.seconds.saturating_mul(1000) + i64::from(d.nanos) / 1_000_000)
+    // Saturating: a huge duration is out of range, not an overflow (found by fuzzing, #10).
+    d.map(|d| {
+        d.seconds
+            .saturating_mul(1000)
+            .saturating_add(i64::from(d.nanos) / 1_000_000)
+    })
 }
 
 /// Validates a spec into a record (cursor unset) and its fire-time rules.
@@ -130,6 +135,7 @@ pub fn validate_spec(
             ..Default::default()
         };
         let mut tv = Violations::default();
+        // Only validity matters here: the probe is never stored, so its namespace is moot.
         validate::task_spec(&probe, "schedule", DEFAULT_NAMESPACE, now, &mut tv);
         for mut f in tv.0 {
             if f.field == "schedule.recipient" {
@@ -232,13 +238,14 @@ impl ScheduleService for ScheduleApi {
         &self,
         request: Request<pb::CreateScheduleRequest>,
     ) -> Result<Response<pb::Schedule>, Status> {
+        let ns = namespace_of(&request)?;
         let spec = request.into_inner().schedule.unwrap_or_default();
         let now = Utc::now();
         let (mut record, fires) = validate_spec(&spec, now)?;
         record.next_fire_at = fires.next_after(now);
         let created = self
             .store
-            .create_schedule(DEFAULT_NAMESPACE, &record)
+            .create_schedule(&ns, &record)
             .await
             .map_err(Error::from)?
             .ok_or_else(|| Error::AlreadyExists(format!("schedule {} already exists", spec.id)))?;
@@ -249,7 +256,8 @@ impl ScheduleService for ScheduleApi {
         &self,
         request: Request<pb::GetScheduleRequest>,
     ) -> Result<Response<pb::Schedule>, Status> {
-        let s = self.load(&request.get_ref().id).await?;
+        let ns = namespace_of(&request)?;
+        let s = self.load(&ns, &request.get_ref().id).await?;
         Ok(Response::new(to_wire(&s).map_err(Error::from)?))
     }
 
@@ -257,11 +265,12 @@ impl ScheduleService for ScheduleApi {
         &self,
         request: Request<pb::ListSchedulesRequest>,
     ) -> Result<Response<pb::ListSchedulesResponse>, Status> {
+        let ns = namespace_of(&request)?;
         let req = request.into_inner();
         let limit = page_size(req.page_size, 100);
         let rows = self
             .store
-            .list_schedules(DEFAULT_NAMESPACE, &req.page_token, limit)
+            .list_schedules(&ns, &req.page_token, limit)
             .await
             .map_err(Error::from)?;
         let next_page_token = if rows.len() as i64 == limit {
@@ -284,10 +293,11 @@ impl ScheduleService for ScheduleApi {
         &self,
         request: Request<pb::DeleteScheduleRequest>,
     ) -> Result<Response<pb::DeleteScheduleResponse>, Status> {
+        let ns = namespace_of(&request)?;
         let id = &request.get_ref().id;
         if !self
             .store
-            .delete_schedule(DEFAULT_NAMESPACE, id)
+            .delete_schedule(&ns, id)
             .await
             .map_err(Error::from)?
         {
@@ -300,10 +310,11 @@ impl ScheduleService for ScheduleApi {
         &self,
         request: Request<pb::PauseScheduleRequest>,
     ) -> Result<Response<pb::Schedule>, Status> {
+        let ns = namespace_of(&request)?;
         let id = &request.get_ref().id;
         let s = self
             .store
-            .set_schedule_paused(DEFAULT_NAMESPACE, id, true, None)
+            .set_schedule_paused(&ns, id, true, None)
             .await
             .map_err(Error::from)?
             .ok_or_else(|| Error::NotFound(format!("schedule {id}")))?;
@@ -314,13 +325,14 @@ impl ScheduleService for ScheduleApi {
         &self,
         request: Request<pb::ResumeScheduleRequest>,
     ) -> Result<Response<pb::Schedule>, Status> {
+        let ns = namespace_of(&request)?;
         let id = &request.get_ref().id;
-        let current = self.load(id).await?;
+        let current = self.load(&ns, id).await?;
         let next = crate::schedule::materializer::fire_times_of(&current)
             .and_then(|f| f.next_after(Utc::now()));
         let s = self
             .store
-            .set_schedule_paused(DEFAULT_NAMESPACE, id, false, next)
+            .set_schedule_paused(&ns, id, false, next)
             .await
             .map_err(Error::from)?
             .ok_or_else(|| Error::NotFound(format!("schedule {id}")))?;
@@ -331,6 +343,7 @@ impl ScheduleService for ScheduleApi {
         &self,
         request: Request<pb::PreviewFireTimesRequest>,
     ) -> Result<Response<pb::PreviewFireTimesResponse>, Status> {
+        let ns = namespace_of(&request)?;
         let req = request.into_inner();
         let fires = if req.id.is_empty() {
             FireTimes::parse(
@@ -349,7 +362,7 @@ impl ScheduleService for ScheduleApi {
                 Error::InvalidArgument(v.0)
             })?
         } else {
-            let s = self.load(&req.id).await?;
+            let s = self.load(&ns, &req.id).await?;
             crate::schedule::materializer::fire_times_of(&s)
                 .ok_or_else(|| Error::FailedPrecondition("stored schedule does not parse".into()))?
         };
@@ -375,17 +388,13 @@ impl ScheduleService for ScheduleApi {
         &self,
         request: Request<pb::ListScheduleRunsRequest>,
     ) -> Result<Response<pb::ListScheduleRunsResponse>, Status> {
+        let ns = namespace_of(&request)?;
         let req = request.into_inner();
-        self.load(&req.id).await?;
+        self.load(&ns, &req.id).await?;
         let before = req.before.as_ref().and_then(from_timestamp);
         let runs = self
             .store
-            .list_schedule_runs(
-                DEFAULT_NAMESPACE,
-                &req.id,
-                before,
-                page_size(req.page_size, 100),
-            )
+            .list_schedule_runs(&ns, &req.id, before, page_size(req.page_size, 100))
             .await
             .map_err(Error::from)?;
         Ok(Response::new(pb::ListScheduleRunsResponse {

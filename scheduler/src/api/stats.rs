@@ -9,8 +9,9 @@ use herald_proto::v1::{self as pb, stats_service_server::StatsService};
 use tonic::{Request, Response, Status};
 use uuid::Uuid;
 
+use super::convert;
 use super::validate::{self, Violations};
-use super::{convert, DEFAULT_NAMESPACE};
+use crate::auth::namespace_of;
 use crate::error::Error;
 use crate::model::Outcome;
 use crate::store::stats::{
@@ -239,6 +240,7 @@ impl StatsService for StatsApi {
         &self,
         request: Request<pb::CountTasksRequest>,
     ) -> Result<Response<pb::CountTasksResponse>, Status> {
+        let ns = namespace_of(&request)?;
         let req = request.into_inner();
         let mut v = Violations::default();
         let spec = window_spec(req.window.as_ref(), &mut v);
@@ -250,7 +252,7 @@ impl StatsService for StatsApi {
         let window = self.window(spec).await?;
         let c = self
             .store
-            .count_tasks(DEFAULT_NAMESPACE, &window, queue.as_deref())
+            .count_tasks(&ns, &window, queue.as_deref())
             .await
             .map_err(Error::from)?;
         Ok(Response::new(pb::CountTasksResponse {
@@ -269,6 +271,7 @@ impl StatsService for StatsApi {
         &self,
         request: Request<pb::SuccessRatesRequest>,
     ) -> Result<Response<pb::SuccessRatesResponse>, Status> {
+        let ns = namespace_of(&request)?;
         let req = request.into_inner();
         let mut v = Violations::default();
         let spec = window_spec(req.window.as_ref(), &mut v);
@@ -290,7 +293,7 @@ impl StatsService for StatsApi {
         let window = self.window(spec).await?;
         let rates = self
             .store
-            .success_rates(DEFAULT_NAMESPACE, &window, group, queue.as_deref())
+            .success_rates(&ns, &window, group, queue.as_deref())
             .await
             .map_err(Error::from)?;
         Ok(Response::new(pb::SuccessRatesResponse {
@@ -304,6 +307,7 @@ impl StatsService for StatsApi {
         &self,
         request: Request<pb::TriggerLagRequest>,
     ) -> Result<Response<pb::TriggerLagResponse>, Status> {
+        let ns = namespace_of(&request)?;
         let req = request.into_inner();
         let mut v = Violations::default();
         let spec = window_spec(req.window.as_ref(), &mut v);
@@ -315,7 +319,7 @@ impl StatsService for StatsApi {
         let window = self.window(spec).await?;
         let report = self
             .store
-            .trigger_lag(DEFAULT_NAMESPACE, &window, queue.as_deref())
+            .trigger_lag(&ns, &window, queue.as_deref())
             .await
             .map_err(Error::from)?;
         Ok(Response::new(pb::TriggerLagResponse {
@@ -334,6 +338,7 @@ impl StatsService for StatsApi {
         &self,
         request: Request<pb::SendDurationsRequest>,
     ) -> Result<Response<pb::SendDurationsResponse>, Status> {
+        let ns = namespace_of(&request)?;
         let req = request.into_inner();
         let mut v = Violations::default();
         let spec = window_spec(req.window.as_ref(), &mut v);
@@ -345,7 +350,7 @@ impl StatsService for StatsApi {
         let window = self.window(spec).await?;
         let durations = self
             .store
-            .send_durations(DEFAULT_NAMESPACE, &window, queue.as_deref())
+            .send_durations(&ns, &window, queue.as_deref())
             .await
             .map_err(Error::from)?;
         Ok(Response::new(pb::SendDurationsResponse {
@@ -359,6 +364,7 @@ impl StatsService for StatsApi {
         &self,
         request: Request<pb::ListFailuresRequest>,
     ) -> Result<Response<pb::ListFailuresResponse>, Status> {
+        let ns = namespace_of(&request)?;
         let req = request.into_inner();
         let mut v = Violations::default();
         let spec = window_spec(req.window.as_ref(), &mut v);
@@ -410,7 +416,7 @@ impl StatsService for StatsApi {
         };
         let records = self
             .store
-            .list_failures(DEFAULT_NAMESPACE, &window, &filter)
+            .list_failures(&ns, &window, &filter)
             .await
             .map_err(Error::from)?;
         let next_page_token = match records.last() {

@@ -10,8 +10,9 @@ use tonic::{Request, Response, Status};
 use tracing::Instrument as _;
 use uuid::Uuid;
 
+use super::convert;
 use super::validate::{self, Violations};
-use super::{convert, DEFAULT_NAMESPACE};
+use crate::auth::namespace_of;
 use crate::error::{Error, FieldViolation};
 use crate::lease::events::Event;
 use crate::model::{CancelOutcome, TaskRecord};
@@ -39,6 +40,7 @@ impl TaskApi {
 
     async fn create(
         &self,
+        ns: &str,
         specs: &[pb::TaskSpec],
         path: impl Fn(usize) -> String,
         trace_parent: Option<String>,
@@ -48,9 +50,7 @@ impl TaskApi {
         let mut tasks: Vec<_> = specs
             .iter()
             .enumerate()
-            .filter_map(|(i, s)| {
-                validate::task_spec(s, &path(i), DEFAULT_NAMESPACE, now, &mut violations)
-            })
+            .filter_map(|(i, s)| validate::task_spec(s, &path(i), ns, now, &mut violations))
             .collect();
         if !violations.is_empty() {
             return Err(Error::InvalidArgument(violations.0));
@@ -58,9 +58,9 @@ impl TaskApi {
         for t in &mut tasks {
             t.trace_parent.clone_from(&trace_parent);
         }
-        let tasks = self.render(specs, tasks, &path).await?;
-        self.check_targets(&tasks, &path).await?;
-        let created = match self.store.create_tasks(DEFAULT_NAMESPACE, &tasks).await {
+        let tasks = self.render(ns, specs, tasks, &path).await?;
+        self.check_targets(ns, &tasks, &path).await?;
+        let created = match self.store.create_tasks(ns, &tasks).await {
             Ok(c) => c,
             Err(CreateError::KeyConflict { index }) => {
                 return Err(Error::AlreadyExists(format!(
@@ -71,7 +71,7 @@ impl TaskApi {
             Err(CreateError::Store(e)) => return Err(e.into()),
         };
         let ids: Vec<Uuid> = created.iter().map(Created::id).collect();
-        let records = self.store.get_tasks(DEFAULT_NAMESPACE, &ids).await?;
+        let records = self.store.get_tasks(ns, &ids).await?;
         let by_id: std::collections::HashMap<Uuid, &TaskRecord> =
             records.iter().map(|r| (r.id, r)).collect();
         created
@@ -105,6 +105,7 @@ impl TaskApi {
     /// be sent. Specs and tasks are in the same order (validation succeeded for all).
     async fn render(
         &self,
+        ns: &str,
         specs: &[pb::TaskSpec],
         mut tasks: Vec<crate::model::NewTask>,
         path: &impl Fn(usize) -> String,
@@ -115,7 +116,7 @@ impl TaskApi {
         if ids.is_empty() {
             return Ok(tasks);
         }
-        let renderer = Renderer::load(&self.store, DEFAULT_NAMESPACE, ids).await?;
+        let renderer = Renderer::load(&self.store, ns, ids).await?;
         let mut v = Violations::default();
         for (i, (spec, task)) in specs.iter().zip(tasks.iter_mut()).enumerate() {
             if let Some(content) = &spec.content {
@@ -134,9 +135,18 @@ impl TaskApi {
     }
 
     /// Creates one task, as CreateTask does (used by test sends too).
-    pub async fn create_one(&self, spec: pb::TaskSpec) -> Result<pb::CreateTaskResponse, Error> {
+    pub async fn create_one(
+        &self,
+        ns: &str,
+        spec: pb::TaskSpec,
+    ) -> Result<pb::CreateTaskResponse, Error> {
         let mut results = self
-            .create(std::slice::from_ref(&spec), |_| "task".to_string(), None)
+            .create(
+                ns,
+                std::slice::from_ref(&spec),
+                |_| "task".to_string(),
+                None,
+            )
             .await?;
         results
             .pop()
@@ -146,6 +156,7 @@ impl TaskApi {
     /// A task may only target a pool or account that exists: otherwise it would wait forever.
     async fn check_targets(
         &self,
+        ns: &str,
         tasks: &[crate::model::NewTask],
         path: &impl Fn(usize) -> String,
     ) -> Result<(), Error> {
@@ -167,10 +178,8 @@ impl TaskApi {
         if pools.is_empty() && accounts.is_empty() {
             return Ok(());
         }
-        let (found_pools, found_accounts) = self
-            .store
-            .existing_targets(DEFAULT_NAMESPACE, &pools, &accounts)
-            .await?;
+        let (found_pools, found_accounts) =
+            self.store.existing_targets(ns, &pools, &accounts).await?;
         let mut v = Violations::default();
         for (i, t) in tasks.iter().enumerate() {
             match &t.target {
@@ -192,9 +201,9 @@ impl TaskApi {
         }
     }
 
-    async fn load(&self, id: Uuid) -> Result<TaskRecord, Error> {
+    async fn load(&self, ns: &str, id: Uuid) -> Result<TaskRecord, Error> {
         self.store
-            .get_task(DEFAULT_NAMESPACE, id)
+            .get_task(ns, id)
             .await?
             .ok_or_else(|| Error::NotFound(format!("task {id}")))
     }
@@ -210,6 +219,7 @@ impl TaskService for TaskApi {
         &self,
         request: Request<pb::CreateTaskRequest>,
     ) -> Result<Response<pb::CreateTaskResponse>, Status> {
+        let ns = namespace_of(&request)?;
         // Fields only, never the request: it holds recipients and content.
         let span = tracing::info_span!("CreateTask", task_id = tracing::field::Empty);
         let trace_parent = crate::telemetry::adopt_remote_parent(&span, request.metadata());
@@ -223,6 +233,7 @@ impl TaskService for TaskApi {
         };
         let mut results = self
             .create(
+                &ns,
                 std::slice::from_ref(&spec),
                 |_| "task".to_string(),
                 trace_parent,
@@ -242,6 +253,7 @@ impl TaskService for TaskApi {
         &self,
         request: Request<pb::CreateTasksRequest>,
     ) -> Result<Response<pb::CreateTasksResponse>, Status> {
+        let ns = namespace_of(&request)?;
         let span = tracing::info_span!("CreateTasks", tasks = tracing::field::Empty);
         let trace_parent = crate::telemetry::adopt_remote_parent(&span, request.metadata());
         let req = request.into_inner();
@@ -254,7 +266,7 @@ impl TaskService for TaskApi {
         }
         span.record("tasks", req.tasks.len());
         let results = self
-            .create(&req.tasks, |i| format!("tasks[{i}]"), trace_parent)
+            .create(&ns, &req.tasks, |i| format!("tasks[{i}]"), trace_parent)
             .instrument(span)
             .await?;
         Ok(Response::new(pb::CreateTasksResponse { results }))
@@ -264,8 +276,9 @@ impl TaskService for TaskApi {
         &self,
         request: Request<pb::GetTaskRequest>,
     ) -> Result<Response<pb::Task>, Status> {
+        let ns = namespace_of(&request)?;
         let id = validate::task_id("id", &request.get_ref().id).map_err(invalid)?;
-        let record = self.load(id).await?;
+        let record = self.load(&ns, id).await?;
         Ok(Response::new(convert::task(&record).map_err(Error::from)?))
     }
 
@@ -273,6 +286,7 @@ impl TaskService for TaskApi {
         &self,
         request: Request<pb::ListTasksRequest>,
     ) -> Result<Response<pb::ListTasksResponse>, Status> {
+        let ns = namespace_of(&request)?;
         let req = request.into_inner();
         let mut v = Violations::default();
         let mut filter = TaskFilter::default();
@@ -320,7 +334,7 @@ impl TaskService for TaskApi {
         }
         let records = self
             .store
-            .list_tasks(DEFAULT_NAMESPACE, &filter)
+            .list_tasks(&ns, &filter)
             .await
             .map_err(Error::from)?;
         let next_page_token = match records.last() {
@@ -342,14 +356,11 @@ impl TaskService for TaskApi {
         &self,
         request: Request<pb::CancelTaskRequest>,
     ) -> Result<Response<pb::CancelTaskResponse>, Status> {
+        let ns = namespace_of(&request)?;
         let id = validate::task_id("id", &request.get_ref().id).map_err(invalid)?;
         // Subscribe before cancelling, so the executor's answer cannot slip past us.
         let mut events = self.events.subscribe();
-        let result = self
-            .store
-            .cancel_task(DEFAULT_NAMESPACE, id)
-            .await
-            .map_err(Error::from)?;
+        let result = self.store.cancel_task(&ns, id).await.map_err(Error::from)?;
         match result {
             CancelResult::NotFound => return Err(Error::NotFound(format!("task {id}")).into()),
             CancelResult::AlreadyEnded(state) if state != crate::model::TaskState::Cancelled => {
@@ -377,7 +388,7 @@ impl TaskService for TaskApi {
             }
             CancelResult::CancelledScheduled | CancelResult::AlreadyEnded(_) => {}
         }
-        let record = self.load(id).await?;
+        let record = self.load(&ns, id).await?;
         let outcome = record.cancel_outcome.unwrap_or(CancelOutcome::Unconfirmed);
         Ok(Response::new(pb::CancelTaskResponse {
             task: Some(convert::task(&record).map_err(Error::from)?),
@@ -389,6 +400,7 @@ impl TaskService for TaskApi {
         &self,
         request: Request<pb::RetryTaskRequest>,
     ) -> Result<Response<pb::Task>, Status> {
+        let ns = namespace_of(&request)?;
         let req = request.into_inner();
         let id = validate::task_id("id", &req.id).map_err(invalid)?;
         let run_at = match &req.run_at {
@@ -402,10 +414,10 @@ impl TaskService for TaskApi {
         };
         let changed = self
             .store
-            .retry_task(DEFAULT_NAMESPACE, id, run_at)
+            .retry_task(&ns, id, run_at)
             .await
             .map_err(Error::from)?;
-        let record = self.load(id).await?;
+        let record = self.load(&ns, id).await?;
         if !changed {
             return Err(Error::FailedPrecondition(format!(
                 "task {id} is {}; only FAILED tasks can be retried",
@@ -420,8 +432,9 @@ impl TaskService for TaskApi {
         &self,
         request: Request<pb::ListAttemptsRequest>,
     ) -> Result<Response<pb::ListAttemptsResponse>, Status> {
+        let ns = namespace_of(&request)?;
         let id = validate::task_id("task_id", &request.get_ref().task_id).map_err(invalid)?;
-        self.load(id).await?;
+        self.load(&ns, id).await?;
         let attempts = self.store.list_attempts(id).await.map_err(Error::from)?;
         Ok(Response::new(pb::ListAttemptsResponse {
             attempts: attempts.iter().map(convert::attempt).collect(),

@@ -5,7 +5,8 @@ use herald_proto::v1::{self as pb, template_service_server::TemplateService};
 use tonic::{Request, Response, Status};
 
 use super::validate::{queue_name_problem, Violations};
-use super::{convert, tasks::TaskApi, DEFAULT_NAMESPACE};
+use super::{convert, tasks::TaskApi};
+use crate::auth::namespace_of;
 use crate::error::{Error, FieldViolation};
 use crate::model::{TemplateKind, TemplateRecord};
 use crate::store::Store;
@@ -133,6 +134,7 @@ impl TemplateService for TemplateApi {
         &self,
         request: Request<pb::CreateTemplateRequest>,
     ) -> Result<Response<pb::Template>, Status> {
+        let ns = namespace_of(&request)?;
         let t = request
             .into_inner()
             .template
@@ -140,7 +142,7 @@ impl TemplateService for TemplateApi {
         let r = record(&t)?;
         let stored = self
             .store
-            .create_template(DEFAULT_NAMESPACE, &r)
+            .create_template(&ns, &r)
             .await
             .map_err(Error::from)?;
         Ok(Response::new(to_wire(&stored)))
@@ -150,6 +152,7 @@ impl TemplateService for TemplateApi {
         &self,
         request: Request<pb::UpdateTemplateRequest>,
     ) -> Result<Response<pb::Template>, Status> {
+        let ns = namespace_of(&request)?;
         let t = request
             .into_inner()
             .template
@@ -157,7 +160,7 @@ impl TemplateService for TemplateApi {
         let r = record(&t)?;
         let stored = self
             .store
-            .update_template(DEFAULT_NAMESPACE, &r)
+            .update_template(&ns, &r)
             .await
             .map_err(Error::from)?;
         Ok(Response::new(to_wire(&stored)))
@@ -167,13 +170,14 @@ impl TemplateService for TemplateApi {
         &self,
         request: Request<pb::GetTemplateRequest>,
     ) -> Result<Response<pb::Template>, Status> {
+        let ns = namespace_of(&request)?;
         let id = request.into_inner().id;
         if let Some(p) = queue_name_problem(&id) {
             return Err(invalid("id", p).into());
         }
         let found = self
             .store
-            .get_templates(DEFAULT_NAMESPACE, &[id.as_str()])
+            .get_templates(&ns, &[id.as_str()])
             .await
             .map_err(Error::from)?;
         let r = found
@@ -184,13 +188,10 @@ impl TemplateService for TemplateApi {
 
     async fn list_templates(
         &self,
-        _request: Request<pb::ListTemplatesRequest>,
+        request: Request<pb::ListTemplatesRequest>,
     ) -> Result<Response<pb::ListTemplatesResponse>, Status> {
-        let all = self
-            .store
-            .list_templates(DEFAULT_NAMESPACE)
-            .await
-            .map_err(Error::from)?;
+        let ns = namespace_of(&request)?;
+        let all = self.store.list_templates(&ns).await.map_err(Error::from)?;
         Ok(Response::new(pb::ListTemplatesResponse {
             templates: all.iter().map(to_wire).collect(),
         }))
@@ -200,13 +201,14 @@ impl TemplateService for TemplateApi {
         &self,
         request: Request<pb::DeleteTemplateRequest>,
     ) -> Result<Response<pb::DeleteTemplateResponse>, Status> {
+        let ns = namespace_of(&request)?;
         let id = request.into_inner().id;
         if let Some(p) = queue_name_problem(&id) {
             return Err(invalid("id", p).into());
         }
         if !self
             .store
-            .delete_template(DEFAULT_NAMESPACE, &id)
+            .delete_template(&ns, &id)
             .await
             .map_err(Error::from)?
         {
@@ -219,17 +221,14 @@ impl TemplateService for TemplateApi {
         &self,
         request: Request<pb::RenderContentRequest>,
     ) -> Result<Response<pb::RenderContentResponse>, Status> {
+        let ns = namespace_of(&request)?;
         let content = request
             .into_inner()
             .content
             .ok_or_else(|| invalid("content", "is required"))?;
-        let renderer = Renderer::load(
-            &self.store,
-            DEFAULT_NAMESPACE,
-            Renderer::template_ids([&content]),
-        )
-        .await
-        .map_err(Error::from)?;
+        let renderer = Renderer::load(&self.store, &ns, Renderer::template_ids([&content]))
+            .await
+            .map_err(Error::from)?;
         let mut v = Violations::default();
         match renderer.render(&content, "content", &mut v) {
             Some(rendered) if v.is_empty() => Ok(Response::new(pb::RenderContentResponse {
@@ -243,6 +242,7 @@ impl TemplateService for TemplateApi {
         &self,
         request: Request<pb::SendTestRequest>,
     ) -> Result<Response<pb::SendTestResponse>, Status> {
+        let ns = namespace_of(&request)?;
         let req = request.into_inner();
         let mut spec = req.task.ok_or_else(|| invalid("task", "is required"))?;
         if req.test_recipient.trim().is_empty() {
@@ -256,7 +256,7 @@ impl TemplateService for TemplateApi {
         spec.priority = Some(9);
         spec.max_attempts = Some(1);
         spec.labels.insert("herald.test".into(), "true".into());
-        let created = self.tasks.create_one(spec).await?;
+        let created = self.tasks.create_one(&ns, spec).await?;
         Ok(Response::new(pb::SendTestResponse { task: created.task }))
     }
 }

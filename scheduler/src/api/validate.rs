@@ -49,6 +49,15 @@ impl Violations {
     }
 }
 
+/// Whether `name` can name a namespace: 1 to 64 of `a-z`, `0-9`, `-`, `_`, `.`. Namespaces
+/// prefix route keys (`<namespace>/...`), so `/` and `:` are never allowed.
+pub fn valid_namespace(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.".contains(&b))
+}
+
 /// Why a queue name is invalid, if it is.
 pub fn queue_name_problem(name: &str) -> Option<&'static str> {
     if name.is_empty() {

@@ -8,8 +8,9 @@
 //! - `POST /dashboard/api/tasks/{id}/retry`: re-drives a failed task, as RetryTask does.
 //!
 //! Every figure comes from the same store functions as StatsService, so the page and the API
-//! cannot disagree. The page has no authentication of its own yet: it is meant for the internal
-//! HTTP port, like `/metrics`, until admin auth lands. The retry endpoint requires an
+//! cannot disagree. Access is checked in front of these routes ([`crate::auth::http_admin`]):
+//! an admin token, as a bearer header or the password of the browser's Basic prompt; the page
+//! shows the token's default namespace. The retry endpoint also requires an
 //! `x-herald-dashboard` header, which a cross-site form cannot send, so another site open in an
 //! operator's browser cannot re-drive tasks through it.
 
@@ -19,18 +20,19 @@ use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use herald_proto::v1 as pb;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
+use crate::api::convert;
 use crate::api::stats::{
     decode_failure_token, encode_failure_token, time_zone_or_utc, time_zone_problem,
     DEFAULT_FAILURE_PAGE,
 };
 use crate::api::validate::queue_name_problem;
-use crate::api::{convert, DEFAULT_NAMESPACE};
+use crate::auth::Caller;
 use crate::model::Outcome;
 use crate::store::stats::{FailureFilter, FailureRecord, GroupBy, Window, WindowSpec};
 use crate::store::{Store, StoreError};
@@ -154,14 +156,16 @@ fn window_json(w: &Window) -> Value {
 
 async fn overview(
     State(store): State<Store>,
+    Extension(caller): Extension<Caller>,
     Query(params): Params,
 ) -> Result<Json<Value>, ApiError> {
+    let ns = caller.namespace.as_str();
     let tz = time_zone(&params)?;
     let today = store.resolve_window(&WindowSpec::Today, &tz).await?;
-    let counts = store.count_tasks(DEFAULT_NAMESPACE, &today, None).await?;
-    let lag = store.trigger_lag(DEFAULT_NAMESPACE, &today, None).await?;
+    let counts = store.count_tasks(ns, &today, None).await?;
+    let lag = store.trigger_lag(ns, &today, None).await?;
     let accounts = store
-        .success_rates(DEFAULT_NAMESPACE, &today, GroupBy::Account, None)
+        .success_rates(ns, &today, GroupBy::Account, None)
         .await?;
 
     // The chart's hour, aligned to whole minutes so every bar covers a full minute but the
@@ -177,7 +181,7 @@ async fn overview(
         time_zone: tz.clone(),
     };
     let minutes = store
-        .success_rates(DEFAULT_NAMESPACE, &chart, GroupBy::Minute, None)
+        .success_rates(ns, &chart, GroupBy::Minute, None)
         .await?;
     let by_minute: HashMap<DateTime<Utc>, (i64, i64)> = minutes
         .iter()
@@ -303,8 +307,10 @@ fn failure_json(f: &FailureRecord) -> Value {
 
 async fn failures(
     State(store): State<Store>,
+    Extension(caller): Extension<Caller>,
     Query(params): Params,
 ) -> Result<Json<Value>, ApiError> {
+    let ns = caller.namespace.as_str();
     let tz = time_zone(&params)?;
     let after = match params.get("cursor").filter(|s| !s.is_empty()) {
         None => None,
@@ -322,9 +328,7 @@ async fn failures(
         limit: i64::from(DEFAULT_FAILURE_PAGE),
     };
     let today = store.resolve_window(&WindowSpec::Today, &tz).await?;
-    let rows = store
-        .list_failures(DEFAULT_NAMESPACE, &today, &filter)
-        .await?;
+    let rows = store.list_failures(ns, &today, &filter).await?;
     let next = match rows.last() {
         Some(last) if rows.len() as i64 == filter.limit => {
             Some(encode_failure_token(last.finished_at, last.id))
@@ -340,6 +344,7 @@ async fn failures(
 
 async fn retry(
     State(store): State<Store>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
@@ -352,9 +357,10 @@ async fn retry(
     let id: Uuid = id
         .parse()
         .map_err(|_| ApiError::invalid("id", "id is not a task id (a UUID)"))?;
+    let ns = caller.namespace.as_str();
     // The same store call as RetryTask: one definition of what re-driving means.
-    let changed = store.retry_task(DEFAULT_NAMESPACE, id, None).await?;
-    let Some(task) = store.get_task(DEFAULT_NAMESPACE, id).await? else {
+    let changed = store.retry_task(ns, id, None).await?;
+    let Some(task) = store.get_task(ns, id).await? else {
         return Err(ApiError::status(
             StatusCode::NOT_FOUND,
             format!("task {id} not found"),

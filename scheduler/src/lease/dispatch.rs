@@ -11,7 +11,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::events::Event;
 use super::LeaseSettings;
-use crate::api::DEFAULT_NAMESPACE;
 use crate::model::GrantedLease;
 use crate::store::claim::ClaimRequest;
 use crate::store::Store;
@@ -26,6 +25,8 @@ pub struct Dispatcher {
     pub store: Store,
     /// Replica settings.
     pub settings: Arc<LeaseSettings>,
+    /// The namespace whose tasks this executor leases (bound to its token).
+    pub namespace: String,
     /// The executor's id.
     pub executor_id: String,
     /// Queues the executor serves; None for all.
@@ -105,7 +106,7 @@ impl Dispatcher {
             let claimed = self
                 .store
                 .claim(&ClaimRequest {
-                    namespace: DEFAULT_NAMESPACE,
+                    namespace: &self.namespace,
                     executor_id: &self.executor_id,
                     queues: self.queues.as_deref(),
                     credentials: self.credentials.as_deref(),

@@ -29,6 +29,8 @@ const MAX_CREDIT: usize = 100_000;
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest error text kept per attempt.
 const MAX_ERROR_BYTES: usize = 4096;
+/// Longest retry-after honoured from a report (a retry policy's own delays are capped alike).
+pub const MAX_RETRY_AFTER_MS: i64 = 7 * 24 * 3_600_000;
 
 /// What every session of a replica shares.
 #[derive(Clone)]
@@ -49,6 +51,7 @@ pub struct SessionContext {
 /// frames.
 pub async fn open(
     ctx: SessionContext,
+    namespace: String,
     mut inbound: Streaming<ExecutorMessage>,
 ) -> Result<ReceiverStream<Result<SchedulerMessage, Status>>, Status> {
     if ctx.drain.is_cancelled() {
@@ -78,7 +81,7 @@ pub async fn open(
     tx.send(Ok(welcome))
         .await
         .map_err(|_| Status::cancelled("executor went away"))?;
-    tokio::spawn(run(ctx, hello, inbound, tx));
+    tokio::spawn(run(ctx, namespace, hello, inbound, tx));
     Ok(ReceiverStream::new(rx))
 }
 
@@ -111,18 +114,22 @@ pub fn validate_hello(hello: &pb::Hello) -> Result<(), Status> {
 
 async fn run(
     ctx: SessionContext,
+    namespace: String,
     hello: pb::Hello,
     mut inbound: Streaming<ExecutorMessage>,
     tx: Outbound,
 ) {
     let executor_id = hello.executor_id.clone();
-    let generation = ctx.registry.insert(&executor_id, tx.clone());
+    // Executor ids are unique per namespace only; revokes are addressed the same way.
+    let registry_key = format!("{namespace}/{executor_id}");
+    let generation = ctx.registry.insert(&registry_key, tx.clone());
     let credit = Arc::new(Semaphore::new(hello.initial_credit as usize));
     let stop = CancellationToken::new();
-    tracing::info!(executor_id = %executor_id, queues = ?hello.queues, credit = hello.initial_credit, "executor connected");
+    tracing::info!(executor_id = %executor_id, namespace = %namespace, queues = ?hello.queues, credit = hello.initial_credit, "executor connected");
 
     let dispatcher = Dispatcher {
         store: ctx.store.clone(),
+        namespace: namespace.clone(),
         settings: ctx.settings.clone(),
         executor_id: executor_id.clone(),
         queues: (!hello.queues.is_empty()).then(|| hello.queues.clone()),
@@ -134,12 +141,14 @@ async fn run(
     let deliver_tx = tx.clone();
     let deliver_store = ctx.store.clone();
     let deliver_executor = executor_id.clone();
+    let deliver_namespace = namespace.clone();
     let dispatch = tokio::spawn(dispatcher.run(move |leases| {
         let tx = deliver_tx.clone();
         let store = deliver_store.clone();
+        let namespace = deliver_namespace.clone();
         crate::telemetry::metrics::leases_granted(&leases);
         crate::telemetry::lease_grant_spans(&leases, &deliver_executor);
-        async move { deliver(&store, &tx, leases).await }
+        async move { deliver(&store, &namespace, &tx, leases).await }
     }));
 
     let mut drained = false;
@@ -172,11 +181,17 @@ async fn run(
                 Ok(())
             }
             Some(executor_message::Kind::Report(batch)) => {
-                handle_reports(&ctx, &tx, &executor_id, batch).await
+                handle_reports(&ctx, &namespace, &tx, &executor_id, batch).await
             }
-            Some(executor_message::Kind::Extend(extend)) => handle_extend(&ctx, &tx, extend).await,
-            Some(executor_message::Kind::RevokeAck(ack)) => handle_revoke_ack(&ctx, ack).await,
-            Some(executor_message::Kind::Release(release)) => handle_release(&ctx, release).await,
+            Some(executor_message::Kind::Extend(extend)) => {
+                handle_extend(&ctx, &namespace, &tx, extend).await
+            }
+            Some(executor_message::Kind::RevokeAck(ack)) => {
+                handle_revoke_ack(&ctx, &namespace, ack).await
+            }
+            Some(executor_message::Kind::Release(release)) => {
+                handle_release(&ctx, &namespace, release).await
+            }
             Some(executor_message::Kind::Heartbeat(_)) => tx
                 .send(Ok(SchedulerMessage {
                     kind: Some(scheduler_message::Kind::Heartbeat(pb::Heartbeat {
@@ -198,13 +213,13 @@ async fn run(
     }
     stop.cancel();
     let _ = dispatch.await;
-    ctx.registry.remove(&executor_id, generation);
+    ctx.registry.remove(&registry_key, generation);
     tracing::info!(executor_id = %executor_id, "executor disconnected");
 }
 
 /// Sends a claimed batch; if the stream is gone, hands the leases straight back (nothing was
 /// sent for them) instead of letting them wait out their TTL.
-async fn deliver(store: &Store, tx: &Outbound, leases: Vec<GrantedLease>) -> bool {
+async fn deliver(store: &Store, namespace: &str, tx: &Outbound, leases: Vec<GrantedLease>) -> bool {
     let mut frames = Vec::with_capacity(leases.len());
     for l in &leases {
         match convert::lease(l) {
@@ -221,7 +236,7 @@ async fn deliver(store: &Store, tx: &Outbound, leases: Vec<GrantedLease>) -> boo
         return true;
     }
     let refs: Vec<(Uuid, i32)> = leases.iter().map(|l| (l.task_id, l.attempt)).collect();
-    if let Err(e) = store.release_leases(&refs).await {
+    if let Err(e) = store.release_leases(namespace, &refs).await {
         tracing::warn!(error = %e, "cannot release undelivered leases; they will expire");
     }
     false
@@ -229,6 +244,7 @@ async fn deliver(store: &Store, tx: &Outbound, leases: Vec<GrantedLease>) -> boo
 
 async fn handle_reports(
     ctx: &SessionContext,
+    namespace: &str,
     tx: &Outbound,
     executor_id: &str,
     batch: pb::ReportBatch,
@@ -250,7 +266,7 @@ async fn handle_reports(
     if !reports.is_empty() {
         let outcome = ctx
             .store
-            .complete_attempts(crate::api::DEFAULT_NAMESPACE, &reports)
+            .complete_attempts(namespace, &reports)
             .await
             .map_err(|e| {
                 tracing::warn!(executor_id, error = %e, "cannot apply reports");
@@ -319,7 +335,15 @@ pub fn report_from_wire(r: &pb::AttemptResult) -> Option<AttemptReport> {
         .retry_after
         .as_ref()
         .filter(|d| d.seconds >= 0 && d.nanos >= 0)
-        .map(|d| d.seconds.saturating_mul(1000) + i64::from(d.nanos / 1_000_000));
+        // Saturating, then capped: a provider's absurd Retry-After must neither overflow (a panic
+        // in the session) nor push the due time out of the database's range (a batch that fails
+        // on every reconnect). Found by fuzzing, #10.
+        .map(|d| {
+            d.seconds
+                .saturating_mul(1000)
+                .saturating_add(i64::from(d.nanos / 1_000_000))
+                .min(MAX_RETRY_AFTER_MS)
+        });
     Some(AttemptReport {
         task_id: r.task_id.parse().ok()?,
         attempt: r.attempt,
@@ -335,6 +359,7 @@ pub fn report_from_wire(r: &pb::AttemptResult) -> Option<AttemptReport> {
 
 async fn handle_extend(
     ctx: &SessionContext,
+    namespace: &str,
     tx: &Outbound,
     extend: pb::Extend,
 ) -> Result<(), Status> {
@@ -348,7 +373,7 @@ async fn handle_extend(
     }
     let extended = ctx
         .store
-        .extend_leases(&refs, ctx.settings.lease_ttl)
+        .extend_leases(namespace, &refs, ctx.settings.lease_ttl)
         .await
         .map_err(|e| Status::unavailable(format!("cannot extend leases: {e}")))?;
     let held: std::collections::HashSet<(Uuid, i32)> = extended
@@ -383,7 +408,11 @@ async fn handle_extend(
     .map_err(|_| Status::cancelled("executor went away"))
 }
 
-async fn handle_release(ctx: &SessionContext, release: pb::Release) -> Result<(), Status> {
+async fn handle_release(
+    ctx: &SessionContext,
+    namespace: &str,
+    release: pb::Release,
+) -> Result<(), Status> {
     let refs: Vec<(Uuid, i32)> = release
         .leases
         .iter()
@@ -393,19 +422,23 @@ async fn handle_release(ctx: &SessionContext, release: pb::Release) -> Result<()
         return Ok(());
     }
     ctx.store
-        .release_leases(&refs)
+        .release_leases(namespace, &refs)
         .await
         .map_err(|e| Status::unavailable(format!("cannot release leases: {e}")))
 }
 
-async fn handle_revoke_ack(ctx: &SessionContext, ack: pb::RevokeAck) -> Result<(), Status> {
+async fn handle_revoke_ack(
+    ctx: &SessionContext,
+    namespace: &str,
+    ack: pb::RevokeAck,
+) -> Result<(), Status> {
     let Some(lease) = ack.lease else {
         return Ok(());
     };
     if ack.result == pb::RevokeResult::StoppedBeforeSend as i32 {
         if let Ok(id) = lease.task_id.parse::<Uuid>() {
             ctx.store
-                .record_revoked_before_send(id, lease.attempt)
+                .record_revoked_before_send(namespace, id, lease.attempt)
                 .await
                 .map_err(|e| Status::unavailable(format!("cannot record revoke: {e}")))?;
         }

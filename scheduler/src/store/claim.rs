@@ -449,7 +449,7 @@ impl Store {
                 }
                 _ => true,
             });
-            super::leases::release_slots(&tx, &refused, true).await?;
+            super::leases::release_slots(&tx, req.namespace, &refused, true).await?;
         }
 
         let ids: Vec<Uuid> = assigned.iter().map(|a| a.id).collect();

@@ -83,6 +83,7 @@ impl Store {
                     &provider_ids,
                     &retry_afters,
                     &started,
+                    &namespace,
                 ],
             )
             .await
@@ -197,6 +198,7 @@ impl Store {
     /// Extends the given leases by one TTL from now; those not returned were lost.
     pub async fn extend_leases(
         &self,
+        namespace: &str,
         leases: &[(Uuid, i32)],
         lease_ttl: Duration,
     ) -> Result<Extended, StoreError> {
@@ -208,7 +210,10 @@ impl Store {
             .await
             .map_err(StoreError::query("preparing extend"))?;
         let rows = conn
-            .query(&stmt, &[&ids, &attempts, &duration_ms(lease_ttl)])
+            .query(
+                &stmt,
+                &[&ids, &attempts, &duration_ms(lease_ttl), &namespace],
+            )
             .await
             .map_err(StoreError::query("extending leases"))?;
         Ok(Extended {
@@ -223,6 +228,7 @@ impl Store {
     /// cancellation was still waiting for that answer.
     pub async fn record_revoked_before_send(
         &self,
+        namespace: &str,
         task_id: Uuid,
         attempt: i32,
     ) -> Result<bool, StoreError> {
@@ -234,7 +240,7 @@ impl Store {
         let changed = tx
             .execute(
                 include_str!("queries/revoke_stopped.sql"),
-                &[&task_id, &attempt],
+                &[&task_id, &attempt, &namespace],
             )
             .await
             .map_err(StoreError::query("recording a revoke"))?
@@ -274,7 +280,7 @@ impl Store {
         let leases_expired = u64::try_from(row.get::<_, i64>(0)).unwrap_or(0);
         let rescheduled = u64::try_from(row.get::<_, i64>(1)).unwrap_or(0);
         let freed_accounts: Vec<String> = row.get(2);
-        release_slots(&conn, &freed_accounts, false).await?;
+        release_qualified_slots(&conn, &freed_accounts, false).await?;
         let deadlines = conn
             .prepare_cached(include_str!("queries/expire_deadlines.sql"))
             .await
@@ -341,7 +347,11 @@ fn duration_ms(d: Duration) -> i64 {
 
 impl Store {
     /// Hands leases back without charging an attempt: they never reached an executor.
-    pub async fn release_leases(&self, leases: &[(Uuid, i32)]) -> Result<(), StoreError> {
+    pub async fn release_leases(
+        &self,
+        namespace: &str,
+        leases: &[(Uuid, i32)],
+    ) -> Result<(), StoreError> {
         let conn = self.conn().await?;
         let ids: Vec<Uuid> = leases.iter().map(|l| l.0).collect();
         let attempts: Vec<i32> = leases.iter().map(|l| l.1).collect();
@@ -351,8 +361,9 @@ impl Store {
                  SET state = 'scheduled', lease_expires_at = NULL, updated_at = now()
                  FROM unnest($1::uuid[], $2::integer[]) AS l(id, attempt)
                  WHERE t.id = l.id AND t.lease_count = l.attempt AND t.state = 'leased'
-                 RETURNING t.account_id",
-                &[&ids, &attempts],
+                   AND t.namespace = $3
+                 RETURNING t.namespace || '/' || t.account_id",
+                &[&ids, &attempts, &namespace],
             )
             .await
             .map_err(StoreError::query("releasing undelivered leases"))?
@@ -360,7 +371,7 @@ impl Store {
             .filter_map(|r| r.get::<_, Option<String>>(0))
             .collect();
         // Nothing was sent: the daily count gets these back too.
-        release_slots(&conn, &accounts, true).await?;
+        release_qualified_slots(&conn, &accounts, true).await?;
         conn.execute("SELECT pg_notify('herald_due', '0')", &[])
             .await
             .map_err(StoreError::query("announcing released leases"))?;
@@ -368,11 +379,11 @@ impl Store {
     }
 }
 
-/// Frees one in-flight slot per entry of `accounts` (an account may repeat); `refund` also
-/// returns the sends to the daily count. Accounts of the default namespace: namespaces bind to
-/// executors once authentication exists.
+/// Frees one in-flight slot per entry of `accounts` (an account may repeat) of `namespace`;
+/// `refund` also returns the sends to the daily count.
 pub(crate) async fn release_slots(
     client: &impl deadpool_postgres::GenericClient,
+    namespace: &str,
     accounts: &[String],
     refund: bool,
 ) -> Result<bool, StoreError> {
@@ -384,5 +395,28 @@ pub(crate) async fn release_slots(
             f.refund += 1;
         }
     }
-    apply_feedback(client, crate::api::DEFAULT_NAMESPACE, &feedback).await
+    apply_feedback(client, namespace, &feedback).await
+}
+
+/// [`release_slots`] for accounts of any namespace, each given as `<namespace>/<account>`
+/// (namespaces never contain `/`), as the cross-namespace sweeps return them.
+pub(crate) async fn release_qualified_slots(
+    client: &impl deadpool_postgres::GenericClient,
+    qualified: &[String],
+    refund: bool,
+) -> Result<bool, StoreError> {
+    let mut by_namespace: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for q in qualified {
+        if let Some((namespace, account)) = q.split_once('/') {
+            by_namespace
+                .entry(namespace)
+                .or_default()
+                .push(account.to_owned());
+        }
+    }
+    let mut freed = false;
+    for (namespace, accounts) in by_namespace {
+        freed |= release_slots(client, namespace, &accounts, refund).await?;
+    }
+    Ok(freed)
 }

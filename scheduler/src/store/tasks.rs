@@ -212,16 +212,18 @@ impl Store {
         if changed && state == TaskState::Leased {
             // The slot is given back now; the late report of this lease will not free it again.
             if let Some(account) = account {
-                super::leases::release_slots(&tx, &[account], false).await?;
+                super::leases::release_slots(&tx, namespace, &[account], false).await?;
             }
         }
         let result = match (changed, state) {
             (false, state) => CancelResult::AlreadyEnded(state),
             (true, TaskState::Leased) => {
                 let executor_id = executor_id.unwrap_or_default();
+                // Sessions register as `<namespace>/<executor id>`: executor ids are chosen by
+                // executors and need only be unique within their namespace.
                 tx.execute(
                     "SELECT pg_notify('herald_revoke', $1)",
-                    &[&format!("{id}:{attempt}:{executor_id}")],
+                    &[&format!("{id}:{attempt}:{namespace}/{executor_id}")],
                 )
                 .await
                 .map_err(StoreError::query("announcing a revoke"))?;

@@ -25,7 +25,8 @@ decided AS (
                    * interval '1 millisecond' END AS next_run,
            t.max_attempts, t.expire_at
     FROM input i
-    JOIN herald.tasks t ON t.id = i.task_id AND t.lease_count = i.attempt
+    -- $8: the reporting session's namespace; another namespace's tasks match nothing.
+    JOIN herald.tasks t ON t.id = i.task_id AND t.lease_count = i.attempt AND t.namespace = $8
     WHERE t.state = 'leased' OR (t.state = 'cancelled' AND t.cancel_outcome = 5)
     FOR UPDATE OF t
 ),

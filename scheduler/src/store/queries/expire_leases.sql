@@ -28,7 +28,7 @@ updated AS (
         updated_at = now()
     FROM lapsed l
     WHERE t.id = l.id
-    RETURNING t.id, t.lease_count, t.executor_id, t.leased_at, t.state, t.account_id
+    RETURNING t.id, t.lease_count, t.executor_id, t.leased_at, t.state, t.account_id, t.namespace
 ),
 recorded AS (
     INSERT INTO herald.attempts (task_id, attempt, executor_id, outcome, error, leased_at,
@@ -39,6 +39,6 @@ recorded AS (
     ON CONFLICT (task_id, attempt) DO NOTHING
 )
 SELECT count(*)::bigint, count(*) FILTER (WHERE state = 'scheduled')::bigint,
-       -- Slots freed per account: the lapsed leases held them.
-       COALESCE(array_agg(account_id) FILTER (WHERE account_id IS NOT NULL), '{}')
+       -- Slots freed per account, as '<namespace>/<account>': the lapsed leases held them.
+       COALESCE(array_agg(namespace || '/' || account_id) FILTER (WHERE account_id IS NOT NULL), '{}')
 FROM updated

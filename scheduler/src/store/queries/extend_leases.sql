@@ -4,5 +4,5 @@ UPDATE herald.tasks t
 SET lease_expires_at = now() + $3::bigint * interval '1 millisecond',
     updated_at = now()
 FROM unnest($1::uuid[], $2::integer[]) AS l(id, attempt)
-WHERE t.id = l.id AND t.lease_count = l.attempt AND t.state = 'leased'
+WHERE t.id = l.id AND t.lease_count = l.attempt AND t.state = 'leased' AND t.namespace = $4
 RETURNING t.id, t.lease_count, t.lease_expires_at

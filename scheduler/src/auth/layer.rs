@@ -1,0 +1,274 @@
+//! The tower layer in front of every gRPC service: authentication, the role check, the
+//! per-token rate and the namespace binding, answered with a gRPC status before any handler or
+//! database work runs.
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures::future::BoxFuture;
+use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
+use tonic::Status;
+use tower::{Layer, Service};
+
+use super::rate::TokenRates;
+use super::tokens::TokenSet;
+use super::{Caller, Principal, Role, NAMESPACE_HEADER};
+use crate::api::validate::valid_namespace;
+
+/// What an RPC path requires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Health checks and reflection: probes and tools reach them without a token, and they
+    /// reveal nothing but the public .proto files.
+    Public,
+    /// A token holding this role.
+    Role(Role),
+    /// Any valid token (paths no service serves: the caller learns UNIMPLEMENTED only once
+    /// authenticated).
+    Authenticated,
+}
+
+/// The access rule of a gRPC path (`/package.Service/Method`).
+pub fn access_for(path: &str) -> Access {
+    let service = path
+        .strip_prefix('/')
+        .and_then(|p| p.split('/').next())
+        .unwrap_or("");
+    match service {
+        "herald.v1.TaskService"
+        | "herald.v1.TemplateService"
+        | "herald.v1.ScheduleService"
+        | "herald.v1.CampaignService" => Access::Role(Role::Client),
+        "herald.v1.LeaseService" => Access::Role(Role::Executor),
+        "herald.v1.AccountService" | "herald.v1.StatsService" => Access::Role(Role::Admin),
+        "grpc.health.v1.Health"
+        | "grpc.reflection.v1.ServerReflection"
+        | "grpc.reflection.v1alpha.ServerReflection" => Access::Public,
+        _ => Access::Authenticated,
+    }
+}
+
+/// Everything the layer decides with.
+#[derive(Debug)]
+pub struct AuthPolicy {
+    /// Configured tokens.
+    pub tokens: TokenSet,
+    /// Whether a request without a token acts as [`Principal::anonymous`].
+    pub allow_anonymous: bool,
+    /// Per-token buckets.
+    pub rates: TokenRates,
+    /// Whether the lease stream requires a client certificate (mutual TLS for executors).
+    pub executor_cert_required: bool,
+}
+
+impl AuthPolicy {
+    /// Checks one request's headers and connection; the caller to record, or the refusal.
+    pub fn authorize<B>(&self, request: &::http::Request<B>) -> Result<Option<Caller>, Status> {
+        let access = access_for(request.uri().path());
+        if access == Access::Public {
+            return Ok(None);
+        }
+        let principal = self.principal(request.headers())?;
+        if let Access::Role(role) = access {
+            if !principal.roles.contains(role) {
+                metrics::counter!("herald_auth_refused_total", "reason" => "role").increment(1);
+                return Err(Status::permission_denied(format!(
+                    "token {:?} lacks the {} role this RPC needs",
+                    principal.name,
+                    role.name()
+                )));
+            }
+            if role == Role::Executor && self.executor_cert_required && !has_client_cert(request) {
+                metrics::counter!("herald_auth_refused_total", "reason" => "client_cert")
+                    .increment(1);
+                return Err(Status::unauthenticated(
+                    "the lease stream requires a client certificate (mutual TLS)",
+                ));
+            }
+        }
+        if let Err(wait) = self.rates.check(&principal.name) {
+            metrics::counter!("herald_auth_refused_total", "reason" => "rate").increment(1);
+            return Err(Status::resource_exhausted(format!(
+                "token {:?} is over its request rate; retry in {} ms",
+                principal.name,
+                wait.as_millis().max(1)
+            )));
+        }
+        let namespace = match request.headers().get(NAMESPACE_HEADER) {
+            None => principal.namespaces.default_namespace().to_owned(),
+            Some(value) => {
+                let name = value.to_str().unwrap_or("");
+                if !valid_namespace(name) {
+                    return Err(Status::invalid_argument(format!(
+                        "{NAMESPACE_HEADER}: not a namespace name \
+                         (1 to 64 of a-z, 0-9, '-', '_', '.')"
+                    )));
+                }
+                if !principal.namespaces.allows(name) {
+                    metrics::counter!("herald_auth_refused_total", "reason" => "namespace")
+                        .increment(1);
+                    return Err(Status::permission_denied(format!(
+                        "token {:?} may not act in namespace {name:?}",
+                        principal.name
+                    )));
+                }
+                name.to_owned()
+            }
+        };
+        Ok(Some(Caller {
+            principal,
+            namespace,
+        }))
+    }
+
+    /// The caller the `authorization: Bearer` header names.
+    pub fn principal(&self, headers: &::http::HeaderMap) -> Result<Principal, Status> {
+        let token = match headers.get(::http::header::AUTHORIZATION) {
+            None => None,
+            Some(value) => Some(value.to_str().ok().and_then(bearer_token).ok_or_else(|| {
+                Status::unauthenticated("authorization must be `Bearer <token>`")
+            })?),
+        };
+        self.principal_for(token)
+    }
+
+    /// The caller holding `token`, or the anonymous caller when none is presented and that is
+    /// allowed.
+    pub fn principal_for(&self, token: Option<&str>) -> Result<Principal, Status> {
+        let Some(token) = token else {
+            if self.allow_anonymous {
+                return Ok(Principal::anonymous());
+            }
+            metrics::counter!("herald_auth_refused_total", "reason" => "missing").increment(1);
+            return Err(Status::unauthenticated(
+                "missing token: send the metadata `authorization: Bearer <token>`",
+            ));
+        };
+        match self.tokens.find(token) {
+            Some(record) => Ok(record.principal.clone()),
+            None => {
+                metrics::counter!("herald_auth_refused_total", "reason" => "unknown").increment(1);
+                Err(Status::unauthenticated("unknown token"))
+            }
+        }
+    }
+}
+
+/// The token of a `Bearer <token>` header value (scheme case-insensitive).
+pub fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// Whether the connection presented a client certificate. rustls has already verified it
+/// against the configured client CA; a connection with an unverifiable one never gets here.
+fn has_client_cert<B>(request: &::http::Request<B>) -> bool {
+    request
+        .extensions()
+        .get::<TlsConnectInfo<TcpConnectInfo>>()
+        .and_then(|info| info.peer_certs())
+        .is_some_and(|certs| !certs.is_empty())
+}
+
+/// Applies an [`AuthPolicy`] to every request of the wrapped service.
+#[derive(Debug, Clone)]
+pub struct AuthLayer {
+    policy: Arc<AuthPolicy>,
+}
+
+impl AuthLayer {
+    /// A layer enforcing `policy`.
+    pub fn new(policy: AuthPolicy) -> Self {
+        Self::shared(Arc::new(policy))
+    }
+
+    /// A layer enforcing a policy shared with the HTTP listener.
+    pub fn shared(policy: Arc<AuthPolicy>) -> Self {
+        AuthLayer { policy }
+    }
+}
+
+impl<S> Layer<S> for AuthLayer {
+    type Service = AuthService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        AuthService {
+            inner,
+            policy: self.policy.clone(),
+        }
+    }
+}
+
+/// The service [`AuthLayer`] wraps around the gRPC routes.
+#[derive(Debug, Clone)]
+pub struct AuthService<S> {
+    inner: S,
+    policy: Arc<AuthPolicy>,
+}
+
+impl<S, B> Service<::http::Request<B>> for AuthService<S>
+where
+    S: Service<::http::Request<B>, Response = ::http::Response<tonic::body::Body>>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    B: Send + 'static,
+{
+    type Response = ::http::Response<tonic::body::Body>;
+    type Error = S::Error;
+    type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: ::http::Request<B>) -> Self::Future {
+        match self.policy.authorize(&request) {
+            Ok(caller) => {
+                if let Some(caller) = caller {
+                    request.extensions_mut().insert(caller);
+                }
+                // The clone is not driven to readiness; the ready one is used for this call.
+                let clone = self.inner.clone();
+                let mut inner = std::mem::replace(&mut self.inner, clone);
+                Box::pin(inner.call(request))
+            }
+            Err(status) => Box::pin(async move { Ok(status.into_http()) }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_herald_service_needs_a_role_and_probes_do_not() {
+        assert_eq!(
+            access_for("/herald.v1.TaskService/CreateTask"),
+            Access::Role(Role::Client)
+        );
+        assert_eq!(
+            access_for("/herald.v1.LeaseService/Lease"),
+            Access::Role(Role::Executor)
+        );
+        assert_eq!(
+            access_for("/herald.v1.StatsService/CountTasks"),
+            Access::Role(Role::Admin)
+        );
+        assert_eq!(access_for("/grpc.health.v1.Health/Check"), Access::Public);
+        assert_eq!(access_for("/herald.v2.Anything/X"), Access::Authenticated);
+        assert_eq!(access_for("garbage"), Access::Authenticated);
+    }
+
+    #[test]
+    fn bearer_tokens_are_parsed_strictly() {
+        assert_eq!(bearer_token("Bearer abc"), Some("abc"));
+        assert_eq!(bearer_token("bearer  abc "), Some("abc"));
+        assert_eq!(bearer_token("Basic abc"), None);
+        assert_eq!(bearer_token("Bearer "), None);
+        assert_eq!(bearer_token("abc"), None);
+    }
+}
