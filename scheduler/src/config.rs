@@ -88,6 +88,9 @@ pub struct Config {
     /// are configured).
     #[arg(long, env = "HERALD_METRICS_AUTH")]
     pub metrics_auth: bool,
+    /// Schedules whose fire times come closer than this are refused (INVALID_ARGUMENT).
+    #[arg(long, env = "HERALD_MIN_SCHEDULE_PERIOD", default_value = "1m", value_parser = humantime::parse_duration)]
+    pub min_schedule_period: Duration,
     /// Largest gRPC message accepted, in bytes; larger ones are refused before decoding.
     #[arg(long, env = "HERALD_MAX_MESSAGE_BYTES", default_value_t = 4 * 1024 * 1024,
           value_parser = clap::value_parser!(u32).range(1024..=(64 * 1024 * 1024)))]
@@ -125,6 +128,7 @@ impl Config {
             token_burst: 400,
             metrics_auth: false,
             max_message_bytes: 4 * 1024 * 1024,
+            min_schedule_period: Duration::from_secs(1),
         }
     }
 }

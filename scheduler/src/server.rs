@@ -257,8 +257,11 @@ pub async fn run(
                 .max_decoding_message_size(max_message),
         )
         .add_service(
-            ScheduleServiceServer::new(crate::api::schedules::ScheduleApi::new(store.clone()))
-                .max_decoding_message_size(max_message),
+            ScheduleServiceServer::new(crate::api::schedules::ScheduleApi::new(
+                store.clone(),
+                config.min_schedule_period,
+            ))
+            .max_decoding_message_size(max_message),
         )
         .add_service(
             CampaignServiceServer::new(crate::api::campaigns::CampaignApi::new(

@@ -170,6 +170,9 @@ def start_scheduler(database_url: str, log_dir: Path, **env: str) -> Process:
             DATABASE_URL=database_url,
             HERALD_GRPC_ADDR="127.0.0.1:0",
             HERALD_HTTP_ADDR="127.0.0.1:0",
+            # Loopback tests: no TLS, no tokens, both asked for explicitly.
+            HERALD_ALLOW_PLAINTEXT="true",
+            HERALD_ALLOW_ANONYMOUS="true",
             **env,
         ),
         log_dir / "scheduler.log",

@@ -34,7 +34,21 @@ impl ScriptedExecutor {
         queues: &[&str],
         credit: u32,
     ) -> Result<Self> {
-        let mut client = connect_lease(url).await?;
+        let client = connect_lease(url).await?;
+        Self::connect_with(client, &[], executor_id, queues, credit).await
+    }
+
+    /// Like [`ScriptedExecutor::connect`] over an existing client (TLS, for instance), with
+    /// extra request metadata such as `authorization` and `x-herald-namespace`.
+    pub async fn connect_with(
+        mut client: herald_proto::v1::lease_service_client::LeaseServiceClient<
+            tonic::transport::Channel,
+        >,
+        metadata: &[(&'static str, &str)],
+        executor_id: &str,
+        queues: &[&str],
+        credit: u32,
+    ) -> Result<Self> {
         let (outbound, rx) = mpsc::channel(64);
         outbound
             .send(frame(executor_message::Kind::Hello(Hello {
@@ -46,8 +60,14 @@ impl ScriptedExecutor {
             })))
             .await
             .context("sending Hello")?;
+        let mut request = tonic::Request::new(ReceiverStream::new(rx));
+        for (key, value) in metadata {
+            request
+                .metadata_mut()
+                .insert(*key, value.parse().context("metadata value")?);
+        }
         let mut inbound = client
-            .lease(ReceiverStream::new(rx))
+            .lease(request)
             .await
             .context("opening the lease stream")?
             .into_inner();

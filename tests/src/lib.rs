@@ -10,6 +10,7 @@
 //! - [`WebhookReceiver`]: a scriptable HTTP endpoint that records every request, for the webhook
 //!   sender and as the base of provider fakes.
 //! - [`otlp::OtlpReceiver`]: records the spans the binaries export over OTLP/HTTP.
+//! - [`security`]: a throwaway PKI, tokens files and token-carrying requests.
 //! - [`task_spec`], [`unique_id`]: small builders for test inputs.
 //!
 //! The binaries are not built by the harness: run `cargo build --bins` first (`script/test`
@@ -21,6 +22,7 @@ mod grpc;
 pub mod lease;
 pub mod otlp;
 mod process;
+pub mod security;
 mod spec;
 mod webhook;
 

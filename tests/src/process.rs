@@ -98,6 +98,11 @@ impl SchedulerProcess {
     pub fn stderr_tail(&self) -> String {
         self.process.stderr_tail()
     }
+
+    /// Everything the process has written to stderr so far.
+    pub fn stderr_all(&self) -> String {
+        self.process.stderr_all()
+    }
 }
 
 impl SchedulerBuilder {
@@ -134,6 +139,8 @@ impl SchedulerBuilder {
             // binaries refuse both unless told so explicitly. A test's own env wins.
             .env("HERALD_ALLOW_PLAINTEXT", "true")
             .env("HERALD_ALLOW_ANONYMOUS", "true")
+            // Schedule tests fire every second or two to stay short.
+            .env("HERALD_MIN_SCHEDULE_PERIOD", "1s")
             .envs(&self.env);
         let (process, ready) = ManagedProcess::spawn(self.name, command).await?;
         let grpc_addr = ready
@@ -213,6 +220,11 @@ impl ExecutorProcess {
     /// The last lines the process wrote to stderr.
     pub fn stderr_tail(&self) -> String {
         self.process.stderr_tail()
+    }
+
+    /// Everything the process has written to stderr so far.
+    pub fn stderr_all(&self) -> String {
+        self.process.stderr_all()
     }
 }
 
@@ -327,6 +339,8 @@ struct ManagedProcess {
     name: String,
     child: Child,
     stderr_tail: Arc<Mutex<VecDeque<String>>>,
+    /// Everything the process wrote to stderr, for tests that search a whole run's logs.
+    stderr_all: Arc<Mutex<String>>,
     /// Ends when the process closes stderr; awaited to explain a failed start completely.
     stderr_task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -338,13 +352,19 @@ impl ManagedProcess {
             .spawn()
             .with_context(|| format!("spawning {name}"))?;
         let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
+        let stderr_all = Arc::new(Mutex::new(String::new()));
         let stderr_task = child.stderr.take().map(|stderr| {
             let tail = Arc::clone(&stderr_tail);
+            let all = Arc::clone(&stderr_all);
             let prefix = name.clone();
             tokio::spawn(async move {
                 let mut lines = BufReader::new(stderr).lines();
                 while let Ok(Some(line)) = lines.next_line().await {
                     eprintln!("[{prefix}] {line}");
+                    if let Ok(mut all) = all.lock() {
+                        all.push_str(&line);
+                        all.push('\n');
+                    }
                     if let Ok(mut tail) = tail.lock() {
                         if tail.len() == STDERR_TAIL_LINES {
                             tail.pop_front();
@@ -359,6 +379,7 @@ impl ManagedProcess {
             name,
             child,
             stderr_tail,
+            stderr_all,
             stderr_task,
         };
         match tokio::time::timeout(READY_TIMEOUT, read_ready(&process.name, stdout)).await {
@@ -423,6 +444,13 @@ impl ManagedProcess {
             .wait()
             .await
             .with_context(|| format!("waiting for {}", self.name))
+    }
+
+    fn stderr_all(&self) -> String {
+        self.stderr_all
+            .lock()
+            .map(|all| all.clone())
+            .unwrap_or_default()
     }
 
     fn stderr_tail(&self) -> String {

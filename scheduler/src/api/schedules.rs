@@ -19,12 +19,43 @@ pub const MAX_RECIPIENTS: usize = 1_000;
 /// The ScheduleService implementation.
 pub struct ScheduleApi {
     store: Store,
+    min_period: chrono::Duration,
 }
 
+/// How many upcoming fire times are checked against the minimum period: enough to cover a
+/// day of a schedule that fires in bursts (`* 9 * * *` fires 60 times in its hour).
+const PERIOD_SAMPLE: usize = 500;
+
 impl ScheduleApi {
-    /// A ScheduleService over `store`.
-    pub fn new(store: Store) -> Self {
-        ScheduleApi { store }
+    /// A ScheduleService over `store` refusing schedules that fire more often than
+    /// `min_period`.
+    pub fn new(store: Store, min_period: std::time::Duration) -> Self {
+        ScheduleApi {
+            store,
+            min_period: chrono::Duration::from_std(min_period).unwrap_or(chrono::Duration::MAX),
+        }
+    }
+
+    /// Refuses expressions whose consecutive fire times come closer than the minimum period:
+    /// a schedule per second would turn one RPC into an unbounded stream of sends.
+    fn check_period(&self, fires: &FireTimes, now: DateTime<Utc>) -> Result<(), Error> {
+        let upcoming = fires.preview(now, PERIOD_SAMPLE);
+        let too_close = upcoming
+            .windows(2)
+            .any(|pair| pair[1] - pair[0] < self.min_period);
+        if too_close {
+            let mut v = Violations::default();
+            v.add(
+                "schedule.cron",
+                format!(
+                    "fires more often than the minimum period of {} s \
+                     (HERALD_MIN_SCHEDULE_PERIOD)",
+                    self.min_period.num_seconds()
+                ),
+            );
+            return Err(Error::InvalidArgument(v.0));
+        }
+        Ok(())
     }
 
     async fn load(&self, ns: &str, id: &str) -> Result<ScheduleRecord, Error> {
@@ -242,6 +273,7 @@ impl ScheduleService for ScheduleApi {
         let spec = request.into_inner().schedule.unwrap_or_default();
         let now = Utc::now();
         let (mut record, fires) = validate_spec(&spec, now)?;
+        self.check_period(&fires, now)?;
         record.next_fire_at = fires.next_after(now);
         let created = self
             .store
