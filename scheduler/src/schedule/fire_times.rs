@@ -16,7 +16,7 @@
 //! The default is shift forward and fire once: every wall-clock time named by the expression
 //! fires exactly once a day.
 
-use chrono::{DateTime, Duration, LocalResult, NaiveDateTime, Offset, TimeZone, Utc};
+use chrono::{DateTime, Datelike, Duration, LocalResult, NaiveDateTime, Offset, TimeZone, Utc};
 use chrono_tz::Tz;
 use croner::Cron;
 
@@ -73,6 +73,10 @@ pub enum FireTimesError {
 const MAX_SHIFT: Duration = Duration::hours(3);
 /// Searches stop after this many wall-clock candidates (a `0 0 30 2 *` never fires).
 const MAX_CANDIDATES: usize = 100_000;
+/// Fire times are searched from year 1 up to croner's horizon (it finds nothing from year 5000
+/// on). Outside it there is no next fire time; near chrono's own limits the arithmetic of a
+/// search would overflow (found by fuzzing, issue #10).
+const SEARCH_YEARS: std::ops::Range<i32> = 1..5000;
 
 impl FireTimes {
     /// Parses `expression` (5 fields, or 6 with seconds first) in IANA zone `zone`.
@@ -94,8 +98,12 @@ impl FireTimes {
         local_to_instants(&self.zone, local, self.policy)
     }
 
-    /// The first fire time strictly after `after`.
+    /// The first fire time strictly after `after`; None when there is none, or when `after` is
+    /// outside the years 1 to 4999.
     pub fn next_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        if !SEARCH_YEARS.contains(&after.year()) {
+            return None;
+        }
         // Start early enough that a wall time shifted or repeated into the future is seen.
         let start_local = after.with_timezone(&self.zone).naive_local() - MAX_SHIFT;
         let mut cursor = start_local.and_utc();
@@ -167,11 +175,19 @@ pub fn local_to_instants(zone: &Tz, local: NaiveDateTime, policy: DstPolicy) -> 
         LocalResult::None => match policy.skipped {
             SkippedTime::Skip => vec![],
             SkippedTime::ShiftForward => {
-                // The offset in force before the gap: a day earlier is safely before it.
-                let before = zone
-                    .offset_from_utc_datetime(&(local - Duration::days(1)))
-                    .fix();
-                vec![(local - Duration::seconds(i64::from(before.local_minus_utc()))).and_utc()]
+                // The offset in force before the gap: a day earlier is safely before it. At
+                // chrono's limits (no gap: the instant is just not representable) there is none.
+                local
+                    .checked_sub_signed(Duration::days(1))
+                    .map(|day_before| zone.offset_from_utc_datetime(&day_before).fix())
+                    .and_then(|before| {
+                        local.checked_sub_signed(Duration::seconds(i64::from(
+                            before.local_minus_utc(),
+                        )))
+                    })
+                    .map(|shifted| shifted.and_utc())
+                    .into_iter()
+                    .collect()
             }
         },
     }

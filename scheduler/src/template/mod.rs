@@ -17,12 +17,19 @@ use crate::store::{Store, StoreError};
 
 /// Largest rendered text, in bytes (the same bound as a task's own text).
 const MAX_RENDERED_BYTES: usize = 64 * 1024;
+/// Most work one render may do, in minijinja fuel: about that many instructions, or 64 bytes
+/// of data each. Ample for a message (a 64 KiB text costs about a thousand); a nested loop or a
+/// huge string repetition runs out and is refused as "cannot render" instead of holding a
+/// runtime thread or gigabytes of memory.
+pub const RENDER_FUEL: u64 = 200_000;
 
 fn environment() -> Environment<'static> {
     let mut env = Environment::new();
     env.set_undefined_behavior(UndefinedBehavior::Strict);
     // Messages are not HTML: never escape.
     env.set_auto_escape_callback(|_| minijinja::AutoEscape::None);
+    // A template is client input: bound what one render may cost (found by fuzzing, #10).
+    env.set_fuel(Some(RENDER_FUEL));
     env
 }
 
@@ -32,7 +39,13 @@ pub fn variables_of(body: &str) -> Result<Vec<String>, String> {
     let template = env
         .template_from_str(body)
         .map_err(|e| format!("does not parse: {e}"))?;
-    let mut vars: Vec<String> = template.undeclared_variables(false).into_iter().collect();
+    // Globals (range, dict, namespace, …) are the environment's, not variables a task must give.
+    let globals: std::collections::HashSet<&str> = env.globals().map(|(name, _)| name).collect();
+    let mut vars: Vec<String> = template
+        .undeclared_variables(false)
+        .into_iter()
+        .filter(|name| !globals.contains(name.as_str()))
+        .collect();
     vars.sort();
     Ok(vars)
 }

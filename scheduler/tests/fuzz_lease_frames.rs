@@ -1,0 +1,117 @@
+//! Fuzzing the lease session's pure frame handling (issue #10): a Hello with any values is
+//! accepted or refused with a status naming its field, and any report parses into a domain
+//! report with sane numbers or is refused (acknowledged `accepted = false`), never a panic. The
+//! same frames over a real stream are fuzzed in tests/tests/fuzz_lease.rs. Case counts:
+//! `PROPTEST_CASES` (docs/fuzzing.md).
+
+mod fuzz_support;
+
+use herald_proto::v1 as pb;
+use herald_scheduler::lease::session::{report_from_wire, validate_hello, MAX_RETRY_AFTER_MS};
+use proptest::prelude::*;
+use tonic::Code;
+
+use fuzz_support::*;
+
+fn hello() -> impl Strategy<Value = pb::Hello> {
+    (
+        prop_oneof![3 => "exec-[a-z0-9]{1,8}", 1 => text()],
+        prop_oneof![3 => Just(1u32), 1 => Just(0u32), 1 => any::<u32>()],
+        prop::collection::vec(prop_oneof![3 => Just("default".to_string()), 1 => short_text()], 0..4),
+        prop_oneof![3 => 0u32..10, 1 => prop::sample::select(vec![100_000u32, 100_001, u32::MAX]), 1 => any::<u32>()],
+        prop::collection::vec(short_text(), 0..3),
+    )
+        .prop_map(|(executor_id, protocol_version, queues, initial_credit, credentials_refs)| pb::Hello {
+            executor_id,
+            protocol_version,
+            queues,
+            initial_credit,
+            credentials_refs,
+        })
+}
+
+fn attempt_result() -> impl Strategy<Value = pb::AttemptResult> {
+    (
+        prop_oneof![3 => Just(uuid::Uuid::now_v7().to_string()), 1 => text()],
+        any::<i32>(),
+        enum_value(),
+        prop_oneof![3 => Just(String::new()), 1 => text()],
+        opt_duration(),
+        prop_oneof![3 => Just(String::new()), 1 => text()],
+        prop::option::of(timestamp()),
+        enum_value(),
+    )
+        .prop_map(
+            |(
+                task_id,
+                attempt,
+                outcome,
+                error,
+                retry_after,
+                provider_message_id,
+                started_at,
+                scope,
+            )| {
+                pb::AttemptResult {
+                    task_id,
+                    attempt,
+                    outcome,
+                    error,
+                    retry_after,
+                    provider_message_id,
+                    started_at,
+                    rate_limit_scope: scope,
+                }
+            },
+        )
+}
+
+proptest! {
+    #![proptest_config(config(1024))]
+
+    #[test]
+    fn hellos_are_accepted_or_refused_by_field(h in hello()) {
+        match validate_hello(&h) {
+            Ok(()) => {
+                prop_assert!(!h.executor_id.is_empty() && h.executor_id.chars().count() <= 128);
+                prop_assert!(h.protocol_version != 0);
+                prop_assert!(h.initial_credit <= 100_000);
+            }
+            Err(status) => {
+                prop_assert!(matches!(status.code(), Code::InvalidArgument | Code::FailedPrecondition));
+                prop_assert!(status.message().starts_with("hello."), "{}", status.message());
+            }
+        }
+    }
+
+    #[test]
+    fn reports_parse_with_sane_numbers_or_are_refused(r in attempt_result()) {
+        if let Some(report) = report_from_wire(&r) {
+            prop_assert_eq!(report.task_id.to_string(), r.task_id.to_lowercase());
+            prop_assert_eq!(report.attempt, r.attempt);
+            if let Some(ms) = report.retry_after_ms {
+                prop_assert!((0..=MAX_RETRY_AFTER_MS).contains(&ms), "retry_after_ms {ms}");
+            }
+            prop_assert!(report.error.as_ref().is_none_or(|e| e.len() <= 4096));
+            prop_assert!(report.provider_message_id.as_ref().is_none_or(|p| p.len() <= 512));
+        }
+    }
+}
+
+/// Regression (found by fuzzing, #10): a retry-after of i64::MAX seconds overflowed the
+/// millisecond sum and panicked the session; it is now capped.
+#[test]
+fn an_absurd_retry_after_is_capped_not_an_overflow() {
+    let r = pb::AttemptResult {
+        task_id: uuid::Uuid::now_v7().to_string(),
+        attempt: 1,
+        outcome: pb::OutcomeClass::RateLimited as i32,
+        retry_after: Some(prost_types::Duration {
+            seconds: i64::MAX,
+            nanos: 999_999_999,
+        }),
+        ..Default::default()
+    };
+    let report = report_from_wire(&r).expect("a rate-limited report parses");
+    assert_eq!(report.retry_after_ms, Some(MAX_RETRY_AFTER_MS));
+}
