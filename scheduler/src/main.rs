@@ -31,6 +31,18 @@ enum Command {
         #[arg(long, env = "HERALD_LOG_FORMAT", default_value = "text")]
         log_format: String,
     },
+    /// Print a new random token and the tokens-file entry holding its hash.
+    Token {
+        /// The entry's name (shown in logs and metrics instead of the token).
+        #[arg(long, default_value = "my-app")]
+        name: String,
+        /// Roles: client, executor, admin (comma-separated).
+        #[arg(long, value_delimiter = ',', default_value = "client")]
+        roles: Vec<String>,
+        /// Namespaces, the first being the default (comma-separated; "*" for all).
+        #[arg(long, value_delimiter = ',', default_value = "default")]
+        namespaces: Vec<String>,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -39,11 +51,19 @@ fn main() -> anyhow::Result<()> {
     let first = args.get(1).and_then(|a| a.to_str()).unwrap_or("");
     if !matches!(
         first,
-        "serve" | "migrate" | "help" | "-h" | "--help" | "-V" | "--version"
+        "serve" | "migrate" | "token" | "help" | "-h" | "--help" | "-V" | "--version"
     ) {
         args.insert(1, "serve".into());
     }
     let cli = Cli::parse_from(args);
+    if let Command::Token {
+        name,
+        roles,
+        namespaces,
+    } = &cli.command
+    {
+        return print_token(name, roles, namespaces);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -63,6 +83,7 @@ fn main() -> anyhow::Result<()> {
                 Ok(())
             }
             Command::Serve(config) => serve(*config).await,
+            Command::Token { .. } => Ok(()),
         }
     })
 }
@@ -105,4 +126,32 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
             std::process::exit(130);
         });
     })
+}
+
+/// Prints a fresh token (stdout, first line: give it to the client) and its entry for the
+/// tokens file, after checking the entry parses as the scheduler will parse it.
+fn print_token(name: &str, roles: &[String], namespaces: &[String]) -> anyhow::Result<()> {
+    use herald_scheduler::auth::tokens::{generate, TokenSet};
+    let (token, hash) = generate();
+    let list = |items: &[String]| {
+        items
+            .iter()
+            .map(|i| format!("{i:?}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let entry = format!(
+        "[[token]]\nname = {name:?}\nsha256 = \"{hash}\"\nroles = [{}]\nnamespaces = [{}]\n",
+        list(roles),
+        list(namespaces)
+    );
+    TokenSet::parse(&entry, "the new entry").context("invalid --roles or --namespaces")?;
+    let mut out = std::io::stdout();
+    writeln!(out, "{token}")?;
+    writeln!(
+        out,
+        "\n# Add to the tokens file (HERALD_AUTH_TOKENS_FILE); the token above is not stored:"
+    )?;
+    write!(out, "{entry}")?;
+    Ok(())
 }

@@ -29,7 +29,8 @@ mod webhook;
 pub use db::TestDb;
 pub use grpc::{connect_health, connect_lease, connect_tasks, create_task, wait_for_task_state};
 pub use process::{
-    ExecutorBuilder, ExecutorProcess, SchedulerBuilder, SchedulerProcess, READY_TIMEOUT,
+    herald_binary, ExecutorBuilder, ExecutorProcess, SchedulerBuilder, SchedulerProcess,
+    READY_TIMEOUT,
 };
 pub use spec::{task_spec, unique_id, TaskSpecExt};
 pub use webhook::{Gate, RecordedRequest, Response, WebhookReceiver};

@@ -286,6 +286,12 @@ impl ExecutorBuilder {
     }
 }
 
+/// The path of one herald binary (`herald-scheduler`, `herald-executor`), for tests that run
+/// its other subcommands.
+pub fn herald_binary(name: &str) -> Result<PathBuf> {
+    Ok(bin_dir()?.join(name))
+}
+
 /// Where the herald binaries are: `HERALD_BIN_DIR`, else the profile folder above the test
 /// binary (`target/debug/deps/<test>` → `target/debug`).
 fn bin_dir() -> Result<PathBuf> {

@@ -798,3 +798,46 @@ async fn tokens_and_provider_secrets_never_reach_logs_or_answers() -> Result<()>
         .all(|r| !format!("{r:?}").contains("c2VjcmV0")));
     Ok(())
 }
+
+#[tokio::test]
+async fn the_token_command_prints_a_token_whose_entry_the_scheduler_accepts() -> Result<()> {
+    let out = std::process::Command::new(herald_tests::herald_binary("herald-scheduler")?)
+        .args([
+            "token",
+            "--name",
+            "shop",
+            "--roles",
+            "client",
+            "--namespaces",
+            "shop",
+        ])
+        .output()?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout)?;
+    let (token, entry) = text.split_once('\n').context("no token line")?;
+    assert!(
+        token.starts_with("hrld_") && !entry.contains(token),
+        "{text}"
+    );
+    let file =
+        std::env::temp_dir().join(format!("herald-cli-{}.toml", uuid::Uuid::new_v4().simple()));
+    std::fs::write(&file, entry)?;
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::builder(&db)
+        .env("HERALD_ALLOW_ANONYMOUS", "false")
+        .env("HERALD_AUTH_TOKENS_FILE", &file)
+        .spawn()
+        .await?;
+    let mut tasks = TaskServiceClient::new(plain_channel(&scheduler).await?);
+    let mut request = tonic::Request::new(ListTasksRequest::default());
+    request
+        .metadata_mut()
+        .insert("authorization", format!("Bearer {token}").parse()?);
+    tasks.list_tasks(request).await?;
+    let _ = std::fs::remove_file(&file);
+    Ok(())
+}
