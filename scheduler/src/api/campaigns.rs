@@ -46,7 +46,7 @@ impl CampaignApi {
 
     async fn load(&self, ns: &str, id: Uuid) -> Result<CampaignRecord, Error> {
         self.store
-            .get_campaign(&ns, id)
+            .get_campaign(ns, id)
             .await?
             .ok_or_else(|| Error::NotFound(format!("campaign {id}")))
     }
@@ -55,7 +55,7 @@ impl CampaignApi {
         let spec = decode(c)?;
         let p = self
             .store
-            .campaign_progress(&ns, c.id, c.pool.as_deref())
+            .campaign_progress(ns, c.id, c.pool.as_deref())
             .await?;
         let mut state = match c.state.as_str() {
             "paused" => pb::CampaignState::Paused,
@@ -107,7 +107,7 @@ impl CampaignApi {
             v.add(path, "must hold at most 1,000 recipients per chunk");
             return Err(Error::InvalidArgument(v.0));
         }
-        let campaign = self.load(&ns, id).await?;
+        let campaign = self.load(ns, id).await?;
         if campaign.recipient_count + recipients.len() as i32 > MAX_RECIPIENTS {
             return Err(Error::FailedPrecondition(format!(
                 "campaign {id} would exceed 100,000 recipients"
@@ -121,7 +121,7 @@ impl CampaignApi {
         // recipient missing a variable is refused here rather than failing at send time.
         let renderer = Renderer::load(
             &self.store,
-            &ns,
+            ns,
             Renderer::template_ids(spec.content.iter()),
         )
         .await?;
@@ -151,7 +151,7 @@ impl CampaignApi {
                 }
             }
             let probe = task_for(&spec, r, contents[i].clone(), &id);
-            validate::task_spec(&probe, &format!("{path}[{i}]"), &ns, now, &mut v);
+            validate::task_spec(&probe, &format!("{path}[{i}]"), ns, now, &mut v);
         }
         if !v.is_empty() {
             return Err(Error::InvalidArgument(v.0));
@@ -168,7 +168,7 @@ impl CampaignApi {
         let scope = id.to_string();
         let added = self
             .store
-            .add_campaign_recipients(&ns, id, &names, |fresh| {
+            .add_campaign_recipients(ns, id, &names, |fresh| {
                 fresh
                     .iter()
                     .filter_map(|&(i, seq)| {
@@ -191,7 +191,7 @@ impl CampaignApi {
                         let mut t = task_for(&spec, r, contents[i].clone(), &id);
                         t.when = Some(pb::task_spec::When::RunAt(timestamp(due.max(now))));
                         let mut tv = Violations::default();
-                        validate::task_spec(&t, "recipient", &ns, now, &mut tv)
+                        validate::task_spec(&t, "recipient", ns, now, &mut tv)
                     })
                     .collect::<Vec<NewTask>>()
             })

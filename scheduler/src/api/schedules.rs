@@ -60,7 +60,7 @@ impl ScheduleApi {
 
     async fn load(&self, ns: &str, id: &str) -> Result<ScheduleRecord, Error> {
         self.store
-            .get_schedule(&ns, id)
+            .get_schedule(ns, id)
             .await?
             .ok_or_else(|| Error::NotFound(format!("schedule {id}")))
     }
