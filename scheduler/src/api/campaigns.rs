@@ -119,12 +119,8 @@ impl CampaignApi {
         let mut v = Violations::default();
         // Render each recipient's content now: what the task stores is what will be sent, and a
         // recipient missing a variable is refused here rather than failing at send time.
-        let renderer = Renderer::load(
-            &self.store,
-            ns,
-            Renderer::template_ids(spec.content.iter()),
-        )
-        .await?;
+        let renderer =
+            Renderer::load(&self.store, ns, Renderer::template_ids(spec.content.iter())).await?;
         let contents: Vec<Option<pb::Content>> = recipients
             .iter()
             .enumerate()
