@@ -18,7 +18,8 @@ use fuzz_support::*;
 
 /// One cron field from a small grammar that covers what croner accepts (and some it refuses).
 fn field() -> impl Strategy<Value = String> {
-    let n = || 0u32..70;
+    // Mostly 1..=12, valid in every field, so that a good share of expressions parse.
+    let n = || prop_oneof![4 => 1u32..13, 1 => 0u32..70];
     prop_oneof![
         4 => Just("*".to_string()),
         2 => n().prop_map(|a| a.to_string()),

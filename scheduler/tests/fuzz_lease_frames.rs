@@ -6,6 +6,7 @@
 
 mod fuzz_support;
 
+use chrono::Datelike;
 use herald_proto::v1 as pb;
 use herald_scheduler::lease::session::{report_from_wire, validate_hello, MAX_RETRY_AFTER_MS};
 use proptest::prelude::*;
@@ -76,6 +77,9 @@ proptest! {
                 prop_assert!(!h.executor_id.is_empty() && h.executor_id.chars().count() <= 128);
                 prop_assert!(h.protocol_version != 0);
                 prop_assert!(h.initial_credit <= 100_000);
+                // Everything stored from a Hello is storable text.
+                prop_assert!(!h.executor_id.contains('\0'));
+                prop_assert!(h.credentials_refs.iter().all(|c| !c.contains('\0')));
             }
             Err(status) => {
                 prop_assert!(matches!(status.code(), Code::InvalidArgument | Code::FailedPrecondition));
@@ -92,8 +96,12 @@ proptest! {
             if let Some(ms) = report.retry_after_ms {
                 prop_assert!((0..=MAX_RETRY_AFTER_MS).contains(&ms), "retry_after_ms {ms}");
             }
-            prop_assert!(report.error.as_ref().is_none_or(|e| e.len() <= 4096));
-            prop_assert!(report.provider_message_id.as_ref().is_none_or(|p| p.len() <= 512));
+            // Storable: within protobuf's (and so PostgreSQL's) range.
+            if let Some(at) = report.started_at {
+                prop_assert!((1..=9999).contains(&at.year()), "started_at {at}");
+            }
+            prop_assert!(report.error.as_ref().is_none_or(|e| e.len() <= 4096 && !e.contains('\0')));
+            prop_assert!(report.provider_message_id.as_ref().is_none_or(|p| p.len() <= 512 && !p.contains('\0')));
         }
     }
 }
@@ -114,4 +122,66 @@ fn an_absurd_retry_after_is_capped_not_an_overflow() {
     };
     let report = report_from_wire(&r).expect("a rate-limited report parses");
     assert_eq!(report.retry_after_ms, Some(MAX_RETRY_AFTER_MS));
+}
+
+/// Regression (found by fuzzing, #10): a start time in year 250000 is a valid chrono instant
+/// that PostgreSQL cannot store; it failed the whole report batch (UNAVAILABLE, on every
+/// reconnect). It is now treated as absent.
+#[test]
+fn a_start_time_outside_protobufs_range_is_dropped() {
+    let r = pb::AttemptResult {
+        task_id: uuid::Uuid::now_v7().to_string(),
+        attempt: 1,
+        outcome: pb::OutcomeClass::Ok as i32,
+        started_at: Some(prost_types::Timestamp {
+            seconds: 8_000_000_000_000,
+            nanos: 0,
+        }),
+        ..Default::default()
+    };
+    let report = report_from_wire(&r).expect("an OK report parses");
+    assert_eq!(report.started_at, None);
+}
+
+/// Regression (found by fuzzing, #10): a NUL in a report's error text (a provider's response
+/// excerpt can hold one) failed the whole batch in PostgreSQL, on every reconnect; NULs are now
+/// dropped. A Hello whose executor id or credentials refs hold control characters is refused
+/// before anything is stored.
+#[test]
+fn nul_characters_never_reach_the_database() {
+    let r = pb::AttemptResult {
+        task_id: uuid::Uuid::now_v7().to_string(),
+        attempt: 1,
+        outcome: pb::OutcomeClass::Transient as i32,
+        error: "bad\0gateway".into(),
+        provider_message_id: "\0id".into(),
+        ..Default::default()
+    };
+    let report = report_from_wire(&r).expect("a transient report parses");
+    assert_eq!(report.error.as_deref(), Some("badgateway"));
+    assert_eq!(report.provider_message_id.as_deref(), Some("id"));
+
+    let ok = pb::Hello {
+        executor_id: "exec-1".into(),
+        protocol_version: 1,
+        ..Default::default()
+    };
+    assert!(validate_hello(&ok).is_ok());
+    let nul_id = pb::Hello {
+        executor_id: "exec\0".into(),
+        ..ok.clone()
+    };
+    assert_eq!(
+        validate_hello(&nul_id).unwrap_err().code(),
+        Code::InvalidArgument
+    );
+    let nul_ref = pb::Hello {
+        credentials_refs: vec!["wa-1".into(), "wa\u{1}".into()],
+        ..ok
+    };
+    let status = validate_hello(&nul_ref).unwrap_err();
+    assert!(
+        status.message().starts_with("hello.credentials_refs[1]"),
+        "{status:?}"
+    );
 }

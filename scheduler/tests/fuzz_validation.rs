@@ -483,3 +483,30 @@ fn local_times_at_chronos_limits_are_refused() {
         assert_eq!(v.0[0].field, "task.local_time");
     }
 }
+
+/// Regression (found by fuzzing, #10): a deadline in year 200000 is a valid chrono instant but
+/// not a protobuf Timestamp, and PostgreSQL could not store it: CreateTask failed with a
+/// database error instead of naming the field.
+#[test]
+fn timestamps_outside_protobufs_range_are_not_valid() {
+    for seconds in [-62_135_596_801, 253_402_300_800, 6_000_000_000_000] {
+        let spec = pb::TaskSpec {
+            queue: "default".into(),
+            recipient: "+15550001".into(),
+            content: Some(pb::Content {
+                body: Some(pb::content::Body::Text("hi".into())),
+            }),
+            expire_at: Some(prost_types::Timestamp { seconds, nanos: 0 }),
+            ..Default::default()
+        };
+        let mut v = Violations::default();
+        assert!(validate::task_spec(&spec, "task", "default", Utc::now(), &mut v).is_none());
+        assert_eq!(v.0.len(), 1);
+        assert_eq!(v.0[0].field, "task.expire_at");
+    }
+    let last = prost_types::Timestamp {
+        seconds: 253_402_300_799,
+        nanos: 999_999_999,
+    };
+    assert!(convert::from_timestamp(&last).is_some());
+}

@@ -17,9 +17,13 @@ pub fn timestamp(t: DateTime<Utc>) -> prost_types::Timestamp {
     }
 }
 
-/// Wire time to domain time; None when out of range or malformed.
+/// Wire time to domain time; None when malformed or outside the range protobuf's Timestamp
+/// allows (years 1 to 9999). PostgreSQL stores that whole range; a year-200000 start time or
+/// deadline used to fail the statement that stored it (found by fuzzing, #10).
 pub fn from_timestamp(t: &prost_types::Timestamp) -> Option<DateTime<Utc>> {
-    if !(0..1_000_000_000).contains(&t.nanos) {
+    /// 0001-01-01T00:00:00Z and 9999-12-31T23:59:59Z.
+    const SECONDS: std::ops::RangeInclusive<i64> = -62_135_596_800..=253_402_300_799;
+    if !(0..1_000_000_000).contains(&t.nanos) || !SECONDS.contains(&t.seconds) {
         return None;
     }
     DateTime::from_timestamp(t.seconds, t.nanos as u32)

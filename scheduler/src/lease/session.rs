@@ -87,9 +87,13 @@ pub async fn open(
 
 /// Checks an executor's Hello; the status says which field is wrong.
 pub fn validate_hello(hello: &pb::Hello) -> Result<(), Status> {
-    if hello.executor_id.is_empty() || hello.executor_id.chars().count() > 128 {
+    // No control characters: the id is stored with every lease (and PostgreSQL refuses NUL).
+    if hello.executor_id.is_empty()
+        || hello.executor_id.chars().count() > 128
+        || hello.executor_id.chars().any(char::is_control)
+    {
         return Err(Status::invalid_argument(
-            "hello.executor_id: must be 1 to 128 characters",
+            "hello.executor_id: must be 1 to 128 printable characters",
         ));
     }
     if hello.protocol_version == 0 {
@@ -106,6 +110,13 @@ pub fn validate_hello(hello: &pb::Hello) -> Result<(), Status> {
         if let Some(problem) = queue_name_problem(q) {
             return Err(Status::invalid_argument(format!(
                 "hello.queues[{i}]: {problem}"
+            )));
+        }
+    }
+    for (i, c) in hello.credentials_refs.iter().enumerate() {
+        if c.is_empty() || c.len() > 128 || c.chars().any(char::is_control) {
+            return Err(Status::invalid_argument(format!(
+                "hello.credentials_refs[{i}]: must be 1 to 128 printable characters"
             )));
         }
     }
@@ -251,10 +262,15 @@ async fn handle_reports(
 ) -> Result<(), Status> {
     let mut reports = Vec::with_capacity(batch.results.len());
     let mut invalid = Vec::new();
+    let mut tokens = std::collections::HashSet::with_capacity(batch.results.len());
     for r in batch.results {
         match report_from_wire(&r) {
-            Some(report) => reports.push(report),
-            None => invalid.push(pb::ReportAck {
+            // One outcome per fencing token: a repeat within a batch is refused as a repeat in a
+            // later batch is. Applied together, one statement picked either outcome for the task,
+            // recorded the other as the attempt and freed the account slot twice (found by
+            // fuzzing, #10).
+            Some(report) if tokens.insert((report.task_id, report.attempt)) => reports.push(report),
+            _ => invalid.push(pb::ReportAck {
                 task_id: r.task_id,
                 attempt: r.attempt,
                 accepted: false,
@@ -453,7 +469,13 @@ fn duration(d: Duration) -> prost_types::Duration {
     }
 }
 
+/// `s` cut to at most `max` bytes, without NUL characters: a provider's response excerpt may
+/// hold them and PostgreSQL text cannot, which failed the whole report batch on every
+/// reconnect (found by fuzzing, #10).
 fn truncate(s: &str, max: usize) -> String {
+    if s.contains('\0') {
+        return truncate(&s.replace('\0', ""), max);
+    }
     if s.len() <= max {
         return s.to_string();
     }
