@@ -99,7 +99,7 @@ fn transition_within(zone: &Tz, at: DateTime<Utc>, reach: Duration) -> bool {
 }
 
 proptest! {
-    #![proptest_config(config(256))]
+    #![proptest_config(config(512))]
 
     #[test]
     fn fire_times_increase_and_match_the_expression(

@@ -68,7 +68,7 @@ fn attempt_result() -> impl Strategy<Value = pb::AttemptResult> {
 }
 
 proptest! {
-    #![proptest_config(config(1024))]
+    #![proptest_config(config(2048))]
 
     #[test]
     fn hellos_are_accepted_or_refused_by_field(h in hello()) {

@@ -120,7 +120,7 @@ fn check_render(body: &str, vars: BTreeMap<String, String>) -> Result<(), TestCa
 }
 
 proptest! {
-    #![proptest_config(config(512))]
+    #![proptest_config(config(1024))]
 
     #[test]
     fn bodies_parse_or_are_refused(body in body()) {

@@ -140,7 +140,7 @@ fn named_under(violations: &[FieldViolation], path: &str) -> Result<(), TestCase
 }
 
 proptest! {
-    #![proptest_config(config(256))]
+    #![proptest_config(config(512))]
 
     #[test]
     fn task_specs_are_accepted_or_refused_by_field(spec in task_spec()) {
