@@ -15,6 +15,7 @@
 //! - [`template`]: checking and rendering message templates.
 //! - [`telemetry`]: logs, OTLP traces, Prometheus metrics and the notification webhook.
 //! - [`http`]: health endpoints and `/metrics`.
+//! - [`db_watch`]: grpc.health.v1 follows whether the database answers.
 //! - [`dashboard`]: the operator's web page and its JSON endpoints, on the HTTP listener.
 //! - [`error`]: the service error and its single mapping to `tonic::Status`.
 
@@ -22,6 +23,7 @@ pub mod api;
 pub mod auth;
 pub mod config;
 pub mod dashboard;
+pub mod db_watch;
 pub mod error;
 pub mod http;
 pub mod lease;

@@ -194,6 +194,8 @@ pub async fn run(
     health
         .set_service_status("", tonic_health::ServingStatus::Serving)
         .await;
+    // From here on health follows the database: NOT_SERVING while it is unreachable.
+    let db_watch = crate::db_watch::DbWatch::spawn(store.pg_config().clone(), health.clone());
     let reflection_builder = || {
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(herald_proto::FILE_DESCRIPTOR_SET)
@@ -300,6 +302,7 @@ pub async fn run(
     // Ordered shutdown: refuse new work, tell executors to move, give them the grace period to
     // report and reconnect elsewhere, then stop serving and close the pool.
     tracing::info!("shutting down: draining executors");
+    db_watch.stop().await;
     health
         .set_service_status("", tonic_health::ServingStatus::NotServing)
         .await;

@@ -1,0 +1,123 @@
+//! The database watch: a background job that checks once a second whether PostgreSQL answers
+//! and mirrors the answer into grpc.health.v1, overall (`""`) and for every herald service the
+//! replica reports. While the database is unreachable the replica says `NOT_SERVING`, so load
+//! balancers and executors' health checks move away from it; the moment it answers again the
+//! replica says `SERVING`. Nothing else changes: RPCs keep answering (UNAVAILABLE while the
+//! database is gone), and every other job reconnects by itself.
+//!
+//! The check runs on a dedicated connection rather than a pooled one: a pool that is busy
+//! (every connection checked out under load) must not read as an outage.
+
+use std::time::Duration;
+
+use herald_proto::v1::{
+    account_service_server, lease_service_server, stats_service_server, task_service_server,
+};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tonic_health::server::HealthReporter;
+use tonic_health::ServingStatus;
+
+/// How often the database is checked.
+pub const INTERVAL: Duration = Duration::from_secs(1);
+/// How long one check (connecting included) may take before it counts as a failure.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The health entries the watch keeps in step with the database: the overall status and each
+/// herald service the server registers with the health service.
+const SERVICES: [&str; 5] = [
+    "",
+    task_service_server::SERVICE_NAME,
+    lease_service_server::SERVICE_NAME,
+    stats_service_server::SERVICE_NAME,
+    account_service_server::SERVICE_NAME,
+];
+
+/// A running database watch; [`DbWatch::stop`] ends it.
+pub struct DbWatch {
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl DbWatch {
+    /// Starts checking the database of `pg` every [`INTERVAL`], setting `health` to match.
+    pub fn spawn(pg: tokio_postgres::Config, health: HealthReporter) -> Self {
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(run(pg, health, stop.clone()));
+        DbWatch { stop, task }
+    }
+
+    /// Stops the watch and waits for it to end. Call it before shutdown sets `NOT_SERVING`, so
+    /// a last check cannot set `SERVING` again afterwards.
+    pub async fn stop(self) {
+        self.stop.cancel();
+        let _ = self.task.await;
+    }
+}
+
+/// Checks until `stop`; changes health only when the answer changes.
+async fn run(pg: tokio_postgres::Config, health: HealthReporter, stop: CancellationToken) {
+    let mut client: Option<tokio_postgres::Client> = None;
+    // Start-up set SERVING after migrations, so that is the state being watched from.
+    let mut serving = true;
+    let mut ticks = tokio::time::interval(INTERVAL);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = ticks.tick() => {}
+        }
+        let up = tokio::select! {
+            _ = stop.cancelled() => return,
+            up = tokio::time::timeout(CHECK_TIMEOUT, check(&pg, &mut client)) => {
+                matches!(up, Ok(true))
+            }
+        };
+        if !up {
+            // A half-dead connection must not be reused by the next check.
+            client = None;
+        }
+        if up != serving {
+            serving = up;
+            let status = if up {
+                tracing::info!("database reachable again; health SERVING");
+                ServingStatus::Serving
+            } else {
+                tracing::warn!("database unreachable; health NOT_SERVING until it answers");
+                ServingStatus::NotServing
+            };
+            for service in SERVICES {
+                health.set_service_status(service, status).await;
+            }
+        }
+    }
+}
+
+/// One check: `SELECT 1` on the watch's connection, opening it first when there is none.
+async fn check(pg: &tokio_postgres::Config, client: &mut Option<tokio_postgres::Client>) -> bool {
+    if client.as_ref().is_none_or(|c| c.is_closed()) {
+        match pg.connect(tokio_postgres::NoTls).await {
+            Ok((c, connection)) => {
+                tokio::spawn(async move {
+                    // Ends with the client or the server; the next check notices either.
+                    let _ = connection.await;
+                });
+                *client = Some(c);
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "database check cannot connect");
+                return false;
+            }
+        }
+    }
+    match client {
+        Some(c) => match c.simple_query("SELECT 1").await {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::debug!(error = %e, "database check failed");
+                false
+            }
+        },
+        None => false,
+    }
+}
