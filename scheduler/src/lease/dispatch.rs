@@ -86,9 +86,10 @@ impl Dispatcher {
                 Err(e) => {
                     self.credit.add_permits(want as usize);
                     tracing::warn!(error = %e, executor_id = %self.executor_id, "claim failed");
-                    tokio::select! {
-                        _ = self.stop.cancelled() => return,
-                        _ = tokio::time::sleep(error_backoff) => {}
+                    // A Due event ends the backoff early: the listener announces one when its
+                    // connection comes back, so claims resume as soon as the database does.
+                    if !self.wait(error_backoff, None).await {
+                        return;
                     }
                     error_backoff = (error_backoff * 2).min(Duration::from_secs(5));
                 }

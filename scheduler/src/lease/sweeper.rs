@@ -16,7 +16,12 @@ const BATCH: i64 = 1_000;
 pub async fn run(store: Store, max_sleep: Duration, shutdown: CancellationToken) {
     let mut error_backoff = Duration::from_millis(100);
     loop {
-        let sleep = match sweep_once(&store).await {
+        let swept = sweep_once(&store).await;
+        if swept.is_ok() {
+            // Back at full speed once the database answers again.
+            error_backoff = Duration::from_millis(100);
+        }
+        let sleep = match swept {
             Ok(Some(more_now)) if more_now => Duration::ZERO,
             Ok(Some(_)) | Ok(None) => match store.next_sweep_ms().await {
                 // A millisecond past the expiry, so the sweep's now() is beyond it.
