@@ -66,6 +66,8 @@ pub(crate) enum SessionError {
     Closed,
     #[error("no Welcome within {0:?}")]
     WelcomeTimeout(Duration),
+    #[error("no lease stream within {0:?}")]
+    OpenTimeout(Duration),
     #[error("expected Welcome, got another frame first")]
     NoWelcome,
     #[error("scheduler silent for {0:?}")]
@@ -306,8 +308,13 @@ impl LeaseClient {
             credentials_refs: self.settings.credentials_refs.clone(),
         };
         let deadline = self.deadline_sleep();
+        // Bounded as a whole: a partitioned endpoint can accept the TCP connection and then
+        // never answer, and the next endpoint must get its turn.
+        let open_limit = CONNECT_TIMEOUT + WELCOME_TIMEOUT;
         let opened = tokio::select! {
-            opened = open(endpoint, &self.settings.connection, hello) => opened,
+            opened = tokio::time::timeout(open_limit, open(endpoint, &self.settings.connection, hello)) => {
+                opened.unwrap_or(Err(SessionError::OpenTimeout(open_limit)))
+            }
             () = shutdown.cancelled(), if !shutting_down => {
                 // The Hello may already have offered credit: start over without any.
                 self.begin_shutdown();
