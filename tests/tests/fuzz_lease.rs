@@ -6,8 +6,11 @@
 //! naming the bad frame; another executor keeps being served; and no task changes state from a
 //! report whose fencing token is not one the scheduler granted.
 //!
-//! Slow (a stream per case), so the default is 24 cases; `PROPTEST_CASES` overrides it
-//! (docs/fuzzing.md).
+//! A second target puts raw bytes on the stream after a valid Hello (random, truncated and
+//! bit-flipped frames): the stream ends or goes on, and the scheduler keeps serving.
+//!
+//! Slow (a stream per case), so the defaults are 32 scripts and 16 raw streams;
+//! `PROPTEST_CASES` overrides both (docs/fuzzing.md).
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -607,11 +610,11 @@ async fn check_world(world: &mut World, queue: &str, seen: &Seen) -> Result<()> 
     Ok(())
 }
 
-fn config() -> Config {
+fn config(default: u32) -> Config {
     let cases = std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(DEFAULT_CASES);
+        .unwrap_or(default);
     Config {
         cases,
         // Shrinking replays whole streams; a few dozen steps find a small script.
@@ -621,25 +624,27 @@ fn config() -> Config {
     }
 }
 
+/// A database, a scheduler on it, and the witness executor connected.
+async fn world() -> Result<World> {
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let witness_queue = unique_id("witness");
+    let witness =
+        ScriptedExecutor::connect(&scheduler.grpc_url(), "witness", &[&witness_queue], 1).await?;
+    Ok(World {
+        db,
+        scheduler,
+        witness,
+        witness_queue,
+    })
+}
+
 #[test]
 fn arbitrary_executor_scripts_never_break_the_scheduler() {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    let world = runtime.block_on(async {
-        let db = TestDb::new().await?;
-        let scheduler = SchedulerProcess::spawn(&db).await?;
-        let witness_queue = unique_id("witness");
-        let witness =
-            ScriptedExecutor::connect(&scheduler.grpc_url(), "witness", &[&witness_queue], 1)
-                .await?;
-        anyhow::Ok(World {
-            db,
-            scheduler,
-            witness,
-            witness_queue,
-        })
-    });
+    let world = runtime.block_on(world());
     let world = Mutex::new(world.expect("scheduler, database and witness"));
-    let mut runner = TestRunner::new(config());
+    let mut runner = TestRunner::new(config(DEFAULT_CASES));
     let outcome = runner.run(&script(), |script| {
         let mut world = world.lock().expect("world lock");
         runtime
@@ -697,4 +702,162 @@ async fn a_repeated_token_in_one_batch_is_applied_once() -> Result<()> {
         .get(0);
     assert_eq!(state, "succeeded");
     Ok(())
+}
+
+/// Sends and receives frames as raw bytes, so a test can put anything on the stream.
+#[derive(Debug, Clone, Copy, Default)]
+struct RawCodec;
+
+impl tonic::codec::Codec for RawCodec {
+    type Encode = Vec<u8>;
+    type Decode = Vec<u8>;
+    type Encoder = RawCodec;
+    type Decoder = RawCodec;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        RawCodec
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        RawCodec
+    }
+}
+
+impl tonic::codec::Encoder for RawCodec {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+
+    fn encode(
+        &mut self,
+        item: Vec<u8>,
+        dst: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
+        use bytes::BufMut;
+        dst.put_slice(&item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for RawCodec {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+
+    fn decode(
+        &mut self,
+        src: &mut tonic::codec::DecodeBuf<'_>,
+    ) -> Result<Option<Vec<u8>>, tonic::Status> {
+        use bytes::Buf;
+        Ok(Some(src.copy_to_bytes(src.remaining()).to_vec()))
+    }
+}
+
+/// Frames that are not (or not quite) ExecutorMessages.
+fn garbage() -> impl Strategy<Value = Vec<u8>> {
+    use prost::Message;
+    let valid = || {
+        prop_oneof![
+            Just(frame(executor_message::Kind::Credit(Credit { additional: 1 })).encode_to_vec()),
+            Just(
+                frame(executor_message::Kind::Heartbeat(Heartbeat {
+                    sent_at: None
+                }))
+                .encode_to_vec()
+            ),
+            Just(
+                frame(executor_message::Kind::Report(ReportBatch {
+                    results: vec![AttemptResult {
+                        task_id: uuid::Uuid::new_v4().to_string(),
+                        attempt: 1,
+                        outcome: OutcomeClass::Ok as i32,
+                        ..AttemptResult::default()
+                    }],
+                }))
+                .encode_to_vec()
+            ),
+        ]
+    };
+    prop_oneof![
+        3 => prop::collection::vec(any::<u8>(), 0..64),
+        1 => prop::collection::vec(any::<u8>(), 1000..5000),
+        // A valid frame cut short, or with a byte flipped.
+        2 => (valid(), any::<prop::sample::Index>()).prop_map(|(f, i)| f[..i.index(f.len())].to_vec()),
+        2 => (valid(), any::<prop::sample::Index>(), any::<u8>()).prop_map(|(mut f, i, b)| {
+            let at = i.index(f.len());
+            f[at] ^= b | 1;
+            f
+        }),
+        // Field numbers and wire types no ExecutorMessage has, or a length past the end.
+        1 => Just(vec![0xf8, 0xff, 0xff, 0xff, 0x0f, 0x01]),
+        1 => Just(vec![0x1a, 0xff, 0xff, 0xff, 0xff, 0x07, 0x00]),
+    ]
+}
+
+/// Plays a valid Hello, then `frames` as raw bytes, then a heartbeat; the stream may end
+/// anywhere, but only with a status or a clean close, and the scheduler must go on serving.
+async fn play_garbage(world: &mut World, frames: Vec<Vec<u8>>) -> Result<()> {
+    use prost::Message;
+    let queue = unique_id("fz");
+    let hello = frame(executor_message::Kind::Hello(Hello {
+        executor_id: "raw".into(),
+        protocol_version: 1,
+        queues: vec![queue.clone()],
+        initial_credit: 1,
+        credentials_refs: Vec::new(),
+    }))
+    .encode_to_vec();
+    let heartbeat = frame(executor_message::Kind::Heartbeat(Heartbeat {
+        sent_at: None,
+    }))
+    .encode_to_vec();
+    let all: Vec<Vec<u8>> = std::iter::once(hello)
+        .chain(frames)
+        .chain(std::iter::once(heartbeat))
+        .collect();
+    let channel = tonic::transport::Channel::from_shared(world.scheduler.grpc_url())?
+        .connect()
+        .await?;
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await?;
+    let path = http::uri::PathAndQuery::from_static("/herald.v1.LeaseService/Lease");
+    let call = grpc.streaming(tonic::Request::new(tokio_stream::iter(all)), path, RawCodec);
+    let outcome = tokio::time::timeout(WAIT, async {
+        let mut inbound = match call.await {
+            Ok(response) => response.into_inner(),
+            Err(status) => return Ok::<_, anyhow::Error>(Some(status)),
+        };
+        loop {
+            match inbound.message().await {
+                Ok(Some(_)) => {}
+                Ok(None) => return Ok(None),
+                Err(status) => return Ok(Some(status)),
+            }
+        }
+    })
+    .await
+    .context("the stream neither ended nor failed")??;
+    if let Some(status) = outcome {
+        ensure!(
+            !matches!(status.code(), Code::Unknown | Code::Unavailable),
+            "the stream ended with {status:?}"
+        );
+    }
+    check_world(world, &queue, &Seen::default()).await
+}
+
+#[test]
+fn garbage_frames_never_break_the_scheduler() {
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let world = runtime.block_on(world());
+    let world = Mutex::new(world.expect("scheduler, database and witness"));
+    let mut runner = TestRunner::new(config(16));
+    let outcome = runner.run(&prop::collection::vec(garbage(), 1..5), |frames| {
+        let mut world = world.lock().expect("world lock");
+        runtime
+            .block_on(play_garbage(&mut world, frames))
+            .map_err(|e| TestCaseError::fail(format!("{e:#}")))
+    });
+    if let Err(e) = outcome {
+        let world = world.lock().expect("world lock");
+        panic!("{e}\nscheduler stderr:\n{}", world.scheduler.stderr_tail());
+    }
 }
