@@ -12,6 +12,9 @@
 //! - [`otlp::OtlpReceiver`]: records the spans the binaries export over OTLP/HTTP.
 //! - [`security`]: a throwaway PKI, tokens files and token-carrying requests.
 //! - [`task_spec`], [`unique_id`]: small builders for test inputs.
+//! - [`PgCluster`], [`TcpProxy`], [`FakeProvider`]: the fault suite's pieces — a private
+//!   PostgreSQL cluster a test may stop and start, a proxy that cuts the network, and a
+//!   provider that counts deliveries per idempotency key.
 //!
 //! The binaries are not built by the harness: run `cargo build --bins` first (`script/test`
 //! does), or point `HERALD_BIN_DIR` at a folder holding them.
@@ -21,16 +24,22 @@ pub mod fakes;
 mod grpc;
 pub mod lease;
 pub mod otlp;
+mod pg_cluster;
 mod process;
+mod provider;
+mod proxy;
 pub mod security;
 mod spec;
 mod webhook;
 
 pub use db::TestDb;
 pub use grpc::{connect_health, connect_lease, connect_tasks, create_task, wait_for_task_state};
+pub use pg_cluster::PgCluster;
 pub use process::{
     herald_binary, ExecutorBuilder, ExecutorProcess, SchedulerBuilder, SchedulerProcess,
     READY_TIMEOUT,
 };
+pub use provider::{FakeProvider, ProviderMode};
+pub use proxy::TcpProxy;
 pub use spec::{task_spec, unique_id, TaskSpecExt};
 pub use webhook::{Gate, RecordedRequest, Response, WebhookReceiver};

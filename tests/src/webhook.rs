@@ -61,7 +61,8 @@ impl Gate {
         self.released.send_replace(true);
     }
 
-    async fn wait(&self) {
+    /// Resolves once the gate is open.
+    pub(crate) async fn wait(&self) {
         let mut released = self.released.subscribe();
         // Err means the sender is gone, which cannot happen while `self` holds it.
         let _ = released.wait_for(|open| *open).await;
