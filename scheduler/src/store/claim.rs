@@ -16,7 +16,8 @@
 //! and grants no more than its room at that instant.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use tokio_postgres::Row;
@@ -25,6 +26,33 @@ use uuid::Uuid;
 use super::tasks::labels_from_json;
 use super::{Store, StoreError};
 use crate::model::GrantedLease;
+
+/// How long a namespace seen without accounts keeps the one-statement claim path before the
+/// accounts table is read again. A task routed to an account created meanwhile waits at most
+/// this long: the fast path leases only the queue-routed route `<ns>/`, never a pool's or an
+/// account's, and tells the dispatcher to look again when the entry expires.
+pub const NO_ACCOUNTS_TTL: Duration = Duration::from_secs(1);
+
+/// Namespaces known to have no accounts, until when.
+#[derive(Debug, Clone, Default)]
+pub struct NoAccountsCache {
+    until: Arc<Mutex<HashMap<String, Instant>>>,
+}
+
+impl NoAccountsCache {
+    /// How long `namespace` is still known to have no accounts.
+    fn remaining(&self, namespace: &str) -> Option<Duration> {
+        let now = Instant::now();
+        let until = self.until.lock().ok()?.get(namespace).copied()?;
+        (until > now).then(|| until - now)
+    }
+
+    fn remember(&self, namespace: &str) {
+        if let Ok(mut map) = self.until.lock() {
+            map.insert(namespace.to_owned(), Instant::now() + NO_ACCOUNTS_TTL);
+        }
+    }
+}
 
 /// Priority levels, highest first: the order claims visit them in.
 pub const PRIORITIES_DESC: [i16; 10] = [9, 8, 7, 6, 5, 4, 3, 2, 1, 0];
@@ -187,16 +215,54 @@ pub fn assign(
     out
 }
 
+/// Leases due queue-routed tasks (route `<ns>/`) with `claim_due.sql`.
+async fn claim_due(
+    client: &impl deadpool_postgres::GenericClient,
+    req: &ClaimRequest<'_>,
+    ttl_ms: i64,
+    unrouted: &str,
+) -> Result<Vec<GrantedLease>, StoreError> {
+    let stmt = client
+        .prepare_cached(include_str!("queries/claim_due.sql"))
+        .await
+        .map_err(StoreError::query("preparing claim"))?;
+    let rows = client
+        .query(
+            &stmt,
+            &[
+                &&PRIORITIES_DESC[..],
+                &req.queues,
+                &req.limit,
+                &req.executor_id,
+                &ttl_ms,
+                &unrouted,
+            ],
+        )
+        .await
+        .map_err(StoreError::query("claiming due tasks"))?;
+    Ok(rows.iter().map(lease_from_row).collect())
+}
+
 impl Store {
     /// Leases due tasks within the executor's credit and every account's limits.
     pub async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claimed, StoreError> {
         let mut conn = self.conn().await?;
+        let unrouted = format!("{}/", req.namespace);
+        let ttl_ms = i64::try_from(req.lease_ttl.as_millis()).unwrap_or(i64::MAX);
+        if let Some(remaining) = self.no_accounts.remaining(req.namespace) {
+            // One autocommitted statement: a single round trip per claim on the drain path.
+            let leases = claim_due(&conn, req, ttl_ms, &unrouted).await?;
+            let recheck = chrono::Duration::from_std(remaining).unwrap_or(chrono::Duration::MAX);
+            return Ok(Claimed {
+                leases,
+                open_routes: vec![unrouted],
+                blocked_until: Utc::now().checked_add_signed(recheck),
+            });
+        }
         let tx = conn
             .transaction()
             .await
             .map_err(StoreError::query("starting a claim"))?;
-        let unrouted = format!("{}/", req.namespace);
-        let ttl_ms = i64::try_from(req.lease_ttl.as_millis()).unwrap_or(i64::MAX);
 
         let stmt = tx
             .prepare_cached(include_str!("queries/account_budgets.sql"))
@@ -209,29 +275,13 @@ impl Store {
 
         if account_rows.is_empty() {
             // No accounts: every task is sent by queue; one statement.
-            let stmt = tx
-                .prepare_cached(include_str!("queries/claim_due.sql"))
-                .await
-                .map_err(StoreError::query("preparing claim"))?;
-            let rows = tx
-                .query(
-                    &stmt,
-                    &[
-                        &&PRIORITIES_DESC[..],
-                        &req.queues,
-                        &req.limit,
-                        &req.executor_id,
-                        &ttl_ms,
-                        &unrouted,
-                    ],
-                )
-                .await
-                .map_err(StoreError::query("claiming due tasks"))?;
+            let leases = claim_due(&tx, req, ttl_ms, &unrouted).await?;
             tx.commit()
                 .await
                 .map_err(StoreError::query("committing a claim"))?;
+            self.no_accounts.remember(req.namespace);
             return Ok(Claimed {
-                leases: rows.iter().map(lease_from_row).collect(),
+                leases,
                 open_routes: vec![unrouted],
                 blocked_until: None,
             });

@@ -25,6 +25,8 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 pub struct Store {
     pool: Pool,
     config: tokio_postgres::Config,
+    /// Namespaces seen without accounts, so claims can take the one-statement path.
+    no_accounts: claim::NoAccountsCache,
 }
 
 impl Store {
@@ -49,7 +51,11 @@ impl Store {
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .build()
             .map_err(|e| ConnectError::Pool(e.to_string()))?;
-        Ok(Store { pool, config })
+        Ok(Store {
+            pool,
+            config,
+            no_accounts: claim::NoAccountsCache::default(),
+        })
     }
 
     /// A pooled connection.
