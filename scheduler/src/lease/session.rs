@@ -162,7 +162,22 @@ async fn run(
         async move { deliver(&store, &namespace, &tx, leases).await }
     }));
 
+    // Frames that touch the database are handled in order on their own task, so a Credit
+    // frame never waits behind a report statement: the dispatcher can claim the next batch
+    // while the last one's results are being written.
+    let (frames_tx, frames_rx) = mpsc::channel::<executor_message::Kind>(64);
+    let handler_failed = CancellationToken::new();
+    let handler = tokio::spawn(handle_frames(
+        ctx.clone(),
+        namespace.clone(),
+        executor_id.clone(),
+        tx.clone(),
+        frames_rx,
+        handler_failed.clone(),
+    ));
+
     let mut drained = false;
+    let mut end_status = None;
     loop {
         let frame = tokio::select! {
             _ = ctx.drain.cancelled(), if !drained => {
@@ -175,6 +190,7 @@ async fn run(
                 })).await;
                 continue;
             }
+            _ = handler_failed.cancelled() => break,
             frame = inbound.message() => frame,
         };
         let message = match frame {
@@ -191,19 +207,62 @@ async fn run(
                 credit.add_permits((c.additional as usize).min(room));
                 Ok(())
             }
-            Some(executor_message::Kind::Report(batch)) => {
+            Some(executor_message::Kind::Hello(_)) => Err(Status::invalid_argument(
+                "Hello may only be the first frame",
+            )),
+            None => Err(Status::invalid_argument("empty frame")),
+            Some(other) => {
+                if frames_tx.send(other).await.is_err() {
+                    // The handler stopped on an error it has already sent.
+                    break;
+                }
+                Ok(())
+            }
+        };
+        if let Err(status) = result {
+            tracing::warn!(executor_id = %executor_id, %status, "ending lease stream");
+            end_status = Some(status);
+            break;
+        }
+    }
+    // Frames received before the end are still applied and acknowledged, and only then does the
+    // stream end with its status: an ack must never be lost behind it.
+    drop(frames_tx);
+    let _ = handler.await;
+    if let Some(status) = end_status {
+        let _ = tx.send(Err(status)).await;
+    }
+    stop.cancel();
+    let _ = dispatch.await;
+    ctx.registry.remove(&registry_key, generation);
+    tracing::info!(executor_id = %executor_id, "executor disconnected");
+}
+
+/// Handles the executor's frames other than Credit, in the order they arrived; on an error,
+/// sends it as the stream's status and tells the reader to stop.
+async fn handle_frames(
+    ctx: SessionContext,
+    namespace: String,
+    executor_id: String,
+    tx: Outbound,
+    mut frames: mpsc::Receiver<executor_message::Kind>,
+    failed: CancellationToken,
+) {
+    while let Some(kind) = frames.recv().await {
+        let result = match kind {
+            executor_message::Kind::Report(batch) => {
                 handle_reports(&ctx, &namespace, &tx, &executor_id, batch).await
             }
-            Some(executor_message::Kind::Extend(extend)) => {
+            executor_message::Kind::Extend(extend) => {
                 handle_extend(&ctx, &namespace, &tx, extend).await
             }
-            Some(executor_message::Kind::RevokeAck(ack)) => {
+            executor_message::Kind::RevokeAck(ack) => {
                 handle_revoke_ack(&ctx, &namespace, ack).await
             }
-            Some(executor_message::Kind::Release(release)) => {
+            executor_message::Kind::Release(release) => {
                 handle_release(&ctx, &namespace, release).await
             }
-            Some(executor_message::Kind::Heartbeat(_)) => tx
+            executor_message::Kind::Heartbeat(_) => tx
                 .send(Ok(SchedulerMessage {
                     kind: Some(scheduler_message::Kind::Heartbeat(pb::Heartbeat {
                         sent_at: Some(convert::timestamp(chrono::Utc::now())),
@@ -211,21 +270,16 @@ async fn run(
                 }))
                 .await
                 .map_err(|_| Status::cancelled("executor went away")),
-            Some(executor_message::Kind::Hello(_)) => Err(Status::invalid_argument(
-                "Hello may only be the first frame",
-            )),
-            None => Err(Status::invalid_argument("empty frame")),
+            // The reader handles these itself.
+            executor_message::Kind::Credit(_) | executor_message::Kind::Hello(_) => Ok(()),
         };
         if let Err(status) = result {
             tracing::warn!(executor_id = %executor_id, %status, "ending lease stream");
             let _ = tx.send(Err(status)).await;
-            break;
+            failed.cancel();
+            return;
         }
     }
-    stop.cancel();
-    let _ = dispatch.await;
-    ctx.registry.remove(&registry_key, generation);
-    tracing::info!(executor_id = %executor_id, "executor disconnected");
 }
 
 /// Sends a claimed batch; if the stream is gone, hands the leases straight back (nothing was
