@@ -446,10 +446,14 @@ impl ManagedProcess {
     }
 
     async fn wait(&mut self) -> Result<ExitStatus> {
-        self.child
+        let status = self
+            .child
             .wait()
             .await
-            .with_context(|| format!("waiting for {}", self.name))
+            .with_context(|| format!("waiting for {}", self.name))?;
+        // Everything it wrote is in the logs once it has exited.
+        self.drain_stderr().await;
+        Ok(status)
     }
 
     fn stderr_all(&self) -> String {
