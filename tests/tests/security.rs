@@ -598,7 +598,7 @@ async fn oversized_messages_big_batches_and_busy_schedules_are_refused() -> Resu
         })
         .await;
     let status = big.err().context("an 8 KB message was accepted")?;
-    assert_eq!(status.code(), Code::OutOfRange, "{status:?}");
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
     assert!(status.message().contains("too large"), "{status:?}");
 
     let batch = tasks
@@ -610,7 +610,10 @@ async fn oversized_messages_big_batches_and_busy_schedules_are_refused() -> Resu
     // accepted.
     let status = batch.err().context("a 1001-task batch was accepted")?;
     assert!(
-        matches!(status.code(), Code::InvalidArgument | Code::OutOfRange),
+        matches!(
+            status.code(),
+            Code::InvalidArgument | Code::ResourceExhausted
+        ),
         "{status:?}"
     );
 

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures::future::BoxFuture;
+use http_body_util::BodyExt;
 use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
 use tonic::Status;
 use tower::{Layer, Service};
@@ -171,6 +172,37 @@ fn has_client_cert<B>(request: &::http::Request<B>) -> bool {
         .is_some_and(|certs| !certs.is_empty())
 }
 
+/// tonic refuses a message over the decoding limit with OUT_OF_RANGE; gRPC's status code
+/// table names RESOURCE_EXHAUSTED for "message larger than the configured maximum", which is
+/// what clients classify retries on. The status is rewritten wherever it travels: in the
+/// response headers or in the trailers.
+fn oversize_is_resource_exhausted(
+    mut response: ::http::Response<tonic::body::Body>,
+) -> ::http::Response<tonic::body::Body> {
+    rewrite_oversize_status(response.headers_mut());
+    response.map(|body| {
+        tonic::body::Body::new(body.map_frame(|frame| match frame.into_trailers() {
+            Ok(mut trailers) => {
+                rewrite_oversize_status(&mut trailers);
+                http_body::Frame::trailers(trailers)
+            }
+            Err(frame) => frame,
+        }))
+    })
+}
+
+fn rewrite_oversize_status(headers: &mut ::http::HeaderMap) {
+    let is_oversize = headers.get("grpc-status").and_then(|v| v.to_str().ok()) == Some("11")
+        && headers
+            .get("grpc-message")
+            .and_then(|v| v.to_str().ok())
+            // tonic percent-encodes spaces in grpc-message.
+            .is_some_and(|m| m.replace("%20", " ").contains("message length too large"));
+    if is_oversize {
+        headers.insert("grpc-status", ::http::HeaderValue::from_static("8"));
+    }
+}
+
 /// Applies an [`AuthPolicy`] to every request of the wrapped service.
 #[derive(Debug, Clone)]
 pub struct AuthLayer {
@@ -233,7 +265,8 @@ where
                 // The clone is not driven to readiness; the ready one is used for this call.
                 let clone = self.inner.clone();
                 let mut inner = std::mem::replace(&mut self.inner, clone);
-                Box::pin(inner.call(request))
+                let call = inner.call(request);
+                Box::pin(async move { Ok(oversize_is_resource_exhausted(call.await?)) })
             }
             Err(status) => Box::pin(async move { Ok(status.into_http()) }),
         }
