@@ -85,8 +85,8 @@ enum SessionEnd {
     /// Shutdown started with work in flight: open a fresh stream (same endpoint, no credit)
     /// to report it.
     Reopen,
-    /// The stream broke; `welcomed` says whether it got as far as Welcome.
-    Failed { error: SessionError, welcomed: bool },
+    /// The stream broke; `useful` says whether it did any work first (`progressed`).
+    Failed { error: SessionError, useful: bool },
 }
 
 /// Counters the HTTP endpoint shows.
@@ -132,6 +132,11 @@ pub(crate) struct LeaseClient {
     /// Set once shutdown starts: the deadline for reporting what is in flight.
     shutdown_deadline: Option<Instant>,
     stats: Arc<Stats>,
+    /// Whether the current stream did any work (leases, report or extension answers). Only
+    /// such a stream (or one that stayed up for a while) resets the reconnect backoff: one that is welcomed and then breaks at once
+    /// — a scheduler whose database is down answers Hello but not the first report — must not
+    /// be reopened ten times a second.
+    progressed: bool,
 }
 
 /// The current stream's writer.
@@ -166,6 +171,7 @@ impl LeaseClient {
             to_release: Vec::new(),
             shutdown_deadline: None,
             stats,
+            progressed: false,
         }
     }
 
@@ -187,9 +193,9 @@ impl LeaseClient {
                     next = next.wrapping_add(1);
                     failures = 0;
                 }
-                SessionEnd::Failed { error, welcomed } => {
+                SessionEnd::Failed { error, useful } => {
                     next = next.wrapping_add(1);
-                    if welcomed {
+                    if useful {
                         failures = 0;
                     }
                     let delay = backoff::delay(failures);
@@ -327,7 +333,7 @@ impl LeaseClient {
             Err(error) => {
                 return SessionEnd::Failed {
                     error,
-                    welcomed: false,
+                    useful: false,
                 }
             }
         };
@@ -343,6 +349,8 @@ impl LeaseClient {
             "lease session open"
         );
         self.freed = 0;
+        self.progressed = false;
+        let opened_at = Instant::now();
         self.stats.connected.store(1, Ordering::Relaxed);
         let result = self
             .serve(&mut stream, &mut inbound, heartbeat, ttl, shutdown)
@@ -355,7 +363,8 @@ impl LeaseClient {
             }
             Err(error) => SessionEnd::Failed {
                 error,
-                welcomed: true,
+                // An idle stream that stayed up for a while was healthy too.
+                useful: self.progressed || opened_at.elapsed() >= heartbeat * SILENCE_LIMIT,
             },
         }
     }
@@ -530,6 +539,7 @@ impl LeaseClient {
     ) -> Result<Option<SessionEnd>, SessionError> {
         match message.kind {
             Some(In::Leases(batch)) => {
+                self.progressed = true;
                 for lease in batch.leases {
                     self.on_lease(lease);
                 }
@@ -539,6 +549,7 @@ impl LeaseClient {
                 self.flush(stream).await?;
             }
             Some(In::ReportAcks(batch)) => {
+                self.progressed = true;
                 for ack in batch.acks {
                     let key = LeaseKey {
                         task_id: ack.task_id,
@@ -551,6 +562,7 @@ impl LeaseClient {
                 self.update_stats();
             }
             Some(In::ExtendAck(ack)) => {
+                self.progressed = true;
                 for lost in &ack.lost {
                     let key = LeaseKey::from_ref(lost);
                     if self.inflight.lose(&key) {
