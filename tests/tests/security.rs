@@ -118,12 +118,10 @@ async fn plain_channel(scheduler: &SchedulerProcess) -> Result<Channel> {
 }
 
 /// A scheduler that requires the tokens in `file` (no anonymous access), over plaintext.
-async fn scheduler_with_tokens(db: &TestDb, file: &TokensFile) -> Result<SchedulerProcess> {
+fn scheduler_with_tokens(db: &TestDb, file: &TokensFile) -> herald_tests::SchedulerBuilder {
     SchedulerProcess::builder(db)
         .env("HERALD_ALLOW_ANONYMOUS", "false")
         .env("HERALD_AUTH_TOKENS_FILE", &file.path)
-        .spawn()
-        .await
 }
 
 #[tokio::test]
@@ -133,7 +131,7 @@ async fn every_rpc_needs_a_token_with_its_role() -> Result<()> {
     let executor = TestToken::new("worker", &["executor"], &["default"]);
     let admin = TestToken::new("ops", &["admin"], &["default"]);
     let file = write_tokens_file(&[client.clone(), executor.clone(), admin.clone()])?;
-    let scheduler = scheduler_with_tokens(&db, &file).await?;
+    let scheduler = scheduler_with_tokens(&db, &file).spawn().await?;
     let channel = plain_channel(&scheduler).await?;
 
     let rpcs = every_rpc()?;
@@ -190,10 +188,8 @@ async fn tls_is_served_and_the_lease_stream_requires_a_client_certificate() -> R
     let client = TestToken::new("app", &["client"], &["default"]);
     let executor = TestToken::new("worker", &["executor"], &["default"]);
     let file = write_tokens_file(&[client.clone(), executor.clone()])?;
-    let scheduler = SchedulerProcess::builder(&db)
+    let scheduler = scheduler_with_tokens(&db, &file)
         .env("HERALD_ALLOW_PLAINTEXT", "false")
-        .env("HERALD_ALLOW_ANONYMOUS", "false")
-        .env("HERALD_AUTH_TOKENS_FILE", &file.path)
         .env("HERALD_TLS_CERT", &pki.server_cert)
         .env("HERALD_TLS_KEY", &pki.server_key)
         .env("HERALD_TLS_CLIENT_CA", &pki.ca)
@@ -389,7 +385,7 @@ async fn namespaces_cannot_see_cancel_or_lease_each_others_work() -> Result<()> 
         shop_worker.clone(),
         bank_worker.clone(),
     ])?;
-    let scheduler = scheduler_with_tokens(&db, &file).await?;
+    let scheduler = scheduler_with_tokens(&db, &file).spawn().await?;
     let channel = plain_channel(&scheduler).await?;
     let mut tasks = TaskServiceClient::new(channel.clone());
     let create = |token: &TestToken, recipient: &str| {
@@ -540,7 +536,7 @@ async fn a_flooding_token_is_throttled_and_others_keep_being_served() -> Result<
     let flood = TestToken::new("flood", &["client"], &["default"]).with_rate(5, 5);
     let calm = TestToken::new("calm", &["client"], &["default"]);
     let file = write_tokens_file(&[flood.clone(), calm.clone()])?;
-    let scheduler = scheduler_with_tokens(&db, &file).await?;
+    let scheduler = scheduler_with_tokens(&db, &file).spawn().await?;
     let channel = plain_channel(&scheduler).await?;
 
     let mut calls = Vec::new();
@@ -658,9 +654,7 @@ async fn the_dashboard_requires_an_admin_token_and_metrics_can() -> Result<()> {
     let admin = TestToken::new("ops", &["admin"], &["default"]);
     let client = TestToken::new("app", &["client"], &["default"]);
     let file = write_tokens_file(&[admin.clone(), client.clone()])?;
-    let scheduler = SchedulerProcess::builder(&db)
-        .env("HERALD_ALLOW_ANONYMOUS", "false")
-        .env("HERALD_AUTH_TOKENS_FILE", &file.path)
+    let scheduler = scheduler_with_tokens(&db, &file)
         .env("HERALD_METRICS_AUTH", "true")
         .spawn()
         .await?;
@@ -702,9 +696,7 @@ async fn tokens_and_provider_secrets_never_reach_logs_or_answers() -> Result<()>
     let client = TestToken::new("app", &["client"], &["default"]);
     let worker = TestToken::new("worker", &["executor"], &["default"]);
     let file = write_tokens_file(&[client.clone(), worker.clone()])?;
-    let scheduler = SchedulerProcess::builder(&db)
-        .env("HERALD_ALLOW_ANONYMOUS", "false")
-        .env("HERALD_AUTH_TOKENS_FILE", &file.path)
+    let scheduler = scheduler_with_tokens(&db, &file)
         .env("RUST_LOG", "debug")
         .spawn()
         .await?;
