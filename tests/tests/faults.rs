@@ -16,9 +16,10 @@
 //! Each run prints one `FAULT-SUMMARY` line (copied into docs/reliability.md); see them with
 //! `cargo nextest run -p herald-tests --test faults --success-output immediate`.
 //!
-//! Synchronisation is by events (provider counters, health Watch streams, process exits, rows
-//! appearing); the only loop that re-reads is the final wait for every task to settle. No
-//! assertion is about time.
+//! Synchronisation is by events: provider counters and health Watch streams are awaited,
+//! process exits are waited for, and where the event is a database state (every task settled,
+//! a victim holding leases, leases expired behind a cut, rows pruned) a loop re-reads it until
+//! it holds, bounded only to fail a hang. No assertion is about time.
 
 use std::time::Duration;
 
