@@ -56,7 +56,9 @@ updated AS (
         updated_at = now()
     FROM planned p
     WHERE t.id = p.id
-    RETURNING t.id, t.lease_count, t.state::text, t.run_at, t.account_id
+    -- A task cancelled while leased gave its account slot back when it was cancelled.
+    RETURNING t.id, t.lease_count, t.state::text, t.run_at, t.account_id,
+              p.old_state = 'cancelled' AS was_cancelled
 ),
 recorded AS (
     INSERT INTO herald.attempts (task_id, attempt, executor_id, outcome, error,
@@ -68,7 +70,8 @@ recorded AS (
     FROM planned p
     ON CONFLICT (task_id, attempt) DO NOTHING
 )
-SELECT u.id, u.lease_count, u.state, u.run_at, u.account_id,
-       -- A task cancelled while leased gave its account slot back when it was cancelled.
-       p.old_state = 'cancelled'
-FROM updated u JOIN planned p ON p.id = u.id
+-- Straight from the UPDATE: joining the two CTEs back on id made the planner compare every
+-- updated row with every planned one (a nested loop over CTE scans, quadratic in the batch:
+-- uuid_eq was the top herald symbol in PostgreSQL's profile of the S1 drain).
+SELECT id, lease_count, state, run_at, account_id, was_cancelled
+FROM updated
