@@ -687,6 +687,16 @@ async fn the_dashboard_requires_an_admin_token_and_metrics_can() -> Result<()> {
             .await?;
         assert_eq!(basic.status(), 200, "{path} with Basic auth");
     }
+    // The HTTP listener binds namespaces by the same rule as the gRPC layer.
+    for (namespace, status) in [("elsewhere", 403), ("Not A Name", 400), ("default", 200)] {
+        let r = http
+            .get(format!("{base}/dashboard/api/overview"))
+            .bearer_auth(&admin.token)
+            .header("x-herald-namespace", namespace)
+            .send()
+            .await?;
+        assert_eq!(r.status(), status, "namespace {namespace:?}");
+    }
     Ok(())
 }
 

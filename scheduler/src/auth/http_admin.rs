@@ -10,8 +10,8 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 
-use super::layer::{bearer_token, AuthPolicy};
-use super::{Caller, Role, NAMESPACE_HEADER};
+use super::layer::{bearer_token, namespace_for, AuthPolicy};
+use super::{Caller, Role};
 
 /// What the HTTP listener protects.
 #[derive(Debug, Clone)]
@@ -53,23 +53,16 @@ pub async fn require_admin(
         )
             .into_response();
     }
-    let namespace = match request
-        .headers()
-        .get(NAMESPACE_HEADER)
-        .and_then(|v| v.to_str().ok())
-    {
-        Some(name) if principal.namespaces.allows(name) => name.to_owned(),
-        Some(name) => {
-            return (
-                StatusCode::FORBIDDEN,
-                format!(
-                    "token {:?} may not act in namespace {name:?}",
-                    principal.name
-                ),
-            )
-                .into_response()
+    let namespace = match namespace_for(&principal, request.headers()) {
+        Ok(namespace) => namespace,
+        Err(status) => {
+            let code = if status.code() == tonic::Code::InvalidArgument {
+                StatusCode::BAD_REQUEST
+            } else {
+                StatusCode::FORBIDDEN
+            };
+            return (code, status.message().to_owned()).into_response();
         }
-        None => principal.namespaces.default_namespace().to_owned(),
     };
     request.extensions_mut().insert(Caller {
         principal,

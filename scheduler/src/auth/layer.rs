@@ -95,27 +95,7 @@ impl AuthPolicy {
                 wait.as_millis().max(1)
             )));
         }
-        let namespace = match request.headers().get(NAMESPACE_HEADER) {
-            None => principal.namespaces.default_namespace().to_owned(),
-            Some(value) => {
-                let name = value.to_str().unwrap_or("");
-                if !valid_namespace(name) {
-                    return Err(Status::invalid_argument(format!(
-                        "{NAMESPACE_HEADER}: not a namespace name \
-                         (1 to 64 of a-z, 0-9, '-', '_', '.')"
-                    )));
-                }
-                if !principal.namespaces.allows(name) {
-                    metrics::counter!("herald_auth_refused_total", "reason" => "namespace")
-                        .increment(1);
-                    return Err(Status::permission_denied(format!(
-                        "token {:?} may not act in namespace {name:?}",
-                        principal.name
-                    )));
-                }
-                name.to_owned()
-            }
-        };
+        let namespace = namespace_for(&principal, request.headers())?;
         Ok(Some(Caller {
             principal,
             namespace,
@@ -153,6 +133,29 @@ impl AuthPolicy {
             }
         }
     }
+}
+
+/// The namespace a request acts in: the one its `x-herald-namespace` header names, which must
+/// be a valid name the principal is granted, or else the principal's default. Shared by the gRPC
+/// layer and the HTTP listener so both apply the same rule.
+pub fn namespace_for(principal: &Principal, headers: &::http::HeaderMap) -> Result<String, Status> {
+    let Some(value) = headers.get(NAMESPACE_HEADER) else {
+        return Ok(principal.namespaces.default_namespace().to_owned());
+    };
+    let name = value.to_str().unwrap_or("");
+    if !valid_namespace(name) {
+        return Err(Status::invalid_argument(format!(
+            "{NAMESPACE_HEADER}: not a namespace name (1 to 64 of a-z, 0-9, '-', '_', '.')"
+        )));
+    }
+    if !principal.namespaces.allows(name) {
+        metrics::counter!("herald_auth_refused_total", "reason" => "namespace").increment(1);
+        return Err(Status::permission_denied(format!(
+            "token {:?} may not act in namespace {name:?}",
+            principal.name
+        )));
+    }
+    Ok(name.to_owned())
 }
 
 /// The token of a `Bearer <token>` header value (scheme case-insensitive).
