@@ -286,12 +286,9 @@ pub(crate) async fn scale(opts: &Options, report: &mut Report) -> Result<()> {
     let rss = RssSampler::start(stack::pid(&scheduler)?);
     let client = db.connect().await?;
     let claim = client
-        .prepare(include_str!(
-            "../../scheduler/src/store/queries/claim_due.sql"
-        ))
+        .prepare(&herald_scheduler::store::claim::CLAIM_DUE_SQL)
         .await
         .context("preparing herald's claim")?;
-    let priorities: Vec<i16> = (0..10).rev().collect();
     let mut filled = 0u64;
     let mut claim_p50 = Vec::new();
     for &size in &opts.scale_sizes {
@@ -320,7 +317,6 @@ pub(crate) async fn scale(opts: &Options, report: &mut Report) -> Result<()> {
                 .query(
                     &claim,
                     &[
-                        &priorities,
                         &None::<Vec<String>>,
                         &i64::from(opts.claim_batch),
                         &"probe",

@@ -76,7 +76,10 @@ fn at_each_priority(statement: &str, branch: &str) -> String {
     statement.replace("{at_each_priority}", &branches.join("\nUNION ALL\n"))
 }
 
-static CLAIM_DUE_SQL: LazyLock<String> = LazyLock::new(|| {
+/// The one-statement claim (`claim_due.sql`, expanded): public so the benchmark times exactly
+/// the statement the scheduler runs. Parameters: queues (`text[]` or NULL), limit, executor id,
+/// lease TTL in milliseconds, route (`<namespace>/`).
+pub static CLAIM_DUE_SQL: LazyLock<String> = LazyLock::new(|| {
     at_each_priority(
         include_str!("queries/claim_due.sql"),
         include_str!("queries/claim_due.at_priority.sql"),
