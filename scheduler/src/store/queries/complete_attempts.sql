@@ -18,17 +18,26 @@ decided AS (
            -- A provider's retry-after wins over the formula. ACCOUNT_UNAVAILABLE is due again at
            -- once: the claim routes it to another account of its pool (a pinned task waits for
            -- its account instead, which the claim also handles).
-           CASE WHEN i.outcome = 5 THEN now() ELSE now() + COALESCE(i.retry_after_ms,
+           -- Sent (1) and permanent failures (4) are never retried: no delay to draw.
+           CASE WHEN i.outcome IN (1, 4) THEN NULL
+                WHEN i.outcome = 5 THEN now() ELSE now() + COALESCE(i.retry_after_ms,
                             herald.retry_delay_ms(t.attempts + 1, t.retry_delays_ms,
                                                   t.backoff_initial_ms, t.backoff_max_ms,
                                                   t.backoff_multiplier, t.backoff_jitter))
                    * interval '1 millisecond' END AS next_run,
            t.max_attempts, t.expire_at
     FROM input i
-    -- $8: the reporting session's namespace; another namespace's tasks match nothing.
-    JOIN herald.tasks t ON t.id = i.task_id AND t.lease_count = i.attempt AND t.namespace = $8
-    WHERE t.state = 'leased' OR (t.state = 'cancelled' AND t.cancel_outcome = 5)
-    FOR UPDATE OF t
+    -- One primary-key probe per report, forced by LATERAL: as a join, the planner's custom
+    -- plans for a prepared statement's first executions hash-joined a sequential scan of the
+    -- whole table (measured: 20-100 ms instead of 10 ms for 500 reports at 50,000 tasks).
+    CROSS JOIN LATERAL (
+        SELECT *
+        FROM herald.tasks t
+        -- $8: the reporting session's namespace; another namespace's tasks match nothing.
+        WHERE t.id = i.task_id AND t.lease_count = i.attempt AND t.namespace = $8
+          AND (t.state = 'leased' OR (t.state = 'cancelled' AND t.cancel_outcome = 5))
+        FOR UPDATE
+    ) t
 ),
 planned AS (
     SELECT d.*,
@@ -55,7 +64,9 @@ updated AS (
         lease_expires_at = NULL,
         updated_at = now()
     FROM planned p
-    WHERE t.id = p.id
+    -- = ANY($1) pins the update to primary-key lookups (a plain join on id may plan a hash
+    -- join over a sequential scan, as above).
+    WHERE t.id = ANY($1::uuid[]) AND t.id = p.id
     -- A task cancelled while leased gave its account slot back when it was cancelled.
     RETURNING t.id, t.lease_count, t.state::text, t.run_at, t.account_id,
               p.old_state = 'cancelled' AS was_cancelled

@@ -4,5 +4,8 @@ UPDATE herald.tasks t
 SET lease_expires_at = now() + $3::bigint * interval '1 millisecond',
     updated_at = now()
 FROM unnest($1::uuid[], $2::integer[]) AS l(id, attempt)
-WHERE t.id = l.id AND t.lease_count = l.attempt AND t.state = 'leased' AND t.namespace = $4
+-- = ANY($1) pins the update to primary-key lookups: joined on id alone, a batch of hundreds
+-- may be planned as a hash join over a sequential scan of the whole table.
+WHERE t.id = ANY($1::uuid[]) AND t.id = l.id AND t.lease_count = l.attempt
+  AND t.state = 'leased' AND t.namespace = $4
 RETURNING t.id, t.lease_count, t.lease_expires_at

@@ -10,7 +10,8 @@ SET state = 'leased',
     account_id = COALESCE(a.account_id, t.account_id),
     updated_at = now()
 FROM unnest($1::uuid[], $2::text[], $5::timestamptz[]) AS a(id, account_id, granted_at)
-WHERE t.id = a.id AND t.state = 'scheduled'
+-- = ANY($1) pins the update to primary-key lookups (see extend_leases.sql).
+WHERE t.id = ANY($1::uuid[]) AND t.id = a.id AND t.state = 'scheduled'
 RETURNING t.id, t.lease_count, t.queue, t.recipient, t.content,
           COALESCE(t.idempotency_key, t.id::text), t.run_at, t.leased_at, t.lease_expires_at,
           t.attempts, t.max_attempts, t.labels, a.account_id,
