@@ -419,16 +419,25 @@ impl Store {
             .iter()
             .filter(|c| c.route != unrouted)
             .map(|c| c.recipient.as_str())
+            .collect::<HashSet<&str>>()
+            .into_iter()
             .collect();
         let blocked: HashSet<(String, String)> = if recipients.is_empty() {
             HashSet::new()
         } else {
+            // One probe of recipient_sends_recipient per recipient, forced by LATERAL: left to
+            // itself the planner walked every account's pairs through the primary key.
             tx.query(
                 "SELECT s.account_id, s.recipient
-                 FROM herald.recipient_sends s
+                 FROM unnest($2::text[]) AS r(recipient)
+                 CROSS JOIN LATERAL (
+                     SELECT * FROM herald.recipient_sends s
+                     WHERE s.namespace = $1 AND s.recipient = r.recipient
+                     -- Keeps the subquery from being flattened into the join.
+                     OFFSET 0
+                 ) s
                  JOIN herald.accounts a ON a.namespace = s.namespace AND a.id = s.account_id
-                 WHERE s.namespace = $1 AND s.recipient = ANY($2)
-                   AND (s.blocked_until > now()
+                 WHERE (s.blocked_until > now()
                         OR s.last_sent_at > now() - COALESCE(a.recipient_interval_ms, 0)
                                                     * interval '1 millisecond')",
                 &[&req.namespace, &recipients],

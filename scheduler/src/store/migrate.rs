@@ -52,6 +52,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "finish_campaigns",
         sql: include_str!("../../migrations/V8__finish_campaigns.sql"),
     },
+    Migration {
+        version: 9,
+        name: "claim_plan_indexes",
+        sql: include_str!("../../migrations/V9__claim_plan_indexes.sql"),
+    },
 ];
 
 /// Arbitrary but fixed: the advisory lock key that serialises migrations across replicas.

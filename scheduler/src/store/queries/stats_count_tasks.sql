@@ -1,7 +1,7 @@
 -- Counts tasks by state in the window [$2, $3). A task is placed in time by one instant: when
 -- it ended (finished_at) if it has, else when it is due (run_at). The two arms are disjoint
 -- (only ended tasks have finished_at) and each can walk an index: tasks_finished and
--- tasks_pending_run_at.
+-- tasks_pending_run_at (namespace, run_at).
 SELECT state, count(*)
 FROM (
     SELECT state::text AS state
