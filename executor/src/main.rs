@@ -19,7 +19,8 @@ async fn main() -> anyhow::Result<()> {
         Some(path) => SenderRoutes::from_file(path)?,
         None => SenderRoutes::log_only(),
     };
-    let shutdown = signals()?;
+    // Before READY is printed, so a signal sent right after start-up is caught.
+    let shutdown = herald_process::shutdown::on_signal().context("cannot handle SIGTERM/SIGINT")?;
     let listener = tokio::net::TcpListener::bind(config.http_addr)
         .await
         .with_context(|| format!("cannot listen on {}", config.http_addr))?;
@@ -31,28 +32,4 @@ async fn main() -> anyhow::Result<()> {
     }
     herald_executor::run(config, routes, listener, shutdown).await?;
     Ok(())
-}
-
-/// Installs the SIGTERM/SIGINT handlers now, before READY is printed, so a signal sent right
-/// after start-up is caught; the returned future resolves on the first one, and a second one
-/// exits the process at once.
-fn signals() -> anyhow::Result<impl std::future::Future<Output = ()>> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
-    let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
-    Ok(async move {
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
-        }
-        tracing::info!("signal received; shutting down (send another to exit at once)");
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
-            tracing::warn!("second signal; exiting now");
-            std::process::exit(130);
-        });
-    })
 }

@@ -96,7 +96,9 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         .with_context(|| format!("cannot bind {} / {}", config.grpc_addr, config.http_addr))?;
     let grpc = listeners.grpc.local_addr()?;
     let http = listeners.http.local_addr()?;
-    herald_scheduler::run(config, listeners, shutdown_signal()?, move || {
+    // Before READY is printed, so a signal sent right after start-up is caught.
+    let shutdown = herald_process::shutdown::on_signal().context("cannot handle SIGTERM/SIGINT")?;
+    herald_scheduler::run(config, listeners, shutdown, move || {
         // One machine-readable line on stdout: launchers and test harnesses wait for it.
         let mut out = std::io::stdout();
         let _ = writeln!(out, "READY grpc={grpc} http={http}");
@@ -104,28 +106,6 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     })
     .await?;
     Ok(())
-}
-
-/// Installs the SIGTERM/SIGINT handlers now (so a signal sent right after READY is already
-/// caught) and returns a future that resolves on the first one; a second one exits at once.
-fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
-    let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
-    Ok(async move {
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
-        }
-        tracing::info!("signal received; shutting down (send again to exit at once)");
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
-            std::process::exit(130);
-        });
-    })
 }
 
 /// Prints a fresh token (stdout, first line: give it to the client) and its entry for the

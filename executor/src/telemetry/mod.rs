@@ -1,121 +1,27 @@
-//! Telemetry: logs (text or JSON), OpenTelemetry traces over OTLP when
-//! `OTEL_EXPORTER_OTLP_ENDPOINT` is set, and the Prometheus metrics ([`metrics`]).
+//! Telemetry: logs and OTLP traces (set up by `herald_process::telemetry`, shared with the scheduler)
+//! and the Prometheus metrics ([`metrics`]).
 //!
 //! Each lease carries the `traceparent` of the CreateTask that made its task; the `send` span
 //! is its child, so the send joins the trace that began at the scheduler.
 
 pub mod metrics;
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+pub use herald_process::telemetry::TelemetryGuard;
 
-use opentelemetry::propagation::TextMapPropagator;
-use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
-use opentelemetry_sdk::propagation::TraceContextPropagator;
-use opentelemetry_sdk::trace::SdkTracerProvider;
-use tracing_opentelemetry::OpenTelemetrySpanExt;
-use tracing_subscriber::layer::SubscriberExt;
-use tracing_subscriber::util::SubscriberInitExt;
-use tracing_subscriber::{EnvFilter, Layer};
+/// The service name on exported spans.
+const SERVICE_NAME: &str = "herald-executor";
 
-/// Whether spans are exported: per-lease trace work is skipped when they are not.
-static EXPORTING: AtomicBool = AtomicBool::new(false);
-
-/// Keeps the trace exporter alive; dropping it flushes the spans not yet exported.
-#[must_use = "dropping the guard shuts the trace exporter down"]
-pub struct TelemetryGuard {
-    provider: Option<SdkTracerProvider>,
-}
-
-impl Drop for TelemetryGuard {
-    fn drop(&mut self) {
-        if let Some(provider) = self.provider.take() {
-            // Exports what the batch processor still holds; bounded by the exporter's timeout.
-            if let Err(e) = provider.shutdown() {
-                eprintln!("cannot flush traces: {e}");
-            }
-        }
-    }
-}
-
-/// Installs the global subscriber: `RUST_LOG` filter (default `info`), text or JSON logs on
-/// stderr, and the OpenTelemetry layer when `OTEL_EXPORTER_OTLP_ENDPOINT` is set (standard
-/// `OTEL_*` variables such as `OTEL_BSP_SCHEDULE_DELAY` apply). Call once, early.
+/// Installs logging and, when configured, trace export; see [`herald_process::telemetry::init`].
 pub fn init(log_format: &str) -> TelemetryGuard {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
-    let fmt = if log_format.eq_ignore_ascii_case("json") {
-        fmt.json().boxed()
-    } else {
-        fmt.boxed()
-    };
-    let service_name = "herald-executor";
-    let (provider, otel_error) = match otlp_provider(service_name) {
-        Ok(p) => (p, None),
-        Err(e) => (None, Some(e)),
-    };
-    let otel = provider.as_ref().map(|p| {
-        tracing_opentelemetry::layer()
-            .with_tracer(p.tracer(service_name))
-            // Only herald's own spans: library internals (h2, tonic) would drown them.
-            .with_filter(tracing_subscriber::filter::filter_fn(|m| {
-                m.target().starts_with("herald")
-            }))
-    });
-    // Ignored when a subscriber is already installed (tests embedding the scheduler).
-    let _ = tracing_subscriber::registry()
-        .with(filter)
-        .with(fmt)
-        .with(otel)
-        .try_init();
-    if let Some(e) = otel_error {
-        tracing::warn!(error = %e, "cannot set up the OTLP trace exporter; traces are off");
-    } else if provider.is_some() {
-        EXPORTING.store(true, Ordering::Relaxed);
-        tracing::info!("exporting traces over OTLP");
-    }
-    TelemetryGuard { provider }
-}
-
-fn otlp_provider(
-    service_name: &'static str,
-) -> Result<Option<SdkTracerProvider>, opentelemetry_otlp::ExporterBuildError> {
-    if std::env::var_os("OTEL_EXPORTER_OTLP_ENDPOINT").is_none()
-        && std::env::var_os("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").is_none()
-    {
-        return Ok(None);
-    }
-    use opentelemetry_otlp::WithExportConfig as _;
-    // HTTP/protobuf; the endpoint and headers come from the standard OTEL_* variables.
-    let exporter = opentelemetry_otlp::SpanExporter::builder()
-        .with_http()
-        .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
-        .build()?;
-    let resource = opentelemetry_sdk::Resource::builder()
-        .with_service_name(service_name)
-        .build();
-    let provider = SdkTracerProvider::builder()
-        .with_batch_exporter(exporter)
-        .with_resource(resource)
-        .build();
-    Ok(Some(provider))
-}
-
-/// Parses a `traceparent` into a context to parent spans on.
-pub(crate) fn context_from_traceparent(traceparent: &str) -> Option<opentelemetry::Context> {
-    let mut carrier = HashMap::with_capacity(1);
-    carrier.insert("traceparent".to_string(), traceparent.to_string());
-    let cx = TraceContextPropagator::new().extract(&carrier);
-    cx.span().span_context().is_valid().then_some(cx)
+    herald_process::telemetry::init(log_format, SERVICE_NAME)
 }
 
 /// Makes `span` a child of the lease's `traceparent`, when spans are exported and it is valid.
 pub(crate) fn set_parent_from(span: &tracing::Span, traceparent: &str) {
-    if traceparent.is_empty() || !EXPORTING.load(Ordering::Relaxed) {
+    if traceparent.is_empty() || !herald_process::telemetry::exporting() {
         return;
     }
-    if let Some(parent) = context_from_traceparent(traceparent) {
-        // Fails only if the span has already started; ours are fresh.
-        let _ = span.set_parent(parent);
+    if let Some(parent) = herald_process::telemetry::context_from_traceparent(traceparent) {
+        herald_process::telemetry::set_parent(span, parent);
     }
 }
