@@ -2,12 +2,15 @@
 //! and mirrors the answer into grpc.health.v1, overall (`""`) and for every herald service the
 //! replica reports. While the database is unreachable the replica says `NOT_SERVING`, so load
 //! balancers and executors' health checks move away from it; the moment it answers again the
-//! replica says `SERVING`. Nothing else changes: RPCs keep answering (UNAVAILABLE while the
-//! database is gone), and every other job reconnects by itself.
+//! replica says `SERVING`. RPCs keep answering (UNAVAILABLE while the database is gone), new
+//! lease streams are refused with UNAVAILABLE ([`DatabaseReachable`]) so executors move to a
+//! replica that can lease, and every other job reconnects by itself.
 //!
 //! The check runs on a dedicated connection rather than a pooled one: a pool that is busy
 //! (every connection checked out under load) must not read as an outage.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use herald_proto::v1::{
@@ -33,18 +36,46 @@ const SERVICES: [&str; 5] = [
     account_service_server::SERVICE_NAME,
 ];
 
+/// Whether the last check reached the database; starts true (start-up has just migrated).
+#[derive(Debug, Clone)]
+pub struct DatabaseReachable(Arc<AtomicBool>);
+
+impl DatabaseReachable {
+    /// Whether the database answered the last check.
+    pub fn is_up(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+impl Default for DatabaseReachable {
+    fn default() -> Self {
+        DatabaseReachable(Arc::new(AtomicBool::new(true)))
+    }
+}
+
 /// A running database watch; [`DbWatch::stop`] ends it.
 pub struct DbWatch {
     stop: CancellationToken,
     task: JoinHandle<()>,
+    reachable: DatabaseReachable,
 }
 
 impl DbWatch {
     /// Starts checking the database of `pg` every [`INTERVAL`], setting `health` to match.
     pub fn spawn(pg: tokio_postgres::Config, health: HealthReporter) -> Self {
         let stop = CancellationToken::new();
-        let task = tokio::spawn(run(pg, health, stop.clone()));
-        DbWatch { stop, task }
+        let reachable = DatabaseReachable::default();
+        let task = tokio::spawn(run(pg, health, reachable.clone(), stop.clone()));
+        DbWatch {
+            stop,
+            task,
+            reachable,
+        }
+    }
+
+    /// The watch's latest answer, for parts that act on it (the lease service).
+    pub fn reachable(&self) -> DatabaseReachable {
+        self.reachable.clone()
     }
 
     /// Stops the watch and waits for it to end. Call it before shutdown sets `NOT_SERVING`, so
@@ -56,7 +87,12 @@ impl DbWatch {
 }
 
 /// Checks until `stop`; changes health only when the answer changes.
-async fn run(pg: tokio_postgres::Config, health: HealthReporter, stop: CancellationToken) {
+async fn run(
+    pg: tokio_postgres::Config,
+    health: HealthReporter,
+    reachable: DatabaseReachable,
+    stop: CancellationToken,
+) {
     let mut client: Option<tokio_postgres::Client> = None;
     // Start-up set SERVING after migrations, so that is the state being watched from.
     let mut serving = true;
@@ -79,6 +115,7 @@ async fn run(pg: tokio_postgres::Config, health: HealthReporter, stop: Cancellat
         }
         if up != serving {
             serving = up;
+            reachable.0.store(up, Ordering::Relaxed);
             let status = if up {
                 tracing::info!("database reachable again; health SERVING");
                 ServingStatus::Serving

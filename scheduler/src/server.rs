@@ -220,6 +220,7 @@ pub async fn run(
         events: events_tx.clone(),
         registry: registry.clone(),
         drain: drain.clone(),
+        database: db_watch.reachable(),
     });
 
     let grpc_stop = server_stop.clone();

@@ -28,6 +28,7 @@ use herald_proto::v1::{
     retry_policy, task_service_client::TaskServiceClient, CreateTaskRequest, CreateTasksRequest,
     FixedDelays, RetryPolicy, TaskSpec,
 };
+use herald_tests::lease::ScriptedExecutor;
 use herald_tests::{
     connect_health, connect_tasks, task_spec, unique_id, ExecutorProcess, FakeProvider, Gate,
     PgCluster, ProviderMode, SchedulerProcess, TaskSpecExt, TcpProxy, TestDb,
@@ -477,6 +478,19 @@ async fn postgres_restarted_mid_run_turns_health_not_serving_and_everything_reco
     ensure!(
         refused.code() == tonic::Code::Unavailable,
         "CreateTask during the outage answered {refused:?}"
+    );
+    // A new lease stream is refused, so an executor would try another replica at once.
+    let stream_refused = ScriptedExecutor::connect(&scheduler.grpc_url(), "latecomer", &[], 1)
+        .await
+        .err()
+        .context("a lease stream opened without a database")?;
+    let stream_status = stream_refused
+        .chain()
+        .find_map(|e| e.downcast_ref::<tonic::Status>())
+        .with_context(|| format!("not a gRPC status: {stream_refused:#}"))?;
+    ensure!(
+        stream_status.code() == tonic::Code::Unavailable,
+        "Lease during the outage answered {stream_status:?}"
     );
     // Both processes are still up and answering.
     let executor_health = http

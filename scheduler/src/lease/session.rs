@@ -20,6 +20,7 @@ use super::registry::{Outbound, Registry};
 use super::LeaseSettings;
 use crate::api::convert;
 use crate::api::validate::queue_name_problem;
+use crate::db_watch::DatabaseReachable;
 use crate::model::{AttemptReport, GrantedLease, Outcome, TaskState};
 use crate::store::Store;
 
@@ -45,6 +46,8 @@ pub struct SessionContext {
     pub registry: Registry,
     /// Cancelled when the replica drains: sessions stop granting and send `Drain`.
     pub drain: CancellationToken,
+    /// Whether this replica reaches the database: without it a session could lease nothing.
+    pub database: DatabaseReachable,
 }
 
 /// Performs the handshake and starts the session; the returned stream carries the scheduler's
@@ -56,6 +59,12 @@ pub async fn open(
 ) -> Result<ReceiverStream<Result<SchedulerMessage, Status>>, Status> {
     if ctx.drain.is_cancelled() {
         return Err(Status::unavailable("scheduler is shutting down"));
+    }
+    // Refused rather than held open: the executor tries its other endpoints at once.
+    if !ctx.database.is_up() {
+        return Err(Status::unavailable(
+            "this scheduler cannot reach its database; try another replica",
+        ));
     }
     let first = tokio::time::timeout(HELLO_TIMEOUT, inbound.message())
         .await
