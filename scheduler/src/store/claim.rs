@@ -639,10 +639,14 @@ mod tests {
             assert!(sql
                 .lines()
                 .all(|l| !l.trim_start().starts_with("--") || !l.contains("SELECT")));
-            let positions: Vec<usize> = PRIORITIES_DESC
+            let positions: Vec<Option<usize>> = PRIORITIES_DESC
                 .iter()
-                .map(|p| sql.find(&format!("t.priority = {p}\n")).unwrap())
+                .map(|p| sql.find(&format!("t.priority = {p}\n")))
                 .collect();
+            assert!(
+                positions.iter().all(Option::is_some),
+                "a level is missing: {sql}"
+            );
             assert!(positions.windows(2).all(|w| w[0] < w[1]), "{sql}");
         }
     }
