@@ -286,7 +286,7 @@ pub(crate) async fn scale(opts: &Options, report: &mut Report) -> Result<()> {
     let rss = RssSampler::start(stack::pid(&scheduler)?);
     let client = db.connect().await?;
     let claim = client
-        .prepare(&herald_scheduler::store::claim::CLAIM_DUE_SQL)
+        .prepare(&herald_scheduler::store::leases::claim::CLAIM_DUE_SQL)
         .await
         .context("preparing herald's claim")?;
     let mut filled = 0u64;

@@ -13,9 +13,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use herald_proto::v1::{
-    account_service_server, lease_service_server, stats_service_server, task_service_server,
-};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tonic_health::server::HealthReporter;
@@ -25,16 +22,6 @@ use tonic_health::ServingStatus;
 pub const INTERVAL: Duration = Duration::from_secs(1);
 /// How long one check (connecting included) may take before it counts as a failure.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// The health entries the watch keeps in step with the database: the overall status and each
-/// herald service the server registers with the health service.
-const SERVICES: [&str; 5] = [
-    "",
-    task_service_server::SERVICE_NAME,
-    lease_service_server::SERVICE_NAME,
-    stats_service_server::SERVICE_NAME,
-    account_service_server::SERVICE_NAME,
-];
 
 /// Whether the last check reached the database; starts true (start-up has just migrated).
 #[derive(Debug, Clone)]
@@ -61,11 +48,16 @@ pub struct DbWatch {
 }
 
 impl DbWatch {
-    /// Starts checking the database of `pg` every [`INTERVAL`], setting `health` to match.
-    pub fn spawn(pg: tokio_postgres::Config, health: HealthReporter) -> Self {
+    /// Starts checking the database of `pg` every [`INTERVAL`], setting the health of each of
+    /// `services` (`""` for the server as a whole) to match.
+    pub fn spawn(
+        pg: tokio_postgres::Config,
+        health: HealthReporter,
+        services: &'static [&'static str],
+    ) -> Self {
         let stop = CancellationToken::new();
         let reachable = DatabaseReachable::default();
-        let task = tokio::spawn(run(pg, health, reachable.clone(), stop.clone()));
+        let task = tokio::spawn(run(pg, health, services, reachable.clone(), stop.clone()));
         DbWatch {
             stop,
             task,
@@ -90,6 +82,7 @@ impl DbWatch {
 async fn run(
     pg: tokio_postgres::Config,
     health: HealthReporter,
+    services: &'static [&'static str],
     reachable: DatabaseReachable,
     stop: CancellationToken,
 ) {
@@ -123,7 +116,7 @@ async fn run(
                 tracing::warn!("database unreachable; health NOT_SERVING until it answers");
                 ServingStatus::NotServing
             };
-            for service in SERVICES {
+            for service in services {
                 health.set_service_status(service, status).await;
             }
         }

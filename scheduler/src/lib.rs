@@ -1,39 +1,37 @@
 //! herald's scheduler: owns task state in PostgreSQL and leases due tasks to executors over a
 //! bidirectional gRPC stream.
 //!
+//! Dependencies point one way: the edges (`api`, `http`) call the domains, which call the store.
 //! Map of the crate:
-//! - [`config`]: flags and their environment twins.
-//! - [`server`]: wiring, start-up and the ordered shutdown.
-//! - [`auth`]: tokens, roles, namespaces bound to tokens, per-token rates.
-//! - [`tls`]: TLS of the gRPC port.
-//! - [`api`]: the gRPC edge (validation, conversion, status mapping); wire types stop there.
-//! - [`model`]: domain types of tasks, attempts and leases.
-//! - [`store`]: PostgreSQL access, migrations and the SQL (in `store/queries/`).
-//! - [`lease`]: executor sessions, the dispatcher, cluster events and the lease sweeper.
-//! - [`schedule`]: cron fire times, the schedule materialiser, campaign spreading.
-//! - [`retention`]: pruning of finished tasks and old idempotency keys.
-//! - [`template`]: checking and rendering message templates.
-//! - [`telemetry`]: logs, OTLP traces, Prometheus metrics and the notification webhook.
-//! - [`http`]: health endpoints and `/metrics`.
-//! - [`db_watch`]: grpc.health.v1 follows whether the database answers.
-//! - [`dashboard`]: the operator's web page and its JSON endpoints, on the HTTP listener.
-//! - [`error`]: the service error and its single mapping to `tonic::Status`.
+//! - Edges: [`api`] (gRPC: wire ⇄ domain conversion, the one error → status mapping, the lease
+//!   stream's framing) and [`http`] (probes, `/metrics`, the dashboard), both behind [`auth`].
+//! - Domains: [`tasks`] (create, cancel, retry: every task is made here), [`lease`] (the lease
+//!   engine: sessions, dispatch, claims, reports, sweeps, slot reconciliation), [`accounts`]
+//!   (limits, routing, feedback), [`schedule`], [`campaigns`], [`templates`], [`stats`]; shared
+//!   field [`rules`] and the service [`error`].
+//! - [`store`]: PostgreSQL, one repository per aggregate with its SQL in named `.sql` files,
+//!   and the migrations.
+//! - Running: [`server`] (wiring and the ordered shutdown), [`config`], [`tls`], [`telemetry`]
+//!   (traces, metrics, the notification webhook), [`db_watch`], [`retention`].
 
+pub mod accounts;
 pub mod api;
 pub mod auth;
+pub mod campaigns;
 pub mod config;
-pub mod dashboard;
 pub mod db_watch;
 pub mod error;
 pub mod http;
 pub mod lease;
-pub mod model;
 pub mod retention;
+pub mod rules;
 pub mod schedule;
 pub mod server;
+pub mod stats;
 pub mod store;
+pub mod tasks;
 pub mod telemetry;
-pub mod template;
+pub mod templates;
 pub mod tls;
 
 pub use config::Config;

@@ -8,9 +8,10 @@ mod fuzz_support;
 
 use chrono::Datelike;
 use herald_proto::v1 as pb;
-use herald_scheduler::lease::session::{report_from_wire, validate_hello, MAX_RETRY_AFTER_MS};
+use herald_scheduler::api::lease::{hello as check_hello, report, MAX_RETRY_AFTER_MS};
+use herald_scheduler::lease::reports::AttemptReport;
 use proptest::prelude::*;
-use tonic::Code;
+use tonic::{Code, Status};
 
 use fuzz_support::*;
 
@@ -65,6 +66,16 @@ fn attempt_result() -> impl Strategy<Value = pb::AttemptResult> {
                 }
             },
         )
+}
+
+/// A Hello as the lease edge answers it: accepted, or the stream's status.
+fn validate_hello(h: &pb::Hello) -> Result<(), Status> {
+    check_hello(h).map(|_| ()).map_err(Status::from)
+}
+
+/// A wire report as the domain report the engine applies; None when it is refused as it stands.
+fn report_from_wire(r: &pb::AttemptResult) -> Option<AttemptReport> {
+    report(r).report
 }
 
 proptest! {

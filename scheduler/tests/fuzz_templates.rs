@@ -9,9 +9,9 @@ use std::collections::BTreeMap;
 
 use chrono::Utc;
 use herald_proto::v1 as pb;
-use herald_scheduler::api::validate::Violations;
-use herald_scheduler::model::{TemplateKind, TemplateRecord};
-use herald_scheduler::template::{variables_of, Renderer};
+use herald_scheduler::error::Violations;
+use herald_scheduler::templates::model::{TemplateKind, TemplateRecord};
+use herald_scheduler::templates::render::{variables_of, Renderer};
 use proptest::prelude::*;
 
 use fuzz_support::*;
@@ -104,7 +104,7 @@ fn check_render(body: &str, vars: BTreeMap<String, String>) -> Result<(), TestCa
     if missing {
         prop_assert!(out.is_none(), "rendered although a variable was missing");
     }
-    for f in &v.0 {
+    for f in v.as_slice() {
         prop_assert!(f.field.starts_with("task.content."), "violation {:?}", f);
     }
     if let Some(content) = out {
@@ -165,7 +165,7 @@ fn render_once(body: &str, name_len: usize) -> Option<String> {
     let mut v = Violations::default();
     let vars = [("name".to_string(), "x".repeat(name_len))].into();
     renderer.render(&template_content("t", vars), "task.content", &mut v);
-    v.0.into_iter()
+    v.as_slice().iter()
         .next()
         .map(|f| format!("{}: {}", f.field, f.description))
 }

@@ -7,14 +7,72 @@ mod fuzz_support;
 
 use chrono::Utc;
 use herald_proto::v1 as pb;
-use herald_scheduler::api::validate::{self, Violations};
-use herald_scheduler::api::{accounts, campaigns, convert, schedules, templates};
-use herald_scheduler::error::{Error, FieldViolation};
-use herald_scheduler::model::DueAt;
+use herald_scheduler::api::convert;
+use herald_scheduler::error::{Error, FieldViolation, Violations};
+use herald_scheduler::tasks::model::DueAt;
 use proptest::prelude::*;
 use prost::Message;
 
 use fuzz_support::*;
+
+/// The checks of each request as the scheduler runs them: wire conversion, then the domain's
+/// rules.
+mod validate {
+    use chrono::{DateTime, Utc};
+    use herald_proto::v1 as pb;
+    use herald_scheduler::api::convert;
+    use herald_scheduler::error::{Error, Violations};
+    use herald_scheduler::tasks::model::NewTask;
+    pub(crate) use herald_scheduler::tasks::model::{MAX_AHEAD, MAX_PAST};
+
+    /// A wire task spec through the edge's conversion and the task domain's rules.
+    pub(crate) fn task_spec(
+        spec: &pb::TaskSpec,
+        path: &str,
+        _namespace: &str,
+        now: DateTime<Utc>,
+        v: &mut Violations,
+    ) -> Option<NewTask> {
+        let before = v.len();
+        let domain = convert::tasks::task_spec(spec, path, v);
+        let wire_ok = v.len() == before;
+        domain.validate(path, now, v).filter(|_| wire_ok)
+    }
+
+    pub(crate) fn duration_ms(d: &prost_types::Duration) -> Option<i64> {
+        convert::duration_ms(d)
+    }
+
+    pub(crate) fn task_id(field: &str, value: &str) -> Result<uuid::Uuid, Error> {
+        herald_scheduler::rules::uuid(field, value, "task")
+    }
+
+    pub(crate) fn parse_local_time(s: &str) -> Option<chrono::NaiveDateTime> {
+        herald_scheduler::rules::parse_local_time(s)
+    }
+
+    pub(crate) fn queue_name_problem(name: &str) -> Option<&'static str> {
+        herald_scheduler::rules::name_problem(name)
+    }
+
+    /// An account through conversion and the account domain's rules.
+    pub(crate) fn account(a: &pb::Account, v: &mut Violations) -> bool {
+        let spec = convert::accounts::account_spec(a, "account", v);
+        if let Some(spec) = &spec {
+            spec.check("account", v);
+        }
+        spec.is_some()
+    }
+
+    /// A template through conversion and the template domain's rules.
+    pub(crate) fn template(t: &pb::Template) -> Result<String, Error> {
+        let mut v = Violations::default();
+        match convert::templates::template_spec(t).validate("template", &mut v) {
+            Some(r) if v.is_empty() => Ok(r.id),
+            _ => Err(v.into_error()),
+        }
+    }
+}
 
 fn content() -> impl Strategy<Value = Option<pb::Content>> {
     let text_body = prop_oneof![
@@ -147,8 +205,8 @@ proptest! {
         let now = Utc::now();
         let mut v = Violations::default();
         let task = validate::task_spec(&spec, "task", "default", now, &mut v);
-        prop_assert_eq!(task.is_some(), v.is_empty(), "accepted with violations {:?}", v.0);
-        named_under(&v.0, "task")?;
+        prop_assert_eq!(task.is_some(), v.is_empty(), "accepted with violations {:?}", v.as_slice());
+        named_under(v.as_slice(), "task")?;
         if let Some(task) = task {
             prop_assert_eq!(&task.queue, &spec.queue);
             prop_assert_eq!(&task.recipient, &spec.recipient);
@@ -164,7 +222,7 @@ proptest! {
             let decoded = pb::TaskSpec::decode(spec.encode_to_vec().as_slice()).unwrap();
             let mut again = Violations::default();
             let twin = validate::task_spec(&decoded, "task", "default", now, &mut again);
-            prop_assert!(again.is_empty(), "round trip refused: {:?}", again.0);
+            prop_assert!(again.is_empty(), "round trip refused: {:?}", again.as_slice());
             let twin = twin.unwrap();
             prop_assert_eq!(task.idempotency.is_some(), !spec.idempotency_key.is_empty());
             prop_assert_eq!(twin.idempotency, task.idempotency);
@@ -183,9 +241,9 @@ proptest! {
         for (i, s) in specs.iter().enumerate() {
             let mut alone = Violations::default();
             let ok = validate::task_spec(s, &format!("tasks[{i}]"), "default", now, &mut alone).is_some();
-            let mine: Vec<_> = v.0.iter().filter(|f| f.field.starts_with(&format!("tasks[{i}]."))).cloned().collect();
+            let mine: Vec<_> = v.as_slice().iter().filter(|f| f.field.starts_with(&format!("tasks[{i}]."))).cloned().collect();
             prop_assert_eq!(ok, mine.is_empty());
-            prop_assert_eq!(mine, alone.0);
+            prop_assert_eq!(mine, alone.as_slice().to_vec());
         }
         prop_assert_eq!(accepted == specs.len(), v.is_empty());
     }
@@ -237,7 +295,7 @@ proptest! {
             expire_after,
         };
         let now = Utc::now();
-        match schedules::validate_spec(&spec, now) {
+        match herald_scheduler::schedule::spec::check(&spec, now) {
             Ok((record, fires)) => {
                 prop_assert_eq!(&record.id, &spec.id);
                 let stored = pb::ScheduleSpec::decode(record.spec.as_slice()).unwrap();
@@ -291,8 +349,8 @@ proptest! {
             priority,
             max_attempts,
         };
-        let v = campaigns::validate_spec(&spec, Utc::now());
-        named_under(&v.0, "campaign")?;
+        let v = herald_scheduler::campaigns::check_spec(&spec, Utc::now());
+        named_under(v.as_slice(), "campaign")?;
     }
 
     #[test]
@@ -342,10 +400,11 @@ proptest! {
             ..Default::default()
         };
         let mut v = Violations::default();
-        let spec = accounts::account_spec(&account, "account", &mut v);
-        named_under(&v.0, "account")?;
+        let converted = validate::account(&account, &mut v);
+        named_under(v.as_slice(), "account")?;
         if v.is_empty() {
-            let spec = spec.unwrap();
+            prop_assert!(converted);
+            let spec = herald_scheduler::api::convert::accounts::checked_account(&account).unwrap();
             prop_assert_eq!(&spec.id, &account.id);
             prop_assert!(spec.limits.rate_per_sec > 0.0 && spec.limits.rate_per_sec <= 10_000.0);
         }
@@ -364,8 +423,8 @@ proptest! {
         ],
     ) {
         let t = pb::Template { id, description, kind, ..Default::default() };
-        match templates::record(&t) {
-            Ok(record) => prop_assert_eq!(&record.id, &t.id),
+        match validate::template(&t) {
+            Ok(id) => prop_assert_eq!(&id, &t.id),
             Err(Error::InvalidArgument(v)) => {
                 prop_assert!(!v.is_empty());
                 named_under(&v, "template")?;
@@ -425,7 +484,7 @@ fn huge_schedule_durations_are_out_of_range() {
         misfire_grace: huge(),
         ..Default::default()
     };
-    let Err(Error::InvalidArgument(v)) = schedules::validate_spec(&spec, Utc::now()) else {
+    let Err(Error::InvalidArgument(v)) = herald_scheduler::schedule::spec::check(&spec, Utc::now()) else {
         panic!("accepted");
     };
     let fields: Vec<_> = v.iter().map(|f| f.field.as_str()).collect();
@@ -451,11 +510,7 @@ fn huge_campaign_durations_are_out_of_range() {
         spacing: huge(),
         ..Default::default()
     };
-    let fields: Vec<_> = campaigns::validate_spec(&spec, Utc::now())
-        .0
-        .into_iter()
-        .map(|f| f.field)
-        .collect();
+    let fields = herald_scheduler::campaigns::check_spec(&spec, Utc::now()).into_fields();
     assert_eq!(fields, vec!["campaign.window", "campaign.spacing"]);
 }
 
@@ -479,8 +534,8 @@ fn local_times_at_chronos_limits_are_refused() {
         };
         let mut v = Violations::default();
         assert!(validate::task_spec(&spec, "task", "default", Utc::now(), &mut v).is_none());
-        assert_eq!(v.0.len(), 1, "{local}: {:?}", v.0);
-        assert_eq!(v.0[0].field, "task.local_time");
+        assert_eq!(v.as_slice().len(), 1, "{local}: {:?}", v.as_slice());
+        assert_eq!(v.as_slice()[0].field, "task.local_time");
     }
 }
 
@@ -501,8 +556,8 @@ fn timestamps_outside_protobufs_range_are_not_valid() {
         };
         let mut v = Violations::default();
         assert!(validate::task_spec(&spec, "task", "default", Utc::now(), &mut v).is_none());
-        assert_eq!(v.0.len(), 1);
-        assert_eq!(v.0[0].field, "task.expire_at");
+        assert_eq!(v.as_slice().len(), 1);
+        assert_eq!(v.as_slice()[0].field, "task.expire_at");
     }
     let last = prost_types::Timestamp {
         seconds: 253_402_300_799,

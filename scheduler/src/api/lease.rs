@@ -1,10 +1,34 @@
-//! LeaseService: hands the stream to a lease session.
+//! LeaseService: the lease stream's framing. Reads the executor's frames, checks them and
+//! hands them to the lease engine (`lease/session.rs`) as domain frames; turns the engine's
+//! frames back into wire frames. A frame that breaks the protocol ends the stream with a status
+//! (after every frame before it was answered); problems with one lease travel in-band.
 
-use herald_proto::v1::{lease_service_server::LeaseService, ExecutorMessage, SchedulerMessage};
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use herald_proto::v1::{
+    self as pb, executor_message, lease_service_server::LeaseService, scheduler_message,
+    ExecutorMessage, SchedulerMessage,
+};
+use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::convert::{self, tasks as wire};
+use crate::auth::namespace_of;
+use crate::error::Error;
+use crate::lease::reports::{AttemptReport, ReportEntry};
 use crate::lease::session::{self, SessionContext};
+use crate::lease::{FromExecutor, Hello, LeaseRef, ToExecutor, MAX_CREDIT, PROTOCOL_VERSION};
+use crate::rules;
+use crate::tasks::model::Outcome;
+
+/// How long an executor has to send Hello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest error text kept per attempt.
+const MAX_ERROR_BYTES: usize = 4096;
+/// Longest retry-after honoured from a report (a retry policy's own delays are capped alike).
+pub const MAX_RETRY_AFTER_MS: i64 = 7 * 24 * 3_600_000;
 
 /// The LeaseService implementation.
 pub struct LeaseApi {
@@ -18,16 +42,264 @@ impl LeaseApi {
     }
 }
 
+/// The scheduler's frames of one stream.
+type Outgoing = futures::stream::Map<
+    ReceiverStream<ToExecutor>,
+    fn(ToExecutor) -> Result<SchedulerMessage, Status>,
+>;
+
 #[tonic::async_trait]
 impl LeaseService for LeaseApi {
-    type LeaseStream = ReceiverStream<Result<SchedulerMessage, Status>>;
+    type LeaseStream = Outgoing;
 
     async fn lease(
         &self,
         request: Request<Streaming<ExecutorMessage>>,
     ) -> Result<Response<Self::LeaseStream>, Status> {
-        let namespace = crate::auth::namespace_of(&request)?;
-        let stream = session::open(self.ctx.clone(), namespace, request.into_inner()).await?;
-        Ok(Response::new(stream))
+        let namespace = namespace_of(&request)?;
+        // Refused rather than held open: the executor tries its other endpoints at once.
+        self.ctx.admit()?;
+        let mut inbound = request.into_inner();
+        let first = tokio::time::timeout(HELLO_TIMEOUT, inbound.message())
+            .await
+            .map_err(|_| Error::DeadlineExceeded("no Hello within 10s".into()))??;
+        let hello = match first.and_then(|m| m.kind) {
+            Some(executor_message::Kind::Hello(h)) => hello(&h)?,
+            _ => return Err(Error::invalid("hello", "the first frame must be Hello").into()),
+        };
+        let (frames_tx, frames_rx) = mpsc::channel(64);
+        let (out_tx, out_rx) = mpsc::channel(256);
+        session::start(self.ctx.clone(), namespace, hello, frames_rx, out_tx);
+        tokio::spawn(read_frames(inbound, frames_tx));
+        let outgoing: Outgoing = ReceiverStream::new(out_rx).map(to_wire);
+        Ok(Response::new(outgoing))
     }
+}
+
+/// Forwards the executor's frames to its session until the stream ends or breaks the
+/// protocol.
+async fn read_frames(mut inbound: Streaming<ExecutorMessage>, session: mpsc::Sender<FromExecutor>) {
+    loop {
+        let frame = match inbound.message().await {
+            Ok(Some(m)) => from_wire(m),
+            Ok(None) => return,
+            Err(status) => {
+                tracing::debug!(%status, "lease stream ended");
+                return;
+            }
+        };
+        let last = matches!(frame, FromExecutor::Violation(_));
+        if session.send(frame).await.is_err() || last {
+            return;
+        }
+    }
+}
+
+/// Checks an executor's Hello; the error names the field.
+pub fn hello(h: &pb::Hello) -> Result<Hello, Error> {
+    // No control characters: the id is stored with every lease (and PostgreSQL refuses NUL).
+    if h.executor_id.is_empty()
+        || h.executor_id.chars().count() > 128
+        || h.executor_id.chars().any(char::is_control)
+    {
+        return Err(Error::invalid(
+            "hello.executor_id",
+            "must be 1 to 128 printable characters",
+        ));
+    }
+    if h.protocol_version == 0 {
+        return Err(Error::FailedPrecondition(format!(
+            "hello.protocol_version: 0 is not a protocol version; this scheduler speaks \
+             {PROTOCOL_VERSION}"
+        )));
+    }
+    if h.initial_credit > MAX_CREDIT {
+        return Err(Error::invalid(
+            "hello.initial_credit",
+            format!("at most {MAX_CREDIT}"),
+        ));
+    }
+    for (i, q) in h.queues.iter().enumerate() {
+        if let Some(problem) = rules::name_problem(q) {
+            return Err(Error::invalid(format!("hello.queues[{i}]"), problem));
+        }
+    }
+    for (i, c) in h.credentials_refs.iter().enumerate() {
+        if c.is_empty() || c.len() > 128 || c.chars().any(char::is_control) {
+            return Err(Error::invalid(
+                format!("hello.credentials_refs[{i}]"),
+                "must be 1 to 128 printable characters",
+            ));
+        }
+    }
+    Ok(Hello {
+        executor_id: h.executor_id.clone(),
+        protocol_version: h.protocol_version,
+        queues: h.queues.clone(),
+        initial_credit: h.initial_credit,
+        credentials_refs: h.credentials_refs.clone(),
+    })
+}
+
+fn lease_ref(l: &pb::LeaseRef) -> LeaseRef {
+    LeaseRef {
+        task_ref: l.task_id.clone(),
+        attempt: l.attempt,
+    }
+}
+
+fn lease_ref_to_wire(l: &LeaseRef) -> pb::LeaseRef {
+    pb::LeaseRef {
+        task_id: l.task_ref.clone(),
+        attempt: l.attempt,
+    }
+}
+
+/// An executor frame after the Hello as a domain frame.
+pub fn from_wire(m: ExecutorMessage) -> FromExecutor {
+    match m.kind {
+        Some(executor_message::Kind::Credit(c)) => FromExecutor::Credit(c.additional),
+        Some(executor_message::Kind::Report(batch)) => {
+            FromExecutor::Reports(batch.results.iter().map(report).collect())
+        }
+        Some(executor_message::Kind::Extend(e)) => {
+            FromExecutor::Extend(e.leases.iter().map(lease_ref).collect())
+        }
+        Some(executor_message::Kind::RevokeAck(ack)) => match ack.lease {
+            Some(lease) => FromExecutor::RevokeAck {
+                lease: lease_ref(&lease),
+                stopped_before_send: ack.result == pb::RevokeResult::StoppedBeforeSend as i32,
+            },
+            // Nothing to apply: an empty release is answered by nothing, as the ack was.
+            None => FromExecutor::Release(Vec::new()),
+        },
+        Some(executor_message::Kind::Release(r)) => {
+            FromExecutor::Release(r.leases.iter().map(lease_ref).collect())
+        }
+        Some(executor_message::Kind::Heartbeat(_)) => FromExecutor::Heartbeat,
+        Some(executor_message::Kind::Hello(_)) => {
+            FromExecutor::Violation(Error::invalid("hello", "Hello may only be the first frame"))
+        }
+        None => FromExecutor::Violation(Error::invalid("kind", "empty frame")),
+    }
+}
+
+/// A wire report as a report entry; one whose outcome or task id a report cannot carry has no
+/// report and is refused.
+pub fn report(r: &pb::AttemptResult) -> ReportEntry {
+    ReportEntry {
+        lease: LeaseRef {
+            task_ref: r.task_id.clone(),
+            attempt: r.attempt,
+        },
+        report: attempt_report(r),
+    }
+}
+
+fn attempt_report(r: &pb::AttemptResult) -> Option<AttemptReport> {
+    let outcome: Outcome = wire::outcome_from_wire(r.outcome)?;
+    let retry_after_ms = r
+        .retry_after
+        .as_ref()
+        .filter(|d| d.seconds >= 0 && d.nanos >= 0)
+        // Saturating, then capped: a provider's absurd Retry-After must neither overflow (a panic
+        // in the session) nor push the due time out of the database's range (a batch that fails
+        // on every reconnect). Found by fuzzing, #10.
+        .map(|d| {
+            d.seconds
+                .saturating_mul(1000)
+                .saturating_add(i64::from(d.nanos / 1_000_000))
+                .min(MAX_RETRY_AFTER_MS)
+        });
+    Some(AttemptReport {
+        task_id: r.task_id.parse().ok()?,
+        attempt: r.attempt,
+        outcome,
+        error: (!r.error.is_empty()).then(|| truncate(&r.error, MAX_ERROR_BYTES)),
+        provider_message_id: (!r.provider_message_id.is_empty())
+            .then(|| truncate(&r.provider_message_id, 512)),
+        retry_after_ms,
+        started_at: r.started_at.as_ref().and_then(convert::from_timestamp),
+        recipient_scoped: r.rate_limit_scope == pb::RateLimitScope::Recipient as i32,
+    })
+}
+
+/// A domain frame on the wire.
+fn to_wire(frame: ToExecutor) -> Result<SchedulerMessage, Status> {
+    use scheduler_message::Kind;
+    let kind = match frame {
+        ToExecutor::Welcome {
+            protocol_version,
+            heartbeat_interval,
+            lease_ttl,
+            scheduler_id,
+        } => Kind::Welcome(pb::Welcome {
+            protocol_version,
+            heartbeat_interval: Some(convert::duration(heartbeat_interval)),
+            lease_ttl: Some(convert::duration(lease_ttl)),
+            scheduler_id,
+        }),
+        ToExecutor::Leases(leases) => Kind::Leases(pb::LeaseBatch {
+            leases: leases
+                .iter()
+                .filter_map(|l| match wire::lease(l) {
+                    Ok(lease) => Some(lease),
+                    Err(e) => {
+                        tracing::error!(task_id = %l.task_id, error = %e, "undeliverable lease");
+                        None
+                    }
+                })
+                .collect(),
+        }),
+        ToExecutor::Acks(acks) => Kind::ReportAcks(pb::ReportAckBatch {
+            acks: acks
+                .into_iter()
+                .map(|a| pb::ReportAck {
+                    task_id: a.lease.task_ref,
+                    attempt: a.lease.attempt,
+                    accepted: a.verdict.accepted,
+                    state: a
+                        .verdict
+                        .state
+                        .map(|s| wire::state(s) as i32)
+                        .unwrap_or_default(),
+                })
+                .collect(),
+        }),
+        ToExecutor::ExtendAck {
+            extended,
+            lost,
+            expires_at,
+        } => Kind::ExtendAck(pb::ExtendAck {
+            extended: extended.iter().map(lease_ref_to_wire).collect(),
+            lost: lost.iter().map(lease_ref_to_wire).collect(),
+            expires_at: expires_at.map(convert::timestamp),
+        }),
+        ToExecutor::Revoke(lease) => Kind::Revoke(pb::Revoke {
+            lease: Some(lease_ref_to_wire(&lease)),
+        }),
+        ToExecutor::Drain(reason) => Kind::Drain(pb::Drain { reason }),
+        ToExecutor::Heartbeat(at) => Kind::Heartbeat(pb::Heartbeat {
+            sent_at: Some(convert::timestamp(at)),
+        }),
+        ToExecutor::End(e) => return Err(e.into()),
+    };
+    Ok(SchedulerMessage { kind: Some(kind) })
+}
+
+/// `s` cut to at most `max` bytes, without NUL characters: a provider's response excerpt may
+/// hold them and PostgreSQL text cannot, which failed the whole report batch on every
+/// reconnect (found by fuzzing, #10).
+fn truncate(s: &str, max: usize) -> String {
+    if s.contains('\0') {
+        return truncate(&s.replace('\0', ""), max);
+    }
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_string()
 }

@@ -1,5 +1,6 @@
-//! The gRPC edge: validates and converts requests, calls the store, maps errors to statuses.
-//! Wire types stop here.
+//! The gRPC edge: converts wire ⇄ domain (`convert/`), maps every error to a status once
+//! (`status.rs`), frames the lease stream (`lease.rs`), and calls the domains. Wire types stop
+//! here; nothing outside this module imports from it.
 
 pub mod accounts;
 pub mod campaigns;
@@ -7,6 +8,6 @@ pub mod convert;
 pub mod lease;
 pub mod schedules;
 pub mod stats;
+pub mod status;
 pub mod tasks;
 pub mod templates;
-pub mod validate;

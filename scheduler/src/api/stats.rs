@@ -1,33 +1,25 @@
 //! StatsService: counts, success rates, trigger lag, send durations and the failure list over a
 //! window of time. Validates and converts; the figures come from `store::stats`.
 
-use std::str::FromStr;
-
-use base64::Engine;
-use chrono::{DateTime, Duration as ChronoDuration, Utc};
+use chrono::Duration as ChronoDuration;
 use herald_proto::v1::{self as pb, stats_service_server::StatsService};
 use tonic::{Request, Response, Status};
-use uuid::Uuid;
 
 use super::convert;
-use super::validate::{self, Violations};
 use crate::auth::namespace_of;
 use crate::error::Error;
-use crate::model::Outcome;
-use crate::store::stats::{
-    DurationStats, FailureFilter, FailureRecord, GroupBy, LagStats, OutcomeCounts, Window,
-    WindowSpec,
+use crate::error::Violations;
+use crate::stats::{
+    decode_failure_token, encode_failure_token, time_zone_or_utc, time_zone_problem, DurationStats,
+    FailureFilter, FailureRecord, GroupBy, LagStats, OutcomeCounts, Window, WindowSpec,
+    DEFAULT_FAILURE_PAGE, MAX_FAILURE_PAGE,
 };
-use crate::store::Store;
+use crate::store::{Db, Store};
+use crate::tasks::model::Outcome;
 
 /// The longest window a statistic may cover: a little over a year, so a mistyped year fails
 /// loudly instead of scanning every row.
 pub const MAX_WINDOW: ChronoDuration = ChronoDuration::days(400);
-/// Default page size of ListFailures.
-pub const DEFAULT_FAILURE_PAGE: i32 = 50;
-/// Largest page size of ListFailures.
-pub const MAX_FAILURE_PAGE: i32 = 500;
-
 /// The StatsService implementation.
 pub struct StatsApi {
     store: Store,
@@ -41,25 +33,13 @@ impl StatsApi {
 
     /// Validates the window, then resolves it by the database's clock.
     async fn window(&self, spec: (WindowSpec, String)) -> Result<Window, Error> {
-        Ok(self.store.resolve_window(&spec.0, &spec.1).await?)
-    }
-}
-
-/// Why `name` is not a usable IANA time zone, if it is not. Empty means UTC and is fine.
-pub fn time_zone_problem(name: &str) -> Option<&'static str> {
-    if name.is_empty() || chrono_tz::Tz::from_str(name).is_ok() {
-        None
-    } else {
-        Some("is not an IANA time zone name (for example \"Europe/Berlin\")")
-    }
-}
-
-/// The time zone to use: `name`, or UTC when empty. Call after [`time_zone_problem`].
-pub fn time_zone_or_utc(name: &str) -> String {
-    if name.is_empty() {
-        "UTC".to_string()
-    } else {
-        name.to_string()
+        Ok(self
+            .store
+            .conn()
+            .await?
+            .stats()
+            .resolve_window(&spec.0, &spec.1)
+            .await?)
     }
 }
 
@@ -71,13 +51,13 @@ pub fn window_spec(
     let Some(w) = w else {
         return Some((WindowSpec::Today, "UTC".to_string()));
     };
-    let before = v.0.len();
+    let before = v.len();
     if let Some(problem) = time_zone_problem(&w.time_zone) {
         v.add("window.time_zone", problem);
     }
     let spec = match (&w.start, &w.end, &w.last) {
         (None, None, None) => Some(WindowSpec::Today),
-        (None, None, Some(last)) => match validate::duration_ms(last) {
+        (None, None, Some(last)) => match convert::duration_ms(last) {
             Some(ms) if ms > 0 && ms <= MAX_WINDOW.num_milliseconds() => Some(WindowSpec::Last(ms)),
             _ => {
                 v.add("window.last", "must be positive and at most 400 days");
@@ -120,7 +100,7 @@ pub fn window_spec(
             None
         }
     };
-    if v.0.len() > before {
+    if v.len() > before {
         return None;
     }
     Some((spec?, time_zone_or_utc(&w.time_zone)))
@@ -131,7 +111,7 @@ fn queue_filter(queue: &str, field: &str, v: &mut Violations) -> Option<String> 
     if queue.is_empty() {
         return None;
     }
-    if let Some(problem) = validate::queue_name_problem(queue) {
+    if let Some(problem) = crate::rules::name_problem(queue) {
         v.add(field, problem);
     }
     Some(queue.to_string())
@@ -141,28 +121,8 @@ fn check(v: Violations) -> Result<(), Error> {
     if v.is_empty() {
         Ok(())
     } else {
-        Err(Error::InvalidArgument(v.0))
+        Err(v.into_error())
     }
-}
-
-/// The failure list's page token: the last row's `(finished_at, id)`, opaque to clients.
-pub fn encode_failure_token(finished_at: DateTime<Utc>, id: Uuid) -> String {
-    let mut bytes = finished_at.timestamp_micros().to_be_bytes().to_vec();
-    bytes.extend_from_slice(id.as_bytes());
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
-}
-
-/// Reads a token made by [`encode_failure_token`].
-pub fn decode_failure_token(token: &str) -> Option<(DateTime<Utc>, Uuid)> {
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(token)
-        .ok()?;
-    if bytes.len() != 24 {
-        return None;
-    }
-    let micros = i64::from_be_bytes(bytes[..8].try_into().ok()?);
-    let at = DateTime::from_timestamp_micros(micros)?;
-    Some((at, Uuid::from_slice(&bytes[8..]).ok()?))
 }
 
 /// Fractional milliseconds to a wire duration (negative clamps to zero).
@@ -217,12 +177,12 @@ fn failure(f: &FailureRecord) -> Result<pb::Failure, Error> {
         queue: f.queue.clone(),
         recipient: f.recipient.clone(),
         template_id: f.template_id.clone().unwrap_or_default(),
-        content: Some(convert::content(&f.content)?),
+        content: Some(convert::tasks::content(&f.content)?),
         labels: f.labels.clone(),
-        state: convert::state(f.state) as i32,
+        state: convert::tasks::state(f.state) as i32,
         outcome: f
             .outcome
-            .map_or(pb::OutcomeClass::Unspecified, convert::outcome) as i32,
+            .map_or(pb::OutcomeClass::Unspecified, convert::tasks::outcome) as i32,
         error: f.error.clone().unwrap_or_default(),
         account_id: f.account.clone().unwrap_or_default(),
         attempts: f.attempts,
@@ -252,6 +212,10 @@ impl StatsService for StatsApi {
         let window = self.window(spec).await?;
         let c = self
             .store
+            .conn()
+            .await
+            .map_err(Error::from)?
+            .stats()
             .count_tasks(&ns, &window, queue.as_deref())
             .await
             .map_err(Error::from)?;
@@ -293,6 +257,10 @@ impl StatsService for StatsApi {
         let window = self.window(spec).await?;
         let rates = self
             .store
+            .conn()
+            .await
+            .map_err(Error::from)?
+            .stats()
             .success_rates(&ns, &window, group, queue.as_deref())
             .await
             .map_err(Error::from)?;
@@ -319,6 +287,10 @@ impl StatsService for StatsApi {
         let window = self.window(spec).await?;
         let report = self
             .store
+            .conn()
+            .await
+            .map_err(Error::from)?
+            .stats()
             .trigger_lag(&ns, &window, queue.as_deref())
             .await
             .map_err(Error::from)?;
@@ -350,6 +322,10 @@ impl StatsService for StatsApi {
         let window = self.window(spec).await?;
         let durations = self
             .store
+            .conn()
+            .await
+            .map_err(Error::from)?
+            .stats()
             .send_durations(&ns, &window, queue.as_deref())
             .await
             .map_err(Error::from)?;
@@ -416,6 +392,10 @@ impl StatsService for StatsApi {
         };
         let records = self
             .store
+            .conn()
+            .await
+            .map_err(Error::from)?
+            .stats()
             .list_failures(&ns, &window, &filter)
             .await
             .map_err(Error::from)?;
@@ -435,11 +415,13 @@ impl StatsService for StatsApi {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use chrono::DateTime;
+    use uuid::Uuid;
 
     fn fields(w: pb::StatsWindow) -> Vec<String> {
         let mut v = Violations::default();
         window_spec(Some(&w), &mut v);
-        v.0.into_iter().map(|f| f.field).collect()
+        v.into_fields()
     }
 
     fn ts(seconds: i64) -> prost_types::Timestamp {

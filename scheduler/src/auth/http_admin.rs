@@ -44,7 +44,7 @@ pub async fn require_admin(
     };
     let principal = match auth.policy.principal_for(token.as_deref()) {
         Ok(p) => p,
-        Err(status) => return challenge(status.message()),
+        Err(e) => return challenge(&e.to_string()),
     };
     if !principal.roles.contains(Role::Admin) {
         return (
@@ -55,13 +55,13 @@ pub async fn require_admin(
     }
     let namespace = match namespace_for(&principal, request.headers()) {
         Ok(namespace) => namespace,
-        Err(status) => {
-            let code = if status.code() == tonic::Code::InvalidArgument {
+        Err(e) => {
+            let code = if matches!(e, crate::error::Error::InvalidArgument(_)) {
                 StatusCode::BAD_REQUEST
             } else {
                 StatusCode::FORBIDDEN
             };
-            return (code, status.message().to_owned()).into_response();
+            return (code, e.to_string()).into_response();
         }
     };
     request.extensions_mut().insert(Caller {

@@ -8,13 +8,13 @@ use std::task::{Context, Poll};
 use futures::future::BoxFuture;
 use http_body_util::BodyExt;
 use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
-use tonic::Status;
 use tower::{Layer, Service};
 
 use super::rate::TokenRates;
 use super::tokens::TokenSet;
 use super::{Caller, Principal, Role, NAMESPACE_HEADER};
-use crate::api::validate::valid_namespace;
+use crate::error::Error;
+use crate::rules::valid_namespace;
 
 /// What an RPC path requires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,7 +64,7 @@ pub struct AuthPolicy {
 
 impl AuthPolicy {
     /// Checks one request's headers and connection; the caller to record, or the refusal.
-    pub fn authorize<B>(&self, request: &::http::Request<B>) -> Result<Option<Caller>, Status> {
+    pub fn authorize<B>(&self, request: &::http::Request<B>) -> Result<Option<Caller>, Error> {
         let access = access_for(request.uri().path());
         if access == Access::Public {
             return Ok(None);
@@ -73,7 +73,7 @@ impl AuthPolicy {
         if let Access::Role(role) = access {
             if !principal.roles.contains(role) {
                 metrics::counter!("herald_auth_refused_total", "reason" => "role").increment(1);
-                return Err(Status::permission_denied(format!(
+                return Err(Error::PermissionDenied(format!(
                     "token {:?} lacks the {} role this RPC needs",
                     principal.name,
                     role.name()
@@ -82,14 +82,14 @@ impl AuthPolicy {
             if role == Role::Executor && self.executor_cert_required && !has_client_cert(request) {
                 metrics::counter!("herald_auth_refused_total", "reason" => "client_cert")
                     .increment(1);
-                return Err(Status::unauthenticated(
-                    "the lease stream requires a client certificate (mutual TLS)",
+                return Err(Error::Unauthenticated(
+                    "the lease stream requires a client certificate (mutual TLS)".into(),
                 ));
             }
         }
         if let Err(wait) = self.rates.check(&principal.name) {
             metrics::counter!("herald_auth_refused_total", "reason" => "rate").increment(1);
-            return Err(Status::resource_exhausted(format!(
+            return Err(Error::ResourceExhausted(format!(
                 "token {:?} is over its request rate; retry in {} ms",
                 principal.name,
                 wait.as_millis().max(1)
@@ -103,11 +103,11 @@ impl AuthPolicy {
     }
 
     /// The caller the `authorization: Bearer` header names.
-    pub fn principal(&self, headers: &::http::HeaderMap) -> Result<Principal, Status> {
+    pub fn principal(&self, headers: &::http::HeaderMap) -> Result<Principal, Error> {
         let token = match headers.get(::http::header::AUTHORIZATION) {
             None => None,
             Some(value) => Some(value.to_str().ok().and_then(bearer_token).ok_or_else(|| {
-                Status::unauthenticated("authorization must be `Bearer <token>`")
+                Error::Unauthenticated("authorization must be `Bearer <token>`".into())
             })?),
         };
         self.principal_for(token)
@@ -115,21 +115,21 @@ impl AuthPolicy {
 
     /// The caller holding `token`, or the anonymous caller when none is presented and that is
     /// allowed.
-    pub fn principal_for(&self, token: Option<&str>) -> Result<Principal, Status> {
+    pub fn principal_for(&self, token: Option<&str>) -> Result<Principal, Error> {
         let Some(token) = token else {
             if self.allow_anonymous {
                 return Ok(Principal::anonymous());
             }
             metrics::counter!("herald_auth_refused_total", "reason" => "missing").increment(1);
-            return Err(Status::unauthenticated(
-                "missing token: send the metadata `authorization: Bearer <token>`",
+            return Err(Error::Unauthenticated(
+                "missing token: send the metadata `authorization: Bearer <token>`".into(),
             ));
         };
         match self.tokens.find(token) {
             Some(record) => Ok(record.principal.clone()),
             None => {
                 metrics::counter!("herald_auth_refused_total", "reason" => "unknown").increment(1);
-                Err(Status::unauthenticated("unknown token"))
+                Err(Error::Unauthenticated("unknown token".into()))
             }
         }
     }
@@ -138,19 +138,20 @@ impl AuthPolicy {
 /// The namespace a request acts in: the one its `x-herald-namespace` header names, which must
 /// be a valid name the principal is granted, or else the principal's default. Shared by the gRPC
 /// layer and the HTTP listener so both apply the same rule.
-pub fn namespace_for(principal: &Principal, headers: &::http::HeaderMap) -> Result<String, Status> {
+pub fn namespace_for(principal: &Principal, headers: &::http::HeaderMap) -> Result<String, Error> {
     let Some(value) = headers.get(NAMESPACE_HEADER) else {
         return Ok(principal.namespaces.default_namespace().to_owned());
     };
     let name = value.to_str().unwrap_or("");
     if !valid_namespace(name) {
-        return Err(Status::invalid_argument(format!(
-            "{NAMESPACE_HEADER}: not a namespace name (1 to 64 of a-z, 0-9, '-', '_', '.')"
-        )));
+        return Err(Error::invalid(
+            NAMESPACE_HEADER,
+            "not a namespace name (1 to 64 of a-z, 0-9, '-', '_', '.')",
+        ));
     }
     if !principal.namespaces.allows(name) {
         metrics::counter!("herald_auth_refused_total", "reason" => "namespace").increment(1);
-        return Err(Status::permission_denied(format!(
+        return Err(Error::PermissionDenied(format!(
             "token {:?} may not act in namespace {name:?}",
             principal.name
         )));
@@ -271,7 +272,10 @@ where
                 let call = inner.call(request);
                 Box::pin(async move { Ok(oversize_is_resource_exhausted(call.await?)) })
             }
-            Err(status) => Box::pin(async move { Ok(status.into_http()) }),
+            Err(e) => {
+                let status = tonic::Status::from(e);
+                Box::pin(async move { Ok(status.into_http()) })
+            }
         }
     }
 }

@@ -11,7 +11,9 @@ pub mod layer;
 pub mod rate;
 pub mod tokens;
 
-use tonic::{Request, Status};
+use tonic::Request;
+
+use crate::error::Error;
 
 /// Metadata key a caller uses to pick one of its token's namespaces.
 pub const NAMESPACE_HEADER: &str = "x-herald-namespace";
@@ -142,10 +144,10 @@ pub struct Caller {
 }
 
 /// The namespace a request acts in. Fails closed when no auth layer vetted the request.
-pub fn namespace_of<T>(request: &Request<T>) -> Result<String, Status> {
+pub fn namespace_of<T>(request: &Request<T>) -> Result<String, Error> {
     request
         .extensions()
         .get::<Caller>()
         .map(|c| c.namespace.clone())
-        .ok_or_else(|| Status::unauthenticated("request was not authenticated"))
+        .ok_or_else(|| Error::Unauthenticated("request was not authenticated".into()))
 }

@@ -9,11 +9,11 @@ use chrono::{DateTime, Utc};
 use tokio::sync::{broadcast, Semaphore};
 use tokio_util::sync::CancellationToken;
 
+use super::claim::{self, ClaimRequest, NoAccountsCache};
 use super::events::Event;
 use super::LeaseSettings;
-use crate::model::GrantedLease;
-use crate::store::claim::ClaimRequest;
-use crate::store::Store;
+use crate::store::{Db, Store};
+use crate::tasks::model::GrantedLease;
 
 /// Upper bound on an idle sleep. Wake-ups come from events; this only bounds the damage of a
 /// notification lost while the LISTEN connection was down.
@@ -23,6 +23,8 @@ const MAX_IDLE: Duration = Duration::from_secs(60);
 pub struct Dispatcher {
     /// Database access.
     pub store: Store,
+    /// Namespaces known to have no accounts.
+    pub no_accounts: NoAccountsCache,
     /// Replica settings.
     pub settings: Arc<LeaseSettings>,
     /// The namespace whose tasks this executor leases (bound to its token).
@@ -104,17 +106,19 @@ impl Dispatcher {
     ) -> Result<Option<Vec<GrantedLease>>, crate::store::StoreError> {
         let mut contended = Duration::from_millis(1);
         loop {
-            let claimed = self
-                .store
-                .claim(&ClaimRequest {
+            let claimed = claim::claim(
+                &self.store,
+                &self.no_accounts,
+                &ClaimRequest {
                     namespace: &self.namespace,
                     executor_id: &self.executor_id,
                     queues: self.queues.as_deref(),
                     credentials: self.credentials.as_deref(),
                     limit: i64::from(want),
                     lease_ttl: self.settings.lease_ttl,
-                })
-                .await?;
+                },
+            )
+            .await?;
             if !claimed.leases.is_empty() {
                 return Ok(Some(claimed.leases));
             }
@@ -122,6 +126,9 @@ impl Dispatcher {
             // account without room gets some back, is when to look again.
             let next = self
                 .store
+                .conn()
+                .await?
+                .leases()
                 .next_due(&claimed.open_routes, self.queues.as_deref())
                 .await?;
             let blocked_ms = claimed.blocked_until.map(|at| {

@@ -1,13 +1,25 @@
-//! Leasing: the executor session on the lease stream, the dispatcher that grants due tasks
-//! within an executor's credit, the cluster event fan-out, and the sweeper for lapsed leases.
+//! The lease engine, on domain types: one [`session`] per connected executor, the
+//! [`dispatch`]er granting leases within its credit, [`claim`] planning, the application of
+//! [`reports`], the cluster [`events`] over LISTEN/NOTIFY, the [`registry`] of executors
+//! connected to this replica, the [`sweeper`] of lapsed leases and the [`reconcile`]r of
+//! account slots. The wire framing of the stream lives in `api/lease.rs`.
 
+pub mod claim;
 pub mod dispatch;
 pub mod events;
+pub mod reconcile;
 pub mod registry;
+pub mod reports;
 pub mod session;
 pub mod sweeper;
 
 use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use crate::error::Error;
+use crate::tasks::model::GrantedLease;
 
 /// Settings shared by every lease session of a replica.
 #[derive(Debug, Clone)]
@@ -20,4 +32,111 @@ pub struct LeaseSettings {
     pub claim_batch: u32,
     /// This replica's name.
     pub scheduler_id: String,
+}
+
+/// The lease protocol version this scheduler speaks.
+pub const PROTOCOL_VERSION: u32 = herald_proto::LEASE_PROTOCOL_VERSION;
+
+/// The most credit an executor may hold at once.
+pub const MAX_CREDIT: u32 = 100_000;
+
+/// An executor's introduction, checked by the edge.
+#[derive(Debug, Clone)]
+pub struct Hello {
+    /// Its id, unique within the namespace.
+    pub executor_id: String,
+    /// The newest protocol version it speaks.
+    pub protocol_version: u32,
+    /// Queues it serves; empty for all.
+    pub queues: Vec<String>,
+    /// Leases it can take at once to begin with.
+    pub initial_credit: u32,
+    /// Accounts (credentials refs) it can send for; empty for any.
+    pub credentials_refs: Vec<String>,
+}
+
+/// A lease named by its fencing token, as the executor wrote it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseRef {
+    /// The task id as sent (it may not parse).
+    pub task_ref: String,
+    /// The attempt.
+    pub attempt: i32,
+}
+
+impl LeaseRef {
+    /// The task id, when it parses.
+    pub fn task_id(&self) -> Option<Uuid> {
+        self.task_ref.parse().ok()
+    }
+}
+
+/// A frame from the executor, after the Hello.
+#[derive(Debug)]
+pub enum FromExecutor {
+    /// It can take this many more leases.
+    Credit(u32),
+    /// Outcomes of attempts.
+    Reports(Vec<reports::ReportEntry>),
+    /// Leases to extend.
+    Extend(Vec<LeaseRef>),
+    /// Its answer to a revoke.
+    RevokeAck {
+        /// The revoked lease.
+        lease: LeaseRef,
+        /// Whether it stopped before anything was sent.
+        stopped_before_send: bool,
+    },
+    /// Leases it hands back unsent.
+    Release(Vec<LeaseRef>),
+    /// It is alive.
+    Heartbeat,
+    /// It broke the protocol: the stream ends with this error once earlier frames are answered.
+    Violation(Error),
+}
+
+/// The answer to one report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ack {
+    /// The report's lease.
+    pub lease: LeaseRef,
+    /// The verdict.
+    pub verdict: reports::Verdict,
+}
+
+/// A frame to the executor.
+#[derive(Debug)]
+pub enum ToExecutor {
+    /// The answer to Hello.
+    Welcome {
+        /// The negotiated protocol version.
+        protocol_version: u32,
+        /// How often to send a heartbeat when idle.
+        heartbeat_interval: Duration,
+        /// How long a lease lasts without extension.
+        lease_ttl: Duration,
+        /// This replica's name.
+        scheduler_id: String,
+    },
+    /// Leases granted.
+    Leases(Vec<GrantedLease>),
+    /// Answers to a report batch, in its order.
+    Acks(Vec<Ack>),
+    /// The answer to Extend.
+    ExtendAck {
+        /// Leases still held.
+        extended: Vec<LeaseRef>,
+        /// Leases lost.
+        lost: Vec<LeaseRef>,
+        /// Their new expiry.
+        expires_at: Option<DateTime<Utc>>,
+    },
+    /// Drop this lease: its task was cancelled.
+    Revoke(LeaseRef),
+    /// This replica is shutting down: move to another.
+    Drain(String),
+    /// The answer to a heartbeat.
+    Heartbeat(DateTime<Utc>),
+    /// The stream ends with this error.
+    End(Error),
 }

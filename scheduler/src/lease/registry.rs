@@ -4,13 +4,13 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use herald_proto::v1::{scheduler_message, LeaseRef, Revoke, SchedulerMessage};
 use tokio::sync::mpsc;
-use tonic::Status;
 use uuid::Uuid;
 
+use super::{LeaseRef, ToExecutor};
+
 /// Outbound frames of one session.
-pub type Outbound = mpsc::Sender<Result<SchedulerMessage, Status>>;
+pub type Outbound = mpsc::Sender<ToExecutor>;
 
 /// Connected executors of this replica.
 #[derive(Clone, Default)]
@@ -47,17 +47,13 @@ impl Registry {
             .ok()
             .and_then(|map| map.get(executor_id).map(|(_, o)| o.clone()));
         if let Some(outbound) = outbound {
-            let frame = SchedulerMessage {
-                kind: Some(scheduler_message::Kind::Revoke(Revoke {
-                    lease: Some(LeaseRef {
-                        task_id: task_id.to_string(),
-                        attempt,
-                    }),
-                })),
-            };
+            let frame = ToExecutor::Revoke(LeaseRef {
+                task_ref: task_id.to_string(),
+                attempt,
+            });
             // A full or closed stream loses the revoke; the cancel is still final in the database
             // and CancelTask answers UNCONFIRMED.
-            if outbound.try_send(Ok(frame)).is_err() {
+            if outbound.try_send(frame).is_err() {
                 tracing::warn!(%task_id, attempt, executor_id, "revoke not delivered");
             }
         }

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::store::Store;
+use crate::store::transaction;
+use crate::store::{Db, Store, StoreError};
 
 /// Rows handled per statement.
 const BATCH: i64 = 1_000;
@@ -23,7 +24,7 @@ pub async fn run(store: Store, max_sleep: Duration, shutdown: CancellationToken)
         }
         let sleep = match swept {
             Ok(Some(more_now)) if more_now => Duration::ZERO,
-            Ok(Some(_)) | Ok(None) => match store.next_sweep_ms().await {
+            Ok(Some(_)) | Ok(None) => match next_sweep_ms(&store).await {
                 // A millisecond past the expiry, so the sweep's now() is beyond it.
                 Ok(Some(ms)) if ms > 0.0 => {
                     Duration::from_micros((ms * 1000.0) as u64 + 1_000).min(max_sleep)
@@ -48,29 +49,39 @@ pub async fn run(store: Store, max_sleep: Duration, shutdown: CancellationToken)
     }
 }
 
-/// One sweep; Some(true) when a batch was full and more may be waiting.
-async fn sweep_once(store: &Store) -> Result<Option<bool>, crate::store::StoreError> {
-    let outcome = store.sweep(BATCH).await?;
+async fn next_sweep_ms(store: &Store) -> Result<Option<f64>, StoreError> {
+    store.conn().await?.leases().next_sweep_ms().await
+}
+
+/// One sweep; Some(true) when a batch was full and more may be waiting. Lapsed leases and their
+/// account slots change in one transaction.
+async fn sweep_once(store: &Store) -> Result<Option<bool>, StoreError> {
+    let leases = transaction!(store, StoreError, |tx| tx
+        .leases()
+        .expire_leases(BATCH)
+        .await)?;
+    let deadlines_passed = store.conn().await?.leases().expire_deadlines(BATCH).await?;
     // Campaigns whose last task ended are finished here, each once, with its notification. A
     // failure here must not hold up lease sweeping: it is retried on the next pass.
-    match store.finish_campaigns().await {
+    match finish_campaigns(store).await {
         Ok(0) => {}
         Ok(finished) => tracing::info!(campaigns = finished, "campaigns finished"),
         Err(e) => tracing::warn!(error = %e, "cannot finish campaigns"),
     }
-    crate::telemetry::metrics::swept(
-        outcome.leases_expired as u64,
-        outcome.deadlines_passed as u64,
-    );
-    if outcome.leases_expired > 0 || outcome.deadlines_passed > 0 {
+    crate::telemetry::metrics::swept(leases.expired, deadlines_passed);
+    if leases.expired > 0 || deadlines_passed > 0 {
         tracing::info!(
-            leases_expired = outcome.leases_expired,
-            rescheduled = outcome.rescheduled,
-            deadlines_passed = outcome.deadlines_passed,
+            leases_expired = leases.expired,
+            rescheduled = leases.rescheduled,
+            deadlines_passed,
             "sweep"
         );
     }
     Ok(Some(
-        outcome.leases_expired as i64 >= BATCH || outcome.deadlines_passed as i64 >= BATCH,
+        leases.expired as i64 >= BATCH || deadlines_passed as i64 >= BATCH,
     ))
+}
+
+async fn finish_campaigns(store: &Store) -> Result<i32, StoreError> {
+    store.conn().await?.campaigns().finish().await
 }

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::store::Store;
+use crate::store::retention::Pruned;
+use crate::store::{Db, Store, StoreError};
 
 /// Rows deleted per statement, to keep each transaction short.
 const BATCH: i64 = 1_000;
@@ -21,7 +22,7 @@ pub async fn run(
 ) {
     loop {
         loop {
-            match store.prune(task_retention, key_retention, BATCH).await {
+            match prune(&store, task_retention, key_retention).await {
                 Ok(p) => {
                     if p.tasks > 0 || p.keys > 0 {
                         tracing::info!(tasks = p.tasks, keys = p.keys, "pruned");
@@ -41,4 +42,13 @@ pub async fn run(
             _ = tokio::time::sleep(interval) => {}
         }
     }
+}
+
+async fn prune(store: &Store, tasks: Duration, keys: Duration) -> Result<Pruned, StoreError> {
+    store
+        .conn()
+        .await?
+        .retention()
+        .prune(tasks, keys, BATCH)
+        .await
 }

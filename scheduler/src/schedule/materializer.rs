@@ -21,14 +21,14 @@ use herald_proto::v1 as pb;
 use prost::Message;
 use tokio_postgres::AsyncMessage;
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 use super::fire_times::{DstPolicy, FireTimes, RepeatedTime, SkippedTime};
+use super::model::ScheduleRecord;
 use super::spread;
-use crate::api::validate::{self, Violations};
-use crate::store::schedules::{schedule_from_row, ScheduleRecord, SCHEDULE_COLUMNS};
-use crate::store::tasks::create_tasks_in;
-use crate::store::{Store, StoreError};
+use crate::error::Error;
+use crate::store::transaction;
+use crate::store::{Db, Store, StoreError};
+use crate::tasks::model::{Origin, RetryPolicy, TaskSpec, When};
 
 /// Arbitrary but fixed: the advisory lock key of the materialiser leader.
 const LEADER_LOCK_KEY: i64 = 0x6865_7261_6c64_0002;
@@ -146,36 +146,24 @@ async fn lead_while_connected(
 
 /// One pass over every schedule with a due cursor; returns how long to sleep.
 async fn pass(store: &Store) -> Result<Option<Duration>, StoreError> {
-    let conn = store.conn().await?;
-    let due = conn
-        .query(
-            &format!(
-                "SELECT {SCHEDULE_COLUMNS}, namespace FROM herald.schedules
-                 WHERE NOT paused AND next_fire_at <= now() + $1::bigint * interval '1 millisecond'
-                 ORDER BY next_fire_at"
-            ),
-            &[&LOOKAHEAD.num_milliseconds()],
+    let due = store
+        .conn()
+        .await?
+        .schedules()
+        .due(LOOKAHEAD.num_milliseconds())
+        .await?;
+    for d in &due {
+        let materialised = transaction!(store, Error, |tx| materialise(
+            tx,
+            &d.namespace,
+            &d.schedule.id
         )
-        .await
-        .map_err(StoreError::query("finding due schedules"))?;
-    drop(conn);
-    for row in &due {
-        let namespace: String = row.get(17);
-        let schedule = schedule_from_row(row);
-        if let Err(e) = materialise(store, &namespace, &schedule).await {
-            tracing::warn!(schedule_id = %schedule.id, error = %e, "cannot materialise a schedule");
+        .await);
+        if let Err(e) = materialised {
+            tracing::warn!(schedule_id = %d.schedule.id, error = %e, "cannot materialise a schedule");
         }
     }
-    let conn = store.conn().await?;
-    let row = conn
-        .query_one(
-            "SELECT (extract(epoch FROM min(next_fire_at) - now()) * 1000)::float8
-             FROM herald.schedules WHERE NOT paused",
-            &[],
-        )
-        .await
-        .map_err(StoreError::query("finding the next fire time"))?;
-    let ms: Option<f64> = row.get(0);
+    let ms = store.conn().await?.schedules().next_fire_ms().await?;
     Ok(ms.map(|ms| {
         Duration::from_millis((ms - LOOKAHEAD.num_milliseconds() as f64).max(0.0) as u64)
     }))
@@ -204,33 +192,17 @@ struct Run {
     catch_up: bool,
 }
 
-/// Materialises one schedule's due fire times in one transaction.
+/// Materialises one schedule's due fire times in the transaction `tx`: its runs, their tasks
+/// and the advanced cursor commit together.
 async fn materialise(
-    store: &Store,
+    tx: &deadpool_postgres::Transaction<'_>,
     namespace: &str,
-    snapshot: &ScheduleRecord,
-) -> Result<(), StoreError> {
-    let mut conn = store.conn().await?;
-    let tx = conn
-        .transaction()
-        .await
-        .map_err(StoreError::query("starting a materialisation"))?;
+    id: &str,
+) -> Result<(), Error> {
     // Re-read under a lock: a pause, resume or delete since the pass began wins.
-    let Some(row) = tx
-        .query_opt(
-            &format!(
-                "SELECT {SCHEDULE_COLUMNS}, now() FROM herald.schedules
-                 WHERE namespace = $1 AND id = $2 AND NOT paused FOR UPDATE"
-            ),
-            &[&namespace, &snapshot.id],
-        )
-        .await
-        .map_err(StoreError::query("locking a schedule"))?
-    else {
+    let Some((s, now)) = tx.schedules().lock(namespace, id).await? else {
         return Ok(());
     };
-    let s = schedule_from_row(&row);
-    let now: DateTime<Utc> = row.get(17);
     let Some(cursor) = s.next_fire_at else {
         return Ok(());
     };
@@ -293,20 +265,13 @@ async fn materialise(
 
     let mut last_fired = s.last_fire_at;
     for run in &runs {
-        if fire_run(&tx, namespace, &s, &spec, run, now).await? {
+        if fire_run(tx, namespace, &s, &spec, run, now).await? {
             last_fired = last_fired.max(Some(run.fire_time));
         }
     }
-    tx.execute(
-        "UPDATE herald.schedules SET next_fire_at = $3, last_fire_at = $4
-         WHERE namespace = $1 AND id = $2",
-        &[&namespace, &s.id, &new_cursor, &last_fired],
-    )
-    .await
-    .map_err(StoreError::query("advancing a schedule"))?;
-    tx.commit()
-        .await
-        .map_err(StoreError::query("committing a materialisation"))?;
+    tx.schedules()
+        .advance(namespace, &s.id, new_cursor, last_fired)
+        .await?;
     Ok(())
 }
 
@@ -318,64 +283,46 @@ async fn fire_run(
     spec: &pb::ScheduleSpec,
     run: &Run,
     now: DateTime<Utc>,
-) -> Result<bool, StoreError> {
-    if s.overlap == "skip" && !run.catch_up {
-        let busy: bool = tx
-            .query_one(
-                "SELECT EXISTS (SELECT 1 FROM herald.tasks
-                                WHERE schedule_id = $1 AND namespace = $2
-                                  AND state IN ('scheduled', 'leased'))",
-                &[&s.id, &namespace],
-            )
-            .await
-            .map_err(StoreError::query("checking a schedule's previous run"))?
-            .get(0);
-        if busy {
-            tx.execute(
-                "INSERT INTO herald.schedule_runs (namespace, schedule_id, fire_time, kind,
-                     task_count)
-                 VALUES ($1, $2, $3, 'skipped_overlap', 0) ON CONFLICT DO NOTHING",
-                &[&namespace, &s.id, &run.fire_time],
-            )
-            .await
-            .map_err(StoreError::query("recording a skipped run"))?;
-            return Ok(false);
-        }
-    }
-    let kind = if run.catch_up { "catch_up" } else { "fired" };
-    let inserted = tx
-        .execute(
-            "INSERT INTO herald.schedule_runs (namespace, schedule_id, fire_time, kind, task_count)
-             VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
-            &[
-                &namespace,
-                &s.id,
-                &run.fire_time,
-                &kind,
-                &(spec.recipients.len() as i32),
-            ],
-        )
-        .await
-        .map_err(StoreError::query("inserting a schedule run"))?;
-    if inserted == 0 {
+) -> Result<bool, Error> {
+    if s.overlap == "skip"
+        && !run.catch_up
+        && tx.schedules().run_in_progress(namespace, &s.id).await?
+    {
+        tx.schedules()
+            .insert_run(namespace, &s.id, run.fire_time, "skipped_overlap", 0)
+            .await?;
         return Ok(false);
     }
-    let tasks = run_tasks(namespace, s, spec, run, now);
-    let ids: Vec<Uuid> = tasks.iter().map(|t| t.id).collect();
-    create_tasks_in(tx, namespace, &tasks)
-        .await
-        .map_err(|e| match e {
-            crate::store::tasks::CreateError::Store(e) => e,
-            crate::store::tasks::CreateError::KeyConflict { .. } => {
-                StoreError::Corrupt(format!("schedule {} run key conflict", s.id))
-            }
-        })?;
-    tx.execute(
-        "UPDATE herald.tasks SET schedule_id = $1, fire_time = $2 WHERE id = ANY($3)",
-        &[&s.id, &run.fire_time, &ids],
-    )
-    .await
-    .map_err(StoreError::query("linking tasks to a run"))?;
+    let kind = if run.catch_up { "catch_up" } else { "fired" };
+    let count = i32::try_from(spec.recipients.len()).unwrap_or(i32::MAX);
+    if !tx
+        .schedules()
+        .insert_run(namespace, &s.id, run.fire_time, kind, count)
+        .await?
+    {
+        return Ok(false);
+    }
+    let specs = run_tasks(s, spec, run, now);
+    let path = |i: usize| format!("schedule {} run {} recipient {i}", s.id, run.fire_time);
+    // Checked and rendered as any task is: a stored template becomes its text here. A run whose
+    // tasks no longer pass (a template deleted since) records the run without tasks and says
+    // why, rather than failing the materialiser for every other schedule.
+    let tasks = match crate::tasks::prepare(tx, namespace, &specs, &path, now).await {
+        Ok(tasks) => tasks,
+        Err(Error::InvalidArgument(problems)) => {
+            tracing::error!(schedule_id = %s.id, fire_time = %run.fire_time,
+                problems = %crate::error::describe(&problems),
+                "schedule run's tasks do not validate; none created");
+            return Ok(true);
+        }
+        Err(e) => return Err(e),
+    };
+    let origin = Origin::ScheduleRun {
+        schedule_id: s.id.clone(),
+        fire_time: run.fire_time,
+    };
+    let tasks = crate::tasks::with_origin(tasks, &origin);
+    crate::tasks::insert(tx, namespace, &tasks, &path).await?;
     Ok(true)
 }
 
@@ -383,63 +330,51 @@ async fn fire_run(
 /// jitter (catch-ups: now), keyed by (schedule, fire time, recipient) so that even a second
 /// insert of the run could not create a second task.
 fn run_tasks(
-    namespace: &str,
     s: &ScheduleRecord,
     spec: &pb::ScheduleSpec,
     run: &Run,
     now: DateTime<Utc>,
-) -> Vec<crate::model::NewTask> {
+) -> Vec<TaskSpec> {
     let fire = run.fire_time.to_rfc3339_opts(SecondsFormat::Millis, true);
     let stagger = ChronoDuration::milliseconds(s.stagger_ms);
     let jitter = ChronoDuration::milliseconds(s.jitter_ms);
-    let mut out = Vec::with_capacity(spec.recipients.len());
-    for recipient in &spec.recipients {
-        let mut due = if run.catch_up {
-            now
-        } else {
-            run.fire_time + spread::stagger_offset(&s.id, recipient, stagger)
-        };
-        if s.stagger_off_round && s.stagger_ms > 0 && !run.catch_up {
-            due = spread::off_round_minutes(due);
-        }
-        due += spread::jitter(jitter);
-        let mut labels: BTreeMap<String, String> = spec.labels.clone();
-        labels.insert("herald.schedule_id".into(), s.id.clone());
-        labels.insert("herald.fire_time".into(), fire.clone());
-        if run.catch_up {
-            labels.insert("herald.catch_up".into(), "true".into());
-        }
-        let key = format!("herald:schedule:{}:{}:{}", s.id, fire, recipient);
-        let task = pb::TaskSpec {
-            queue: spec.queue.clone(),
-            recipient: recipient.clone(),
-            // Rendering: schedule content is stored as given; templates are resolved by the
-            // executor-side template id. (Single call site to switch to herald-side rendering.)
-            content: spec.content.clone(),
-            when: Some(pb::task_spec::When::RunAt(crate::api::convert::timestamp(
-                due,
-            ))),
-            priority: spec.priority,
-            idempotency_key: key,
-            max_attempts: spec.max_attempts,
-            expire_at: spec.expire_after.as_ref().map(|d| {
-                crate::api::convert::timestamp(
+    spec.recipients
+        .iter()
+        .map(|recipient| {
+            let mut due = if run.catch_up {
+                now
+            } else {
+                run.fire_time + spread::stagger_offset(&s.id, recipient, stagger)
+            };
+            if s.stagger_off_round && s.stagger_ms > 0 && !run.catch_up {
+                due = spread::off_round_minutes(due);
+            }
+            due += spread::jitter(jitter);
+            let mut labels: BTreeMap<String, String> = spec.labels.clone();
+            labels.insert("herald.schedule_id".into(), s.id.clone());
+            labels.insert("herald.fire_time".into(), fire.clone());
+            if run.catch_up {
+                labels.insert("herald.catch_up".into(), "true".into());
+            }
+            TaskSpec {
+                queue: spec.queue.clone(),
+                recipient: recipient.clone(),
+                content: spec.content.clone(),
+                // A run far in the past (catch-up) is due now, so the bounds hold.
+                when: Some(When::At(due)),
+                priority: spec.priority,
+                max_attempts: spec.max_attempts,
+                idempotency_key: format!("herald:schedule:{}:{}:{}", s.id, fire, recipient),
+                request_hash: Vec::new(),
+                retry: Some(RetryPolicy::default_exponential()),
+                expire_at: spec.expire_after.as_ref().map(|d| {
                     due + ChronoDuration::seconds(d.seconds)
-                        + ChronoDuration::nanoseconds(i64::from(d.nanos)),
-                )
-            }),
-            labels,
-            pool: spec.pool.clone(),
-            account_id: spec.account_id.clone(),
-            ..Default::default()
-        };
-        let mut v = Violations::default();
-        // Validated at creation; a run far in the past (catch-up) is due now, so the bounds hold.
-        match validate::task_spec(&task, "task", namespace, now, &mut v) {
-            Some(t) => out.push(t),
-            None => tracing::error!(schedule_id = %s.id, recipient = %recipient,
-                problems = ?v.0, "schedule task does not validate; skipped"),
-        }
-    }
-    out
+                        + ChronoDuration::nanoseconds(i64::from(d.nanos))
+                }),
+                labels,
+                pool: spec.pool.clone(),
+                account_id: spec.account_id.clone(),
+            }
+        })
+        .collect()
 }

@@ -1,7 +1,160 @@
-//! Recurring schedules and campaigns: fire-time arithmetic ([`fire_times`]), the spreading of
-//! a run's recipients over a window ([`spread`]), and the single-leader loop that turns due
-//! fire times into tasks ([`materializer`]).
+//! Recurring schedules: what a schedule is ([`model`], [`spec`]), fire-time arithmetic
+//! ([`fire_times`]), the spreading of a run's recipients over a window ([`spread`]), and the
+//! single-leader loop that turns due fire times into tasks ([`materializer`]) through the task
+//! domain, so a run's tasks are checked and rendered like any other.
 
 pub mod fire_times;
 pub mod materializer;
+pub mod model;
+pub mod spec;
 pub mod spread;
+
+use chrono::{DateTime, Utc};
+use herald_proto::v1 as pb;
+
+use self::fire_times::FireTimes;
+use self::model::{RunRecord, ScheduleRecord};
+use crate::error::Error;
+use crate::store::transaction;
+use crate::store::{Db, Store};
+
+/// The schedule operations of a replica.
+#[derive(Clone)]
+pub struct Schedules {
+    store: Store,
+    min_period: chrono::Duration,
+}
+
+impl Schedules {
+    /// Schedules in `store`, refusing any that fires more often than `min_period`.
+    pub fn new(store: Store, min_period: std::time::Duration) -> Self {
+        Schedules {
+            store,
+            min_period: chrono::Duration::from_std(min_period).unwrap_or(chrono::Duration::MAX),
+        }
+    }
+
+    /// Creates a schedule. Its runs' tasks are checked now, rendered against the stored
+    /// templates and targets as they will be at every fire time, so a schedule that could
+    /// only ever fail is refused here.
+    pub async fn create(
+        &self,
+        namespace: &str,
+        spec: &pb::ScheduleSpec,
+    ) -> Result<ScheduleRecord, Error> {
+        let now = Utc::now();
+        let (mut record, fires) = spec::check(spec, now)?;
+        spec::check_period(&fires, now, self.min_period)?;
+        record.next_fire_at = fires.next_after(now);
+        let conn = self.store.conn().await?;
+        let probes: Vec<_> = spec
+            .recipients
+            .iter()
+            .map(|r| spec::task_of(spec, r))
+            .collect();
+        crate::tasks::prepare(
+            &conn,
+            namespace,
+            &probes,
+            &|i| format!("schedule.recipients[{i}]"),
+            now,
+        )
+        .await?;
+        drop(conn);
+        transaction!(self.store, Error, |tx| Ok::<_, Error>(
+            tx.schedules().create(namespace, &record).await?
+        ))?
+        .ok_or_else(|| Error::AlreadyExists(format!("schedule {} already exists", spec.id)))
+    }
+
+    /// Reads a schedule.
+    pub async fn get(&self, namespace: &str, id: &str) -> Result<ScheduleRecord, Error> {
+        self.store
+            .conn()
+            .await?
+            .schedules()
+            .get(namespace, id)
+            .await?
+            .ok_or_else(|| Error::NotFound(format!("schedule {id}")))
+    }
+
+    /// Lists schedules with an id after `after`, by id.
+    pub async fn list(
+        &self,
+        namespace: &str,
+        after: &str,
+        limit: i64,
+    ) -> Result<Vec<ScheduleRecord>, Error> {
+        Ok(self
+            .store
+            .conn()
+            .await?
+            .schedules()
+            .list(namespace, after, limit)
+            .await?)
+    }
+
+    /// Deletes a schedule and its runs.
+    pub async fn delete(&self, namespace: &str, id: &str) -> Result<(), Error> {
+        if self
+            .store
+            .conn()
+            .await?
+            .schedules()
+            .delete(namespace, id)
+            .await?
+        {
+            Ok(())
+        } else {
+            Err(Error::NotFound(format!("schedule {id}")))
+        }
+    }
+
+    /// Pauses or resumes a schedule; resuming skips the fire times passed while paused.
+    pub async fn set_paused(
+        &self,
+        namespace: &str,
+        id: &str,
+        paused: bool,
+    ) -> Result<ScheduleRecord, Error> {
+        let next = if paused {
+            None
+        } else {
+            let current = self.get(namespace, id).await?;
+            materializer::fire_times_of(&current).and_then(|f| f.next_after(Utc::now()))
+        };
+        transaction!(self.store, Error, |tx| {
+            Ok::<_, Error>(
+                tx.schedules()
+                    .set_paused(namespace, id, paused, next)
+                    .await?,
+            )
+        })?
+        .ok_or_else(|| Error::NotFound(format!("schedule {id}")))
+    }
+
+    /// The fire-time rules of a stored schedule.
+    pub async fn fire_times(&self, namespace: &str, id: &str) -> Result<FireTimes, Error> {
+        let s = self.get(namespace, id).await?;
+        materializer::fire_times_of(&s)
+            .ok_or_else(|| Error::FailedPrecondition("stored schedule does not parse".into()))
+    }
+
+    /// A schedule's runs with a fire time before `before`, newest first.
+    pub async fn runs(
+        &self,
+        namespace: &str,
+        id: &str,
+        before: Option<DateTime<Utc>>,
+        limit: i64,
+    ) -> Result<Vec<RunRecord>, Error> {
+        self.get(namespace, id).await?;
+        Ok(self
+            .store
+            .conn()
+            .await?
+            .schedules()
+            .runs(namespace, id, before, limit)
+            .await?)
+    }
+}

@@ -58,12 +58,30 @@ impl StoreError {
         }
     }
 
-    /// True when the transaction lost a race and may simply be run again.
+    /// True when the transaction lost a race (serialization failure, deadlock) and may simply
+    /// be run again: [`super::Store::transaction`] does so.
     pub fn is_retryable(&self) -> bool {
         matches!(
             self.sql_state(),
             Some(c) if *c == SqlState::T_R_SERIALIZATION_FAILURE || *c == SqlState::T_R_DEADLOCK_DETECTED
         )
+    }
+
+    /// True when a unique constraint refused the write: the thing already exists.
+    pub fn is_unique_violation(&self) -> bool {
+        self.sql_state() == Some(&SqlState::UNIQUE_VIOLATION)
+    }
+}
+
+/// Errors that may wrap a store error that is worth running the transaction again for.
+pub trait Retryable {
+    /// True when running the whole transaction again may succeed.
+    fn is_retryable(&self) -> bool;
+}
+
+impl Retryable for StoreError {
+    fn is_retryable(&self) -> bool {
+        StoreError::is_retryable(self)
     }
 }
 
@@ -75,5 +93,33 @@ fn detail(e: &tokio_postgres::Error) -> String {
             None => format!("{} ({})", db.message(), db.code().code()),
         },
         None => e.to_string(),
+    }
+}
+
+/// Why a write of a named thing (account, pool, template, schedule) was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// The id or name is taken.
+    #[error("{0} already exists")]
+    AlreadyExists(String),
+    /// The thing to change does not exist.
+    #[error("{0} not found")]
+    NotFound(String),
+    /// Something still depends on it.
+    #[error("{0}")]
+    InUse(String),
+    /// The database failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl WriteError {
+    /// Maps a unique violation of an insert to [`WriteError::AlreadyExists`] naming `what`.
+    pub fn from_insert(e: StoreError, what: impl FnOnce() -> String) -> Self {
+        if e.is_unique_violation() {
+            WriteError::AlreadyExists(what())
+        } else {
+            WriteError::Store(e)
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! Versioned schema migrations, embedded in the binary and applied under an advisory lock so
 //! that several replicas starting at once apply each migration exactly once.
 
+use super::sql::column;
 use super::{Store, StoreError};
 
 /// One migration: its version, a name saying what it does, and its SQL.
@@ -10,54 +11,13 @@ struct Migration {
     sql: &'static str,
 }
 
-/// Every migration, in order. Append only; never edit one that has shipped.
-const MIGRATIONS: &[Migration] = &[
-    Migration {
-        version: 1,
-        name: "create_tasks",
-        sql: include_str!("../../migrations/V1__create_tasks.sql"),
-    },
-    Migration {
-        version: 2,
-        name: "add_accounts",
-        sql: include_str!("../../migrations/V2__add_accounts.sql"),
-    },
-    Migration {
-        version: 3,
-        name: "add_templates",
-        sql: include_str!("../../migrations/V3__add_templates.sql"),
-    },
-    Migration {
-        version: 4,
-        name: "add_trace_context",
-        sql: include_str!("../../migrations/V4__add_trace_context.sql"),
-    },
-    Migration {
-        version: 5,
-        name: "add_notifications",
-        sql: include_str!("../../migrations/V5__add_notifications.sql"),
-    },
-    Migration {
-        version: 6,
-        name: "add_stats_indexes",
-        sql: include_str!("../../migrations/V6__add_stats_indexes.sql"),
-    },
-    Migration {
-        version: 7,
-        name: "add_schedules_and_campaigns",
-        sql: include_str!("../../migrations/V7__add_schedules_and_campaigns.sql"),
-    },
-    Migration {
-        version: 8,
-        name: "finish_campaigns",
-        sql: include_str!("../../migrations/V8__finish_campaigns.sql"),
-    },
-    Migration {
-        version: 9,
-        name: "claim_plan_indexes",
-        sql: include_str!("../../migrations/V9__claim_plan_indexes.sql"),
-    },
-];
+/// Every migration, in order (generated from `migrations/` by `build.rs`). Append only; never
+/// edit one that has shipped.
+const MIGRATIONS: &[Migration] = include!(concat!(env!("OUT_DIR"), "/migrations.rs"));
+
+/// SQL re-applied whenever its text changes, after the numbered migrations: definitions that
+/// are replaced in place (`CREATE OR REPLACE FUNCTION`) rather than restated in new migrations.
+const REPEATABLE: &[(&str, &str)] = &[("account_functions", super::accounts::FUNCTIONS_SQL)];
 
 /// Arbitrary but fixed: the advisory lock key that serialises migrations across replicas.
 const MIGRATION_LOCK_KEY: i64 = 0x6865_7261_6c64_0001;
@@ -95,7 +55,10 @@ async fn apply_pending(conn: &mut deadpool_postgres::Object) -> Result<usize, St
         .query("SELECT version FROM herald.schema_migrations", &[])
         .await
         .map_err(StoreError::query("reading applied migrations"))?;
-    let applied: Vec<i32> = rows.iter().map(|r| r.get(0)).collect();
+    let applied: Vec<i32> = rows
+        .iter()
+        .map(|r| column(r, "version"))
+        .collect::<Result<_, _>>()?;
 
     let mut count = 0;
     for migration in MIGRATIONS.iter().filter(|m| !applied.contains(&m.version)) {
@@ -120,6 +83,57 @@ async fn apply_pending(conn: &mut deadpool_postgres::Object) -> Result<usize, St
             name = migration.name,
             "migration applied"
         );
+        count += 1;
+    }
+    count += apply_repeatable(conn).await?;
+    Ok(count)
+}
+
+/// Applies each repeatable whose text differs from what was applied last (by SHA-256).
+async fn apply_repeatable(conn: &mut deadpool_postgres::Object) -> Result<usize, StoreError> {
+    use sha2::{Digest, Sha256};
+    conn.batch_execute(
+        "CREATE TABLE IF NOT EXISTS herald.schema_repeatables (
+             name       text PRIMARY KEY,
+             checksum   bytea NOT NULL,
+             applied_at timestamptz NOT NULL DEFAULT now()
+         );",
+    )
+    .await
+    .map_err(StoreError::query("creating the repeatables table"))?;
+    let mut count = 0;
+    for (name, sql) in REPEATABLE {
+        let checksum = Sha256::digest(sql.as_bytes()).to_vec();
+        let current: Option<Vec<u8>> = conn
+            .query_opt(
+                "SELECT checksum FROM herald.schema_repeatables WHERE name = $1",
+                &[name],
+            )
+            .await
+            .map_err(StoreError::query("reading a repeatable's checksum"))?
+            .map(|r| column(&r, "checksum"))
+            .transpose()?;
+        if current.as_deref() == Some(checksum.as_slice()) {
+            continue;
+        }
+        let tx = conn
+            .transaction()
+            .await
+            .map_err(StoreError::query("starting a repeatable"))?;
+        tx.batch_execute(sql)
+            .await
+            .map_err(StoreError::query("applying a repeatable"))?;
+        tx.execute(
+            "INSERT INTO herald.schema_repeatables (name, checksum) VALUES ($1, $2)
+             ON CONFLICT (name) DO UPDATE SET checksum = $2, applied_at = now()",
+            &[name, &checksum],
+        )
+        .await
+        .map_err(StoreError::query("recording a repeatable"))?;
+        tx.commit()
+            .await
+            .map_err(StoreError::query("committing a repeatable"))?;
+        tracing::info!(name, "repeatable migration applied");
         count += 1;
     }
     Ok(count)

@@ -1,33 +1,92 @@
-//! PostgreSQL access: the connection pool, migrations, and one module per aggregate. SQL lives
-//! in `queries/*.sql`, prepared once per connection.
+//! PostgreSQL access: the connection pool, migrations, and one repository per aggregate.
+//!
+//! A repository is a view of any client (a pooled connection or a transaction), reached through
+//! [`Db`]: `conn.tasks().get(..)`, `tx.accounts().apply_feedback(..)`. So one transaction can
+//! span aggregates (a report moves tasks, records attempts and frees account slots at once)
+//! while each aggregate's SQL stays in its own folder, in named `.sql` files beside the Rust that
+//! runs them. Errors are classified by SQLSTATE in [`error`], once.
 
 pub mod accounts;
 pub mod campaigns;
-pub mod claim;
 mod error;
 pub mod leases;
 pub mod migrate;
+pub mod notifications;
 pub mod retention;
 pub mod schedules;
+pub mod sql;
 pub mod stats;
 pub mod tasks;
-pub mod telemetry;
 pub mod templates;
 
-pub use error::StoreError;
+pub use error::{Retryable, StoreError, WriteError};
 
 use std::time::Duration;
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Pool, RecyclingMethod};
 
 /// The scheduler's handle on PostgreSQL; cheap to clone.
 #[derive(Clone)]
 pub struct Store {
     pool: Pool,
     config: tokio_postgres::Config,
-    /// Namespaces seen without accounts, so claims can take the one-statement path.
-    no_accounts: claim::NoAccountsCache,
 }
+
+/// How often a transaction that lost a race (serialization failure, deadlock) is run again.
+pub const MAX_TRANSACTION_RETRIES: u32 = 3;
+
+/// Pins the output type of a transaction's body, so `?` inside it knows the error type.
+pub fn body<T, E, F: std::future::Future<Output = Result<T, E>>>(f: F) -> F {
+    f
+}
+
+/// Runs `$body` in one transaction of `$store`, with a reference to the transaction bound to
+/// `$tx`, and commits it when the body returns `Ok`. The body is an expression of type
+/// `Result<T, E>` (E converting into `$err`) in which `?` and `return` work as in an `async`
+/// block. A transaction that lost a race
+/// (serialization failure or deadlock, whether the body or the commit reported it) is rolled
+/// back and run again, up to [`MAX_TRANSACTION_RETRIES`] times, so the body must leave nothing
+/// behind but its writes: callers act on the result after it returns.
+///
+/// A macro rather than a method taking a closure: a closure over a borrowed transaction makes
+/// futures the compiler cannot prove `Send` for every lifetime, which every gRPC handler needs.
+macro_rules! transaction {
+    ($store:expr, $err:ty, |$tx:ident| $body:expr) => {{
+        let store: &$crate::store::Store = &$store;
+        let mut tries: u32 = 0;
+        loop {
+            tries += 1;
+            let outcome = $crate::store::body::<_, $err, _>(async {
+                let mut conn = store.conn().await?;
+                let transaction = conn
+                    .transaction()
+                    .await
+                    .map_err($crate::store::StoreError::query("begin"))?;
+                let $tx = &transaction;
+                let value = match async { $body }.await {
+                    Ok(value) => value,
+                    Err(e) => return Err(<$err>::from(e)),
+                };
+                transaction
+                    .commit()
+                    .await
+                    .map_err($crate::store::StoreError::query("commit"))?;
+                Ok(value)
+            })
+            .await;
+            match outcome {
+                Err(e)
+                    if $crate::store::Retryable::is_retryable(&e)
+                        && tries <= $crate::store::MAX_TRANSACTION_RETRIES =>
+                {
+                    tracing::debug!(tries, "transaction lost a race; running it again");
+                }
+                other => break other,
+            }
+        }
+    }};
+}
+pub(crate) use transaction;
 
 impl Store {
     /// Builds a pool of at most `max_size` connections to `database_url`. Connections are opened
@@ -51,11 +110,7 @@ impl Store {
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .build()
             .map_err(|e| ConnectError::Pool(e.to_string()))?;
-        Ok(Store {
-            pool,
-            config,
-            no_accounts: claim::NoAccountsCache::default(),
-        })
+        Ok(Store { pool, config })
     }
 
     /// A pooled connection.
@@ -68,12 +123,17 @@ impl Store {
         &self.config
     }
 
+    /// The connection pool's current state.
+    pub fn pool_status(&self) -> deadpool_postgres::Status {
+        self.pool.status()
+    }
+
     /// Answers whether the database is reachable now (readiness).
     pub async fn ping(&self) -> Result<(), StoreError> {
         let conn = self.conn().await?;
         conn.simple_query("SELECT 1")
             .await
-            .map_err(StoreError::query("checking the database"))?;
+            .map_err(StoreError::query("ping"))?;
         Ok(())
     }
 
@@ -82,6 +142,66 @@ impl Store {
         self.pool.close();
     }
 }
+
+/// The repositories, on any client: a pooled connection or a transaction.
+pub trait Db: GenericClient + Sized {
+    /// Tasks, their attempts and idempotency keys.
+    fn tasks(&self) -> tasks::TaskRepo<'_, Self> {
+        tasks::TaskRepo::new(self)
+    }
+    /// The lease lifecycle of tasks: claims, reports, extensions, releases and sweeps.
+    fn leases(&self) -> leases::LeaseRepo<'_, Self> {
+        leases::LeaseRepo::new(self)
+    }
+    /// Sending accounts and pools.
+    fn accounts(&self) -> accounts::AccountRepo<'_, Self> {
+        accounts::AccountRepo::new(self)
+    }
+    /// Stored message templates.
+    fn templates(&self) -> templates::TemplateRepo<'_, Self> {
+        templates::TemplateRepo::new(self)
+    }
+    /// Recurring schedules and their runs.
+    fn schedules(&self) -> schedules::ScheduleRepo<'_, Self> {
+        schedules::ScheduleRepo::new(self)
+    }
+    /// Campaigns.
+    fn campaigns(&self) -> campaigns::CampaignRepo<'_, Self> {
+        campaigns::CampaignRepo::new(self)
+    }
+    /// Read-only figures for StatsService and the dashboard.
+    fn stats(&self) -> stats::StatsRepo<'_, Self> {
+        stats::StatsRepo::new(self)
+    }
+    /// The notification outbox and live counts telemetry reads.
+    fn notifications(&self) -> notifications::NotificationRepo<'_, Self> {
+        notifications::NotificationRepo::new(self)
+    }
+    /// Pruning of what outlived its retention.
+    fn retention(&self) -> retention::RetentionRepo<'_, Self> {
+        retention::RetentionRepo::new(self)
+    }
+}
+
+impl<C: GenericClient> Db for C {}
+
+/// Declares a repository type: a borrowed client and a constructor.
+macro_rules! repository {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        pub struct $name<'c, C> {
+            db: &'c C,
+        }
+
+        impl<'c, C: deadpool_postgres::GenericClient> $name<'c, C> {
+            /// The repository on `db`.
+            pub fn new(db: &'c C) -> Self {
+                $name { db }
+            }
+        }
+    };
+}
+pub(crate) use repository;
 
 /// The database URL could not be turned into a pool.
 #[derive(Debug, thiserror::Error)]

@@ -12,8 +12,8 @@ use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio_util::sync::CancellationToken;
 
-use crate::model::{GrantedLease, TaskState};
-use crate::store::Store;
+use crate::store::{Db, Store, StoreError};
+use crate::tasks::model::{GrantedLease, TaskState};
 
 /// Gauge `{state, queue}`: live tasks (SCHEDULED, LEASED) by state and queue, refreshed by
 /// [`refresh_task_counts`].
@@ -37,6 +37,8 @@ pub const DB_POOL: &str = "herald_db_pool_connections";
 pub const NOTIFICATIONS: &str = "herald_notifications_total";
 /// Gauge: notifications waiting in the outbox.
 pub const NOTIFICATIONS_PENDING: &str = "herald_notifications_pending";
+/// Counter: accounts whose in-flight count differed from their leases and was corrected.
+pub const SLOTS_RECONCILED: &str = "herald_account_slots_reconciled_total";
 
 /// Seconds; from "on time" to "an hour late".
 const LAG_BUCKETS: &[f64] = &[
@@ -111,6 +113,10 @@ fn describe() {
         NOTIFICATIONS,
         "Notification webhook deliveries by result (delivered, failed)."
     );
+    describe_counter!(
+        SLOTS_RECONCILED,
+        "Accounts whose in-flight count differed from the leases they hold and was corrected."
+    );
     describe_gauge!(
         NOTIFICATIONS_PENDING,
         "Notifications waiting in the outbox."
@@ -166,6 +172,15 @@ pub fn swept(leases_expired: u64, deadlines_passed: u64) {
     }
 }
 
+async fn live_task_counts(store: &Store) -> Result<Vec<(String, String, i64)>, StoreError> {
+    store.conn().await?.notifications().live_task_counts().await
+}
+
+/// Counts accounts whose in-flight count the reconciler corrected.
+pub fn slots_reconciled(n: u64) {
+    metrics::counter!(SLOTS_RECONCILED).increment(n);
+}
+
 /// Refreshes [`TASKS`] every [`TASK_COUNT_INTERVAL`] until `stop`.
 ///
 /// Cost: one `GROUP BY state, queue` over live tasks only (SCHEDULED and LEASED, reached through
@@ -175,7 +190,7 @@ pub fn swept(leases_expired: u64, deadlines_passed: u64) {
 pub async fn refresh_task_counts(store: Store, stop: CancellationToken) {
     let mut seen: HashSet<(String, String)> = HashSet::new();
     loop {
-        match store.live_task_counts().await {
+        match live_task_counts(&store).await {
             Ok(rows) => {
                 let now: HashSet<(String, String)> = rows
                     .iter()

@@ -29,7 +29,7 @@ pub fn remote_parent(metadata: &tonic::metadata::MetadataMap) -> Option<opentele
 
 /// Records a `lease.grant` span per lease of a granted batch, each a child of the CreateTask
 /// span stored with its task. Does nothing unless spans are exported.
-pub fn lease_grant_spans(leases: &[crate::model::GrantedLease], executor_id: &str) {
+pub fn lease_grant_spans(leases: &[crate::tasks::model::GrantedLease], executor_id: &str) {
     if !herald_process::telemetry::exporting() {
         return;
     }

@@ -19,8 +19,8 @@ use sha2::Sha256;
 use tokio_util::sync::CancellationToken;
 
 use super::metrics::{NOTIFICATIONS, NOTIFICATIONS_PENDING};
-use crate::store::telemetry::PendingNotification;
-use crate::store::Store;
+use crate::store::notifications::PendingNotification;
+use crate::store::{Db, Store};
 
 /// Notifications sent per round.
 const BATCH: i64 = 16;
@@ -132,28 +132,30 @@ async fn round(
     client: &reqwest::Client,
     notifier: &Notifier,
 ) -> Result<Duration, crate::store::StoreError> {
-    store.enable_notifications(ENABLED_FOR).await?;
-    let batch = store.take_notifications(BATCH, HOLD).await?;
+    let db = store.conn().await?;
+    let outbox = db.notifications();
+    outbox.enable(ENABLED_FOR).await?;
+    let batch = outbox.take(BATCH, HOLD).await?;
     let full = batch.len() as i64 >= BATCH;
     for n in batch {
         match deliver(client, notifier, &n).await {
             Ok(()) => {
                 metrics::counter!(NOTIFICATIONS, "result" => "delivered").increment(1);
                 tracing::info!(notification_id = %n.id, event = %n.event, "notification delivered");
-                store.notification_delivered(n.id).await?;
+                outbox.delivered(n.id).await?;
             }
             Err(error) => {
                 metrics::counter!(NOTIFICATIONS, "result" => "failed").increment(1);
                 let retry_in = backoff(n.attempts);
                 tracing::warn!(notification_id = %n.id, event = %n.event, attempts = n.attempts, retry_in = ?retry_in, %error, "notification not delivered");
-                store.notification_failed(n.id, retry_in, &error).await?;
+                outbox.failed(n.id, retry_in, &error).await?;
             }
         }
     }
     if full {
         return Ok(Duration::ZERO);
     }
-    let (pending, next_ms) = store.notification_backlog().await?;
+    let (pending, next_ms) = outbox.backlog().await?;
     metrics::gauge!(NOTIFICATIONS_PENDING).set(pending as f64);
     Ok(match next_ms {
         Some(ms) if ms > 0.0 => Duration::from_millis(ms as u64 + 1).min(MAX_SLEEP),

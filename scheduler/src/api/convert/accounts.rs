@@ -1,0 +1,291 @@
+//! Accounts and pools on the wire, and the update mask of UpdateAccount. A limit crosses the
+//! wire here.
+
+use herald_proto::v1 as pb;
+
+use super::{duration_from_ms, duration_ms, timestamp};
+use crate::accounts::model::{AccountLimits, AccountRecord, AccountSpec, AccountState, PoolRecord};
+use crate::error::{Error, Violations};
+use crate::rules::parse_clock;
+
+/// A wire account as a domain definition, defaults filled in; wire problems are recorded
+/// under `path`. None when the limits are missing.
+pub fn account_spec(a: &pb::Account, path: &str, v: &mut Violations) -> Option<AccountSpec> {
+    let f = |name: &str| format!("{path}.{name}");
+    let state = match pb::AccountState::try_from(a.state) {
+        Ok(pb::AccountState::Unspecified) | Ok(pb::AccountState::Active) => AccountState::Active,
+        Ok(pb::AccountState::Paused) => AccountState::Paused,
+        Ok(pb::AccountState::Offline) => {
+            v.add(f("state"), "OFFLINE is set by senders, not by operators");
+            AccountState::Active
+        }
+        Err(_) => {
+            v.add(f("state"), "is not an account state");
+            AccountState::Active
+        }
+    };
+    let limits = match &a.limits {
+        None => {
+            v.add(f("limits"), "is required (at least rate_per_second)");
+            None
+        }
+        Some(l) => Some(limits(l, &f("limits"), v)),
+    };
+    Some(AccountSpec {
+        id: a.id.clone(),
+        sender_kind: a.sender_kind.clone(),
+        pool: a.pool.clone(),
+        time_zone: if a.time_zone.is_empty() {
+            "UTC".to_string()
+        } else {
+            a.time_zone.clone()
+        },
+        credentials_ref: if a.credentials_ref.is_empty() {
+            a.id.clone()
+        } else {
+            a.credentials_ref.clone()
+        },
+        state,
+        limits: limits?,
+    })
+}
+
+/// Wire limits with their defaults filled in. A malformed duration becomes a negative one,
+/// which the domain refuses with the field's own rule.
+fn limits(l: &pb::AccountLimits, path: &str, v: &mut Violations) -> AccountLimits {
+    let ms = |d: &prost_types::Duration| duration_ms(d).unwrap_or(-1);
+    let (quiet_start, quiet_end) = match &l.quiet_hours {
+        None => (None, None),
+        Some(q) => match (parse_clock(&q.start), parse_clock(&q.end)) {
+            (Some(s), Some(e)) => (Some(s), Some(e)),
+            _ => {
+                v.add(format!("{path}.quiet_hours"), "start and end must be HH:MM");
+                (None, None)
+            }
+        },
+    };
+    AccountLimits {
+        rate_per_sec: l.rate_per_second,
+        burst: l
+            .burst
+            .unwrap_or_else(|| AccountLimits::default_burst(l.rate_per_second)),
+        daily_cap: l.daily_cap,
+        max_in_flight: l.max_in_flight,
+        recipient_interval_ms: l.recipient_interval.as_ref().map(ms),
+        quiet_start,
+        quiet_end,
+        high_priority_reserve: l.high_priority_reserve,
+        high_priority_min: l
+            .high_priority_min
+            .map_or(AccountLimits::DEFAULT_HIGH_PRIORITY_MIN, |m| {
+                i16::try_from(m).unwrap_or(i16::MAX)
+            }),
+        adaptive_floor: l
+            .adaptive_floor
+            .unwrap_or(AccountLimits::DEFAULT_ADAPTIVE_FLOOR),
+        recovery_successes: l
+            .recovery_successes
+            .unwrap_or(AccountLimits::DEFAULT_RECOVERY_SUCCESSES),
+        offline_cooldown_ms: l
+            .offline_cooldown
+            .as_ref()
+            .map_or(AccountLimits::DEFAULT_OFFLINE_COOLDOWN_MS, ms),
+    }
+}
+
+/// A wire account checked against every rule: INVALID_ARGUMENT naming each bad field.
+pub fn checked_account(a: &pb::Account) -> Result<AccountSpec, Error> {
+    let mut v = Violations::default();
+    let spec = account_spec(a, "account", &mut v);
+    if let Some(spec) = &spec {
+        spec.check("account", &mut v);
+    }
+    match spec {
+        Some(spec) if v.is_empty() => Ok(spec),
+        _ => Err(v.into_error()),
+    }
+}
+
+fn limits_to_wire(l: &AccountLimits) -> pb::AccountLimits {
+    pb::AccountLimits {
+        rate_per_second: l.rate_per_sec,
+        burst: Some(l.burst),
+        daily_cap: l.daily_cap,
+        max_in_flight: l.max_in_flight,
+        recipient_interval: l.recipient_interval_ms.map(duration_from_ms),
+        quiet_hours: l.quiet_hours().map(|(s, e)| pb::QuietHours {
+            start: s.format("%H:%M").to_string(),
+            end: e.format("%H:%M").to_string(),
+        }),
+        high_priority_reserve: l.high_priority_reserve,
+        high_priority_min: Some(i32::from(l.high_priority_min)),
+        adaptive_floor: Some(l.adaptive_floor),
+        recovery_successes: Some(l.recovery_successes),
+        offline_cooldown: Some(duration_from_ms(l.offline_cooldown_ms)),
+    }
+}
+
+/// A stored account on the wire.
+pub fn account(r: &AccountRecord) -> pb::Account {
+    let s = &r.spec;
+    pb::Account {
+        id: s.id.clone(),
+        sender_kind: s.sender_kind.clone(),
+        pool: s.pool.clone(),
+        time_zone: s.time_zone.clone(),
+        credentials_ref: s.credentials_ref.clone(),
+        state: match s.state {
+            AccountState::Active => pb::AccountState::Active,
+            AccountState::Paused => pb::AccountState::Paused,
+            AccountState::Offline => pb::AccountState::Offline,
+        } as i32,
+        limits: Some(limits_to_wire(&s.limits)),
+        status: Some(pb::AccountStatus {
+            effective_rate: r.effective_rate,
+            rate_change_reason: r.rate_reason.clone(),
+            rate_changed_at: Some(timestamp(r.rate_changed_at)),
+            today_count: r.today_count,
+            in_flight: r.in_flight,
+            offline_until: r.offline_until.map(timestamp),
+            state_reason: r.state_reason.clone(),
+            throttled_until: r.throttled_until.map(timestamp),
+        }),
+        created_at: Some(timestamp(r.created_at)),
+        updated_at: Some(timestamp(r.updated_at)),
+    }
+}
+
+/// A pool on the wire.
+pub fn pool(p: &PoolRecord) -> pb::Pool {
+    pb::Pool {
+        name: p.name.clone(),
+        description: p.description.clone(),
+        account_ids: p.account_ids.clone(),
+        effective_rate: p.effective_rate,
+        scheduled_tasks: p.scheduled_tasks,
+        created_at: Some(timestamp(p.created_at)),
+    }
+}
+
+/// Applies an update mask's paths from `patch` onto `current` (both wire accounts).
+pub fn merge(
+    current: &mut pb::Account,
+    patch: &pb::Account,
+    paths: &[String],
+) -> Result<(), Error> {
+    let mut limits = current.limits.clone().unwrap_or_default();
+    let new = patch.limits.clone().unwrap_or_default();
+    for path in paths {
+        match path.as_str() {
+            "sender_kind" => current.sender_kind.clone_from(&patch.sender_kind),
+            "pool" => current.pool.clone_from(&patch.pool),
+            "time_zone" => current.time_zone.clone_from(&patch.time_zone),
+            "credentials_ref" => current.credentials_ref.clone_from(&patch.credentials_ref),
+            "state" => current.state = patch.state,
+            "limits" => limits = new.clone(),
+            "limits.rate_per_second" => limits.rate_per_second = new.rate_per_second,
+            "limits.burst" => limits.burst = new.burst,
+            "limits.daily_cap" => limits.daily_cap = new.daily_cap,
+            "limits.max_in_flight" => limits.max_in_flight = new.max_in_flight,
+            "limits.recipient_interval" => limits.recipient_interval = new.recipient_interval,
+            "limits.quiet_hours" => limits.quiet_hours = new.quiet_hours.clone(),
+            "limits.high_priority_reserve" => {
+                limits.high_priority_reserve = new.high_priority_reserve
+            }
+            "limits.high_priority_min" => limits.high_priority_min = new.high_priority_min,
+            "limits.adaptive_floor" => limits.adaptive_floor = new.adaptive_floor,
+            "limits.recovery_successes" => limits.recovery_successes = new.recovery_successes,
+            "limits.offline_cooldown" => limits.offline_cooldown = new.offline_cooldown,
+            other => {
+                return Err(Error::invalid(
+                    "update_mask",
+                    format!("unknown or read-only path {other:?}"),
+                ))
+            }
+        }
+    }
+    current.limits = Some(limits);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wire() -> pb::Account {
+        pb::Account {
+            id: "wa-1".into(),
+            sender_kind: "whatsapp_cloud".into(),
+            pool: "wa".into(),
+            time_zone: "Asia/Shanghai".into(),
+            limits: Some(pb::AccountLimits {
+                rate_per_second: 80.0,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn fields(a: &pb::Account) -> Vec<String> {
+        match checked_account(a) {
+            Err(Error::InvalidArgument(v)) => v.into_iter().map(|f| f.field).collect(),
+            other => panic!("expected invalid, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn fills_defaults() {
+        let spec = checked_account(&wire());
+        let Ok(spec) = spec else {
+            panic!("refused: {spec:?}")
+        };
+        assert_eq!(spec.credentials_ref, "wa-1");
+        assert_eq!(spec.limits.burst, 80);
+        assert_eq!(spec.state, AccountState::Active);
+        assert_eq!(spec.limits.offline_cooldown_ms, 300_000);
+    }
+
+    #[test]
+    fn names_bad_fields() {
+        let mut a = wire();
+        a.time_zone = "Mars/Olympus".into();
+        a.sender_kind = "fax".into();
+        a.limits = Some(pb::AccountLimits {
+            rate_per_second: 0.0,
+            high_priority_reserve: 0.5,
+            quiet_hours: Some(pb::QuietHours {
+                start: "25:00".into(),
+                end: "08:00".into(),
+            }),
+            ..Default::default()
+        });
+        assert_eq!(
+            fields(&a),
+            vec![
+                "account.limits.quiet_hours",
+                "account.sender_kind",
+                "account.time_zone",
+                "account.limits.rate_per_second",
+                "account.limits.high_priority_reserve"
+            ]
+        );
+    }
+
+    #[test]
+    fn merges_only_masked_paths() {
+        let mut current = wire();
+        let mut patch = wire();
+        patch.pool = "other".into();
+        patch.limits = Some(pb::AccountLimits {
+            rate_per_second: 10.0,
+            daily_cap: Some(5),
+            ..Default::default()
+        });
+        let merged = merge(&mut current, &patch, &["limits.daily_cap".to_string()]);
+        assert!(merged.is_ok());
+        assert_eq!(current.pool, "wa");
+        let l = current.limits.unwrap_or_default();
+        assert_eq!((l.rate_per_second, l.daily_cap), (80.0, Some(5)));
+        assert!(merge(&mut wire(), &patch, &["status".to_string()]).is_err());
+    }
+}

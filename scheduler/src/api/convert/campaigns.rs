@@ -1,0 +1,41 @@
+//! Campaigns on the wire.
+
+use herald_proto::v1 as pb;
+
+use super::timestamp;
+use crate::campaigns::{CampaignState, CampaignView, Recipient};
+
+/// A wire recipient as a domain recipient.
+pub fn recipient(r: &pb::CampaignRecipient) -> Recipient {
+    Recipient {
+        recipient: r.recipient.clone(),
+        time_zone: r.time_zone.clone(),
+        variables: r.variables.clone().into_iter().collect(),
+    }
+}
+
+/// A campaign with its progress on the wire.
+pub fn campaign(c: &CampaignView) -> pb::Campaign {
+    let state = match c.state {
+        CampaignState::Active => pb::CampaignState::Active,
+        CampaignState::Paused => pb::CampaignState::Paused,
+        CampaignState::Cancelled => pb::CampaignState::Cancelled,
+        CampaignState::Finished => pb::CampaignState::Finished,
+    };
+    let p = &c.progress;
+    pb::Campaign {
+        id: c.record.id.to_string(),
+        spec: Some(c.spec.clone()),
+        state: state as i32,
+        progress: Some(pb::CampaignProgress {
+            total: i64::from(c.record.recipient_count),
+            scheduled: p.live,
+            sent: p.succeeded,
+            failed: p.failed,
+            cancelled: p.cancelled,
+            expired: p.expired,
+            estimated_finish: c.estimated_finish.map(timestamp),
+        }),
+        created_at: Some(timestamp(c.record.created_at)),
+    }
+}

@@ -1,0 +1,63 @@
+//! Conversions between wire types and domain types, one file per service's types. Wire
+//! problems a domain type cannot hold (a malformed timestamp, a negative duration) are
+//! reported here as field violations; every other rule is the domain's.
+
+pub mod accounts;
+pub mod campaigns;
+pub mod tasks;
+pub mod templates;
+
+use base64::Engine as _;
+use chrono::{DateTime, Utc};
+
+/// Domain time to wire time.
+pub fn timestamp(t: DateTime<Utc>) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: t.timestamp(),
+        nanos: t.timestamp_subsec_nanos() as i32,
+    }
+}
+
+/// Wire time to domain time; None when malformed or out of range (see
+/// [`crate::rules::timestamp`]).
+pub fn from_timestamp(t: &prost_types::Timestamp) -> Option<DateTime<Utc>> {
+    crate::rules::timestamp(t)
+}
+
+/// Milliseconds to a wire duration.
+pub fn duration_from_ms(ms: i64) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: ms / 1000,
+        nanos: ((ms % 1000) * 1_000_000) as i32,
+    }
+}
+
+/// A std duration on the wire.
+pub fn duration(d: std::time::Duration) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        nanos: d.subsec_nanos() as i32,
+    }
+}
+
+/// A non-negative wire duration in milliseconds; None when negative or malformed.
+pub fn duration_ms(d: &prost_types::Duration) -> Option<i64> {
+    if d.seconds < 0 || d.nanos < 0 || d.nanos >= 1_000_000_000 {
+        return None;
+    }
+    d.seconds
+        .checked_mul(1000)?
+        .checked_add(i64::from(d.nanos / 1_000_000))
+}
+
+/// An opaque page token for a text key.
+pub fn page_token(key: &[u8]) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(key)
+}
+
+/// The key of a page token; None when it is not one this service returned.
+pub fn page_key(token: &str) -> Option<Vec<u8>> {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(token)
+        .ok()
+}

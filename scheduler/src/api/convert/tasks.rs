@@ -1,0 +1,318 @@
+//! A task on the wire: the spec in, the Task, its attempts and the Lease an executor receives
+//! out. A task field crosses the wire here.
+
+use herald_proto::v1 as pb;
+use prost::Message;
+use sha2::{Digest, Sha256};
+
+use super::{duration_from_ms, duration_ms, from_timestamp, timestamp};
+use crate::error::Violations;
+use crate::store::StoreError;
+use crate::tasks::model::{
+    AttemptRecord, CancelOutcome, GrantedLease, Outcome, RetryPolicy, TaskRecord, TaskSpec,
+    TaskState, When,
+};
+
+/// A wire spec as a domain spec; wire problems are recorded under `path` (`task`,
+/// `tasks[3]`). The request hash, which idempotency keys are checked against, is the spec's
+/// encoding: maps are BTreeMaps, so equal requests encode to equal bytes.
+pub fn task_spec(spec: &pb::TaskSpec, path: &str, v: &mut Violations) -> TaskSpec {
+    let f = |name: &str| format!("{path}.{name}");
+    let when = match &spec.when {
+        None => None,
+        Some(pb::task_spec::When::RunAt(ts)) => match from_timestamp(ts) {
+            Some(at) => Some(When::At(at)),
+            None => {
+                v.add(f("run_at"), "is not a valid timestamp");
+                None
+            }
+        },
+        // A malformed duration is refused by the domain as a negative one.
+        Some(pb::task_spec::When::Delay(d)) => Some(When::After(duration_ms(d).unwrap_or(-1))),
+    };
+    let when = match (spec.local_time.is_empty(), when) {
+        (true, when) => when,
+        (false, _) if spec.when.is_some() => {
+            v.add(f("local_time"), "cannot be combined with run_at or delay");
+            None
+        }
+        (false, _) => Some(When::Local {
+            time: spec.local_time.clone(),
+            zone: spec.local_time_zone.clone(),
+        }),
+    };
+    let expire_at = spec.expire_at.as_ref().and_then(|ts| {
+        let at = from_timestamp(ts);
+        if at.is_none() {
+            v.add(f("expire_at"), "is not a valid timestamp");
+        }
+        at
+    });
+    TaskSpec {
+        queue: spec.queue.clone(),
+        recipient: spec.recipient.clone(),
+        content: spec.content.clone(),
+        when,
+        priority: spec.priority,
+        max_attempts: spec.max_attempts,
+        idempotency_key: spec.idempotency_key.clone(),
+        request_hash: Sha256::digest(spec.encode_to_vec()).to_vec(),
+        retry: spec.retry_policy.as_ref().and_then(retry_policy_in),
+        expire_at,
+        labels: spec.labels.clone(),
+        pool: spec.pool.clone(),
+        account_id: spec.account_id.clone(),
+    }
+}
+
+/// A wire retry policy with its defaults filled in; None for the default policy. A malformed
+/// duration becomes a negative one, which the domain refuses with the field's own rule.
+pub fn retry_policy_in(p: &pb::RetryPolicy) -> Option<RetryPolicy> {
+    let ms = |d: &prost_types::Duration| duration_ms(d).unwrap_or(-1);
+    match p.strategy.as_ref()? {
+        pb::retry_policy::Strategy::Exponential(e) => {
+            let initial_ms = e
+                .initial
+                .as_ref()
+                .map_or(RetryPolicy::DEFAULT_INITIAL_MS, ms);
+            Some(RetryPolicy::Exponential {
+                initial_ms,
+                max_ms: e
+                    .max
+                    .as_ref()
+                    .map_or(RetryPolicy::DEFAULT_MAX_MS.max(initial_ms), ms),
+                // 0 is proto3's "not set".
+                multiplier: if e.multiplier == 0.0 {
+                    RetryPolicy::DEFAULT_MULTIPLIER
+                } else {
+                    e.multiplier
+                },
+                jitter: e.jitter.unwrap_or(RetryPolicy::DEFAULT_JITTER),
+            })
+        }
+        pb::retry_policy::Strategy::Delays(d) => {
+            Some(RetryPolicy::Delays(d.delays.iter().map(ms).collect()))
+        }
+    }
+}
+
+/// Domain state to wire state.
+pub fn state(s: TaskState) -> pb::TaskState {
+    match s {
+        TaskState::Scheduled => pb::TaskState::Scheduled,
+        TaskState::Leased => pb::TaskState::Leased,
+        TaskState::Succeeded => pb::TaskState::Succeeded,
+        TaskState::Failed => pb::TaskState::Failed,
+        TaskState::Cancelled => pb::TaskState::Cancelled,
+        TaskState::Expired => pb::TaskState::Expired,
+    }
+}
+
+/// Wire state to domain state; None for UNSPECIFIED or unknown numbers.
+pub fn state_from_wire(value: i32) -> Option<TaskState> {
+    Some(match pb::TaskState::try_from(value).ok()? {
+        pb::TaskState::Unspecified => return None,
+        pb::TaskState::Scheduled => TaskState::Scheduled,
+        pb::TaskState::Leased => TaskState::Leased,
+        pb::TaskState::Succeeded => TaskState::Succeeded,
+        pb::TaskState::Failed => TaskState::Failed,
+        pb::TaskState::Cancelled => TaskState::Cancelled,
+        pb::TaskState::Expired => TaskState::Expired,
+    })
+}
+
+/// Domain outcome to wire outcome.
+pub fn outcome(o: Outcome) -> pb::OutcomeClass {
+    match o {
+        Outcome::Ok => pb::OutcomeClass::Ok,
+        Outcome::RateLimited => pb::OutcomeClass::RateLimited,
+        Outcome::Transient => pb::OutcomeClass::Transient,
+        Outcome::Permanent => pb::OutcomeClass::Permanent,
+        Outcome::AccountUnavailable => pb::OutcomeClass::AccountUnavailable,
+        Outcome::LeaseExpired => pb::OutcomeClass::LeaseExpired,
+    }
+}
+
+/// Wire outcome to a reportable domain outcome; None for UNSPECIFIED, LEASE_EXPIRED (the
+/// scheduler's own) and unknown numbers.
+pub fn outcome_from_wire(value: i32) -> Option<Outcome> {
+    Some(match pb::OutcomeClass::try_from(value).ok()? {
+        pb::OutcomeClass::Ok => Outcome::Ok,
+        pb::OutcomeClass::RateLimited => Outcome::RateLimited,
+        pb::OutcomeClass::Transient => Outcome::Transient,
+        pb::OutcomeClass::Permanent => Outcome::Permanent,
+        pb::OutcomeClass::AccountUnavailable => Outcome::AccountUnavailable,
+        pb::OutcomeClass::Unspecified | pb::OutcomeClass::LeaseExpired => return None,
+    })
+}
+
+/// Domain cancel outcome to wire.
+pub fn cancel_outcome(o: CancelOutcome) -> pb::CancelOutcome {
+    match o {
+        CancelOutcome::NotStarted => pb::CancelOutcome::NotStarted,
+        CancelOutcome::StoppedBeforeSend => pb::CancelOutcome::StoppedBeforeSend,
+        CancelOutcome::AlreadySent => pb::CancelOutcome::AlreadySent,
+        CancelOutcome::SendFailed => pb::CancelOutcome::SendFailed,
+        CancelOutcome::Unconfirmed => pb::CancelOutcome::Unconfirmed,
+    }
+}
+
+/// Domain retry policy to wire.
+pub fn retry_policy(p: &RetryPolicy) -> pb::RetryPolicy {
+    let strategy = match p {
+        RetryPolicy::Exponential {
+            initial_ms,
+            max_ms,
+            multiplier,
+            jitter,
+        } => pb::retry_policy::Strategy::Exponential(pb::ExponentialBackoff {
+            initial: Some(duration_from_ms(*initial_ms)),
+            max: Some(duration_from_ms(*max_ms)),
+            multiplier: *multiplier,
+            jitter: Some(*jitter),
+        }),
+        RetryPolicy::Delays(list) => pb::retry_policy::Strategy::Delays(pb::FixedDelays {
+            delays: list.iter().map(|ms| duration_from_ms(*ms)).collect(),
+        }),
+    };
+    pb::RetryPolicy {
+        strategy: Some(strategy),
+    }
+}
+
+/// Decodes stored content.
+pub fn content(bytes: &[u8]) -> Result<pb::Content, StoreError> {
+    pb::Content::decode(bytes).map_err(|e| StoreError::Corrupt(format!("task content: {e}")))
+}
+
+/// A stored task on the wire.
+pub fn task(t: &TaskRecord) -> Result<pb::Task, StoreError> {
+    let lease = match (t.state, &t.executor_id, t.leased_at, t.lease_expires_at) {
+        (TaskState::Leased, Some(executor_id), Some(leased_at), Some(expires_at)) => {
+            Some(pb::LeaseInfo {
+                executor_id: executor_id.clone(),
+                attempt: t.lease_count,
+                leased_at: Some(timestamp(leased_at)),
+                expires_at: Some(timestamp(expires_at)),
+            })
+        }
+        _ => None,
+    };
+    Ok(pb::Task {
+        id: t.id.to_string(),
+        queue: t.queue.clone(),
+        recipient: t.recipient.clone(),
+        content: Some(content(&t.content)?),
+        state: state(t.state) as i32,
+        priority: i32::from(t.priority),
+        run_at: Some(timestamp(t.run_at)),
+        expire_at: t.expire_at.map(timestamp),
+        idempotency_key: t.idempotency_key.clone().unwrap_or_default(),
+        attempts: t.attempts,
+        max_attempts: t.max_attempts,
+        retry_policy: Some(retry_policy(&t.retry)),
+        created_at: Some(timestamp(t.created_at)),
+        updated_at: Some(timestamp(t.updated_at)),
+        finished_at: t.finished_at.map(timestamp),
+        last_error: t.last_error.clone().unwrap_or_default(),
+        lease,
+        labels: t.labels.clone(),
+        lease_count: t.lease_count,
+        cancel_outcome: t
+            .cancel_outcome
+            .map(|o| cancel_outcome(o) as i32)
+            .unwrap_or_default(),
+        pool: t.pool.clone().unwrap_or_default(),
+        account_id: t.account_id.clone().unwrap_or_default(),
+    })
+}
+
+/// A recorded attempt on the wire.
+pub fn attempt(a: &AttemptRecord) -> pb::Attempt {
+    pb::Attempt {
+        task_id: a.task_id.to_string(),
+        attempt: a.attempt,
+        executor_id: a.executor_id.clone(),
+        outcome: outcome(a.outcome) as i32,
+        error: a.error.clone().unwrap_or_default(),
+        provider_message_id: a.provider_message_id.clone().unwrap_or_default(),
+        leased_at: Some(timestamp(a.leased_at)),
+        finished_at: Some(timestamp(a.finished_at)),
+        retry_after: a.retry_after_ms.map(duration_from_ms),
+        account: a.account.clone().unwrap_or_default(),
+    }
+}
+
+/// A granted lease on the wire: the task as the executor receives it.
+pub fn lease(l: &GrantedLease) -> Result<pb::Lease, StoreError> {
+    Ok(pb::Lease {
+        task_id: l.task_id.to_string(),
+        attempt: l.attempt,
+        queue: l.queue.clone(),
+        recipient: l.recipient.clone(),
+        content: Some(content(&l.content)?),
+        idempotency_key: l.idempotency_key.clone(),
+        run_at: Some(timestamp(l.run_at)),
+        leased_at: Some(timestamp(l.leased_at)),
+        expires_at: Some(timestamp(l.expires_at)),
+        attempts_before: l.attempts_before,
+        max_attempts: l.max_attempts,
+        labels: l.labels.clone(),
+        account_id: l.account_id.clone().unwrap_or_default(),
+        credentials_ref: l.credentials_ref.clone().unwrap_or_default(),
+        traceparent: l.trace_parent.clone().unwrap_or_default(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_request_hashes_equal_and_different_requests_differ() {
+        let mut a = pb::TaskSpec {
+            queue: "default".into(),
+            recipient: "+15550001".into(),
+            idempotency_key: "k1".into(),
+            ..Default::default()
+        };
+        a.labels.insert("b".into(), "2".into());
+        a.labels.insert("a".into(), "1".into());
+        let mut b = a.clone();
+        let hash = |s: &pb::TaskSpec| task_spec(s, "task", &mut Violations::default()).request_hash;
+        assert_eq!(hash(&a), hash(&b));
+        b.recipient = "+15550002".into();
+        assert_ne!(hash(&a), hash(&b));
+    }
+
+    #[test]
+    fn malformed_wire_values_name_their_field() {
+        let spec = pb::TaskSpec {
+            when: Some(pb::task_spec::When::RunAt(prost_types::Timestamp {
+                seconds: 0,
+                nanos: -1,
+            })),
+            expire_at: Some(prost_types::Timestamp {
+                seconds: i64::MAX,
+                nanos: 0,
+            }),
+            ..Default::default()
+        };
+        let mut v = Violations::default();
+        task_spec(&spec, "task", &mut v);
+        assert_eq!(v.into_fields(), vec!["task.run_at", "task.expire_at"]);
+    }
+
+    #[test]
+    fn retry_defaults_fill_what_the_wire_left_unset() {
+        let p = pb::RetryPolicy {
+            strategy: Some(pb::retry_policy::Strategy::Exponential(
+                pb::ExponentialBackoff::default(),
+            )),
+        };
+        assert_eq!(
+            retry_policy_in(&p),
+            Some(RetryPolicy::default_exponential())
+        );
+    }
+}

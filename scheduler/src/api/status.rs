@@ -1,0 +1,68 @@
+//! The one mapping from a service [`Error`] to a gRPC status, for every RPC and the lease
+//! stream. Field violations travel as `google.rpc.BadRequest` details so clients in any
+//! language see which field; database failures are logged here and answered without their
+//! text.
+
+use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, StatusExt};
+
+use crate::error::{describe, Error};
+
+impl From<Error> for Status {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::InvalidArgument(violations) => {
+                let mut details = ErrorDetails::new();
+                for v in &violations {
+                    details.add_bad_request_violation(v.field.clone(), v.description.clone());
+                }
+                Status::with_error_details(Code::InvalidArgument, describe(&violations), details)
+            }
+            Error::NotFound(what) => Status::not_found(format!("{what} not found")),
+            Error::AlreadyExists(m) => Status::already_exists(m),
+            Error::FailedPrecondition(m) => Status::failed_precondition(m),
+            Error::Unauthenticated(m) => Status::unauthenticated(m),
+            Error::PermissionDenied(m) => Status::permission_denied(m),
+            Error::ResourceExhausted(m) => Status::resource_exhausted(m),
+            Error::Unavailable(m) => Status::unavailable(m),
+            Error::DeadlineExceeded(m) => Status::deadline_exceeded(m),
+            Error::Cancelled(m) => Status::cancelled(m),
+            Error::Store(e) if e.is_unavailable() => {
+                tracing::warn!(error = %e, "database unavailable");
+                Status::unavailable("database unavailable; retry later")
+            }
+            Error::Store(e) => {
+                tracing::error!(error = %e, "store failure");
+                Status::internal("internal error")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::StoreError;
+
+    #[test]
+    fn violations_name_their_fields_in_the_details() {
+        let status = Status::from(Error::invalid("task.queue", "is required"));
+        assert_eq!(status.code(), Code::InvalidArgument);
+        assert_eq!(status.message(), "task.queue: is required");
+        let details = status.get_error_details();
+        let violations = details.bad_request().map(|b| b.field_violations.clone());
+        assert_eq!(
+            violations.map(|v| v.iter().map(|f| f.field.clone()).collect::<Vec<_>>()),
+            Some(vec!["task.queue".to_string()])
+        );
+    }
+
+    #[test]
+    fn database_text_never_reaches_the_client() {
+        let status = Status::from(Error::Store(StoreError::Corrupt(
+            "column secret_column: bad value".into(),
+        )));
+        assert_eq!(status.code(), Code::Internal);
+        assert!(!status.message().contains("secret_column"));
+    }
+}

@@ -1,0 +1,474 @@
+//! Campaigns: one message to many recipients, spread over a window, with progress, pause,
+//! resume and cancel. A campaign's recipients become tasks through the task domain (checked and
+//! rendered per recipient); pause and cancel keep them from the claim by parking their routes
+//! (`store/campaigns/`). The campaign's spec is stored as the `herald.v1.CampaignSpec` the client
+//! sent, like a task's content.
+
+pub mod model;
+
+use std::collections::{BTreeMap, HashSet};
+
+use chrono::{DateTime, Duration as ChronoDuration, Utc};
+use herald_proto::v1 as pb;
+use prost::Message;
+use uuid::Uuid;
+
+use self::model::{Added, CampaignRecord, Progress};
+use crate::error::{Error, Violations};
+use crate::rules;
+use crate::schedule::{fire_times, spread};
+use crate::store::transaction;
+use crate::store::{Db, StoreError};
+use crate::tasks::model::{DueAt, NewTask, Origin, TaskSpec};
+use crate::tasks::Tasks;
+
+/// Most recipients per chunk.
+pub const MAX_CHUNK: usize = 1_000;
+/// Most recipients per campaign.
+pub const MAX_RECIPIENTS: i32 = 100_000;
+
+/// One recipient of a campaign.
+#[derive(Debug, Clone, Default)]
+pub struct Recipient {
+    /// Who.
+    pub recipient: String,
+    /// Their IANA time zone; empty for the campaign's.
+    pub time_zone: String,
+    /// Template variables over the campaign's.
+    pub variables: BTreeMap<String, String>,
+}
+
+/// A campaign's state as callers see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CampaignState {
+    /// Sending.
+    Active,
+    /// Paused by a caller.
+    Paused,
+    /// Cancelled.
+    Cancelled,
+    /// Every task ended.
+    Finished,
+}
+
+/// A campaign with what it has done and when it should be done.
+#[derive(Debug, Clone)]
+pub struct CampaignView {
+    /// As stored.
+    pub record: CampaignRecord,
+    /// Its spec.
+    pub spec: pb::CampaignSpec,
+    /// Its state.
+    pub state: CampaignState,
+    /// Task counts.
+    pub progress: Progress,
+    /// When its last task should be sent.
+    pub estimated_finish: Option<DateTime<Utc>>,
+}
+
+/// What cancelling a campaign did.
+#[derive(Debug, Clone)]
+pub struct CancelSummary {
+    /// The campaign afterwards.
+    pub campaign: CampaignView,
+    /// Scheduled tasks cancelled.
+    pub cancelled_scheduled: i64,
+    /// Leased tasks revoked.
+    pub revoked: i64,
+    /// Of those, tasks whose send may have happened anyway.
+    pub in_flight_at_cancel: i64,
+}
+
+/// The campaign operations of a replica.
+#[derive(Clone)]
+pub struct Campaigns {
+    tasks: Tasks,
+}
+
+/// A span given in a spec in milliseconds, saturating (found by fuzzing, #10).
+fn ms(d: Option<&prost_types::Duration>) -> i64 {
+    d.map_or(0, |d| {
+        d.seconds
+            .saturating_mul(1000)
+            .saturating_add(i64::from(d.nanos) / 1_000_000)
+    })
+}
+
+/// The task of one recipient before its due time is set.
+fn task_for(spec: &pb::CampaignSpec, r: &Recipient, id: Uuid) -> TaskSpec {
+    let mut labels = spec.labels.clone();
+    labels.insert("herald.campaign_id".into(), id.to_string());
+    let mut content = spec.content.clone();
+    // The recipient's variables over the campaign's.
+    if let Some(pb::content::Body::Template(t)) = content.as_mut().and_then(|c| c.body.as_mut()) {
+        for (k, v) in &r.variables {
+            t.variables.insert(k.clone(), v.clone());
+        }
+    }
+    TaskSpec {
+        queue: spec.queue.clone(),
+        recipient: r.recipient.clone(),
+        content,
+        priority: spec.priority,
+        max_attempts: spec.max_attempts,
+        expire_at: spec.expire_at.as_ref().and_then(rules::timestamp),
+        labels,
+        pool: spec.pool.clone(),
+        ..Default::default()
+    }
+}
+
+/// Checks a campaign spec before anything is stored: the campaign's own fields, and its
+/// content, queue and target as a task would be checked. Empty when valid.
+pub fn check_spec(spec: &pb::CampaignSpec, now: DateTime<Utc>) -> Violations {
+    let mut v = Violations::default();
+    if spec.name.chars().count() > 200 {
+        v.add("campaign.name", "must be at most 200 characters");
+    }
+    if !spec.time_zone.is_empty() && !rules::is_time_zone(&spec.time_zone) {
+        v.add("campaign.time_zone", "is not an IANA time zone name");
+    }
+    if !spec.local_start.is_empty() && rules::parse_local_time(&spec.local_start).is_none() {
+        v.add(
+            "campaign.local_start",
+            "must be a date-time like 2026-12-24T09:00",
+        );
+    }
+    if !(0..=7 * 86_400_000).contains(&ms(spec.window.as_ref())) {
+        v.add("campaign.window", "must be between 0 and 7 days");
+    }
+    if !(0..=86_400_000).contains(&ms(spec.spacing.as_ref())) {
+        v.add("campaign.spacing", "must be between 0 and 24 hours");
+    }
+    if spec.labels.keys().any(|k| k.starts_with("herald.")) {
+        v.add("campaign.labels", "keys starting with herald. are reserved");
+    }
+    if spec
+        .expire_at
+        .as_ref()
+        .is_some_and(|t| rules::timestamp(t).is_none())
+    {
+        v.add("campaign.expire_at", "is not a valid timestamp");
+    }
+    // The content, queue and target are checked as a task would be.
+    let probe = Recipient {
+        recipient: "probe".into(),
+        ..Default::default()
+    };
+    let mut tv = Violations::default();
+    task_for(spec, &probe, Uuid::nil()).validate("campaign", now, &mut tv);
+    for f in tv.as_slice() {
+        if !f.field.starts_with("campaign.labels") || f.description.contains("herald") {
+            v.add(f.field.clone(), f.description.clone());
+        }
+    }
+    v
+}
+
+impl Campaigns {
+    /// Campaigns creating their tasks through `tasks`.
+    pub fn new(tasks: Tasks) -> Self {
+        Campaigns { tasks }
+    }
+
+    /// Creates a campaign (and adds its first recipients).
+    pub async fn create(
+        &self,
+        namespace: &str,
+        spec: pb::CampaignSpec,
+        recipients: &[Recipient],
+    ) -> Result<CampaignView, Error> {
+        check_spec(&spec, Utc::now()).into_result(())?;
+        let conn = self.tasks.store().conn().await?;
+        if !spec.pool.is_empty() {
+            let (pools, _) = conn
+                .accounts()
+                .existing_targets(namespace, &[spec.pool.as_str()], &[])
+                .await?;
+            if !pools.contains(&spec.pool) {
+                return Err(Error::invalid(
+                    "campaign.pool",
+                    format!("pool {} does not exist", spec.pool),
+                ));
+            }
+        }
+        let mut stored = spec.clone();
+        if stored.time_zone.is_empty() {
+            stored.time_zone = "UTC".into();
+        }
+        let pool = (!spec.pool.is_empty()).then_some(spec.pool.as_str());
+        let campaign = conn
+            .campaigns()
+            .create(
+                namespace,
+                Uuid::now_v7(),
+                &spec.name,
+                &stored.encode_to_vec(),
+                pool,
+            )
+            .await?;
+        drop(conn);
+        if !recipients.is_empty() {
+            self.add(namespace, campaign.id, recipients, "recipients")
+                .await?;
+        }
+        self.get(namespace, campaign.id).await
+    }
+
+    /// Reads a campaign with its progress.
+    pub async fn get(&self, namespace: &str, id: Uuid) -> Result<CampaignView, Error> {
+        let conn = self.tasks.store().conn().await?;
+        let record = conn
+            .campaigns()
+            .get(namespace, id)
+            .await?
+            .ok_or_else(|| Error::NotFound(format!("campaign {id}")))?;
+        let progress = conn
+            .campaigns()
+            .progress(namespace, id, record.pool.as_deref())
+            .await?;
+        view(record, progress)
+    }
+
+    /// Adds recipients in one transaction: drops those already in the campaign (and repeats
+    /// within `recipients`), and creates the tasks of the rest, each due at its slot: the
+    /// campaign's start (in the recipient's zone for a local start) plus its spacing times its
+    /// sequence number, or its stagger offset in the window. Every recipient is checked and
+    /// rendered first; `path` names them in violations.
+    pub async fn add(
+        &self,
+        namespace: &str,
+        id: Uuid,
+        recipients: &[Recipient],
+        path: &str,
+    ) -> Result<Added, Error> {
+        if recipients.len() > MAX_CHUNK {
+            return Err(Error::invalid(
+                path,
+                "must hold at most 1,000 recipients per chunk",
+            ));
+        }
+        let conn = self.tasks.store().conn().await?;
+        let campaign = conn
+            .campaigns()
+            .get(namespace, id)
+            .await?
+            .ok_or_else(|| Error::NotFound(format!("campaign {id}")))?;
+        let spec = decode(&campaign)?;
+        let now = Utc::now();
+        let mut v = Violations::default();
+        let zones: Vec<Option<chrono_tz::Tz>> = recipients
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let zone = if r.time_zone.is_empty() {
+                    &spec.time_zone
+                } else {
+                    &r.time_zone
+                };
+                let parsed = zone.parse::<chrono_tz::Tz>().ok();
+                if parsed.is_none() {
+                    v.add(
+                        format!("{path}[{i}].time_zone"),
+                        "is not an IANA time zone name",
+                    );
+                }
+                parsed
+            })
+            .collect();
+        v.into_result(())?;
+        // Checked and rendered for every recipient before anything is written.
+        let specs: Vec<TaskSpec> = recipients.iter().map(|r| task_for(&spec, r, id)).collect();
+        let each = |i: usize| format!("{path}[{i}]");
+        let prepared = crate::tasks::prepare(&conn, namespace, &specs, &each, now).await?;
+        drop(conn);
+        let slots = Slots::of(&spec, &campaign, id);
+        transaction!(self.tasks.store(), Error, |tx| {
+            let Some((state, count)) = tx.campaigns().lock(namespace, id).await? else {
+                return Err(Error::NotFound(format!("campaign {id}")));
+            };
+            if state == "cancelled" || state == "finished" {
+                return Err(Error::FailedPrecondition(format!(
+                    "campaign {id} is {state}"
+                )));
+            }
+            if count.saturating_add(recipients.len() as i32) > MAX_RECIPIENTS {
+                return Err(Error::FailedPrecondition(format!(
+                    "campaign {id} would exceed 100,000 recipients"
+                )));
+            }
+            let names: Vec<&str> = recipients.iter().map(|r| r.recipient.as_str()).collect();
+            let present = tx.campaigns().present(id, &names).await?;
+            let mut seen: HashSet<&str> = HashSet::new();
+            let origin = Origin::Campaign {
+                campaign_id: id,
+                paused: state == "paused",
+            };
+            let mut fresh: Vec<NewTask> = Vec::new();
+            for (i, r) in recipients.iter().enumerate() {
+                if present.contains(&r.recipient) || !seen.insert(&r.recipient) {
+                    continue;
+                }
+                let seq = count + fresh.len() as i32;
+                let mut task = prepared[i].clone();
+                task.due = DueAt::At(slots.due(&r.recipient, zones[i], seq).max(now));
+                task.origin = origin.clone();
+                fresh.push(task);
+            }
+            let duplicates = recipients.len() - fresh.len();
+            if fresh.is_empty() {
+                return Ok(Added {
+                    added: 0,
+                    duplicates,
+                    total: count,
+                });
+            }
+            crate::tasks::insert(tx, namespace, &fresh, &each).await?;
+            let total = tx
+                .campaigns()
+                .count_recipients(namespace, id, fresh.len() as i32)
+                .await?;
+            Ok(Added {
+                added: fresh.len(),
+                duplicates,
+                total,
+            })
+        })
+    }
+
+    /// Pauses (parks live tasks) or resumes (unparks them) a campaign; a cancelled or finished
+    /// one is returned unchanged.
+    pub async fn set_paused(
+        &self,
+        namespace: &str,
+        id: Uuid,
+        paused: bool,
+    ) -> Result<CampaignView, Error> {
+        transaction!(self.tasks.store(), Error, |tx| {
+            let Some((state, _)) = tx.campaigns().lock(namespace, id).await? else {
+                return Err(Error::NotFound(format!("campaign {id}")));
+            };
+            let from = if paused { "active" } else { "paused" };
+            if state == from {
+                tx.campaigns().set_paused(namespace, id, paused).await?;
+            }
+            Ok(())
+        })?;
+        self.get(namespace, id).await
+    }
+
+    /// Cancels a campaign: its scheduled tasks at once, its leased ones by revoking them from
+    /// their executors (waiting a bounded time for their answers).
+    pub async fn cancel(&self, namespace: &str, id: Uuid) -> Result<CancelSummary, Error> {
+        let rows = transaction!(self.tasks.store(), Error, |tx| tx
+            .campaigns()
+            .cancel(namespace, id)
+            .await)?
+        .ok_or_else(|| Error::NotFound(format!("campaign {id}")))?;
+        let (revoked, scheduled) = self.tasks.cancel_leased(namespace, &rows.leased).await?;
+        let records = self.tasks.get_many(namespace, &rows.leased).await?;
+        let in_flight = records
+            .iter()
+            .filter(|r| {
+                !matches!(
+                    r.cancel_outcome,
+                    Some(
+                        crate::tasks::model::CancelOutcome::NotStarted
+                            | crate::tasks::model::CancelOutcome::StoppedBeforeSend
+                    )
+                ) && r.state == crate::tasks::model::TaskState::Cancelled
+            })
+            .count() as i64;
+        Ok(CancelSummary {
+            campaign: self.get(namespace, id).await?,
+            cancelled_scheduled: rows.scheduled as i64 + scheduled as i64,
+            revoked: revoked as i64,
+            in_flight_at_cancel: in_flight,
+        })
+    }
+}
+
+/// Where a campaign's recipients fall in time.
+struct Slots {
+    start: DateTime<Utc>,
+    local_start: Option<chrono::NaiveDateTime>,
+    window: i64,
+    spacing: i64,
+    scope: String,
+}
+
+impl Slots {
+    fn of(spec: &pb::CampaignSpec, c: &CampaignRecord, id: Uuid) -> Self {
+        Slots {
+            start: spec
+                .start_at
+                .as_ref()
+                .and_then(rules::timestamp)
+                .unwrap_or(c.created_at),
+            local_start: rules::parse_local_time(&spec.local_start),
+            window: ms(spec.window.as_ref()),
+            spacing: ms(spec.spacing.as_ref()),
+            scope: id.to_string(),
+        }
+    }
+
+    /// The due time of the recipient with sequence number `seq`.
+    fn due(&self, recipient: &str, zone: Option<chrono_tz::Tz>, seq: i32) -> DateTime<Utc> {
+        let base = match (self.local_start, zone) {
+            (Some(local), Some(zone)) => {
+                fire_times::local_to_instant(&zone, local).unwrap_or(self.start)
+            }
+            _ => self.start,
+        };
+        if self.spacing > 0 {
+            base + ChronoDuration::milliseconds(self.spacing * i64::from(seq))
+        } else {
+            base + spread::stagger_offset(
+                &self.scope,
+                recipient,
+                ChronoDuration::milliseconds(self.window),
+            )
+        }
+    }
+}
+
+fn decode(c: &CampaignRecord) -> Result<pb::CampaignSpec, Error> {
+    pb::CampaignSpec::decode(c.spec.as_slice())
+        .map_err(|e| Error::Store(StoreError::Corrupt(format!("campaign {} spec: {e}", c.id))))
+}
+
+/// A stored campaign with its state and finish estimate.
+fn view(record: CampaignRecord, progress: Progress) -> Result<CampaignView, Error> {
+    let spec = decode(&record)?;
+    let mut state = match record.state.as_str() {
+        "paused" => CampaignState::Paused,
+        "cancelled" => CampaignState::Cancelled,
+        "finished" => CampaignState::Finished,
+        _ => CampaignState::Active,
+    };
+    if state == CampaignState::Active && progress.live == 0 && record.recipient_count > 0 {
+        state = CampaignState::Finished;
+    }
+    // The later of the last slot and what the pool's current rates allow for what is left.
+    let estimated_finish = match (state, progress.now) {
+        (CampaignState::Active, Some(now)) if progress.live > 0 => {
+            let by_rate = (progress.pool_rate > 0.0).then(|| {
+                now + ChronoDuration::milliseconds(
+                    (progress.live as f64 / progress.pool_rate * 1000.0) as i64,
+                )
+            });
+            [Some(now), progress.last_due, by_rate]
+                .into_iter()
+                .flatten()
+                .max()
+        }
+        _ => None,
+    };
+    Ok(CampaignView {
+        record,
+        spec,
+        state,
+        progress,
+        estimated_finish,
+    })
+}

@@ -1,0 +1,62 @@
+//! What a campaign is as stored, and what its operations report.
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+/// A campaign as stored.
+#[derive(Debug, Clone)]
+pub struct CampaignRecord {
+    /// Id.
+    pub id: Uuid,
+    /// 'active' | 'paused' | 'cancelled' | 'finished'.
+    pub state: String,
+    /// Encoded `herald.v1.CampaignSpec`.
+    pub spec: Vec<u8>,
+    /// Target pool.
+    pub pool: Option<String>,
+    /// Recipients accepted.
+    pub recipient_count: i32,
+    /// Created.
+    pub created_at: DateTime<Utc>,
+}
+
+/// Task counts of a campaign by state, with what the finish estimate needs.
+#[derive(Debug, Clone, Default)]
+pub struct Progress {
+    /// SCHEDULED or LEASED.
+    pub live: i64,
+    /// SUCCEEDED.
+    pub succeeded: i64,
+    /// FAILED.
+    pub failed: i64,
+    /// CANCELLED.
+    pub cancelled: i64,
+    /// EXPIRED.
+    pub expired: i64,
+    /// The latest due time of a live task.
+    pub last_due: Option<DateTime<Utc>>,
+    /// Sum of the pool's active accounts' effective rates, per second.
+    pub pool_rate: f64,
+    /// The database's now.
+    pub now: Option<DateTime<Utc>>,
+}
+
+/// What AddRecipients did.
+#[derive(Debug, Clone, Copy)]
+pub struct Added {
+    /// New tasks.
+    pub added: usize,
+    /// Dropped as already present.
+    pub duplicates: usize,
+    /// Recipients now.
+    pub total: i32,
+}
+
+/// What cancelling the rows did; the caller revokes `leased` through the task cancel path.
+#[derive(Debug, Clone, Default)]
+pub struct CancelledRows {
+    /// Scheduled tasks cancelled.
+    pub scheduled: u64,
+    /// Leased tasks, to revoke.
+    pub leased: Vec<Uuid>,
+}

@@ -1,0 +1,343 @@
+//! Claiming due tasks: granting leases within the executor's credit and every sending account's
+//! limits, in one transaction.
+//!
+//! Without accounts in the namespace a claim is a single statement (`claim_due.sql`). With
+//! accounts it is a short transaction of named steps:
+//! 1. [`read_budgets`]: what each account may send now (`herald.account_room`, the one
+//!    definition of the limits);
+//! 2. [`lock_candidates`]: lock due candidates of the routes that have room;
+//! 3. assign pooled tasks to the account with the most room left, honouring per-recipient
+//!    intervals and provider blocks ([`routing::assign`], pure and unit-tested);
+//! 4. [`reserve`] and [`mark_recipients`]: reserve account capacity atomically
+//!    (`herald.reserve_capacity`) and record recipient sends; whatever a concurrent claim took
+//!    first is dropped here;
+//! 5. lease what is left (`lease_assigned.sql`).
+//!
+//! The reservation in step 4 is what keeps the limits across replicas: it locks each account row
+//! and grants no more than its room at that instant.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::Transaction;
+
+use crate::accounts::routing::{self, AccountRoom, Assignment, Candidate};
+use crate::store::leases::claim::{AccountBudget, ClaimParams};
+use crate::store::transaction;
+use crate::store::{Db, Store, StoreError};
+use crate::tasks::model::GrantedLease;
+
+/// How long a namespace seen without accounts keeps the one-statement claim path before the
+/// accounts table is read again. A task routed to an account created meanwhile waits at most
+/// this long: the fast path leases only the queue-routed route `<ns>/`, never a pool's or an
+/// account's, and tells the dispatcher to look again when the entry expires.
+pub const NO_ACCOUNTS_TTL: Duration = Duration::from_secs(1);
+
+/// Namespaces known to have no accounts, until when.
+#[derive(Debug, Clone, Default)]
+pub struct NoAccountsCache {
+    until: Arc<Mutex<HashMap<String, Instant>>>,
+}
+
+impl NoAccountsCache {
+    /// How long `namespace` is still known to have no accounts.
+    fn remaining(&self, namespace: &str) -> Option<Duration> {
+        let now = Instant::now();
+        let until = self.until.lock().ok()?.get(namespace).copied()?;
+        (until > now).then(|| until - now)
+    }
+
+    fn remember(&self, namespace: &str) {
+        if let Ok(mut map) = self.until.lock() {
+            map.insert(namespace.to_owned(), Instant::now() + NO_ACCOUNTS_TTL);
+        }
+    }
+}
+
+/// What an executor asks for.
+#[derive(Debug, Clone)]
+pub struct ClaimRequest<'a> {
+    /// The namespace whose tasks are claimed.
+    pub namespace: &'a str,
+    /// Who holds the leases.
+    pub executor_id: &'a str,
+    /// Queues the executor serves; None for all.
+    pub queues: Option<&'a [String]>,
+    /// Accounts (credentials refs) the executor can send for; None for any.
+    pub credentials: Option<&'a [String]>,
+    /// At most this many leases.
+    pub limit: i64,
+    /// Lease duration.
+    pub lease_ttl: Duration,
+}
+
+impl ClaimRequest<'_> {
+    fn params(&self) -> ClaimParams<'_> {
+        ClaimParams {
+            executor_id: self.executor_id,
+            queues: self.queues,
+            limit: self.limit,
+            ttl_ms: i64::try_from(self.lease_ttl.as_millis()).unwrap_or(i64::MAX),
+        }
+    }
+
+    /// The route of tasks sent by queue alone.
+    fn unrouted(&self) -> String {
+        format!("{}/", self.namespace)
+    }
+}
+
+/// What a claim granted, and what the dispatcher needs to know to wait well when it granted
+/// nothing.
+#[derive(Debug, Default)]
+pub struct Claimed {
+    /// The leases granted.
+    pub leases: Vec<GrantedLease>,
+    /// Routes that could be served now; the next due time is looked up among these only.
+    pub open_routes: Vec<String>,
+    /// The earliest time an account without room gets room again by time alone.
+    pub blocked_until: Option<DateTime<Utc>>,
+}
+
+/// Claims due tasks, as one statement while the namespace has no accounts.
+pub async fn claim(
+    store: &Store,
+    no_accounts: &NoAccountsCache,
+    req: &ClaimRequest<'_>,
+) -> Result<Claimed, StoreError> {
+    if let Some(remaining) = no_accounts.remaining(req.namespace) {
+        // One autocommitted statement: a single round trip per claim on the drain path.
+        let conn = store.conn().await?;
+        let leases = conn
+            .leases()
+            .claim_due(&req.params(), &req.unrouted())
+            .await?;
+        let recheck = chrono::Duration::from_std(remaining).unwrap_or(chrono::Duration::MAX);
+        return Ok(Claimed {
+            leases,
+            open_routes: vec![req.unrouted()],
+            blocked_until: Utc::now().checked_add_signed(recheck),
+        });
+    }
+    let (claimed, had_accounts) = transaction!(store, StoreError, |tx| claim_in(tx, req).await)?;
+    if !had_accounts {
+        no_accounts.remember(req.namespace);
+    }
+    Ok(claimed)
+}
+
+/// One claim in `tx`; also says whether the namespace has accounts.
+async fn claim_in(
+    tx: &Transaction<'_>,
+    req: &ClaimRequest<'_>,
+) -> Result<(Claimed, bool), StoreError> {
+    let budgets = tx.leases().account_budgets(req.namespace).await?;
+    if budgets.is_empty() {
+        // No accounts: every task is sent by queue; one statement.
+        let leases = tx
+            .leases()
+            .claim_due(&req.params(), &req.unrouted())
+            .await?;
+        let claimed = Claimed {
+            leases,
+            open_routes: vec![req.unrouted()],
+            blocked_until: None,
+        };
+        return Ok((claimed, false));
+    }
+    let (accounts, blocked_until) = read_budgets(req, budgets);
+    let (candidates, open_routes) = lock_candidates(tx, req, &accounts).await?;
+    if candidates.is_empty() {
+        let claimed = Claimed {
+            leases: Vec::new(),
+            open_routes,
+            blocked_until,
+        };
+        return Ok((claimed, true));
+    }
+    let recipients: Vec<&str> = candidates
+        .iter()
+        .filter(|c| c.route != req.unrouted())
+        .map(|c| c.recipient.as_str())
+        .collect::<HashSet<&str>>()
+        .into_iter()
+        .collect();
+    let blocked = tx
+        .leases()
+        .blocked_pairs(req.namespace, &recipients)
+        .await?;
+    let limit = usize::try_from(req.limit).unwrap_or(usize::MAX);
+    let assigned = routing::assign(req.namespace, &candidates, &accounts, &blocked, limit);
+    let (assigned, reserved_at) = reserve(tx, req, assigned).await?;
+    let assigned = mark_recipients(tx, req, &accounts, assigned, &reserved_at).await?;
+    // A routed lease is granted at its reservation's instant; the rest at the lease's.
+    let leasing: Vec<_> = assigned
+        .iter()
+        .map(|a| {
+            let at = a
+                .account
+                .as_ref()
+                .and_then(|acc| reserved_at.get(acc))
+                .copied();
+            (a.id, a.account.as_deref(), at)
+        })
+        .collect();
+    let leases = tx.leases().lease_assigned(&req.params(), &leasing).await?;
+    let claimed = Claimed {
+        leases,
+        open_routes,
+        blocked_until,
+    };
+    Ok((claimed, true))
+}
+
+/// The accounts this executor can send for, with their room; and the earliest time an account
+/// without room gets some back by time alone.
+fn read_budgets(
+    req: &ClaimRequest<'_>,
+    budgets: Vec<AccountBudget>,
+) -> (Vec<AccountRoom>, Option<DateTime<Utc>>) {
+    let mut accounts = Vec::new();
+    let mut blocked_until: Option<DateTime<Utc>> = None;
+    for b in budgets {
+        if req
+            .credentials
+            .is_some_and(|held| !held.contains(&b.credentials_ref))
+        {
+            continue;
+        }
+        if b.room == 0 {
+            if let Some(at) = b.available_at {
+                blocked_until = Some(blocked_until.map_or(at, |u| u.min(at)));
+            }
+        }
+        accounts.push(AccountRoom {
+            id: b.id,
+            pool: b.pool,
+            has_recipient_interval: b.has_recipient_interval,
+            high_priority_min: b.high_priority_min,
+            room: b.room,
+            room_low: b.room_low,
+        });
+    }
+    (accounts, blocked_until)
+}
+
+/// Locks due candidates of every route with room: by queue, each pool with room (up to its
+/// room) and each pinned account with room. Returns them with the routes that were open.
+async fn lock_candidates(
+    tx: &Transaction<'_>,
+    req: &ClaimRequest<'_>,
+    accounts: &[AccountRoom],
+) -> Result<(Vec<Candidate>, Vec<String>), StoreError> {
+    let limit = i32::try_from(req.limit).unwrap_or(i32::MAX);
+    let mut pool_room: BTreeMap<&str, i32> = BTreeMap::new();
+    for a in accounts.iter().filter(|a| a.room > 0) {
+        *pool_room.entry(a.pool.as_str()).or_default() += a.room;
+    }
+    let mut wide = vec![(req.unrouted(), limit)];
+    for (pool, room) in &pool_room {
+        wide.push((format!("{}/p:{pool}", req.namespace), (*room).min(limit)));
+    }
+    let pinned: Vec<(String, i32)> = accounts
+        .iter()
+        .filter(|a| a.room > 0)
+        .map(|a| (format!("{}/a:{}", req.namespace, a.id), a.room.min(limit)))
+        .collect();
+    let open_routes = wide
+        .iter()
+        .chain(pinned.iter())
+        .map(|(route, _)| route.clone())
+        .collect();
+    let candidates = tx.leases().candidates(&wide, &pinned, req.queues).await?;
+    Ok((candidates, open_routes))
+}
+
+/// Reserves capacity for the assigned tasks; accounts grant at most their room at this
+/// instant. Keeps the assignments that got a slot, and returns each account's reservation
+/// instant.
+async fn reserve(
+    tx: &Transaction<'_>,
+    req: &ClaimRequest<'_>,
+    mut assigned: Vec<Assignment>,
+) -> Result<(Vec<Assignment>, HashMap<String, DateTime<Utc>>), StoreError> {
+    let mut wanted: BTreeMap<&str, (i32, i32)> = BTreeMap::new();
+    for a in &assigned {
+        if let Some(acc) = a.account.as_deref() {
+            let w = wanted.entry(acc).or_default();
+            if a.high {
+                w.0 += 1;
+            } else {
+                w.1 += 1;
+            }
+        }
+    }
+    let reservations = tx.leases().reserve(req.namespace, &wanted).await?;
+    let mut reserved_at = HashMap::new();
+    let mut granted: HashMap<String, (i32, i32)> = HashMap::new();
+    for r in reservations {
+        reserved_at.insert(r.account.clone(), r.at);
+        granted.insert(r.account, (r.high, r.low));
+    }
+    assigned.retain(|a| match a.account.as_deref() {
+        None => true,
+        Some(acc) => granted.get_mut(acc).is_some_and(|g| {
+            let slot = if a.high { &mut g.0 } else { &mut g.1 };
+            let fits = *slot > 0;
+            if fits {
+                *slot -= 1;
+            }
+            fits
+        }),
+    });
+    Ok((assigned, reserved_at))
+}
+
+/// Records recipient sends where the account spaces them, at the reservation's instant
+/// (reservations on one account are serialised by its row lock, so these times are in order); a
+/// pair another claim just took comes back refused, its task is dropped and its account slot
+/// given back.
+async fn mark_recipients(
+    tx: &Transaction<'_>,
+    req: &ClaimRequest<'_>,
+    accounts: &[AccountRoom],
+    mut assigned: Vec<Assignment>,
+    reserved_at: &HashMap<String, DateTime<Utc>>,
+) -> Result<Vec<Assignment>, StoreError> {
+    let spaced: HashSet<&str> = accounts
+        .iter()
+        .filter(|a| a.has_recipient_interval)
+        .map(|a| a.id.as_str())
+        .collect();
+    let marks: Vec<(&str, &str, DateTime<Utc>)> = assigned
+        .iter()
+        .filter_map(|a| {
+            let acc = a.account.as_deref()?;
+            let at = reserved_at.get(acc)?;
+            spaced
+                .contains(acc)
+                .then_some((acc, a.recipient.as_str(), *at))
+        })
+        .collect();
+    if marks.is_empty() {
+        return Ok(assigned);
+    }
+    let accepted = tx.leases().mark_recipients(req.namespace, &marks).await?;
+    let mut refused: Vec<String> = Vec::new();
+    assigned.retain(|a| match a.account.as_deref() {
+        Some(acc) if spaced.contains(acc) => {
+            let keep = accepted.contains(&(acc.to_string(), a.recipient.clone()));
+            if !keep {
+                refused.push(acc.to_string());
+            }
+            keep
+        }
+        _ => true,
+    });
+    tx.accounts()
+        .release_slots(req.namespace, &refused, true)
+        .await?;
+    Ok(assigned)
+}

@@ -1,0 +1,214 @@
+//! Applying a batch of executor reports: task transitions, attempt rows, recipient blocks, the
+//! account feedback (slots freed, adaptive rate, offline spells) and the wake-ups for every
+//! replica, all in one transaction. Either the whole batch is recorded or none of it is, so a
+//! failure part way (a lost connection, a crash) cannot leave a task moved with its account slot
+//! still held: the executor's re-sent report is then applied as if it were the first.
+
+use std::collections::{HashMap, HashSet};
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::LeaseRef;
+use crate::accounts::feedback::Feedback;
+use crate::store::leases::{announce_cancel_resolved, Applied};
+use crate::store::tasks::{announce_due, announce_due_now};
+use crate::store::transaction;
+use crate::store::{Db, Store, StoreError};
+use crate::tasks::model::{Outcome, TaskState};
+
+/// How long a recipient-scoped RATE_LIMITED without a retry-after keeps that recipient alone.
+const DEFAULT_RECIPIENT_BLOCK_MS: i64 = 6_000;
+
+/// An executor's report of one attempt.
+#[derive(Debug, Clone)]
+pub struct AttemptReport {
+    /// Task.
+    pub task_id: Uuid,
+    /// Fencing attempt number.
+    pub attempt: i32,
+    /// How it ended (never LeaseExpired).
+    pub outcome: Outcome,
+    /// Error text.
+    pub error: Option<String>,
+    /// Provider message id.
+    pub provider_message_id: Option<String>,
+    /// Provider-requested delay.
+    pub retry_after_ms: Option<i64>,
+    /// When the executor started sending.
+    pub started_at: Option<DateTime<Utc>>,
+    /// For RateLimited: only this recipient was throttled, not the account.
+    pub recipient_scoped: bool,
+}
+
+/// One entry of a report batch: the lease it is about, and the report when it is one that can
+/// be applied (None: an outcome a report may not carry, or a task id that does not parse; it is
+/// refused and answered with its task's state).
+#[derive(Debug, Clone)]
+pub struct ReportEntry {
+    /// The lease, as the executor named it.
+    pub lease: LeaseRef,
+    /// The report to apply.
+    pub report: Option<AttemptReport>,
+}
+
+/// The answer to one report, in the batch's order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Verdict {
+    /// Whether the report was applied.
+    pub accepted: bool,
+    /// The task's state afterwards; None when no task of that id exists in the namespace.
+    pub state: Option<TaskState>,
+}
+
+/// What a batch did, for the caller's metrics and events.
+#[derive(Debug, Default)]
+pub struct BatchOutcome {
+    /// One verdict per report, in the batch's order.
+    pub verdicts: Vec<Verdict>,
+    /// Tasks whose report ended them, with their final state and attempt.
+    pub finished: Vec<(TaskState, i32)>,
+}
+
+/// Applies a batch of reports for `namespace` in one transaction and answers each, in order.
+/// A report is applied only while its fencing token names the task's current lease, and at
+/// most once per batch; a refused report is answered with the task's current state, or none
+/// when the namespace has no such task.
+pub async fn apply(
+    store: &Store,
+    namespace: &str,
+    batch: &[ReportEntry],
+) -> Result<BatchOutcome, StoreError> {
+    // One outcome per fencing token: a repeat within a batch is refused as a repeat in a later
+    // batch is. Applied together, one statement picked either outcome for the task, recorded
+    // the other as the attempt and freed the account slot twice (found by fuzzing, #10).
+    let mut tokens = HashSet::with_capacity(batch.len());
+    let applicable: Vec<Option<&AttemptReport>> = batch
+        .iter()
+        .map(|e| {
+            e.report
+                .as_ref()
+                .filter(|r| tokens.insert((r.task_id, r.attempt)))
+        })
+        .collect();
+    let reports: Vec<&AttemptReport> = applicable.iter().flatten().copied().collect();
+    let (applied, current) = transaction!(store, StoreError, |tx| {
+        let applied = if reports.is_empty() {
+            Vec::new()
+        } else {
+            tx.leases().complete(namespace, &reports).await?
+        };
+        let applied_tokens: HashSet<(Uuid, i32)> =
+            applied.iter().map(|a| (a.task_id, a.attempt)).collect();
+        let (feedback, blocks) = feedback_of(&applied, &reports);
+        tx.leases().block_recipients(&blocks).await?;
+        let freed = tx.accounts().apply_feedback(namespace, &feedback).await?;
+        announce(tx, &applied, freed).await?;
+        let refused: Vec<Uuid> = batch
+            .iter()
+            .zip(&applicable)
+            .filter(|(_, a)| !a.is_some_and(|a| applied_tokens.contains(&(a.task_id, a.attempt))))
+            .filter_map(|(e, _)| e.lease.task_id())
+            .collect();
+        let current = tx.leases().states(namespace, &refused).await?;
+        Ok::<_, StoreError>((applied, current))
+    })?;
+    Ok(verdicts(batch, &applicable, &applied, &current))
+}
+
+/// Each report's answer, in the batch's order.
+fn verdicts(
+    batch: &[ReportEntry],
+    applicable: &[Option<&AttemptReport>],
+    applied: &[Applied],
+    current: &HashMap<Uuid, TaskState>,
+) -> BatchOutcome {
+    let by_token: HashMap<(Uuid, i32), TaskState> = applied
+        .iter()
+        .map(|a| ((a.task_id, a.attempt), a.state))
+        .collect();
+    let verdicts = batch
+        .iter()
+        .zip(applicable)
+        .map(|(e, a)| {
+            if let Some(state) = a.and_then(|a| by_token.get(&(a.task_id, a.attempt))) {
+                return Verdict {
+                    accepted: true,
+                    state: Some(*state),
+                };
+            }
+            Verdict {
+                accepted: false,
+                state: e.lease.task_id().and_then(|id| current.get(&id).copied()),
+            }
+        })
+        .collect();
+    let finished = applied
+        .iter()
+        .filter(|a| a.state.is_terminal())
+        .map(|a| (a.state, a.attempt))
+        .collect();
+    BatchOutcome { verdicts, finished }
+}
+
+/// What the applied reports tell each account, and the recipients to leave alone.
+fn feedback_of(applied: &[Applied], reports: &[&AttemptReport]) -> (Feedback, Vec<(Uuid, i64)>) {
+    let by_token: HashMap<(Uuid, i32), &AttemptReport> = reports
+        .iter()
+        .map(|r| ((r.task_id, r.attempt), *r))
+        .collect();
+    let mut feedback = Feedback::default();
+    let mut blocks = Vec::new();
+    for a in applied {
+        let (Some(account), Some(report)) = (&a.account_id, by_token.get(&(a.task_id, a.attempt)))
+        else {
+            continue;
+        };
+        let f = feedback.account(account);
+        // A task cancelled while leased gave its slot back when it was cancelled.
+        if !a.was_cancelled {
+            f.released += 1;
+        }
+        match report.outcome {
+            Outcome::Ok => f.ok += 1,
+            Outcome::RateLimited if report.recipient_scoped => blocks.push((
+                a.task_id,
+                report.retry_after_ms.unwrap_or(DEFAULT_RECIPIENT_BLOCK_MS),
+            )),
+            Outcome::RateLimited => {
+                f.rate_limited += 1;
+                f.retry_after_ms = f.retry_after_ms.max(report.retry_after_ms.unwrap_or(0));
+            }
+            Outcome::AccountUnavailable => {
+                f.unavailable += 1;
+                f.refund += 1;
+                f.reason.clone_from(&report.error);
+            }
+            _ => {}
+        }
+    }
+    (feedback, blocks)
+}
+
+/// Wakes dispatchers on every replica for retries (or at once when an account at its in-flight
+/// limit got room back), and CancelTask callers waiting on a cancelled task's outcome.
+async fn announce(
+    db: &impl Db,
+    applied: &[Applied],
+    capacity_freed: bool,
+) -> Result<(), StoreError> {
+    if capacity_freed {
+        announce_due_now(db).await?;
+    } else if let Some(at) = applied
+        .iter()
+        .filter(|a| a.state == TaskState::Scheduled)
+        .map(|a| a.run_at)
+        .min()
+    {
+        announce_due(db, at).await?;
+    }
+    for a in applied.iter().filter(|a| a.state == TaskState::Cancelled) {
+        announce_cancel_resolved(db, a.task_id).await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,229 @@
+//! What a schedule spec must meet, and the stored schedule it becomes. The spec is stored as the
+//! `herald.v1.ScheduleSpec` the client sent (the task template of every run); the policy
+//! columns are copies the materialiser reads without decoding.
+
+use chrono::{DateTime, Utc};
+use herald_proto::v1 as pb;
+use prost::Message;
+
+use super::fire_times::{DstPolicy, FireTimes, FireTimesError, RepeatedTime, SkippedTime};
+use super::model::ScheduleRecord;
+use crate::error::{Error, Violations};
+use crate::rules;
+use crate::tasks::model::TaskSpec;
+
+/// Most recipients per schedule.
+pub const MAX_RECIPIENTS: usize = 1_000;
+
+/// How many upcoming fire times are checked against the minimum period: enough to cover a
+/// day of a schedule that fires in bursts (`* 9 * * *` fires 60 times in its hour).
+const PERIOD_SAMPLE: usize = 500;
+
+/// The DST policy of wire enum values.
+pub fn policy(skipped: i32, repeated: i32) -> DstPolicy {
+    DstPolicy {
+        skipped: if skipped == pb::SkippedTimePolicy::Skip as i32 {
+            SkippedTime::Skip
+        } else {
+            SkippedTime::ShiftForward
+        },
+        repeated: if repeated == pb::RepeatedTimePolicy::FireTwice as i32 {
+            RepeatedTime::FireTwice
+        } else {
+            RepeatedTime::FireOnce
+        },
+    }
+}
+
+/// The zone of a spec: UTC when none is given.
+pub fn zone_or_utc(z: &str) -> &str {
+    if z.is_empty() {
+        "UTC"
+    } else {
+        z
+    }
+}
+
+/// Fire-time rules of an expression given in a request; violations name `cron_field` or
+/// `zone_field`.
+pub fn fire_times(
+    cron: &str,
+    zone: &str,
+    policy: DstPolicy,
+    cron_field: &str,
+    zone_field: &str,
+) -> Result<FireTimes, Error> {
+    FireTimes::parse(cron, zone_or_utc(zone), policy).map_err(|e| match e {
+        FireTimesError::Zone => Error::invalid(zone_field, "is not an IANA time zone name"),
+        e => Error::invalid(cron_field, e.to_string()),
+    })
+}
+
+fn ms_of(d: Option<&prost_types::Duration>) -> Option<i64> {
+    // Saturating: a huge duration is out of range, not an overflow (found by fuzzing, #10).
+    d.map(|d| {
+        d.seconds
+            .saturating_mul(1000)
+            .saturating_add(i64::from(d.nanos) / 1_000_000)
+    })
+}
+
+/// The task one recipient of a run gets, before its due time is set.
+pub fn task_of(spec: &pb::ScheduleSpec, recipient: &str) -> TaskSpec {
+    TaskSpec {
+        queue: spec.queue.clone(),
+        recipient: recipient.to_owned(),
+        content: spec.content.clone(),
+        priority: spec.priority,
+        max_attempts: spec.max_attempts,
+        labels: spec.labels.clone(),
+        pool: spec.pool.clone(),
+        account_id: spec.account_id.clone(),
+        ..Default::default()
+    }
+}
+
+/// Checks a spec into a record (cursor unset) and its fire-time rules.
+pub fn check(
+    spec: &pb::ScheduleSpec,
+    now: DateTime<Utc>,
+) -> Result<(ScheduleRecord, FireTimes), Error> {
+    let mut v = Violations::default();
+    if let Some(p) = rules::name_problem(&spec.id) {
+        v.add("schedule.id", p);
+    }
+    let fires = match FireTimes::parse(
+        &spec.cron,
+        zone_or_utc(&spec.time_zone),
+        policy(spec.skipped_time, spec.repeated_time),
+    ) {
+        Ok(f) => Some(f),
+        Err(FireTimesError::Zone) => {
+            v.add("schedule.time_zone", "is not an IANA time zone name");
+            None
+        }
+        Err(e) => {
+            v.add("schedule.cron", e.to_string());
+            None
+        }
+    };
+    let mut bounded = |field: &str, d: Option<&prost_types::Duration>, max_ms: i64| -> i64 {
+        match ms_of(d) {
+            None => 0,
+            Some(ms) if (0..=max_ms).contains(&ms) => ms,
+            Some(_) => {
+                v.add(format!("schedule.{field}"), "is out of range");
+                0
+            }
+        }
+    };
+    let jitter_ms = bounded("jitter", spec.jitter.as_ref(), 3_600_000);
+    let stagger_ms = bounded("stagger", spec.stagger.as_ref(), 86_400_000);
+    let grace_ms = match ms_of(spec.misfire_grace.as_ref()) {
+        None => 60_000,
+        Some(ms) if (1_000..=86_400_000).contains(&ms) => ms,
+        Some(_) => {
+            v.add("schedule.misfire_grace", "must be between 1 s and 24 h");
+            60_000
+        }
+    };
+    if spec.recipients.is_empty() || spec.recipients.len() > MAX_RECIPIENTS {
+        v.add("schedule.recipients", "must hold 1 to 1,000 recipients");
+    }
+    let mut seen = std::collections::HashSet::new();
+    if spec.recipients.iter().any(|r| !seen.insert(r)) {
+        v.add("schedule.recipients", "must be distinct");
+    }
+    if spec.labels.keys().any(|k| k.starts_with("herald.")) {
+        v.add("schedule.labels", "keys starting with herald. are reserved");
+    }
+    // Every task the schedule will create must validate: check one per recipient now.
+    let mut reported: Vec<(String, String)> = Vec::new();
+    for (i, r) in spec.recipients.iter().enumerate().take(MAX_RECIPIENTS) {
+        let mut tv = Violations::default();
+        task_of(spec, r).validate("schedule", now, &mut tv);
+        for f in tv.as_slice() {
+            let field = if f.field == "schedule.recipient" {
+                format!("schedule.recipients[{i}]")
+            } else {
+                f.field.clone()
+            };
+            let entry = (field, f.description.clone());
+            if !reported.contains(&entry) {
+                reported.push(entry);
+            }
+        }
+    }
+    for (field, description) in reported {
+        v.add(field, description);
+    }
+    let overlap = if spec.overlap == pb::OverlapPolicy::Skip as i32 {
+        "skip"
+    } else {
+        "allow"
+    };
+    let misfire = match pb::MisfirePolicy::try_from(spec.misfire) {
+        Ok(pb::MisfirePolicy::Skip) => "skip",
+        Ok(pb::MisfirePolicy::CatchUp) => "catch_up",
+        _ => "fire_once_now",
+    };
+    let Some(fires) = fires.filter(|_| v.is_empty()) else {
+        return Err(v.into_error());
+    };
+    let mut stored = spec.clone();
+    stored.time_zone = zone_or_utc(&spec.time_zone).to_string();
+    let p = policy(spec.skipped_time, spec.repeated_time);
+    Ok((
+        ScheduleRecord {
+            id: spec.id.clone(),
+            cron: spec.cron.clone(),
+            time_zone: stored.time_zone.clone(),
+            skipped_time: match p.skipped {
+                SkippedTime::Skip => "skip",
+                SkippedTime::ShiftForward => "shift_forward",
+            }
+            .into(),
+            repeated_time: match p.repeated {
+                RepeatedTime::FireTwice => "fire_twice",
+                RepeatedTime::FireOnce => "fire_once",
+            }
+            .into(),
+            overlap: overlap.into(),
+            misfire: misfire.into(),
+            misfire_grace_ms: grace_ms,
+            jitter_ms,
+            stagger_ms,
+            stagger_off_round: spec.stagger_off_round_minutes,
+            spec: stored.encode_to_vec(),
+            paused: false,
+            next_fire_at: None,
+            last_fire_at: None,
+            created_at: now,
+            updated_at: now,
+        },
+        fires,
+    ))
+}
+
+/// Refuses expressions whose consecutive fire times come closer than `min_period`: a schedule
+/// per second would turn one RPC into an unbounded stream of sends.
+pub fn check_period(
+    fires: &FireTimes,
+    now: DateTime<Utc>,
+    min_period: chrono::Duration,
+) -> Result<(), Error> {
+    let upcoming = fires.preview(now, PERIOD_SAMPLE);
+    if upcoming
+        .windows(2)
+        .any(|pair| pair[1] - pair[0] < min_period)
+    {
+        return Err(Error::invalid(
+            "schedule.cron",
+            format!(
+                "fires more often than the minimum period of {} s (HERALD_MIN_SCHEDULE_PERIOD)",
+                min_period.num_seconds()
+            ),
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,96 @@
+//! The replica's background jobs, each safe to run on every replica at once (or, for the
+//! materialiser, electing one leader), stopped by the replica's background token.
+
+use std::time::Duration;
+
+use tokio::sync::broadcast;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use super::Replica;
+use crate::config::Config;
+use crate::lease::events::{self, Event};
+use crate::lease::registry::Registry;
+use crate::lease::{reconcile, sweeper};
+use crate::telemetry::notify::Notifier;
+
+/// Starts every background job of the replica.
+pub(super) fn start(replica: &Replica, config: &Config, notifier: Option<Notifier>) -> JoinSet<()> {
+    let store = &replica.store;
+    let stop = &replica.background;
+    let mut jobs = JoinSet::new();
+    // Cluster events (due tasks, revokes, resolved cancels) from every replica.
+    jobs.spawn(events::listen(
+        store.pg_config().clone(),
+        replica.events.clone(),
+        stop.clone(),
+    ));
+    jobs.spawn(route_revokes(
+        replica.events.subscribe(),
+        replica.registry.clone(),
+        stop.clone(),
+    ));
+    // A sweep at least every second (or lease TTL) notices lapsed leases in time.
+    jobs.spawn(sweeper::run(
+        store.clone(),
+        config.lease_ttl.min(Duration::from_secs(1)),
+        stop.clone(),
+    ));
+    jobs.spawn(reconcile::run(
+        store.clone(),
+        reconcile::INTERVAL,
+        stop.clone(),
+    ));
+    jobs.spawn(crate::telemetry::metrics::refresh_task_counts(
+        store.clone(),
+        stop.clone(),
+    ));
+    if let Some(notifier) = notifier {
+        jobs.spawn(crate::telemetry::notify::run(
+            store.clone(),
+            notifier,
+            stop.clone(),
+        ));
+    }
+    jobs.spawn(crate::schedule::materializer::run(
+        store.clone(),
+        stop.clone(),
+    ));
+    jobs.spawn(crate::retention::run(
+        store.clone(),
+        config.task_retention,
+        config.idempotency_retention,
+        config.retention_interval,
+        stop.clone(),
+    ));
+    jobs
+}
+
+/// Forwards revokes announced by any replica to the executors connected here.
+async fn route_revokes(
+    mut events: broadcast::Receiver<Event>,
+    registry: Registry,
+    stop: CancellationToken,
+) {
+    loop {
+        let event = tokio::select! {
+            _ = stop.cancelled() => return,
+            e = events.recv() => e,
+        };
+        match event {
+            Ok(Event::Revoke {
+                task_id,
+                attempt,
+                executor_id,
+            }) => registry.revoke(&executor_id, task_id, attempt),
+            Ok(_) => {}
+            Err(broadcast::error::RecvError::Lagged(n)) => {
+                tracing::warn!(
+                    missed = n,
+                    "revoke router lagged; some revokes were not forwarded"
+                );
+            }
+            Err(broadcast::error::RecvError::Closed) => return,
+        }
+    }
+}

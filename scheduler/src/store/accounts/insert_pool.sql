@@ -1,0 +1,2 @@
+-- Creates a pool.
+INSERT INTO herald.pools (namespace, name, description) VALUES ($1, $2, $3)

@@ -1,0 +1,456 @@
+//! The account repository: accounts and pools, the feedback lease endings give, and the
+//! reconciliation of in-flight counts. The limits are written and read as one JSON record keyed
+//! by column name (see `insert_account.sql`), so the column lists here follow
+//! [`AccountLimits`]'s fields.
+
+use std::sync::LazyLock;
+
+use deadpool_postgres::GenericClient;
+use tokio_postgres::Row;
+
+use super::sql::{column, statement, FromRow, Statement};
+use super::{repository, StoreError, WriteError};
+use crate::accounts::feedback::Feedback;
+use crate::accounts::model::{AccountLimits, AccountRecord, AccountSpec, AccountState, PoolRecord};
+
+repository!(
+    /// Sending accounts and pools.
+    AccountRepo
+);
+
+/// What an account read selects (`a` is `herald.accounts`); decoded by
+/// [`AccountRecord::from_row`].
+const ACCOUNT_COLUMNS: &str = "a.id, a.sender_kind, a.pool, a.time_zone, a.credentials_ref, \
+     a.state::text AS state, to_jsonb(a) AS limits, a.effective_rate, a.rate_reason, \
+     a.rate_changed_at, \
+     CASE WHEN a.day = (now() AT TIME ZONE a.time_zone)::date THEN a.day_count ELSE 0 END \
+         AS today_count, \
+     a.in_flight, a.offline_until, a.state_reason, a.throttled_until, a.created_at, a.updated_at";
+
+/// The limit columns: [`AccountLimits`]'s field names.
+static LIMIT_COLUMNS: LazyLock<Vec<String>> =
+    LazyLock::new(
+        || match serde_json::to_value(AccountLimits::with_rate(1.0)) {
+            Ok(serde_json::Value::Object(fields)) => fields.keys().cloned().collect(),
+            _ => Vec::new(),
+        },
+    );
+
+/// `sql` with its column-list placeholders filled in.
+fn expand(name: &'static str, sql: &str) -> Statement {
+    let columns = LIMIT_COLUMNS.join(", ");
+    let values = LIMIT_COLUMNS
+        .iter()
+        .map(|c| format!("l.{c}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    Statement::built(
+        name,
+        sql.replace("{limit_columns}", &columns)
+            .replace("{limit_values}", &values)
+            .replace("{account_columns}", ACCOUNT_COLUMNS),
+    )
+}
+
+static INSERT_ACCOUNT: LazyLock<Statement> =
+    LazyLock::new(|| expand("insert_account", include_str!("insert_account.sql")));
+static UPDATE_ACCOUNT: LazyLock<Statement> =
+    LazyLock::new(|| expand("update_account", include_str!("update_account.sql")));
+static GET_ACCOUNT: LazyLock<Statement> =
+    LazyLock::new(|| expand("get_account", include_str!("get_account.sql")));
+static LIST_ACCOUNTS: LazyLock<Statement> =
+    LazyLock::new(|| expand("list_accounts", include_str!("list_accounts.sql")));
+const ENSURE_POOL: Statement = statement!("ensure_pool");
+const DELETE_ACCOUNT: Statement = statement!("delete_account");
+const INSERT_POOL: Statement = statement!("insert_pool");
+const UPDATE_POOL: Statement = statement!("update_pool");
+const LIST_POOLS: Statement = statement!("list_pools");
+const DELETE_POOL: Statement = statement!("delete_pool");
+const EXISTING_POOLS: Statement = statement!("existing_pools");
+const EXISTING_ACCOUNTS: Statement = statement!("existing_accounts");
+const APPLY_FEEDBACK: Statement = statement!("apply_feedback");
+const DRIFTED_ACCOUNTS: Statement = statement!("drifted_accounts");
+const LOCK_ACCOUNT: Statement = statement!("lock_account");
+const RECONCILE_IN_FLIGHT: Statement = statement!("reconcile_in_flight");
+
+/// The SQL of the limit functions (`account_room`, `reserve_capacity`, `account_feedback`),
+/// applied by the migrator whenever it changes.
+pub const FUNCTIONS_SQL: &str = include_str!("functions.sql");
+
+/// An account whose in-flight count was corrected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reconciled {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its id.
+    pub account: String,
+    /// The count it had.
+    pub before: i32,
+    /// The leases it holds.
+    pub after: i32,
+}
+
+impl FromRow for AccountRecord {
+    fn from_row(r: &Row) -> Result<Self, StoreError> {
+        let state: &str = column(r, "state")?;
+        let limits: serde_json::Value = column(r, "limits")?;
+        let limits: AccountLimits = serde_json::from_value(limits)
+            .map_err(|e| StoreError::Corrupt(format!("account limits: {e}")))?;
+        Ok(AccountRecord {
+            spec: AccountSpec {
+                id: column(r, "id")?,
+                sender_kind: column(r, "sender_kind")?,
+                pool: column(r, "pool")?,
+                time_zone: column(r, "time_zone")?,
+                credentials_ref: column(r, "credentials_ref")?,
+                state: AccountState::parse(state)
+                    .ok_or_else(|| StoreError::Corrupt(format!("account state {state:?}")))?,
+                limits,
+            },
+            effective_rate: column(r, "effective_rate")?,
+            rate_reason: column(r, "rate_reason")?,
+            rate_changed_at: column(r, "rate_changed_at")?,
+            today_count: column(r, "today_count")?,
+            in_flight: column(r, "in_flight")?,
+            offline_until: column(r, "offline_until")?,
+            state_reason: column(r, "state_reason")?,
+            throttled_until: column(r, "throttled_until")?,
+            created_at: column(r, "created_at")?,
+            updated_at: column(r, "updated_at")?,
+        })
+    }
+}
+
+impl FromRow for PoolRecord {
+    fn from_row(r: &Row) -> Result<Self, StoreError> {
+        Ok(PoolRecord {
+            name: column(r, "name")?,
+            description: column(r, "description")?,
+            created_at: column(r, "created_at")?,
+            account_ids: column(r, "account_ids")?,
+            effective_rate: column(r, "effective_rate")?,
+            scheduled_tasks: column(r, "scheduled_tasks")?,
+        })
+    }
+}
+
+/// The parameters insert_account.sql and update_account.sql share.
+fn definition<'p>(
+    namespace: &'p &str,
+    spec: &'p AccountSpec,
+    state: &'p &'static str,
+    limits: &'p serde_json::Value,
+) -> [&'p (dyn tokio_postgres::types::ToSql + Sync); 8] {
+    [
+        namespace,
+        &spec.id,
+        &spec.sender_kind,
+        &spec.pool,
+        &spec.time_zone,
+        &spec.credentials_ref,
+        state,
+        limits,
+    ]
+}
+
+fn limits_json(limits: &AccountLimits) -> Result<serde_json::Value, StoreError> {
+    serde_json::to_value(limits).map_err(|e| StoreError::Corrupt(format!("account limits: {e}")))
+}
+
+impl<C: GenericClient> AccountRepo<'_, C> {
+    /// Creates an account, and its pool if missing. Run it in a transaction.
+    pub async fn create(
+        &self,
+        namespace: &str,
+        spec: &AccountSpec,
+    ) -> Result<AccountRecord, WriteError> {
+        ENSURE_POOL
+            .execute(self.db, &[&namespace, &spec.pool])
+            .await?;
+        let limits = limits_json(&spec.limits)?;
+        let state = spec.state.as_str();
+        let inserted = INSERT_ACCOUNT
+            .execute(self.db, &definition(&namespace, spec, &state, &limits))
+            .await;
+        inserted.map_err(|e| WriteError::from_insert(e, || format!("account {}", spec.id)))?;
+        self.existing(namespace, &spec.id).await
+    }
+
+    /// Replaces an account's definition (the caller merged the update mask) and wakes the
+    /// dispatchers, whose limits may have opened. Run it in a transaction.
+    pub async fn update(
+        &self,
+        namespace: &str,
+        spec: &AccountSpec,
+    ) -> Result<AccountRecord, WriteError> {
+        ENSURE_POOL
+            .execute(self.db, &[&namespace, &spec.pool])
+            .await?;
+        let limits = limits_json(&spec.limits)?;
+        let state = spec.state.as_str();
+        let changed = UPDATE_ACCOUNT
+            .execute(self.db, &definition(&namespace, spec, &state, &limits))
+            .await?;
+        if changed == 0 {
+            return Err(WriteError::NotFound(format!("account {}", spec.id)));
+        }
+        super::tasks::announce_due_now(self.db).await?;
+        self.existing(namespace, &spec.id).await
+    }
+
+    async fn existing(&self, namespace: &str, id: &str) -> Result<AccountRecord, WriteError> {
+        self.get(namespace, id)
+            .await?
+            .ok_or_else(|| WriteError::NotFound(format!("account {id}")))
+    }
+
+    /// Reads one account.
+    pub async fn get(
+        &self,
+        namespace: &str,
+        id: &str,
+    ) -> Result<Option<AccountRecord>, StoreError> {
+        GET_ACCOUNT.fetch_opt(self.db, &[&namespace, &id]).await
+    }
+
+    /// Lists accounts ordered by id, after `after`, optionally of one pool.
+    pub async fn list(
+        &self,
+        namespace: &str,
+        pool: Option<&str>,
+        after: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<AccountRecord>, StoreError> {
+        LIST_ACCOUNTS
+            .fetch(self.db, &[&namespace, &pool, &after, &limit])
+            .await
+    }
+
+    /// Deletes an account no live task needs.
+    pub async fn delete(&self, namespace: &str, id: &str) -> Result<(), WriteError> {
+        let row = DELETE_ACCOUNT
+            .query_one(self.db, &[&namespace, &id])
+            .await?;
+        let live: i64 = column(&row, "live")?;
+        let gone: i64 = column(&row, "gone")?;
+        let present: bool = column(&row, "present")?;
+        if gone > 0 {
+            return Ok(());
+        }
+        if !present {
+            return Err(WriteError::NotFound(format!("account {id}")));
+        }
+        Err(WriteError::InUse(format!(
+            "account {id} still has {live} scheduled or leased tasks"
+        )))
+    }
+
+    /// Creates a pool.
+    pub async fn create_pool(
+        &self,
+        namespace: &str,
+        name: &str,
+        description: &str,
+    ) -> Result<PoolRecord, WriteError> {
+        INSERT_POOL
+            .execute(self.db, &[&namespace, &name, &description])
+            .await
+            .map_err(|e| WriteError::from_insert(e, || format!("pool {name}")))?;
+        self.existing_pool(namespace, name).await
+    }
+
+    /// Changes a pool's description.
+    pub async fn update_pool(
+        &self,
+        namespace: &str,
+        name: &str,
+        description: &str,
+    ) -> Result<PoolRecord, WriteError> {
+        let changed = UPDATE_POOL
+            .execute(self.db, &[&namespace, &name, &description])
+            .await?;
+        if changed == 0 {
+            return Err(WriteError::NotFound(format!("pool {name}")));
+        }
+        self.existing_pool(namespace, name).await
+    }
+
+    async fn existing_pool(&self, namespace: &str, name: &str) -> Result<PoolRecord, WriteError> {
+        self.get_pool(namespace, name)
+            .await?
+            .ok_or_else(|| WriteError::NotFound(format!("pool {name}")))
+    }
+
+    /// Reads pools (all, or the one named) with their members and combined status.
+    pub async fn list_pools(
+        &self,
+        namespace: &str,
+        name: Option<&str>,
+    ) -> Result<Vec<PoolRecord>, StoreError> {
+        LIST_POOLS.fetch(self.db, &[&namespace, &name]).await
+    }
+
+    /// Reads one pool.
+    pub async fn get_pool(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<PoolRecord>, StoreError> {
+        Ok(self
+            .list_pools(namespace, Some(name))
+            .await?
+            .into_iter()
+            .next())
+    }
+
+    /// Deletes a pool with no accounts and no waiting tasks.
+    pub async fn delete_pool(&self, namespace: &str, name: &str) -> Result<(), WriteError> {
+        let Some(pool) = self.get_pool(namespace, name).await? else {
+            return Err(WriteError::NotFound(format!("pool {name}")));
+        };
+        if !pool.account_ids.is_empty() || pool.scheduled_tasks > 0 {
+            return Err(WriteError::InUse(format!(
+                "pool {name} still has {} accounts and {} scheduled tasks",
+                pool.account_ids.len(),
+                pool.scheduled_tasks
+            )));
+        }
+        DELETE_POOL.execute(self.db, &[&namespace, &name]).await?;
+        Ok(())
+    }
+
+    /// Which of `pools` and `accounts` exist, for validating task targets.
+    pub async fn existing_targets(
+        &self,
+        namespace: &str,
+        pools: &[&str],
+        accounts: &[&str],
+    ) -> Result<(Vec<String>, Vec<String>), StoreError> {
+        let names = |rows: Vec<Row>, col: &str| -> Result<Vec<String>, StoreError> {
+            rows.iter().map(|r| column(r, col)).collect()
+        };
+        let pools = names(
+            EXISTING_POOLS.query(self.db, &[&namespace, &pools]).await?,
+            "name",
+        )?;
+        let accounts = names(
+            EXISTING_ACCOUNTS
+                .query(self.db, &[&namespace, &accounts])
+                .await?,
+            "id",
+        )?;
+        Ok((pools, accounts))
+    }
+
+    /// Applies a batch's feedback in one statement; true when an account that was at its
+    /// in-flight limit got room back. Run it in the transaction that ended the leases.
+    pub async fn apply_feedback(
+        &self,
+        namespace: &str,
+        feedback: &Feedback,
+    ) -> Result<bool, StoreError> {
+        if feedback.is_empty() {
+            return Ok(false);
+        }
+        let (ids, f): (Vec<&str>, Vec<_>) = feedback.iter().map(|(id, f)| (id.as_str(), f)).unzip();
+        let released: Vec<i32> = f.iter().map(|x| x.released).collect();
+        let refund: Vec<i32> = f.iter().map(|x| x.refund).collect();
+        let ok: Vec<i32> = f.iter().map(|x| x.ok).collect();
+        let rate_limited: Vec<i32> = f.iter().map(|x| x.rate_limited).collect();
+        let retry_after: Vec<i64> = f.iter().map(|x| x.retry_after_ms).collect();
+        let unavailable: Vec<i32> = f.iter().map(|x| x.unavailable).collect();
+        let reasons: Vec<Option<&str>> = f.iter().map(|x| x.reason.as_deref()).collect();
+        let row = APPLY_FEEDBACK
+            .query_one(
+                self.db,
+                &[
+                    &namespace,
+                    &ids,
+                    &released,
+                    &refund,
+                    &ok,
+                    &rate_limited,
+                    &retry_after,
+                    &unavailable,
+                    &reasons,
+                ],
+            )
+            .await?;
+        Ok(column::<Option<bool>>(&row, "freed")?.unwrap_or(false))
+    }
+
+    /// Frees one in-flight slot per entry of `accounts` of `namespace` (an account may repeat);
+    /// `refund` also returns the sends to the daily count.
+    pub async fn release_slots(
+        &self,
+        namespace: &str,
+        accounts: &[String],
+        refund: bool,
+    ) -> Result<bool, StoreError> {
+        self.apply_feedback(namespace, &Feedback::released(accounts, refund))
+            .await
+    }
+
+    /// [`Self::release_slots`] for accounts of any namespace, each given as
+    /// `<namespace>/<account>` (namespaces never contain `/`), as the cross-namespace sweeps
+    /// return them.
+    pub async fn release_qualified_slots(
+        &self,
+        qualified: &[String],
+        refund: bool,
+    ) -> Result<bool, StoreError> {
+        let mut by_namespace: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
+        for q in qualified {
+            if let Some((namespace, account)) = q.split_once('/') {
+                by_namespace
+                    .entry(namespace)
+                    .or_default()
+                    .push(account.to_owned());
+            }
+        }
+        let mut freed = false;
+        for (namespace, accounts) in by_namespace {
+            freed |= self.release_slots(namespace, &accounts, refund).await?;
+        }
+        Ok(freed)
+    }
+
+    /// Accounts whose in-flight count may differ from the leases they hold, as
+    /// (namespace, id); [`Self::reconcile`] decides under the account's lock.
+    pub async fn drifted(&self) -> Result<Vec<(String, String)>, StoreError> {
+        DRIFTED_ACCOUNTS
+            .query(self.db, &[])
+            .await?
+            .iter()
+            .map(|r| Ok((column(r, "namespace")?, column(r, "id")?)))
+            .collect()
+    }
+
+    /// Sets one account's in-flight count to the leases it holds, under its lock; returns the
+    /// correction when there was one. Run it in a transaction of its own.
+    pub async fn reconcile(
+        &self,
+        namespace: &str,
+        id: &str,
+    ) -> Result<Option<Reconciled>, StoreError> {
+        if LOCK_ACCOUNT
+            .query_opt(self.db, &[&namespace, &id])
+            .await?
+            .is_none()
+        {
+            return Ok(None);
+        }
+        let Some(row) = RECONCILE_IN_FLIGHT
+            .query_opt(self.db, &[&namespace, &id])
+            .await?
+        else {
+            return Ok(None);
+        };
+        Ok(Some(Reconciled {
+            namespace: namespace.to_owned(),
+            account: id.to_owned(),
+            before: column(&row, "before")?,
+            after: column(&row, "after")?,
+        }))
+    }
+}

@@ -1,0 +1,20 @@
+-- Replaces an account's definition (the caller merged the update mask); $8 holds the limits as
+-- in insert_account.sql. A changed rate resets the effective rate; a state set by an operator
+-- ends an offline spell; a smaller burst empties the bucket down to it.
+UPDATE herald.accounts a SET
+    sender_kind = $3, pool = $4, time_zone = $5, credentials_ref = $6,
+    state = $7::text::herald.account_state,
+    offline_until = CASE WHEN $7::text = 'offline' THEN a.offline_until ELSE NULL END,
+    state_reason = CASE WHEN a.state::text = $7::text THEN a.state_reason
+                        ELSE 'set by an operator' END,
+    effective_rate = CASE WHEN a.rate_per_sec = l.rate_per_sec
+                          THEN least(a.effective_rate, l.rate_per_sec) ELSE l.rate_per_sec END,
+    rate_reason = CASE WHEN a.rate_per_sec = l.rate_per_sec THEN a.rate_reason
+                       ELSE 'configured rate' END,
+    rate_changed_at = CASE WHEN a.rate_per_sec = l.rate_per_sec THEN a.rate_changed_at
+                           ELSE now() END,
+    tokens = least(a.tokens, l.burst::float8),
+    ({limit_columns}) = ROW({limit_values}),
+    updated_at = now()
+FROM jsonb_populate_record(NULL::herald.accounts, $8::jsonb) l
+WHERE a.namespace = $1 AND a.id = $2

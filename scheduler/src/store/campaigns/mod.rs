@@ -1,0 +1,219 @@
+//! The campaign repository: campaigns, their recipients (tasks linked by `campaign_id`),
+//! progress, pause, resume and cancel.
+//!
+//! Pausing parks a campaign's live tasks by prefixing their route with `paused:`: the claim
+//! only probes the routes of the namespace's queue, pools and accounts, so parked tasks are
+//! never visited by it (no extra predicate, no index change) and a retry of a task that was
+//! leased at pause time comes back parked too. Cancelling does the same with `cancelled:` for
+//! leased tasks, so a send that fails after the cancel is never retried.
+
+use std::collections::HashSet;
+use std::sync::LazyLock;
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::GenericClient;
+use tokio_postgres::Row;
+use uuid::Uuid;
+
+use super::sql::{column, statement, FromRow, Statement};
+use super::tasks::announce_due_now;
+use super::{repository, StoreError};
+use crate::campaigns::model::{CampaignRecord, CancelledRows, Progress};
+
+repository!(
+    /// Campaigns.
+    CampaignRepo
+);
+
+/// What a campaign read selects; decoded by [`CampaignRecord::from_row`].
+const CAMPAIGN_COLUMNS: &str = "id, state::text AS state, spec, pool, recipient_count, created_at";
+
+fn expand(name: &'static str, sql: &str) -> Statement {
+    Statement::built(name, sql.replace("{campaign_columns}", CAMPAIGN_COLUMNS))
+}
+
+static INSERT_CAMPAIGN: LazyLock<Statement> =
+    LazyLock::new(|| expand("insert_campaign", include_str!("insert_campaign.sql")));
+static GET_CAMPAIGN: LazyLock<Statement> =
+    LazyLock::new(|| expand("get_campaign", include_str!("get_campaign.sql")));
+const LOCK_CAMPAIGN: Statement = statement!("lock_campaign");
+const PRESENT_RECIPIENTS: Statement = statement!("present_recipients");
+const COUNT_RECIPIENTS: Statement = statement!("count_recipients");
+const PROGRESS: Statement = statement!("progress");
+const POOL_RATE: Statement = statement!("pool_rate");
+const PARK_TASKS: Statement = statement!("park_tasks");
+const UNPARK_TASKS: Statement = statement!("unpark_tasks");
+const SET_STATE: Statement = statement!("set_state");
+const CANCEL_SCHEDULED: Statement = statement!("cancel_scheduled");
+const PARK_LEASED_FOR_GOOD: Statement = statement!("park_leased_for_good");
+const FINISH_CAMPAIGNS: Statement = statement!("finish_campaigns");
+
+impl FromRow for CampaignRecord {
+    fn from_row(r: &Row) -> Result<Self, StoreError> {
+        Ok(CampaignRecord {
+            id: column(r, "id")?,
+            state: column(r, "state")?,
+            spec: column(r, "spec")?,
+            pool: column(r, "pool")?,
+            recipient_count: column(r, "recipient_count")?,
+            created_at: column(r, "created_at")?,
+        })
+    }
+}
+
+impl<C: GenericClient> CampaignRepo<'_, C> {
+    /// Inserts a campaign.
+    pub async fn create(
+        &self,
+        namespace: &str,
+        id: Uuid,
+        name: &str,
+        spec: &[u8],
+        pool: Option<&str>,
+    ) -> Result<CampaignRecord, StoreError> {
+        CampaignRecord::from_row(
+            &INSERT_CAMPAIGN
+                .query_one(self.db, &[&namespace, &id, &name, &spec, &pool])
+                .await?,
+        )
+    }
+
+    /// Reads a campaign.
+    pub async fn get(
+        &self,
+        namespace: &str,
+        id: Uuid,
+    ) -> Result<Option<CampaignRecord>, StoreError> {
+        GET_CAMPAIGN.fetch_opt(self.db, &[&namespace, &id]).await
+    }
+
+    /// Locks a campaign for the rest of the transaction; its state and recipient count, or
+    /// None when there is no such campaign.
+    pub async fn lock(
+        &self,
+        namespace: &str,
+        id: Uuid,
+    ) -> Result<Option<(String, i32)>, StoreError> {
+        let Some(row) = LOCK_CAMPAIGN.query_opt(self.db, &[&namespace, &id]).await? else {
+            return Ok(None);
+        };
+        Ok(Some((
+            column(&row, "state")?,
+            column(&row, "recipient_count")?,
+        )))
+    }
+
+    /// Which of `recipients` the campaign already has.
+    pub async fn present(
+        &self,
+        id: Uuid,
+        recipients: &[&str],
+    ) -> Result<HashSet<String>, StoreError> {
+        PRESENT_RECIPIENTS
+            .query(self.db, &[&id, &recipients])
+            .await?
+            .iter()
+            .map(|r| column(r, "recipient"))
+            .collect()
+    }
+
+    /// Adds `added` to the recipient count; returns the new total.
+    pub async fn count_recipients(
+        &self,
+        namespace: &str,
+        id: Uuid,
+        added: i32,
+    ) -> Result<i32, StoreError> {
+        column(
+            &COUNT_RECIPIENTS
+                .query_one(self.db, &[&namespace, &id, &added])
+                .await?,
+            "recipient_count",
+        )
+    }
+
+    /// Counts a campaign's tasks by state, with the pool's rate when it targets one.
+    pub async fn progress(
+        &self,
+        namespace: &str,
+        id: Uuid,
+        pool: Option<&str>,
+    ) -> Result<Progress, StoreError> {
+        let mut p = Progress::default();
+        for r in PROGRESS.query(self.db, &[&id]).await? {
+            let n: i64 = column(&r, "tasks")?;
+            p.now = column(&r, "db_now")?;
+            match column::<&str>(&r, "state")? {
+                "scheduled" | "leased" => {
+                    p.live += n;
+                    let due: Option<DateTime<Utc>> = column(&r, "last_due")?;
+                    p.last_due = p.last_due.max(due);
+                }
+                "succeeded" => p.succeeded += n,
+                "failed" => p.failed += n,
+                "cancelled" => p.cancelled += n,
+                _ => p.expired += n,
+            }
+        }
+        if let Some(pool) = pool {
+            p.pool_rate = column(
+                &POOL_RATE.query_one(self.db, &[&namespace, &pool]).await?,
+                "rate",
+            )?;
+        }
+        Ok(p)
+    }
+
+    /// Pauses (parks live tasks) or resumes (unparks them and wakes dispatchers) a campaign in
+    /// the given state; a campaign in any other state is left as it is. Run it in a transaction
+    /// after [`Self::lock`].
+    pub async fn set_paused(
+        &self,
+        namespace: &str,
+        id: Uuid,
+        paused: bool,
+    ) -> Result<(), StoreError> {
+        if paused {
+            PARK_TASKS.execute(self.db, &[&id]).await?;
+        } else {
+            UNPARK_TASKS.execute(self.db, &[&id]).await?;
+            // Tasks whose slot passed while paused are due now: wake the dispatchers.
+            announce_due_now(self.db).await?;
+        }
+        let state = if paused { "paused" } else { "active" };
+        SET_STATE
+            .execute(self.db, &[&namespace, &id, &state])
+            .await?;
+        Ok(())
+    }
+
+    /// Marks a campaign cancelled, cancels its scheduled tasks and parks its leased ones for
+    /// good; None if there is no such campaign. Run it in a transaction.
+    pub async fn cancel(
+        &self,
+        namespace: &str,
+        id: Uuid,
+    ) -> Result<Option<CancelledRows>, StoreError> {
+        let state = "cancelled";
+        if SET_STATE
+            .execute(self.db, &[&namespace, &id, &state])
+            .await?
+            == 0
+        {
+            return Ok(None);
+        }
+        let scheduled = CANCEL_SCHEDULED.execute(self.db, &[&id]).await?;
+        let leased = PARK_LEASED_FOR_GOOD
+            .query(self.db, &[&id])
+            .await?
+            .iter()
+            .map(|r| column(r, "id"))
+            .collect::<Result<_, _>>()?;
+        Ok(Some(CancelledRows { scheduled, leased }))
+    }
+
+    /// Finishes campaigns whose every task has ended; returns how many.
+    pub async fn finish(&self) -> Result<i32, StoreError> {
+        column(&FINISH_CAMPAIGNS.query_one(self.db, &[]).await?, "finished")
+    }
+}

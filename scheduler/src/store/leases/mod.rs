@@ -1,0 +1,255 @@
+//! The lease repository: the statements of the lease lifecycle after a claim (reports,
+//! extensions, releases, revokes) and the sweeps of leases and deadlines that ran out. Every
+//! write after a claim is fenced by (task id, lease_count). Each method that ends leases also
+//! frees their account slots, so run them in a transaction: the transition and the slot change
+//! commit together or not at all.
+
+pub mod claim;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::GenericClient;
+use uuid::Uuid;
+
+use super::sql::{column, notify, statement, Statement};
+use super::tasks::announce_due_now;
+use super::tasks::columns::state;
+use super::{repository, Db, StoreError};
+use crate::lease::reports::AttemptReport;
+use crate::tasks::model::TaskState;
+
+repository!(
+    /// The lease lifecycle of tasks.
+    LeaseRepo
+);
+
+const COMPLETE_ATTEMPTS: Statement = statement!("complete_attempts");
+const BLOCK_RECIPIENTS: Statement = statement!("block_recipients");
+const TASK_STATES: Statement = statement!("task_states");
+const EXTEND_LEASES: Statement = statement!("extend_leases");
+const RELEASE_LEASES: Statement = statement!("release_leases");
+const REVOKE_STOPPED: Statement = statement!("revoke_stopped");
+const EXPIRE_LEASES: Statement = statement!("expire_leases");
+const EXPIRE_DEADLINES: Statement = statement!("expire_deadlines");
+const NEXT_SWEEP: Statement = statement!("next_sweep");
+
+/// One report the database applied.
+#[derive(Debug, Clone)]
+pub struct Applied {
+    /// Task.
+    pub task_id: Uuid,
+    /// Fencing attempt.
+    pub attempt: i32,
+    /// The task's state afterwards.
+    pub state: TaskState,
+    /// Its due time afterwards (the retry time when rescheduled).
+    pub run_at: DateTime<Utc>,
+    /// The account the lease held a slot of.
+    pub account_id: Option<String>,
+    /// The task had been cancelled while leased (its slot was freed then).
+    pub was_cancelled: bool,
+}
+
+/// What one lease sweep did.
+#[derive(Debug, Default, Clone)]
+pub struct ExpiredLeases {
+    /// Leases that ran out.
+    pub expired: u64,
+    /// Of those, tasks that went back to SCHEDULED.
+    pub rescheduled: u64,
+}
+
+impl<C: GenericClient> LeaseRepo<'_, C> {
+    /// Applies reports whose fencing token still names the task's current lease, in one
+    /// statement: task transitions and attempt rows. Reports with a stale token match nothing
+    /// and are not returned.
+    pub async fn complete(
+        &self,
+        namespace: &str,
+        reports: &[&AttemptReport],
+    ) -> Result<Vec<Applied>, StoreError> {
+        let n = reports.len();
+        let mut ids = Vec::with_capacity(n);
+        let mut attempts = Vec::with_capacity(n);
+        let mut outcomes = Vec::with_capacity(n);
+        let mut errors = Vec::with_capacity(n);
+        let mut provider_ids = Vec::with_capacity(n);
+        let mut retry_afters = Vec::with_capacity(n);
+        let mut started = Vec::with_capacity(n);
+        for r in reports {
+            ids.push(r.task_id);
+            attempts.push(r.attempt);
+            outcomes.push(r.outcome as i16);
+            errors.push(r.error.as_deref());
+            provider_ids.push(r.provider_message_id.as_deref());
+            retry_afters.push(r.retry_after_ms);
+            started.push(r.started_at);
+        }
+        COMPLETE_ATTEMPTS
+            .query(
+                self.db,
+                &[
+                    &ids,
+                    &attempts,
+                    &outcomes,
+                    &errors,
+                    &provider_ids,
+                    &retry_afters,
+                    &started,
+                    &namespace,
+                ],
+            )
+            .await?
+            .iter()
+            .map(|r| {
+                Ok(Applied {
+                    task_id: column(r, "id")?,
+                    attempt: column(r, "lease_count")?,
+                    state: state(r, "state")?,
+                    run_at: column(r, "run_at")?,
+                    account_id: column(r, "account_id")?,
+                    was_cancelled: column(r, "was_cancelled")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Leaves each task's recipient alone on its account for the given milliseconds.
+    pub async fn block_recipients(&self, blocks: &[(Uuid, i64)]) -> Result<(), StoreError> {
+        if blocks.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<Uuid> = blocks.iter().map(|b| b.0).collect();
+        let ms: Vec<i64> = blocks.iter().map(|b| b.1).collect();
+        BLOCK_RECIPIENTS.execute(self.db, &[&ids, &ms]).await?;
+        Ok(())
+    }
+
+    /// The current states of tasks of the namespace; tasks of other namespaces are absent, as
+    /// tasks that do not exist are.
+    pub async fn states(
+        &self,
+        namespace: &str,
+        ids: &[Uuid],
+    ) -> Result<HashMap<Uuid, TaskState>, StoreError> {
+        if ids.is_empty() {
+            return Ok(HashMap::new());
+        }
+        TASK_STATES
+            .query(self.db, &[&ids, &namespace])
+            .await?
+            .iter()
+            .map(|r| Ok((column(r, "id")?, state(r, "state")?)))
+            .collect()
+    }
+
+    /// Extends the given leases by one TTL from now; those not returned were lost.
+    pub async fn extend(
+        &self,
+        namespace: &str,
+        leases: &[(Uuid, i32)],
+        lease_ttl: Duration,
+    ) -> Result<Vec<(Uuid, i32, DateTime<Utc>)>, StoreError> {
+        let ids: Vec<Uuid> = leases.iter().map(|l| l.0).collect();
+        let attempts: Vec<i32> = leases.iter().map(|l| l.1).collect();
+        EXTEND_LEASES
+            .query(
+                self.db,
+                &[&ids, &attempts, &duration_ms(lease_ttl), &namespace],
+            )
+            .await?
+            .iter()
+            .map(|r| {
+                Ok((
+                    column(r, "task_id")?,
+                    column(r, "attempt")?,
+                    column(r, "expires_at")?,
+                ))
+            })
+            .collect()
+    }
+
+    /// Hands leases back without charging an attempt (they never reached an executor), frees
+    /// their slots and daily counts, and wakes the dispatchers.
+    pub async fn release(&self, namespace: &str, leases: &[(Uuid, i32)]) -> Result<(), StoreError> {
+        let ids: Vec<Uuid> = leases.iter().map(|l| l.0).collect();
+        let attempts: Vec<i32> = leases.iter().map(|l| l.1).collect();
+        let accounts: Vec<String> = RELEASE_LEASES
+            .query(self.db, &[&ids, &attempts, &namespace])
+            .await?
+            .iter()
+            .filter_map(|r| column::<Option<String>>(r, "account").transpose())
+            .collect::<Result<_, _>>()?;
+        // Nothing was sent: the daily count gets these back too.
+        self.db
+            .accounts()
+            .release_qualified_slots(&accounts, true)
+            .await?;
+        announce_due_now(self.db).await
+    }
+
+    /// Records that an executor dropped a cancelled task's lease before sending; true when the
+    /// cancellation was still waiting for that answer (CancelTask callers are then told).
+    pub async fn revoked_before_send(
+        &self,
+        namespace: &str,
+        task_id: Uuid,
+        attempt: i32,
+    ) -> Result<bool, StoreError> {
+        let changed = REVOKE_STOPPED
+            .execute(self.db, &[&task_id, &attempt, &namespace])
+            .await?
+            > 0;
+        if changed {
+            announce_cancel_resolved(self.db, task_id).await?;
+        }
+        Ok(changed)
+    }
+
+    /// Returns up to `batch` lapsed leases to their queue (or fails or expires their tasks),
+    /// recording the lost attempts and freeing their slots; wakes dispatchers when tasks became
+    /// leasable again.
+    pub async fn expire_leases(&self, batch: i64) -> Result<ExpiredLeases, StoreError> {
+        let row = EXPIRE_LEASES.query_one(self.db, &[&batch]).await?;
+        let expired = u64::try_from(column::<i64>(&row, "expired")?).unwrap_or(0);
+        let rescheduled = u64::try_from(column::<i64>(&row, "rescheduled")?).unwrap_or(0);
+        let freed: Vec<String> = column(&row, "freed_accounts")?;
+        self.db
+            .accounts()
+            .release_qualified_slots(&freed, false)
+            .await?;
+        if rescheduled > 0 {
+            announce_due_now(self.db).await?;
+        }
+        Ok(ExpiredLeases {
+            expired,
+            rescheduled,
+        })
+    }
+
+    /// Expires up to `batch` scheduled tasks past their deadline; returns how many.
+    pub async fn expire_deadlines(&self, batch: i64) -> Result<u64, StoreError> {
+        EXPIRE_DEADLINES.execute(self.db, &[&batch]).await
+    }
+
+    /// Milliseconds until the next lease expiry or deadline, by the database clock.
+    pub async fn next_sweep_ms(&self) -> Result<Option<f64>, StoreError> {
+        column(&NEXT_SWEEP.query_one(self.db, &[]).await?, "wait_ms")
+    }
+}
+
+/// Announces that a cancelled task learned its outcome, so CancelTask calls waiting on any
+/// replica can answer (delivered at commit).
+pub async fn announce_cancel_resolved(
+    db: &impl GenericClient,
+    task_id: Uuid,
+) -> Result<(), StoreError> {
+    notify(db, "herald_cancel", &task_id.to_string()).await
+}
+
+/// A duration in whole milliseconds, saturating.
+pub fn duration_ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}

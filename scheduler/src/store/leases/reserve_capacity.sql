@@ -1,0 +1,5 @@
+-- Reserves capacity on the namespace's accounts $2 (sorted) for a claim: high- and
+-- low-priority sends wanted per account; each grants at most its room now (see
+-- herald.reserve_capacity in store/accounts/functions.sql).
+SELECT out_account, out_high, out_low, out_at
+FROM herald.reserve_capacity($1, $2, $3, $4)

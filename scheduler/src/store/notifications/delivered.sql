@@ -1,0 +1,2 @@
+-- Forgets a delivered notification.
+DELETE FROM herald.notifications WHERE id = $1

@@ -1,0 +1,109 @@
+//! The notification repository: the outbox of the notification webhook (`herald.notifications`,
+//! filled by the triggers of `V5__add_notifications.sql`) and the live task counts of the
+//! `herald_tasks` gauge.
+
+use std::time::Duration;
+
+use deadpool_postgres::GenericClient;
+use uuid::Uuid;
+
+use super::sql::{column, statement, Statement};
+use super::{repository, StoreError};
+
+repository!(
+    /// The notification outbox and live counts.
+    NotificationRepo
+);
+
+const LIVE_TASK_COUNTS: Statement = statement!("live_task_counts");
+const ENABLE: Statement = statement!("enable");
+const TAKE: Statement = statement!("take");
+const DELIVERED: Statement = statement!("delivered");
+const FAILED: Statement = statement!("failed");
+const BACKLOG: Statement = statement!("backlog");
+
+/// One notification taken for delivery.
+#[derive(Debug, Clone)]
+pub struct PendingNotification {
+    /// Its id, also the `webhook-id` of every delivery try.
+    pub id: Uuid,
+    /// Event type, e.g. `task.failed`.
+    pub event: String,
+    /// The JSON body to send.
+    pub payload: serde_json::Value,
+    /// Delivery tries so far, this one included.
+    pub attempts: i32,
+}
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl<C: GenericClient> NotificationRepo<'_, C> {
+    /// Live tasks (scheduled, leased) counted by state and queue.
+    pub async fn live_task_counts(&self) -> Result<Vec<(String, String, i64)>, StoreError> {
+        LIVE_TASK_COUNTS
+            .query(self.db, &[])
+            .await?
+            .iter()
+            .map(|r| {
+                Ok((
+                    column(r, "state")?,
+                    column(r, "queue")?,
+                    column(r, "tasks")?,
+                ))
+            })
+            .collect()
+    }
+
+    /// Keeps notifications being recorded for `period` from now.
+    pub async fn enable(&self, period: Duration) -> Result<(), StoreError> {
+        ENABLE.execute(self.db, &[&ms(period)]).await?;
+        Ok(())
+    }
+
+    /// Takes up to `limit` due notifications for delivery, holding each for `hold`.
+    pub async fn take(
+        &self,
+        limit: i64,
+        hold: Duration,
+    ) -> Result<Vec<PendingNotification>, StoreError> {
+        TAKE.query(self.db, &[&limit, &ms(hold)])
+            .await?
+            .iter()
+            .map(|r| {
+                Ok(PendingNotification {
+                    id: column(r, "id")?,
+                    event: column(r, "event")?,
+                    payload: column(r, "payload")?,
+                    attempts: column(r, "attempts")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Forgets a delivered notification.
+    pub async fn delivered(&self, id: Uuid) -> Result<(), StoreError> {
+        DELIVERED.execute(self.db, &[&id]).await?;
+        Ok(())
+    }
+
+    /// Records a failed delivery and when to try again.
+    pub async fn failed(
+        &self,
+        id: Uuid,
+        retry_in: Duration,
+        error: &str,
+    ) -> Result<(), StoreError> {
+        FAILED
+            .execute(self.db, &[&id, &ms(retry_in), &error])
+            .await?;
+        Ok(())
+    }
+
+    /// Notifications waiting, and milliseconds until the earliest is due (None when empty).
+    pub async fn backlog(&self) -> Result<(i64, Option<f64>), StoreError> {
+        let row = BACKLOG.query_one(self.db, &[]).await?;
+        Ok((column(&row, "waiting")?, column(&row, "next_due_ms")?))
+    }
+}

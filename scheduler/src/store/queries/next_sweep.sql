@@ -1,5 +1,0 @@
--- Milliseconds until the next lease expiry or deadline, on the database clock; NULL if none.
-SELECT (extract(epoch FROM (least(
-    (SELECT min(lease_expires_at) FROM herald.tasks WHERE state = 'leased'),
-    (SELECT min(expire_at) FROM herald.tasks WHERE state = 'scheduled' AND expire_at IS NOT NULL)
-) - now())) * 1000.0)::float8

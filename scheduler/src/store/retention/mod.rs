@@ -1,0 +1,46 @@
+//! The retention repository: pruning finished tasks and idempotency keys past their retention.
+
+use std::time::Duration;
+
+use deadpool_postgres::GenericClient;
+
+use super::sql::{column, statement, Statement};
+use super::{repository, StoreError};
+
+repository!(
+    /// Pruning.
+    RetentionRepo
+);
+
+const PRUNE_TASKS: Statement = statement!("prune_tasks");
+const FORGET_KEYS: Statement = statement!("forget_keys");
+
+/// What one pruning pass removed.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Pruned {
+    /// Finished tasks (and their attempts) deleted.
+    pub tasks: u64,
+    /// Idempotency keys forgotten.
+    pub keys: u64,
+}
+
+impl<C: GenericClient> RetentionRepo<'_, C> {
+    /// Deletes up to `batch` tasks that ended more than `task_retention` ago, with their
+    /// attempts; their idempotency keys start their own retention from the task's end. Then
+    /// forgets keys whose retention is over.
+    pub async fn prune(
+        &self,
+        task_retention: Duration,
+        key_retention: Duration,
+        batch: i64,
+    ) -> Result<Pruned, StoreError> {
+        let task_ms = i64::try_from(task_retention.as_millis()).unwrap_or(i64::MAX);
+        let key_ms = i64::try_from(key_retention.as_millis()).unwrap_or(i64::MAX);
+        let row = PRUNE_TASKS
+            .query_one(self.db, &[&task_ms, &key_ms, &batch])
+            .await?;
+        let tasks = u64::try_from(column::<i64>(&row, "pruned")?).unwrap_or(0);
+        let keys = FORGET_KEYS.execute(self.db, &[]).await?;
+        Ok(Pruned { tasks, keys })
+    }
+}

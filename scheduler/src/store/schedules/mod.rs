@@ -1,0 +1,257 @@
+//! The schedule repository: stored schedules and their materialised runs, including the
+//! statements of the materialiser's transaction (one per schedule and pass).
+
+use std::sync::LazyLock;
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::GenericClient;
+use tokio_postgres::Row;
+
+use super::sql::{column, notify, statement, FromRow, Statement};
+use super::{repository, StoreError};
+use crate::schedule::model::{RunRecord, ScheduleRecord};
+
+repository!(
+    /// Recurring schedules and their runs.
+    ScheduleRepo
+);
+
+/// What a schedule read selects; decoded by [`ScheduleRecord::from_row`].
+const SCHEDULE_COLUMNS: &str = "id, cron, time_zone, skipped_time, repeated_time, overlap, \
+     misfire, misfire_grace_ms, jitter_ms, stagger_ms, stagger_off_round, spec, paused, \
+     next_fire_at, last_fire_at, created_at, updated_at";
+
+fn expand(name: &'static str, sql: &str) -> Statement {
+    Statement::built(name, sql.replace("{schedule_columns}", SCHEDULE_COLUMNS))
+}
+
+static INSERT_SCHEDULE: LazyLock<Statement> =
+    LazyLock::new(|| expand("insert_schedule", include_str!("insert_schedule.sql")));
+static GET_SCHEDULE: LazyLock<Statement> =
+    LazyLock::new(|| expand("get_schedule", include_str!("get_schedule.sql")));
+static LIST_SCHEDULES: LazyLock<Statement> =
+    LazyLock::new(|| expand("list_schedules", include_str!("list_schedules.sql")));
+static SET_PAUSED: LazyLock<Statement> =
+    LazyLock::new(|| expand("set_paused", include_str!("set_paused.sql")));
+static DUE_SCHEDULES: LazyLock<Statement> =
+    LazyLock::new(|| expand("due_schedules", include_str!("due_schedules.sql")));
+static LOCK_SCHEDULE: LazyLock<Statement> =
+    LazyLock::new(|| expand("lock_schedule", include_str!("lock_schedule.sql")));
+const DELETE_SCHEDULE: Statement = statement!("delete_schedule");
+const LIST_RUNS: Statement = statement!("list_runs");
+const NEXT_FIRE: Statement = statement!("next_fire");
+const ADVANCE_CURSOR: Statement = statement!("advance_cursor");
+const RUN_IN_PROGRESS: Statement = statement!("run_in_progress");
+const INSERT_RUN: Statement = statement!("insert_run");
+
+impl FromRow for ScheduleRecord {
+    fn from_row(r: &Row) -> Result<Self, StoreError> {
+        Ok(ScheduleRecord {
+            id: column(r, "id")?,
+            cron: column(r, "cron")?,
+            time_zone: column(r, "time_zone")?,
+            skipped_time: column(r, "skipped_time")?,
+            repeated_time: column(r, "repeated_time")?,
+            overlap: column(r, "overlap")?,
+            misfire: column(r, "misfire")?,
+            misfire_grace_ms: column(r, "misfire_grace_ms")?,
+            jitter_ms: column(r, "jitter_ms")?,
+            stagger_ms: column(r, "stagger_ms")?,
+            stagger_off_round: column(r, "stagger_off_round")?,
+            spec: column(r, "spec")?,
+            paused: column(r, "paused")?,
+            next_fire_at: column(r, "next_fire_at")?,
+            last_fire_at: column(r, "last_fire_at")?,
+            created_at: column(r, "created_at")?,
+            updated_at: column(r, "updated_at")?,
+        })
+    }
+}
+
+impl FromRow for RunRecord {
+    fn from_row(r: &Row) -> Result<Self, StoreError> {
+        Ok(RunRecord {
+            fire_time: column(r, "fire_time")?,
+            kind: column(r, "kind")?,
+            task_count: column(r, "task_count")?,
+            created_at: column(r, "created_at")?,
+        })
+    }
+}
+
+/// A schedule due for materialising, with its namespace.
+#[derive(Debug, Clone)]
+pub struct DueSchedule {
+    /// Its namespace.
+    pub namespace: String,
+    /// The schedule as read.
+    pub schedule: ScheduleRecord,
+}
+
+/// Wakes the materialiser on every replica (only the leader acts on it); delivered at commit.
+async fn announce(db: &impl GenericClient) -> Result<(), StoreError> {
+    notify(db, "herald_schedules", "").await
+}
+
+impl<C: GenericClient> ScheduleRepo<'_, C> {
+    /// Inserts a schedule and wakes the materialiser; None if the id is taken.
+    pub async fn create(
+        &self,
+        namespace: &str,
+        s: &ScheduleRecord,
+    ) -> Result<Option<ScheduleRecord>, StoreError> {
+        let created = INSERT_SCHEDULE
+            .fetch_opt(
+                self.db,
+                &[
+                    &namespace,
+                    &s.id,
+                    &s.cron,
+                    &s.time_zone,
+                    &s.skipped_time,
+                    &s.repeated_time,
+                    &s.overlap,
+                    &s.misfire,
+                    &s.misfire_grace_ms,
+                    &s.jitter_ms,
+                    &s.stagger_ms,
+                    &s.stagger_off_round,
+                    &s.spec,
+                    &s.next_fire_at,
+                ],
+            )
+            .await?;
+        announce(self.db).await?;
+        Ok(created)
+    }
+
+    /// Reads a schedule.
+    pub async fn get(
+        &self,
+        namespace: &str,
+        id: &str,
+    ) -> Result<Option<ScheduleRecord>, StoreError> {
+        GET_SCHEDULE.fetch_opt(self.db, &[&namespace, &id]).await
+    }
+
+    /// Lists schedules with an id after `after`, by id.
+    pub async fn list(
+        &self,
+        namespace: &str,
+        after: &str,
+        limit: i64,
+    ) -> Result<Vec<ScheduleRecord>, StoreError> {
+        LIST_SCHEDULES
+            .fetch(self.db, &[&namespace, &after, &limit])
+            .await
+    }
+
+    /// Deletes a schedule and its runs; false if it did not exist.
+    pub async fn delete(&self, namespace: &str, id: &str) -> Result<bool, StoreError> {
+        Ok(DELETE_SCHEDULE.execute(self.db, &[&namespace, &id]).await? > 0)
+    }
+
+    /// Pauses or resumes a schedule and wakes the materialiser. Resuming sets the cursor to
+    /// `next_fire_at` (the first fire time after now).
+    pub async fn set_paused(
+        &self,
+        namespace: &str,
+        id: &str,
+        paused: bool,
+        next_fire_at: Option<DateTime<Utc>>,
+    ) -> Result<Option<ScheduleRecord>, StoreError> {
+        let changed = SET_PAUSED
+            .fetch_opt(self.db, &[&namespace, &id, &paused, &next_fire_at])
+            .await?;
+        announce(self.db).await?;
+        Ok(changed)
+    }
+
+    /// A schedule's runs with a fire time before `before`, newest first.
+    pub async fn runs(
+        &self,
+        namespace: &str,
+        id: &str,
+        before: Option<DateTime<Utc>>,
+        limit: i64,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        LIST_RUNS
+            .fetch(self.db, &[&namespace, &id, &before, &limit])
+            .await
+    }
+
+    /// Active schedules whose cursor is due within `lookahead_ms`, earliest first.
+    pub async fn due(&self, lookahead_ms: i64) -> Result<Vec<DueSchedule>, StoreError> {
+        DUE_SCHEDULES
+            .query(self.db, &[&lookahead_ms])
+            .await?
+            .iter()
+            .map(|r| {
+                Ok(DueSchedule {
+                    namespace: column(r, "namespace")?,
+                    schedule: ScheduleRecord::from_row(r)?,
+                })
+            })
+            .collect()
+    }
+
+    /// Re-reads an active schedule under a lock, with the database clock; None when it was
+    /// paused or deleted since.
+    pub async fn lock(
+        &self,
+        namespace: &str,
+        id: &str,
+    ) -> Result<Option<(ScheduleRecord, DateTime<Utc>)>, StoreError> {
+        let Some(row) = LOCK_SCHEDULE.query_opt(self.db, &[&namespace, &id]).await? else {
+            return Ok(None);
+        };
+        Ok(Some((
+            ScheduleRecord::from_row(&row)?,
+            column(&row, "db_now")?,
+        )))
+    }
+
+    /// Milliseconds until the earliest cursor of an active schedule; None when none fires.
+    pub async fn next_fire_ms(&self) -> Result<Option<f64>, StoreError> {
+        column(&NEXT_FIRE.query_one(self.db, &[]).await?, "wait_ms")
+    }
+
+    /// Moves a schedule's cursor.
+    pub async fn advance(
+        &self,
+        namespace: &str,
+        id: &str,
+        next_fire_at: Option<DateTime<Utc>>,
+        last_fire_at: Option<DateTime<Utc>>,
+    ) -> Result<(), StoreError> {
+        ADVANCE_CURSOR
+            .execute(self.db, &[&namespace, &id, &next_fire_at, &last_fire_at])
+            .await?;
+        Ok(())
+    }
+
+    /// Whether an earlier run of the schedule still has live tasks.
+    pub async fn run_in_progress(&self, namespace: &str, id: &str) -> Result<bool, StoreError> {
+        column(
+            &RUN_IN_PROGRESS
+                .query_one(self.db, &[&id, &namespace])
+                .await?,
+            "busy",
+        )
+    }
+
+    /// Records a run; false when that fire time already had one.
+    pub async fn insert_run(
+        &self,
+        namespace: &str,
+        id: &str,
+        fire_time: DateTime<Utc>,
+        kind: &str,
+        task_count: i32,
+    ) -> Result<bool, StoreError> {
+        Ok(INSERT_RUN
+            .execute(self.db, &[&namespace, &id, &fire_time, &kind, &task_count])
+            .await?
+            > 0)
+    }
+}

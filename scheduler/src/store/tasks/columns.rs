@@ -1,0 +1,313 @@
+//! The task row: which columns a new task is inserted with, which a read selects and which a
+//! lease returns, each list beside the code that decodes it by name. A task field is added here
+//! (and in a migration), and every statement that inserts, reads or leases tasks follows.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use tokio_postgres::Row;
+use uuid::Uuid;
+
+use crate::store::sql::{column, FromRow};
+use crate::store::StoreError;
+use crate::tasks::model::{
+    CancelOutcome, DueAt, GrantedLease, NewTask, Origin, RetryPolicy, Target, TaskRecord, TaskState,
+};
+
+/// What a task read selects (`t` is `herald.tasks`); decoded by [`TaskRecord::from_row`].
+pub const TASK_COLUMNS: &str = "t.id, t.queue, t.recipient, t.content, t.labels, \
+     t.state::text AS state, t.priority, t.run_at, t.expire_at, t.idempotency_key, t.lease_count, \
+     t.attempts, t.max_attempts, t.retry_delays_ms, t.backoff_initial_ms, t.backoff_max_ms, \
+     t.backoff_multiplier, t.backoff_jitter, t.executor_id, t.leased_at, t.lease_expires_at, \
+     t.cancel_outcome, t.last_error, t.created_at, t.updated_at, t.finished_at, t.pool, \
+     t.account_id";
+
+/// What a lease returns of its task (`t` is `herald.tasks`); the statements add `account_id`
+/// and `credentials_ref`. Decoded by [`GrantedLease::from_row`].
+pub const LEASE_COLUMNS: &str = "t.id AS task_id, t.lease_count AS attempt, t.queue, \
+     t.recipient, t.content, COALESCE(t.idempotency_key, t.id::text) AS idempotency_key, \
+     t.run_at, t.leased_at, t.lease_expires_at AS expires_at, t.attempts AS attempts_before, \
+     t.max_attempts, t.labels, t.trace_parent";
+
+/// Columns a new task is inserted with, as `unnest` inputs: (name, SQL type). Parameters
+/// `$2`… follow this order (`$1` is the namespace); `insert_tasks.sql` computes the rest.
+pub const INSERT_INPUTS: &[(&str, &str)] = &[
+    ("id", "uuid"),
+    ("queue", "text"),
+    ("recipient", "text"),
+    ("content", "bytea"),
+    ("template_id", "text"),
+    ("labels", "jsonb"),
+    ("priority", "smallint"),
+    ("expire_at", "timestamptz"),
+    ("idempotency_key", "text"),
+    ("max_attempts", "integer"),
+    ("backoff_initial_ms", "bigint"),
+    ("backoff_max_ms", "bigint"),
+    ("backoff_multiplier", "float8"),
+    ("backoff_jitter", "float8"),
+    ("pool", "text"),
+    ("account_id", "text"),
+    ("trace_parent", "text"),
+    ("schedule_id", "text"),
+    ("fire_time", "timestamptz"),
+    ("campaign_id", "uuid"),
+    // Inputs of computed columns (see insert_tasks.sql).
+    ("given_run_at", "timestamptz"),
+    ("delay_ms", "bigint"),
+    ("retry_delays", "text"),
+    ("parked", "boolean"),
+];
+
+/// How many inputs of [`INSERT_INPUTS`] are computed rather than stored as they are.
+const COMPUTED_INPUTS: usize = 4;
+
+/// `insert_tasks.sql` with its column lists filled in from [`INSERT_INPUTS`].
+pub fn insert_statement(template: &str) -> String {
+    let stored = &INSERT_INPUTS[..INSERT_INPUTS.len() - COMPUTED_INPUTS];
+    let names: Vec<&str> = INSERT_INPUTS.iter().map(|(n, _)| *n).collect();
+    let params: Vec<String> = INSERT_INPUTS
+        .iter()
+        .enumerate()
+        .map(|(i, (_, ty))| format!("${}::{ty}[]", i + 2))
+        .collect();
+    template
+        .replace(
+            "{stored_columns}",
+            &stored
+                .iter()
+                .map(|(n, _)| *n)
+                .collect::<Vec<_>>()
+                .join(", "),
+        )
+        .replace(
+            "{stored_values}",
+            &stored
+                .iter()
+                .map(|(n, _)| format!("i.{n}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        )
+        .replace("{inputs}", &params.join(", "))
+        .replace("{input_names}", &names.join(", "))
+}
+
+/// A batch of new tasks as one array per input column.
+#[derive(Default)]
+pub struct InsertArrays<'a> {
+    id: Vec<Uuid>,
+    queue: Vec<&'a str>,
+    recipient: Vec<&'a str>,
+    content: Vec<&'a [u8]>,
+    template_id: Vec<Option<&'a str>>,
+    labels: Vec<serde_json::Value>,
+    priority: Vec<i16>,
+    expire_at: Vec<Option<DateTime<Utc>>>,
+    idempotency_key: Vec<Option<&'a str>>,
+    max_attempts: Vec<i32>,
+    backoff_initial_ms: Vec<i64>,
+    backoff_max_ms: Vec<i64>,
+    backoff_multiplier: Vec<f64>,
+    backoff_jitter: Vec<f64>,
+    pool: Vec<Option<&'a str>>,
+    account_id: Vec<Option<&'a str>>,
+    trace_parent: Vec<Option<&'a str>>,
+    schedule_id: Vec<Option<&'a str>>,
+    fire_time: Vec<Option<DateTime<Utc>>>,
+    campaign_id: Vec<Option<Uuid>>,
+    given_run_at: Vec<Option<DateTime<Utc>>>,
+    delay_ms: Vec<i64>,
+    retry_delays: Vec<String>,
+    parked: Vec<bool>,
+}
+
+impl<'a> InsertArrays<'a> {
+    /// Adds one task.
+    pub fn push(&mut self, t: &'a NewTask) {
+        let (pool, account) = match &t.target {
+            Target::Queue => (None, None),
+            Target::Pool(p) => (Some(p.as_str()), None),
+            Target::Account(a) => (None, Some(a.as_str())),
+        };
+        let (given_run_at, delay_ms) = match t.due {
+            DueAt::At(at) => (Some(at), 0),
+            DueAt::After(ms) => (None, ms),
+        };
+        let (initial, max, multiplier, jitter, delays) = match &t.retry {
+            RetryPolicy::Exponential {
+                initial_ms,
+                max_ms,
+                multiplier,
+                jitter,
+            } => (*initial_ms, *max_ms, *multiplier, *jitter, String::new()),
+            RetryPolicy::Delays(list) => (
+                RetryPolicy::DEFAULT_INITIAL_MS,
+                RetryPolicy::DEFAULT_MAX_MS,
+                RetryPolicy::DEFAULT_MULTIPLIER,
+                0.0,
+                list.iter()
+                    .map(i64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ),
+        };
+        let (schedule_id, fire_time, campaign_id, parked) = match &t.origin {
+            Origin::Request => (None, None, None, false),
+            Origin::ScheduleRun {
+                schedule_id,
+                fire_time,
+            } => (Some(schedule_id.as_str()), Some(*fire_time), None, false),
+            Origin::Campaign {
+                campaign_id,
+                paused,
+            } => (None, None, Some(*campaign_id), *paused),
+        };
+        self.id.push(t.id);
+        self.queue.push(&t.queue);
+        self.recipient.push(&t.recipient);
+        self.content.push(&t.content);
+        self.template_id.push(t.template_id.as_deref());
+        self.labels
+            .push(serde_json::to_value(&t.labels).unwrap_or_default());
+        self.priority.push(t.priority);
+        self.expire_at.push(t.expire_at);
+        self.idempotency_key
+            .push(t.idempotency.as_ref().map(|(k, _)| k.as_str()));
+        self.max_attempts.push(t.max_attempts);
+        self.backoff_initial_ms.push(initial);
+        self.backoff_max_ms.push(max);
+        self.backoff_multiplier.push(multiplier);
+        self.backoff_jitter.push(jitter);
+        self.pool.push(pool);
+        self.account_id.push(account);
+        self.trace_parent.push(t.trace_parent.as_deref());
+        self.schedule_id.push(schedule_id);
+        self.fire_time.push(fire_time);
+        self.campaign_id.push(campaign_id);
+        self.given_run_at.push(given_run_at);
+        self.delay_ms.push(delay_ms);
+        self.retry_delays.push(delays);
+        self.parked.push(parked);
+    }
+
+    /// The statement's parameters after the namespace, in [`INSERT_INPUTS`] order.
+    pub fn params<'p>(
+        &'p self,
+        namespace: &'p &str,
+    ) -> Vec<&'p (dyn tokio_postgres::types::ToSql + Sync)> {
+        let params: [&'p (dyn tokio_postgres::types::ToSql + Sync); 25] = [
+            namespace,
+            &self.id,
+            &self.queue,
+            &self.recipient,
+            &self.content,
+            &self.template_id,
+            &self.labels,
+            &self.priority,
+            &self.expire_at,
+            &self.idempotency_key,
+            &self.max_attempts,
+            &self.backoff_initial_ms,
+            &self.backoff_max_ms,
+            &self.backoff_multiplier,
+            &self.backoff_jitter,
+            &self.pool,
+            &self.account_id,
+            &self.trace_parent,
+            &self.schedule_id,
+            &self.fire_time,
+            &self.campaign_id,
+            &self.given_run_at,
+            &self.delay_ms,
+            &self.retry_delays,
+            &self.parked,
+        ];
+        params.to_vec()
+    }
+}
+
+/// Checks at compile time that [`InsertArrays::params`] covers every input plus the namespace.
+const _: () = assert!(INSERT_INPUTS.len() + 1 == 25);
+
+/// Reads a task state column written as text.
+pub fn state(row: &Row, name: &str) -> Result<TaskState, StoreError> {
+    let s: &str = column(row, name)?;
+    TaskState::parse(s).ok_or_else(|| StoreError::Corrupt(format!("task state {s:?}")))
+}
+
+/// Labels are written as a JSON object of strings; anything else reads as no labels.
+pub fn labels(row: &Row, name: &str) -> Result<BTreeMap<String, String>, StoreError> {
+    let value: serde_json::Value = column(row, name)?;
+    Ok(serde_json::from_value(value).unwrap_or_default())
+}
+
+impl FromRow for TaskRecord {
+    fn from_row(r: &Row) -> Result<Self, StoreError> {
+        let delays: Vec<i64> = column(r, "retry_delays_ms")?;
+        let retry = if delays.is_empty() {
+            RetryPolicy::Exponential {
+                initial_ms: column(r, "backoff_initial_ms")?,
+                max_ms: column(r, "backoff_max_ms")?,
+                multiplier: column(r, "backoff_multiplier")?,
+                jitter: column(r, "backoff_jitter")?,
+            }
+        } else {
+            RetryPolicy::Delays(delays)
+        };
+        let cancel: Option<i16> = column(r, "cancel_outcome")?;
+        Ok(TaskRecord {
+            id: column(r, "id")?,
+            queue: column(r, "queue")?,
+            recipient: column(r, "recipient")?,
+            content: column(r, "content")?,
+            labels: labels(r, "labels")?,
+            state: state(r, "state")?,
+            priority: column(r, "priority")?,
+            run_at: column(r, "run_at")?,
+            expire_at: column(r, "expire_at")?,
+            idempotency_key: column(r, "idempotency_key")?,
+            lease_count: column(r, "lease_count")?,
+            attempts: column(r, "attempts")?,
+            max_attempts: column(r, "max_attempts")?,
+            retry,
+            executor_id: column(r, "executor_id")?,
+            leased_at: column(r, "leased_at")?,
+            lease_expires_at: column(r, "lease_expires_at")?,
+            cancel_outcome: cancel.and_then(CancelOutcome::from_code),
+            last_error: column(r, "last_error")?,
+            created_at: column(r, "created_at")?,
+            updated_at: column(r, "updated_at")?,
+            finished_at: column(r, "finished_at")?,
+            pool: column(r, "pool")?,
+            account_id: column(r, "account_id")?,
+        })
+    }
+}
+
+impl FromRow for GrantedLease {
+    fn from_row(r: &Row) -> Result<Self, StoreError> {
+        Ok(GrantedLease {
+            task_id: column(r, "task_id")?,
+            attempt: column(r, "attempt")?,
+            queue: column(r, "queue")?,
+            recipient: column(r, "recipient")?,
+            content: column(r, "content")?,
+            idempotency_key: column(r, "idempotency_key")?,
+            run_at: column(r, "run_at")?,
+            leased_at: column(r, "leased_at")?,
+            expires_at: column(r, "expires_at")?,
+            attempts_before: column(r, "attempts_before")?,
+            max_attempts: column(r, "max_attempts")?,
+            labels: labels(r, "labels")?,
+            account_id: column(r, "account_id")?,
+            credentials_ref: column(r, "credentials_ref")?,
+            trace_parent: column(r, "trace_parent")?,
+        })
+    }
+}
+
+/// `sql` with its `{task_columns}` and `{lease_columns}` placeholders filled in.
+pub fn with_columns(sql: &str) -> String {
+    sql.replace("{task_columns}", TASK_COLUMNS)
+        .replace("{lease_columns}", LEASE_COLUMNS)
+}

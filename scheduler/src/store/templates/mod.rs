@@ -1,0 +1,163 @@
+//! The template repository.
+
+use std::sync::LazyLock;
+
+use deadpool_postgres::GenericClient;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::Row;
+
+use super::sql::{column, statement, FromRow, Statement};
+use super::{repository, StoreError, WriteError};
+use crate::templates::model::{TemplateKind, TemplateRecord};
+
+repository!(
+    /// Stored message templates.
+    TemplateRepo
+);
+
+/// What a template read selects; decoded by [`TemplateRecord::from_row`].
+const TEMPLATE_COLUMNS: &str = "id, description, kind, body, provider_name, provider_language, \
+     parameters, variables, created_at, updated_at";
+
+fn expand(name: &'static str, sql: &str) -> Statement {
+    Statement::built(name, sql.replace("{template_columns}", TEMPLATE_COLUMNS))
+}
+
+static INSERT_TEMPLATE: LazyLock<Statement> =
+    LazyLock::new(|| expand("insert_template", include_str!("insert_template.sql")));
+static UPDATE_TEMPLATE: LazyLock<Statement> =
+    LazyLock::new(|| expand("update_template", include_str!("update_template.sql")));
+static GET_TEMPLATES: LazyLock<Statement> =
+    LazyLock::new(|| expand("get_templates", include_str!("get_templates.sql")));
+static LIST_TEMPLATES: LazyLock<Statement> =
+    LazyLock::new(|| expand("list_templates", include_str!("list_templates.sql")));
+const DELETE_TEMPLATE: Statement = statement!("delete_template");
+
+/// A template as its columns: kind, body, provider name, provider language, parameters.
+struct Columns<'a> {
+    kind: &'static str,
+    body: Option<&'a str>,
+    name: Option<&'a str>,
+    language: Option<&'a str>,
+    parameters: &'a [String],
+}
+
+impl<'a> Columns<'a> {
+    fn of(kind: &'a TemplateKind) -> Self {
+        match kind {
+            TemplateKind::Text { body } => Columns {
+                kind: "text",
+                body: Some(body),
+                name: None,
+                language: None,
+                parameters: &[],
+            },
+            TemplateKind::Provider {
+                name,
+                language,
+                parameters,
+            } => Columns {
+                kind: "provider",
+                body: None,
+                name: Some(name),
+                language: Some(language),
+                parameters,
+            },
+        }
+    }
+
+    /// The parameters of insert_template.sql and update_template.sql.
+    fn params<'p>(
+        &'p self,
+        namespace: &'p &str,
+        t: &'p TemplateRecord,
+    ) -> [&'p (dyn ToSql + Sync); 9] {
+        [
+            namespace,
+            &t.id,
+            &t.description,
+            &self.kind,
+            &self.body,
+            &self.name,
+            &self.language,
+            &self.parameters,
+            &t.variables,
+        ]
+    }
+}
+
+impl FromRow for TemplateRecord {
+    fn from_row(r: &Row) -> Result<Self, StoreError> {
+        let kind: &str = column(r, "kind")?;
+        let text = |name: &str| -> Result<String, StoreError> {
+            Ok(column::<Option<String>>(r, name)?.unwrap_or_default())
+        };
+        let kind = match kind {
+            "text" => TemplateKind::Text {
+                body: text("body")?,
+            },
+            "provider" => TemplateKind::Provider {
+                name: text("provider_name")?,
+                language: text("provider_language")?,
+                parameters: column(r, "parameters")?,
+            },
+            other => return Err(StoreError::Corrupt(format!("template kind {other:?}"))),
+        };
+        Ok(TemplateRecord {
+            id: column(r, "id")?,
+            description: column(r, "description")?,
+            kind,
+            variables: column(r, "variables")?,
+            created_at: column(r, "created_at")?,
+            updated_at: column(r, "updated_at")?,
+        })
+    }
+}
+
+impl<C: GenericClient> TemplateRepo<'_, C> {
+    /// Stores a new template.
+    pub async fn create(
+        &self,
+        namespace: &str,
+        t: &TemplateRecord,
+    ) -> Result<TemplateRecord, WriteError> {
+        let columns = Columns::of(&t.kind);
+        INSERT_TEMPLATE
+            .fetch_opt(self.db, &columns.params(&namespace, t))
+            .await
+            .map_err(|e| WriteError::from_insert(e, || format!("template {}", t.id)))?
+            .ok_or_else(|| WriteError::NotFound(format!("template {}", t.id)))
+    }
+
+    /// Replaces a template's kind and description.
+    pub async fn update(
+        &self,
+        namespace: &str,
+        t: &TemplateRecord,
+    ) -> Result<TemplateRecord, WriteError> {
+        let columns = Columns::of(&t.kind);
+        UPDATE_TEMPLATE
+            .fetch_opt(self.db, &columns.params(&namespace, t))
+            .await?
+            .ok_or_else(|| WriteError::NotFound(format!("template {}", t.id)))
+    }
+
+    /// Reads the templates among `ids` that exist.
+    pub async fn get_many(
+        &self,
+        namespace: &str,
+        ids: &[&str],
+    ) -> Result<Vec<TemplateRecord>, StoreError> {
+        GET_TEMPLATES.fetch(self.db, &[&namespace, &ids]).await
+    }
+
+    /// Every template, ordered by id.
+    pub async fn list(&self, namespace: &str) -> Result<Vec<TemplateRecord>, StoreError> {
+        LIST_TEMPLATES.fetch(self.db, &[&namespace]).await
+    }
+
+    /// Deletes a template; false when it did not exist.
+    pub async fn delete(&self, namespace: &str, id: &str) -> Result<bool, StoreError> {
+        Ok(DELETE_TEMPLATE.execute(self.db, &[&namespace, &id]).await? > 0)
+    }
+}

@@ -1,0 +1,371 @@
+//! The task domain: every task is created here (validate → render → check targets → insert,
+//! in one transaction that also wakes the dispatchers), whether it comes from CreateTask(s), a
+//! test send, a campaign or a schedule run; and cancelled here (with the wait for the executor
+//! holding a lease to say whether it had sent), whether one task or a campaign's.
+
+pub mod model;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::GenericClient;
+use herald_proto::v1 as pb;
+use tokio::sync::broadcast;
+use uuid::Uuid;
+
+use self::model::{
+    AttemptRecord, CancelOutcome, NewTask, Origin, Target, TaskRecord, TaskSpec, TaskState,
+};
+use crate::error::{Error, Violations};
+use crate::lease::events::Event;
+use crate::store::tasks::{CancelResult, Created, InsertError, TaskFilter};
+use crate::store::transaction;
+use crate::store::{Db, Store};
+use crate::templates::Renderer;
+
+/// Names the field path of the i-th spec of a request (`task`, `tasks[3]`).
+pub type PathOf<'a> = &'a (dyn Fn(usize) -> String + Sync);
+
+/// One created task: whether it is new, and the task as stored (None when an idempotency key
+/// named a task that was pruned since; the caller answers from its request).
+#[derive(Debug, Clone)]
+pub struct CreatedTask {
+    /// New or existing.
+    pub created: Created,
+    /// The task as stored.
+    pub record: Option<TaskRecord>,
+}
+
+/// The task operations of a replica.
+#[derive(Clone)]
+pub struct Tasks {
+    store: Store,
+    events: broadcast::Sender<Event>,
+    cancel_wait: Duration,
+}
+
+impl Tasks {
+    /// `cancel_wait` bounds how long a cancel waits for the executor holding a lease to say
+    /// whether it stopped before sending.
+    pub fn new(store: Store, events: broadcast::Sender<Event>, cancel_wait: Duration) -> Self {
+        Tasks {
+            store,
+            events,
+            cancel_wait,
+        }
+    }
+
+    /// The database these tasks live in.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Creates a batch atomically: every spec is checked and rendered first, and either all
+    /// are stored or none. `trace_parent` is the caller's span, carried to the lease.
+    pub async fn create(
+        &self,
+        namespace: &str,
+        specs: &[TaskSpec],
+        path: PathOf<'_>,
+        trace_parent: Option<String>,
+    ) -> Result<Vec<CreatedTask>, Error> {
+        let now = Utc::now();
+        let created = transaction!(self.store, Error, |tx| {
+            let mut tasks = prepare(tx, namespace, specs, path, now).await?;
+            for t in &mut tasks {
+                t.trace_parent.clone_from(&trace_parent);
+            }
+            insert(tx, namespace, &tasks, path).await
+        })?;
+        let ids: Vec<Uuid> = created.iter().map(Created::id).collect();
+        let records = self
+            .store
+            .conn()
+            .await?
+            .tasks()
+            .get_many(namespace, &ids)
+            .await?;
+        Ok(created
+            .into_iter()
+            .map(|created| CreatedTask {
+                created,
+                record: records.iter().find(|r| r.id == created.id()).cloned(),
+            })
+            .collect())
+    }
+
+    /// Reads one task of the namespace.
+    pub async fn get(&self, namespace: &str, id: Uuid) -> Result<TaskRecord, Error> {
+        self.store
+            .conn()
+            .await?
+            .tasks()
+            .get(namespace, id)
+            .await?
+            .ok_or_else(|| Error::NotFound(format!("task {id}")))
+    }
+
+    /// Reads tasks of the namespace by id; missing ids are skipped.
+    pub async fn get_many(&self, namespace: &str, ids: &[Uuid]) -> Result<Vec<TaskRecord>, Error> {
+        Ok(self
+            .store
+            .conn()
+            .await?
+            .tasks()
+            .get_many(namespace, ids)
+            .await?)
+    }
+
+    /// One page of tasks, newest first.
+    pub async fn list(
+        &self,
+        namespace: &str,
+        filter: &TaskFilter,
+    ) -> Result<Vec<TaskRecord>, Error> {
+        Ok(self
+            .store
+            .conn()
+            .await?
+            .tasks()
+            .list(namespace, filter)
+            .await?)
+    }
+
+    /// Every attempt of a task, oldest first.
+    pub async fn attempts(&self, namespace: &str, id: Uuid) -> Result<Vec<AttemptRecord>, Error> {
+        let conn = self.store.conn().await?;
+        if conn.tasks().get(namespace, id).await?.is_none() {
+            return Err(Error::NotFound(format!("task {id}")));
+        }
+        Ok(conn.tasks().attempts(namespace, id).await?)
+    }
+
+    /// Cancels a task. A leased one is revoked from its executor, and the answer says whether
+    /// it stopped before sending, once the executor said so or `cancel_wait` passed.
+    pub async fn cancel(
+        &self,
+        namespace: &str,
+        id: Uuid,
+    ) -> Result<(TaskRecord, CancelOutcome), Error> {
+        // Subscribe before cancelling, so the executor's answer cannot slip past us.
+        let events = self.events.subscribe();
+        let result = transaction!(self.store, Error, |tx| tx
+            .tasks()
+            .cancel(namespace, id)
+            .await)?;
+        match result {
+            CancelResult::NotFound => return Err(Error::NotFound(format!("task {id}"))),
+            CancelResult::AlreadyEnded(state) if state != TaskState::Cancelled => {
+                return Err(Error::FailedPrecondition(format!(
+                    "task {id} already ended as {}",
+                    state.as_str()
+                )))
+            }
+            CancelResult::CancelledLeased { attempt, .. } => {
+                tracing::info!(task_id = %id, attempt, "cancelling a leased task");
+                self.wait_for_revokes(events, HashSet::from([id])).await;
+            }
+            CancelResult::CancelledScheduled | CancelResult::AlreadyEnded(_) => {}
+        }
+        let record = self.get(namespace, id).await?;
+        let outcome = record.cancel_outcome.unwrap_or(CancelOutcome::Unconfirmed);
+        Ok((record, outcome))
+    }
+
+    /// Cancels tasks a campaign cancel left leased, revoking each from its executor, and waits
+    /// (at most `cancel_wait`) for the executors' answers. Returns how many were revoked and
+    /// how many turned out to be scheduled by then.
+    pub async fn cancel_leased(
+        &self,
+        namespace: &str,
+        ids: &[Uuid],
+    ) -> Result<(usize, usize), Error> {
+        let events = self.events.subscribe();
+        let mut waiting = HashSet::new();
+        let mut scheduled = 0;
+        for id in ids {
+            let result = transaction!(self.store, Error, |tx| tx
+                .tasks()
+                .cancel(namespace, *id)
+                .await)?;
+            match result {
+                CancelResult::CancelledLeased { .. } => {
+                    waiting.insert(*id);
+                }
+                CancelResult::CancelledScheduled => scheduled += 1,
+                _ => {}
+            }
+        }
+        let revoked = waiting.len();
+        self.wait_for_revokes(events, waiting).await;
+        Ok((revoked, scheduled))
+    }
+
+    /// Waits until every task of `waiting` learned its cancel outcome (on any replica), or
+    /// `cancel_wait` passed.
+    async fn wait_for_revokes(
+        &self,
+        mut events: broadcast::Receiver<Event>,
+        mut waiting: HashSet<Uuid>,
+    ) {
+        let deadline = tokio::time::sleep(self.cancel_wait);
+        tokio::pin!(deadline);
+        while !waiting.is_empty() {
+            tokio::select! {
+                _ = &mut deadline => break,
+                event = events.recv() => match event {
+                    Ok(Event::CancelResolved(task)) => { waiting.remove(&task); }
+                    Ok(_) => {}
+                    // Missed events: the caller re-reads the rows either way.
+                    Err(broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(broadcast::error::RecvError::Closed) => break,
+                },
+            }
+        }
+    }
+
+    /// Re-drives a FAILED task with a fresh attempt budget, due at `run_at` (None: now).
+    pub async fn retry(
+        &self,
+        namespace: &str,
+        id: Uuid,
+        run_at: Option<DateTime<Utc>>,
+    ) -> Result<TaskRecord, Error> {
+        let changed = transaction!(self.store, Error, |tx| tx
+            .tasks()
+            .retry(namespace, id, run_at)
+            .await)?;
+        let record = self.get(namespace, id).await?;
+        if !changed {
+            return Err(Error::FailedPrecondition(format!(
+                "task {id} is {}; only FAILED tasks can be retried",
+                record.state.as_str()
+            )));
+        }
+        Ok(record)
+    }
+}
+
+/// Checks every spec, renders stored templates into each one's content (so the task holds
+/// exactly what will be sent) and checks that targeted pools and accounts exist: a task for a
+/// pool that does not exist would wait forever. Violations name every bad field; nothing is
+/// written. Runs on `db`, so a caller's transaction sees its own templates and accounts.
+pub async fn prepare(
+    db: &impl GenericClient,
+    namespace: &str,
+    specs: &[TaskSpec],
+    path: PathOf<'_>,
+    now: DateTime<Utc>,
+) -> Result<Vec<NewTask>, Error> {
+    let mut v = Violations::default();
+    let tasks: Vec<NewTask> = specs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| s.validate(&path(i), now, &mut v))
+        .collect();
+    let tasks = v.into_result(tasks)?;
+    let tasks = render(db, namespace, specs, tasks, path).await?;
+    check_targets(db, namespace, &tasks, path).await?;
+    Ok(tasks)
+}
+
+/// Inserts prepared tasks (with their origin) on `db`; an idempotency key bound to a different
+/// request is ALREADY_EXISTS naming the field.
+pub async fn insert(
+    db: &impl GenericClient,
+    namespace: &str,
+    tasks: &[NewTask],
+    path: PathOf<'_>,
+) -> Result<Vec<Created>, Error> {
+    db.tasks()
+        .insert(namespace, tasks)
+        .await
+        .map_err(|e| match e {
+            InsertError::KeyConflict { index } => Error::AlreadyExists(format!(
+                "{}.idempotency_key: already used for a different request",
+                path(index)
+            )),
+            InsertError::Store(e) => Error::Store(e),
+        })
+}
+
+/// Marks tasks as made by `origin`.
+pub fn with_origin(mut tasks: Vec<NewTask>, origin: &Origin) -> Vec<NewTask> {
+    for t in &mut tasks {
+        t.origin = origin.clone();
+    }
+    tasks
+}
+
+/// Renders stored templates into the tasks' content. Specs and tasks are in the same order
+/// (validation succeeded for all).
+async fn render(
+    db: &impl GenericClient,
+    namespace: &str,
+    specs: &[TaskSpec],
+    mut tasks: Vec<NewTask>,
+    path: PathOf<'_>,
+) -> Result<Vec<NewTask>, Error> {
+    use prost::Message;
+    let ids = Renderer::template_ids(specs.iter().filter_map(|s| s.content.as_ref()));
+    if ids.is_empty() {
+        return Ok(tasks);
+    }
+    let renderer = Renderer::load(db, namespace, ids).await?;
+    let mut v = Violations::default();
+    for (i, (spec, task)) in specs.iter().zip(tasks.iter_mut()).enumerate() {
+        if let Some(content) = &spec.content {
+            let rendered: Option<pb::Content> =
+                renderer.render(content, &format!("{}.content", path(i)), &mut v);
+            if let Some(rendered) = rendered {
+                task.content = rendered.encode_to_vec();
+            }
+        }
+    }
+    v.into_result(tasks)
+}
+
+async fn check_targets(
+    db: &impl GenericClient,
+    namespace: &str,
+    tasks: &[NewTask],
+    path: PathOf<'_>,
+) -> Result<(), Error> {
+    let pools: Vec<&str> = tasks
+        .iter()
+        .filter_map(|t| match &t.target {
+            Target::Pool(p) => Some(p.as_str()),
+            _ => None,
+        })
+        .collect();
+    let accounts: Vec<&str> = tasks
+        .iter()
+        .filter_map(|t| match &t.target {
+            Target::Account(a) => Some(a.as_str()),
+            _ => None,
+        })
+        .collect();
+    if pools.is_empty() && accounts.is_empty() {
+        return Ok(());
+    }
+    let (found_pools, found_accounts) = db
+        .accounts()
+        .existing_targets(namespace, &pools, &accounts)
+        .await?;
+    let mut v = Violations::default();
+    for (i, t) in tasks.iter().enumerate() {
+        match &t.target {
+            Target::Pool(p) if !found_pools.contains(p) => v.add(
+                format!("{}.pool", path(i)),
+                format!("pool {p} does not exist"),
+            ),
+            Target::Account(a) if !found_accounts.contains(a) => v.add(
+                format!("{}.account_id", path(i)),
+                format!("account {a} does not exist"),
+            ),
+            _ => {}
+        }
+    }
+    v.into_result(())
+}

@@ -1,0 +1,799 @@
+//! What a task is: the spec a caller asks for and the rules it must meet, the task as stored,
+//! its attempts, and the lease an executor receives. A field of a task lives here once; the
+//! wire conversion (`api/convert/tasks.rs`) and the row mapping (`store/tasks/columns.rs`) are
+//! the only other places that name it.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Duration as ChronoDuration, Utc};
+use herald_proto::v1 as pb;
+use uuid::Uuid;
+
+use crate::error::Violations;
+use crate::rules;
+
+/// Largest text or template payload, in bytes.
+pub const MAX_CONTENT_BYTES: usize = 64 * 1024;
+/// Largest recipient, in characters.
+pub const MAX_RECIPIENT_CHARS: usize = 256;
+/// Most tasks in one CreateTasks.
+pub const MAX_BATCH: usize = 1_000;
+/// How far in the past a run_at may be (a little clock skew or a slow client is fine; a
+/// timestamp from yesterday is almost certainly a bug).
+pub const MAX_PAST: ChronoDuration = ChronoDuration::hours(24);
+/// How far ahead a task may be scheduled.
+pub const MAX_AHEAD: ChronoDuration = ChronoDuration::days(366);
+/// Default attempt budget.
+pub const DEFAULT_MAX_ATTEMPTS: i32 = 10;
+/// Default priority.
+pub const DEFAULT_PRIORITY: i32 = 5;
+/// Longest delay a retry policy may ask for.
+pub const MAX_RETRY_DELAY_MS: i64 = 7 * 24 * 3_600_000;
+
+/// A task's lifecycle state; the names match the `herald.task_state` enum in the database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TaskState {
+    /// Waiting to become due.
+    Scheduled,
+    /// Held by an executor.
+    Leased,
+    /// Sent. Terminal.
+    Succeeded,
+    /// Permanently failed or out of attempts. Terminal.
+    Failed,
+    /// Cancelled. Terminal.
+    Cancelled,
+    /// Its deadline passed first. Terminal.
+    Expired,
+}
+
+impl TaskState {
+    /// The database's name for the state.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskState::Scheduled => "scheduled",
+            TaskState::Leased => "leased",
+            TaskState::Succeeded => "succeeded",
+            TaskState::Failed => "failed",
+            TaskState::Cancelled => "cancelled",
+            TaskState::Expired => "expired",
+        }
+    }
+
+    /// Parses the database's name for a state.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "scheduled" => TaskState::Scheduled,
+            "leased" => TaskState::Leased,
+            "succeeded" => TaskState::Succeeded,
+            "failed" => TaskState::Failed,
+            "cancelled" => TaskState::Cancelled,
+            "expired" => TaskState::Expired,
+            _ => return None,
+        })
+    }
+
+    /// True for states a task never leaves (except by RetryTask).
+    pub fn is_terminal(self) -> bool {
+        !matches!(self, TaskState::Scheduled | TaskState::Leased)
+    }
+}
+
+/// How an attempt ended. The numbers are stored in the database and equal the wire enum's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(i16)]
+pub enum Outcome {
+    /// Sent.
+    Ok = 1,
+    /// Throttled by the provider.
+    RateLimited = 2,
+    /// A passing failure.
+    Transient = 3,
+    /// Will never succeed as sent.
+    Permanent = 4,
+    /// The account is unusable; not charged as an attempt.
+    AccountUnavailable = 5,
+    /// The lease ran out without a report.
+    LeaseExpired = 6,
+}
+
+impl Outcome {
+    /// The wire name without its prefix (`OK`, `RATE_LIMITED`, …), for people.
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::Ok => "OK",
+            Outcome::RateLimited => "RATE_LIMITED",
+            Outcome::Transient => "TRANSIENT",
+            Outcome::Permanent => "PERMANENT",
+            Outcome::AccountUnavailable => "ACCOUNT_UNAVAILABLE",
+            Outcome::LeaseExpired => "LEASE_EXPIRED",
+        }
+    }
+
+    /// Parses a [`Outcome::name`].
+    pub fn from_name(name: &str) -> Option<Self> {
+        [
+            Outcome::Ok,
+            Outcome::RateLimited,
+            Outcome::Transient,
+            Outcome::Permanent,
+            Outcome::AccountUnavailable,
+            Outcome::LeaseExpired,
+        ]
+        .into_iter()
+        .find(|o| o.name() == name)
+    }
+
+    /// Parses the stored number.
+    pub fn from_code(code: i16) -> Option<Self> {
+        Some(match code {
+            1 => Outcome::Ok,
+            2 => Outcome::RateLimited,
+            3 => Outcome::Transient,
+            4 => Outcome::Permanent,
+            5 => Outcome::AccountUnavailable,
+            6 => Outcome::LeaseExpired,
+            _ => return None,
+        })
+    }
+}
+
+/// What cancelling a task achieved. The numbers are stored and equal the wire enum's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(i16)]
+pub enum CancelOutcome {
+    /// The task was not leased.
+    NotStarted = 1,
+    /// The executor dropped it before sending.
+    StoppedBeforeSend = 2,
+    /// The provider had already accepted it.
+    AlreadySent = 3,
+    /// The executor had tried and the provider refused.
+    SendFailed = 4,
+    /// No answer from the executor yet.
+    Unconfirmed = 5,
+}
+
+impl CancelOutcome {
+    /// Parses the stored number.
+    pub fn from_code(code: i16) -> Option<Self> {
+        Some(match code {
+            1 => CancelOutcome::NotStarted,
+            2 => CancelOutcome::StoppedBeforeSend,
+            3 => CancelOutcome::AlreadySent,
+            4 => CancelOutcome::SendFailed,
+            5 => CancelOutcome::Unconfirmed,
+            _ => return None,
+        })
+    }
+}
+
+/// How retries are spaced.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RetryPolicy {
+    /// Capped exponential backoff with jitter.
+    Exponential {
+        /// First delay, in milliseconds.
+        initial_ms: i64,
+        /// Largest delay, in milliseconds.
+        max_ms: i64,
+        /// Growth per attempt.
+        multiplier: f64,
+        /// Randomised fraction of each delay.
+        jitter: f64,
+    },
+    /// Explicit delays in milliseconds, the last repeating.
+    Delays(Vec<i64>),
+}
+
+impl RetryPolicy {
+    /// Default first delay.
+    pub const DEFAULT_INITIAL_MS: i64 = 1_000;
+    /// Default largest delay.
+    pub const DEFAULT_MAX_MS: i64 = 3_600_000;
+    /// Default growth per attempt.
+    pub const DEFAULT_MULTIPLIER: f64 = 2.0;
+    /// Default jitter fraction.
+    pub const DEFAULT_JITTER: f64 = 0.2;
+
+    /// Exponential backoff with every default.
+    pub fn default_exponential() -> Self {
+        RetryPolicy::Exponential {
+            initial_ms: Self::DEFAULT_INITIAL_MS,
+            max_ms: Self::DEFAULT_MAX_MS,
+            multiplier: Self::DEFAULT_MULTIPLIER,
+            jitter: Self::DEFAULT_JITTER,
+        }
+    }
+
+    /// Records what is out of range under `path` (the policy's field path).
+    pub fn check(&self, path: &str, v: &mut Violations) {
+        match self {
+            RetryPolicy::Exponential {
+                initial_ms,
+                max_ms,
+                multiplier,
+                jitter,
+            } => {
+                let path = format!("{path}.exponential");
+                if *initial_ms < 100 {
+                    v.add(format!("{path}.initial"), "must be at least 100ms");
+                }
+                if *max_ms < *initial_ms || *max_ms > MAX_RETRY_DELAY_MS {
+                    v.add(
+                        format!("{path}.max"),
+                        "must be at least initial and at most 7 days",
+                    );
+                }
+                if !(1.0..=10.0).contains(multiplier) {
+                    v.add(format!("{path}.multiplier"), "must be between 1.0 and 10.0");
+                }
+                if !(0.0..=1.0).contains(jitter) {
+                    v.add(format!("{path}.jitter"), "must be between 0.0 and 1.0");
+                }
+            }
+            RetryPolicy::Delays(delays) => {
+                let path = format!("{path}.delays.delays");
+                if delays.is_empty() || delays.len() > 20 {
+                    v.add(path, "must list 1 to 20 delays");
+                    return;
+                }
+                for (i, ms) in delays.iter().enumerate() {
+                    if !(0..=MAX_RETRY_DELAY_MS).contains(ms) {
+                        v.add(format!("{path}[{i}]"), "must be between 0 and 7 days");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// When a task asks to become due.
+#[derive(Debug, Clone, PartialEq)]
+pub enum When {
+    /// As soon as it is stored.
+    Now,
+    /// At this instant.
+    At(DateTime<Utc>),
+    /// This many milliseconds after the database receives it.
+    After(i64),
+    /// At a wall-clock time (`2026-12-24T09:00`) in an IANA zone: the recipient's local time.
+    Local {
+        /// The wall-clock date-time.
+        time: String,
+        /// The zone it is read in.
+        zone: String,
+    },
+}
+
+/// When a new task becomes due, as stored.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum DueAt {
+    /// At this instant.
+    At(DateTime<Utc>),
+    /// This many milliseconds after the database receives it (0 = now).
+    After(i64),
+}
+
+/// Which sending account a task goes out through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// No account: the executor picks its sender by queue.
+    Queue,
+    /// Any eligible account of this pool, chosen at lease time.
+    Pool(String),
+    /// This account only.
+    Account(String),
+}
+
+/// What made a task, when not a plain create call.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum Origin {
+    /// CreateTask(s) or a test send.
+    #[default]
+    Request,
+    /// One run of a recurring schedule.
+    ScheduleRun {
+        /// The schedule.
+        schedule_id: String,
+        /// The run's fire time.
+        fire_time: DateTime<Utc>,
+    },
+    /// A campaign; a paused campaign's tasks are created parked.
+    Campaign {
+        /// The campaign.
+        campaign_id: Uuid,
+        /// Whether the campaign is paused.
+        paused: bool,
+    },
+}
+
+/// A task as a caller asks for it: what the wire carried, before any rule was checked.
+#[derive(Debug, Clone, Default)]
+pub struct TaskSpec {
+    /// Queue name.
+    pub queue: String,
+    /// Recipient.
+    pub recipient: String,
+    /// What to send: text, or a template stored in herald or at the provider.
+    pub content: Option<pb::Content>,
+    /// When it becomes due.
+    pub when: Option<When>,
+    /// 0..=9; None for the default.
+    pub priority: Option<i32>,
+    /// Attempt budget; None for the default.
+    pub max_attempts: Option<i32>,
+    /// Idempotency key; empty for none.
+    pub idempotency_key: String,
+    /// A digest of the whole request: a key reused with a different request is refused.
+    pub request_hash: Vec<u8>,
+    /// Retry spacing; None for the default.
+    pub retry: Option<RetryPolicy>,
+    /// Deadline.
+    pub expire_at: Option<DateTime<Utc>>,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// The pool to send from; empty for none.
+    pub pool: String,
+    /// The account to send from; empty for none.
+    pub account_id: String,
+}
+
+/// A task that met every rule, ready to insert.
+#[derive(Debug, Clone)]
+pub struct NewTask {
+    /// Assigned before insert (UUIDv7, so ids sort by creation).
+    pub id: Uuid,
+    /// Queue name.
+    pub queue: String,
+    /// Recipient.
+    pub recipient: String,
+    /// The encoded `herald.v1.Content`, rendered: exactly what will be sent.
+    pub content: Vec<u8>,
+    /// The template id, when the content is a template.
+    pub template_id: Option<String>,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// 0..=9.
+    pub priority: i16,
+    /// Due time.
+    pub due: DueAt,
+    /// Deadline.
+    pub expire_at: Option<DateTime<Utc>>,
+    /// Idempotency key and the hash of the request it came with.
+    pub idempotency: Option<(String, Vec<u8>)>,
+    /// Attempt budget.
+    pub max_attempts: i32,
+    /// Retry spacing.
+    pub retry: RetryPolicy,
+    /// Where the task is sent from.
+    pub target: Target,
+    /// The W3C `traceparent` of the span that created it, carried to the lease and the send.
+    pub trace_parent: Option<String>,
+    /// What made it.
+    pub origin: Origin,
+}
+
+impl TaskSpec {
+    /// Checks every rule, recording violations under `path` (`task` or `tasks[3]`), and
+    /// returns the task when all hold. `now` is used only for the coarse past/future bounds;
+    /// due times themselves come from the database clock.
+    pub fn validate(&self, path: &str, now: DateTime<Utc>, v: &mut Violations) -> Option<NewTask> {
+        let before = v.len();
+        let f = |name: &str| format!("{path}.{name}");
+
+        if let Some(problem) = rules::name_problem(&self.queue) {
+            v.add(f("queue"), problem);
+        }
+        if self.recipient.trim().is_empty() {
+            v.add(f("recipient"), "is required");
+        } else if self.recipient.chars().count() > MAX_RECIPIENT_CHARS {
+            v.add(f("recipient"), "must be at most 256 characters");
+        } else if self.recipient.chars().any(char::is_control) {
+            v.add(f("recipient"), "must not contain control characters");
+        }
+        let template_id = content(self.content.as_ref(), &f("content"), v);
+        let due = self.due(path, now, v);
+        let priority = self.priority.unwrap_or(DEFAULT_PRIORITY);
+        if !(0..=9).contains(&priority) {
+            v.add(f("priority"), "must be between 0 and 9");
+        }
+        let max_attempts = self.max_attempts.unwrap_or(DEFAULT_MAX_ATTEMPTS);
+        if !(1..=100).contains(&max_attempts) {
+            v.add(f("max_attempts"), "must be between 1 and 100");
+        }
+        let key = &self.idempotency_key;
+        if key.len() > 200 {
+            v.add(f("idempotency_key"), "must be at most 200 characters");
+        } else if key.chars().any(|c| !(' '..='~').contains(&c)) {
+            v.add(f("idempotency_key"), "must be printable ASCII");
+        }
+        let retry = self
+            .retry
+            .clone()
+            .unwrap_or_else(RetryPolicy::default_exponential);
+        retry.check(&f("retry_policy"), v);
+        if let Some(at) = self.expire_at {
+            let due_at = match due {
+                Some(DueAt::At(t)) => t,
+                Some(DueAt::After(ms)) => now + ChronoDuration::milliseconds(ms),
+                None => now,
+            };
+            if at <= due_at {
+                v.add(f("expire_at"), "must be after the task's due time");
+            }
+        }
+        rules::labels(&self.labels, &f("labels"), v);
+        let target = self.target(path, v);
+
+        if v.len() > before {
+            return None;
+        }
+        Some(NewTask {
+            id: Uuid::now_v7(),
+            queue: self.queue.clone(),
+            recipient: self.recipient.clone(),
+            content: self
+                .content
+                .as_ref()
+                .map(prost::Message::encode_to_vec)
+                .unwrap_or_default(),
+            template_id: template_id.flatten(),
+            labels: self.labels.clone(),
+            priority: priority as i16,
+            due: due?,
+            expire_at: self.expire_at,
+            idempotency: (!key.is_empty()).then(|| (key.clone(), self.request_hash.clone())),
+            max_attempts,
+            retry,
+            target,
+            // Set by the caller from the request's trace context, not from the spec.
+            trace_parent: None,
+            origin: Origin::Request,
+        })
+    }
+
+    fn due(&self, path: &str, now: DateTime<Utc>, v: &mut Violations) -> Option<DueAt> {
+        let f = |name: &str| format!("{path}.{name}");
+        match &self.when {
+            None | Some(When::Now) => Some(DueAt::After(0)),
+            Some(When::At(at)) if *at < now - MAX_PAST => {
+                v.add(f("run_at"), "is more than 24 hours in the past");
+                None
+            }
+            Some(When::At(at)) if *at > now + MAX_AHEAD => {
+                v.add(f("run_at"), "is more than 366 days ahead");
+                None
+            }
+            Some(When::At(at)) => Some(DueAt::At(*at)),
+            Some(When::After(ms)) if *ms < 0 => {
+                v.add(f("delay"), "must be a non-negative duration");
+                None
+            }
+            Some(When::After(ms)) if *ms > MAX_AHEAD.num_milliseconds() => {
+                v.add(f("delay"), "must be at most 366 days");
+                None
+            }
+            Some(When::After(ms)) => Some(DueAt::After(*ms)),
+            Some(When::Local { time, zone }) => local_time(time, zone, path, now, v),
+        }
+    }
+
+    fn target(&self, path: &str, v: &mut Violations) -> Target {
+        let f = |name: &str| format!("{path}.{name}");
+        match (self.pool.is_empty(), self.account_id.is_empty()) {
+            (true, true) => Target::Queue,
+            (false, true) => {
+                if let Some(p) = rules::name_problem(&self.pool) {
+                    v.add(f("pool"), p);
+                }
+                Target::Pool(self.pool.clone())
+            }
+            (true, false) => {
+                if let Some(p) = rules::name_problem(&self.account_id) {
+                    v.add(f("account_id"), p);
+                }
+                Target::Account(self.account_id.clone())
+            }
+            (false, false) => {
+                v.add(f("account_id"), "set pool or account_id, not both");
+                Target::Queue
+            }
+        }
+    }
+}
+
+/// A wall-clock time in a zone as a due instant (see task.proto's `local_time`).
+fn local_time(
+    time: &str,
+    zone: &str,
+    path: &str,
+    now: DateTime<Utc>,
+    v: &mut Violations,
+) -> Option<DueAt> {
+    let Ok(zone) = zone.parse::<chrono_tz::Tz>() else {
+        v.add(
+            format!("{path}.local_time_zone"),
+            "is required with local_time and must be an IANA time zone name",
+        );
+        return None;
+    };
+    let Some(local) = rules::parse_local_time(time) else {
+        v.add(
+            format!("{path}.local_time"),
+            "must be a date-time like 2026-12-24T09:00 or 2026-12-24T09:00:30",
+        );
+        return None;
+    };
+    match crate::schedule::fire_times::local_to_instant(&zone, local) {
+        Some(at) if at < now - MAX_PAST || at > now + MAX_AHEAD => {
+            v.add(
+                format!("{path}.local_time"),
+                "must be within 24 hours in the past and 366 days ahead",
+            );
+            None
+        }
+        Some(at) => Some(DueAt::At(at)),
+        None => {
+            v.add(format!("{path}.local_time"), "does not exist in the zone");
+            None
+        }
+    }
+}
+
+/// Checks content; returns Some(template id if any) when valid.
+fn content(c: Option<&pb::Content>, path: &str, v: &mut Violations) -> Option<Option<String>> {
+    match c.and_then(|c| c.body.as_ref()) {
+        None => {
+            v.add(path, "is required: set text or template");
+            None
+        }
+        Some(pb::content::Body::Text(text)) => {
+            if text.is_empty() {
+                v.add(format!("{path}.text"), "must not be empty");
+                None
+            } else if text.len() > MAX_CONTENT_BYTES {
+                v.add(format!("{path}.text"), "must be at most 65536 bytes");
+                None
+            } else {
+                Some(None)
+            }
+        }
+        Some(pb::content::Body::Template(t)) => {
+            let before = v.len();
+            if t.template_id.is_empty() || t.template_id.chars().count() > 200 {
+                v.add(
+                    format!("{path}.template.template_id"),
+                    "must be 1 to 200 characters",
+                );
+            }
+            if t.language.len() > 35 {
+                v.add(
+                    format!("{path}.template.language"),
+                    "must be at most 35 characters",
+                );
+            }
+            let size: usize = t.variables.iter().map(|(k, v)| k.len() + v.len()).sum();
+            if size > MAX_CONTENT_BYTES {
+                v.add(
+                    format!("{path}.template.variables"),
+                    "must be at most 65536 bytes in total",
+                );
+            }
+            (v.len() == before).then(|| Some(t.template_id.clone()))
+        }
+    }
+}
+
+/// Decodes stored content (a `herald.v1.Content`); None when it does not decode.
+pub fn content_of(bytes: &[u8]) -> Option<pb::Content> {
+    prost::Message::decode(bytes).ok()
+}
+
+/// A task as stored.
+#[derive(Debug, Clone)]
+pub struct TaskRecord {
+    /// Id.
+    pub id: Uuid,
+    /// Queue.
+    pub queue: String,
+    /// Recipient.
+    pub recipient: String,
+    /// Encoded content.
+    pub content: Vec<u8>,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// State.
+    pub state: TaskState,
+    /// Priority.
+    pub priority: i16,
+    /// Due time.
+    pub run_at: DateTime<Utc>,
+    /// Deadline.
+    pub expire_at: Option<DateTime<Utc>>,
+    /// Idempotency key.
+    pub idempotency_key: Option<String>,
+    /// Leases granted.
+    pub lease_count: i32,
+    /// Attempts charged.
+    pub attempts: i32,
+    /// Budget.
+    pub max_attempts: i32,
+    /// Retry spacing.
+    pub retry: RetryPolicy,
+    /// Lease holder.
+    pub executor_id: Option<String>,
+    /// Lease start.
+    pub leased_at: Option<DateTime<Utc>>,
+    /// Lease end.
+    pub lease_expires_at: Option<DateTime<Utc>>,
+    /// Cancellation result.
+    pub cancel_outcome: Option<CancelOutcome>,
+    /// Last error.
+    pub last_error: Option<String>,
+    /// Created.
+    pub created_at: DateTime<Utc>,
+    /// Last change.
+    pub updated_at: DateTime<Utc>,
+    /// Terminal since.
+    pub finished_at: Option<DateTime<Utc>>,
+    /// The targeted pool.
+    pub pool: Option<String>,
+    /// The pinned account, or the account of the current or last lease.
+    pub account_id: Option<String>,
+}
+
+/// One recorded attempt.
+#[derive(Debug, Clone)]
+pub struct AttemptRecord {
+    /// Task.
+    pub task_id: Uuid,
+    /// Attempt number.
+    pub attempt: i32,
+    /// Executor.
+    pub executor_id: String,
+    /// Account used, if routed.
+    pub account: Option<String>,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// Error text.
+    pub error: Option<String>,
+    /// Provider message id.
+    pub provider_message_id: Option<String>,
+    /// Provider-requested delay.
+    pub retry_after_ms: Option<i64>,
+    /// Lease start.
+    pub leased_at: DateTime<Utc>,
+    /// Recorded at.
+    pub finished_at: DateTime<Utc>,
+}
+
+/// A lease just granted by a claim: the task as the executor receives it.
+#[derive(Debug, Clone)]
+pub struct GrantedLease {
+    /// Task.
+    pub task_id: Uuid,
+    /// Fencing attempt number.
+    pub attempt: i32,
+    /// Queue.
+    pub queue: String,
+    /// Recipient.
+    pub recipient: String,
+    /// Encoded content.
+    pub content: Vec<u8>,
+    /// The provider-facing idempotency key (the task's key, else its id).
+    pub idempotency_key: String,
+    /// Due time.
+    pub run_at: DateTime<Utc>,
+    /// Grant time.
+    pub leased_at: DateTime<Utc>,
+    /// Expiry.
+    pub expires_at: DateTime<Utc>,
+    /// Attempts charged before this one.
+    pub attempts_before: i32,
+    /// Budget.
+    pub max_attempts: i32,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// The account chosen, if routed.
+    pub account_id: Option<String>,
+    /// Where executors hold that account's credentials.
+    pub credentials_ref: Option<String>,
+    /// The W3C `traceparent` recorded when the task was created.
+    pub trace_parent: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> TaskSpec {
+        TaskSpec {
+            queue: "default".into(),
+            recipient: "+15550001".into(),
+            content: Some(pb::Content {
+                body: Some(pb::content::Body::Text("hi".into())),
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn check(s: &TaskSpec) -> Vec<String> {
+        let mut v = Violations::default();
+        s.validate("task", Utc::now(), &mut v);
+        v.into_fields()
+    }
+
+    #[test]
+    fn accepts_a_minimal_spec_with_defaults() {
+        let mut v = Violations::default();
+        let t = spec().validate("task", Utc::now(), &mut v);
+        assert!(v.is_empty());
+        let Some(t) = t else {
+            panic!("a minimal spec was refused")
+        };
+        assert_eq!(t.priority, 5);
+        assert_eq!(t.max_attempts, 10);
+        assert_eq!(t.due, DueAt::After(0));
+        assert_eq!(t.retry, RetryPolicy::default_exponential());
+        assert!(t.idempotency.is_none());
+    }
+
+    #[test]
+    fn names_each_bad_field() {
+        let mut s = spec();
+        s.recipient = " ".into();
+        s.queue = "Bad Queue".into();
+        s.priority = Some(10);
+        s.max_attempts = Some(0);
+        assert_eq!(
+            check(&s),
+            vec![
+                "task.queue",
+                "task.recipient",
+                "task.priority",
+                "task.max_attempts"
+            ]
+        );
+    }
+
+    #[test]
+    fn rejects_oversize_content_and_far_past_run_at() {
+        let mut s = spec();
+        s.content = Some(pb::Content {
+            body: Some(pb::content::Body::Text("x".repeat(MAX_CONTENT_BYTES + 1))),
+        });
+        s.when = Some(When::At(Utc::now() - ChronoDuration::days(2)));
+        assert_eq!(check(&s), vec!["task.content.text", "task.run_at"]);
+    }
+
+    #[test]
+    fn validates_retry_policies() {
+        let mut s = spec();
+        s.retry = Some(RetryPolicy::Delays(vec![60_000]));
+        assert!(check(&s).is_empty());
+        s.retry = Some(RetryPolicy::Exponential {
+            initial_ms: 1,
+            max_ms: RetryPolicy::DEFAULT_MAX_MS,
+            multiplier: 20.0,
+            jitter: 0.2,
+        });
+        assert_eq!(
+            check(&s),
+            vec![
+                "task.retry_policy.exponential.initial",
+                "task.retry_policy.exponential.multiplier"
+            ]
+        );
+        s.retry = Some(RetryPolicy::Delays(vec![1, -1]));
+        assert_eq!(check(&s), vec!["task.retry_policy.delays.delays[1]"]);
+    }
+
+    #[test]
+    fn a_target_is_a_pool_or_an_account_not_both() {
+        let mut s = spec();
+        s.pool = "wa".into();
+        s.account_id = "wa-1".into();
+        assert_eq!(check(&s), vec!["task.account_id"]);
+    }
+}
