@@ -36,6 +36,10 @@ pub struct Config {
     /// How often the pruning pass runs.
     #[arg(long, env = "HERALD_RETENTION_INTERVAL", default_value = "1m", value_parser = humantime::parse_duration)]
     pub retention_interval: Duration,
+    /// How often account in-flight counts are checked against the leases accounts hold (a
+    /// backstop: every lease change keeps them equal in its own transaction).
+    #[arg(long, env = "HERALD_RECONCILE_INTERVAL", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub reconcile_interval: Duration,
     /// How long CancelTask waits for the executor holding a lease to confirm.
     #[arg(long, env = "HERALD_CANCEL_WAIT", default_value = "5s", value_parser = humantime::parse_duration)]
     pub cancel_wait: Duration,
@@ -111,6 +115,7 @@ impl Config {
             idempotency_retention: Duration::from_secs(7 * 86_400),
             task_retention: Duration::from_secs(7 * 86_400),
             retention_interval: Duration::from_secs(60),
+            reconcile_interval: Duration::from_secs(30),
             cancel_wait: Duration::from_secs(5),
             shutdown_grace: Duration::from_secs(10),
             scheduler_id: None,

@@ -165,7 +165,8 @@ fn render_once(body: &str, name_len: usize) -> Option<String> {
     let mut v = Violations::default();
     let vars = [("name".to_string(), "x".repeat(name_len))].into();
     renderer.render(&template_content("t", vars), "task.content", &mut v);
-    v.as_slice().iter()
+    v.as_slice()
+        .iter()
         .next()
         .map(|f| format!("{}: {}", f.field, f.description))
 }

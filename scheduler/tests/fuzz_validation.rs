@@ -484,7 +484,8 @@ fn huge_schedule_durations_are_out_of_range() {
         misfire_grace: huge(),
         ..Default::default()
     };
-    let Err(Error::InvalidArgument(v)) = herald_scheduler::schedule::spec::check(&spec, Utc::now()) else {
+    let Err(Error::InvalidArgument(v)) = herald_scheduler::schedule::spec::check(&spec, Utc::now())
+    else {
         panic!("accepted");
     };
     let fields: Vec<_> = v.iter().map(|f| f.field.as_str()).collect();

@@ -567,3 +567,105 @@ async fn a_released_lease_is_due_again_without_charging_an_attempt() -> Result<(
     assert!(!acks[0].accepted);
     Ok(())
 }
+
+/// Regression (#14): a refused report was answered with the task's state read without the
+/// session's namespace, so an executor of one namespace learned the state of another's task,
+/// while an unknown id answered UNSPECIFIED. Both must read the same.
+#[tokio::test]
+async fn a_refused_report_about_another_namespaces_task_reads_as_unknown() -> Result<()> {
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
+    let queue = unique_id("q");
+    let mut request = tonic::Request::new(CreateTaskRequest {
+        task: Some(task_spec(&queue, "+1", "belongs to b")),
+    });
+    request
+        .metadata_mut()
+        .insert("x-herald-namespace", "team-b".parse()?);
+    let theirs = tasks
+        .create_task(request)
+        .await?
+        .into_inner()
+        .task
+        .expect("task in response");
+    let ours = create(&mut tasks, task_spec(&queue, "+2", "belongs to a")).await?;
+
+    let client = connect_lease(&scheduler.grpc_url()).await?;
+    let mut executor = ScriptedExecutor::connect_with(
+        client,
+        &[("x-herald-namespace", "default")],
+        "exec-a",
+        &[&queue],
+        0,
+    )
+    .await?;
+    let probe = |task_id: &str| herald_proto::v1::AttemptResult {
+        task_id: task_id.to_owned(),
+        attempt: 1,
+        outcome: OutcomeClass::Ok as i32,
+        ..Default::default()
+    };
+    let unknown = uuid::Uuid::now_v7().to_string();
+    let acks = executor
+        .report(vec![probe(&theirs.id), probe(&unknown), probe(&ours)])
+        .await?;
+    let answers: Vec<(&str, bool, i32)> = acks
+        .iter()
+        .map(|a| (a.task_id.as_str(), a.accepted, a.state))
+        .collect();
+    assert_eq!(
+        answers,
+        vec![
+            (theirs.id.as_str(), false, TaskState::Unspecified as i32),
+            (unknown.as_str(), false, TaskState::Unspecified as i32),
+            // Our own task is not leased by this token: refused, with its state.
+            (ours.as_str(), false, TaskState::Scheduled as i32),
+        ]
+    );
+    Ok(())
+}
+
+/// Regression (#14): acks of refused results (an UNSPECIFIED or LEASE_EXPIRED outcome, a lease
+/// reported twice) came first and without the task's state, while lease.proto promises acks
+/// in the order of the report and a refused ack carrying the task's current state.
+#[tokio::test]
+async fn acks_follow_the_reports_order_and_refusals_carry_the_state() -> Result<()> {
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
+    let queue = unique_id("q");
+    for i in 0..3 {
+        create(&mut tasks, task_spec(&queue, &format!("+1{i}"), "hi")).await?;
+    }
+    let mut executor =
+        ScriptedExecutor::connect(&scheduler.grpc_url(), "exec", &[&queue], 3).await?;
+    let leases = executor.leases(3).await?;
+    let ok = result(&leases[0], OutcomeClass::Ok);
+    let mut unspecified = result(&leases[1], OutcomeClass::Ok);
+    unspecified.outcome = OutcomeClass::Unspecified as i32;
+    let expired = result(&leases[2], OutcomeClass::LeaseExpired);
+    let again = result(&leases[0], OutcomeClass::Transient);
+    let acks = executor
+        .report(vec![ok, unspecified, expired, again])
+        .await?;
+    let answers: Vec<(String, bool, i32)> = acks
+        .iter()
+        .map(|a| (a.task_id.clone(), a.accepted, a.state))
+        .collect();
+    assert_eq!(
+        answers,
+        vec![
+            (leases[0].task_id.clone(), true, TaskState::Succeeded as i32),
+            (leases[1].task_id.clone(), false, TaskState::Leased as i32),
+            (leases[2].task_id.clone(), false, TaskState::Leased as i32),
+            // The same lease again in the batch: refused, with the state the first report set.
+            (
+                leases[0].task_id.clone(),
+                false,
+                TaskState::Succeeded as i32
+            ),
+        ]
+    );
+    Ok(())
+}

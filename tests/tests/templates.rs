@@ -258,3 +258,154 @@ async fn a_test_send_goes_to_the_test_recipient_only() -> Result<()> {
     assert_eq!(real.state(), TaskState::Scheduled);
     Ok(())
 }
+
+/// The first task a schedule's run created, once there is one (polled: the materialiser's run
+/// is a database state, with no event to await).
+async fn first_run_task(db: &TestDb, schedule_id: &str) -> Result<String> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let conn = db.connect().await?;
+    loop {
+        let row = conn
+            .query_opt(
+                "SELECT id::text AS id FROM herald.tasks WHERE schedule_id = $1
+                 ORDER BY fire_time LIMIT 1",
+                &[&schedule_id],
+            )
+            .await?;
+        if let Some(row) = row {
+            return Ok(row.try_get("id")?);
+        }
+        if tokio::time::Instant::now() > deadline {
+            anyhow::bail!("schedule {schedule_id} created no task");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Regression (#14): the schedule materialiser created tasks without the task domain, so a
+/// schedule whose content names a stored template sent the reference itself: WeCom refused every
+/// run as PERMANENT and WhatsApp looked up a provider template of herald's template name. Runs are
+/// now rendered like any task: the WeCom app gets the text, WhatsApp the approved template with
+/// its parameters.
+#[tokio::test]
+async fn a_schedules_stored_template_is_rendered_at_every_run() -> Result<()> {
+    use herald_proto::v1::{
+        account_service_client::AccountServiceClient,
+        schedule_service_client::ScheduleServiceClient, Account, AccountLimits,
+        CreateAccountRequest, CreateScheduleRequest, ScheduleSpec,
+    };
+    use herald_tests::fakes::wecom::FakeWeCom;
+    use herald_tests::fakes::whatsapp::FakeWhatsApp;
+
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let url = scheduler.grpc_url();
+    let channel = Channel::from_shared(url.clone())?.connect().await?;
+    let mut accounts = AccountServiceClient::new(channel.clone());
+    for (id, kind, pool) in [("wc-1", "wecom", "wc"), ("wa-1", "whatsapp_cloud", "wa")] {
+        accounts
+            .create_account(CreateAccountRequest {
+                account: Some(Account {
+                    id: id.into(),
+                    sender_kind: kind.into(),
+                    pool: pool.into(),
+                    limits: Some(AccountLimits {
+                        rate_per_second: 50.0,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+            })
+            .await?;
+    }
+    let wecom = FakeWeCom::start("corp", "secret", 7, "robot").await?;
+    let whatsapp = FakeWhatsApp::start("1001", "token").await?;
+    let _executor = ExecutorProcess::builder(&[url.clone()])
+        .config_toml(format!(
+            "[accounts.wc-1]\nsender = \"wecom\"\ncorp_id = \"corp\"\ncorp_secret = \"secret\"\n\
+             agent_id = 7\nbase_url = \"{}\"\n\
+             [accounts.wa-1]\nsender = \"whatsapp_cloud\"\nphone_number_id = \"1001\"\n\
+             access_token = \"token\"\nbase_url = \"{}\"\n",
+            wecom.base_url(),
+            whatsapp.base_url()
+        ))
+        .spawn()
+        .await?;
+
+    let mut stored = templates(&url).await?;
+    stored
+        .create_template(CreateTemplateRequest {
+            template: Some(text_template("morning", "Good morning {{ name }}")),
+        })
+        .await?;
+    stored
+        .create_template(CreateTemplateRequest {
+            template: Some(Template {
+                id: "wa-order".into(),
+                kind: Some(template::Kind::Provider(ProviderTemplate {
+                    name: "order_update".into(),
+                    language: "en_US".into(),
+                    parameters: vec!["name".into()],
+                })),
+                ..Default::default()
+            }),
+        })
+        .await?;
+    let mut schedules = ScheduleServiceClient::new(channel);
+    for (id, pool, recipient, content) in [
+        (
+            "wc-morning",
+            "wc",
+            "ann",
+            uses("morning", &[("name", "Ann")]),
+        ),
+        (
+            "wa-orders",
+            "wa",
+            "16505551234",
+            uses("wa-order", &[("name", "Bo")]),
+        ),
+    ] {
+        schedules
+            .create_schedule(CreateScheduleRequest {
+                schedule: Some(ScheduleSpec {
+                    id: id.into(),
+                    cron: "*/2 * * * * *".into(),
+                    queue: "reports".into(),
+                    recipients: vec![recipient.into()],
+                    content: Some(content),
+                    pool: pool.into(),
+                    ..Default::default()
+                }),
+            })
+            .await?;
+    }
+
+    let mut tasks = connect_tasks(&url).await?;
+    for schedule in ["wc-morning", "wa-orders"] {
+        let id = first_run_task(&db, schedule).await?;
+        wait_for_task_state(
+            &mut tasks,
+            &id,
+            TaskState::Succeeded,
+            Duration::from_secs(30),
+        )
+        .await?;
+    }
+    let sent = wecom.sends();
+    assert_eq!(
+        sent[0].body["text"]["content"], "Good morning Ann",
+        "{:?}",
+        sent[0].body
+    );
+    let sent = whatsapp.requests();
+    let template = &sent[0].body["template"];
+    assert_eq!(template["name"], "order_update", "{:?}", sent[0].body);
+    assert_eq!(template["language"]["code"], "en_US");
+    assert_eq!(
+        template["components"][0]["parameters"][0]["text"], "Bo",
+        "{:?}",
+        sent[0].body
+    );
+    Ok(())
+}

@@ -256,27 +256,7 @@ impl Campaigns {
             .ok_or_else(|| Error::NotFound(format!("campaign {id}")))?;
         let spec = decode(&campaign)?;
         let now = Utc::now();
-        let mut v = Violations::default();
-        let zones: Vec<Option<chrono_tz::Tz>> = recipients
-            .iter()
-            .enumerate()
-            .map(|(i, r)| {
-                let zone = if r.time_zone.is_empty() {
-                    &spec.time_zone
-                } else {
-                    &r.time_zone
-                };
-                let parsed = zone.parse::<chrono_tz::Tz>().ok();
-                if parsed.is_none() {
-                    v.add(
-                        format!("{path}[{i}].time_zone"),
-                        "is not an IANA time zone name",
-                    );
-                }
-                parsed
-            })
-            .collect();
-        v.into_result(())?;
+        let zones = zones(&spec, recipients, path)?;
         // Checked and rendered for every recipient before anything is written.
         let specs: Vec<TaskSpec> = recipients.iter().map(|r| task_for(&spec, r, id)).collect();
         let each = |i: usize| format!("{path}[{i}]");
@@ -386,6 +366,36 @@ impl Campaigns {
             in_flight_at_cancel: in_flight,
         })
     }
+}
+
+/// Each recipient's zone (the campaign's when it names none); INVALID_ARGUMENT naming every
+/// recipient whose zone is not an IANA name.
+fn zones(
+    spec: &pb::CampaignSpec,
+    recipients: &[Recipient],
+    path: &str,
+) -> Result<Vec<Option<chrono_tz::Tz>>, Error> {
+    let mut v = Violations::default();
+    let zones = recipients
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let zone = if r.time_zone.is_empty() {
+                &spec.time_zone
+            } else {
+                &r.time_zone
+            };
+            let parsed = zone.parse::<chrono_tz::Tz>().ok();
+            if parsed.is_none() {
+                v.add(
+                    format!("{path}[{i}].time_zone"),
+                    "is not an IANA time zone name",
+                );
+            }
+            parsed
+        })
+        .collect();
+    v.into_result(zones)
 }
 
 /// Where a campaign's recipients fall in time.

@@ -2,7 +2,7 @@
 //!
 //! Every path that begins or ends a lease changes `in_flight` in the same transaction, so the
 //! two cannot drift through a crash or a lost connection part way. This is the backstop for
-//! whatever this reasoning misses (a bug, a manual edit): every [`INTERVAL`] it finds accounts
+//! whatever this reasoning misses (a bug, a manual edit): every `HERALD_RECONCILE_INTERVAL` it finds accounts
 //! whose count differs and, under each account's row lock, sets the count to the leases it
 //! holds (see `store/accounts/lock_account.sql` for why that is exact even while claims and
 //! reports run). Safe on every replica at once. A correction is logged and counted, since it
@@ -15,9 +15,6 @@ use tokio_util::sync::CancellationToken;
 use crate::store::accounts::Reconciled;
 use crate::store::transaction;
 use crate::store::{Db, Store, StoreError};
-
-/// How often accounts are checked.
-pub const INTERVAL: Duration = Duration::from_secs(30);
 
 /// Runs until `stop`, reconciling every `interval`.
 pub async fn run(store: Store, interval: Duration, stop: CancellationToken) {

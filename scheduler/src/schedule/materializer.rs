@@ -102,10 +102,13 @@ async fn lead_while_connected(
     // Become leader.
     loop {
         match client
-            .query_one("SELECT pg_try_advisory_lock($1)", &[&LEADER_LOCK_KEY])
+            .query_one(
+                "SELECT pg_try_advisory_lock($1) AS leading",
+                &[&LEADER_LOCK_KEY],
+            )
             .await
         {
-            Ok(row) if row.get::<_, bool>(0) => break,
+            Ok(row) if row.try_get::<_, bool>("leading").unwrap_or(false) => break,
             Ok(_) => {
                 if sleep_or_stop(FOLLOWER_RETRY, stop).await {
                     return;

@@ -137,26 +137,7 @@ pub fn check(
     if spec.labels.keys().any(|k| k.starts_with("herald.")) {
         v.add("schedule.labels", "keys starting with herald. are reserved");
     }
-    // Every task the schedule will create must validate: check one per recipient now.
-    let mut reported: Vec<(String, String)> = Vec::new();
-    for (i, r) in spec.recipients.iter().enumerate().take(MAX_RECIPIENTS) {
-        let mut tv = Violations::default();
-        task_of(spec, r).validate("schedule", now, &mut tv);
-        for f in tv.as_slice() {
-            let field = if f.field == "schedule.recipient" {
-                format!("schedule.recipients[{i}]")
-            } else {
-                f.field.clone()
-            };
-            let entry = (field, f.description.clone());
-            if !reported.contains(&entry) {
-                reported.push(entry);
-            }
-        }
-    }
-    for (field, description) in reported {
-        v.add(field, description);
-    }
+    check_tasks(spec, now, &mut v);
     let overlap = if spec.overlap == pb::OverlapPolicy::Skip as i32 {
         "skip"
     } else {
@@ -203,6 +184,30 @@ pub fn check(
         },
         fires,
     ))
+}
+
+/// Checks the task every recipient of a run will get, as the materialiser will create it; a
+/// rule broken for several recipients is reported once (recipients by index).
+fn check_tasks(spec: &pb::ScheduleSpec, now: DateTime<Utc>, v: &mut Violations) {
+    let mut reported: Vec<(String, String)> = Vec::new();
+    for (i, r) in spec.recipients.iter().enumerate().take(MAX_RECIPIENTS) {
+        let mut tv = Violations::default();
+        task_of(spec, r).validate("schedule", now, &mut tv);
+        for f in tv.as_slice() {
+            let field = if f.field == "schedule.recipient" {
+                format!("schedule.recipients[{i}]")
+            } else {
+                f.field.clone()
+            };
+            let entry = (field, f.description.clone());
+            if !reported.contains(&entry) {
+                reported.push(entry);
+            }
+        }
+    }
+    for (field, description) in reported {
+        v.add(field, description);
+    }
 }
 
 /// Refuses expressions whose consecutive fire times come closer than `min_period`: a schedule

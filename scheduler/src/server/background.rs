@@ -38,7 +38,7 @@ pub(super) fn start(replica: &Replica, config: &Config, notifier: Option<Notifie
     ));
     jobs.spawn(reconcile::run(
         store.clone(),
-        reconcile::INTERVAL,
+        config.reconcile_interval,
         stop.clone(),
     ));
     jobs.spawn(crate::telemetry::metrics::refresh_task_counts(

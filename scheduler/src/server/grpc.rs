@@ -54,26 +54,18 @@ where
         + 'static,
     H::Future: Send + 'static,
 {
-    let reflection_builder = || {
+    let builder = || {
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(herald_proto::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
     };
-    let reflection = reflection_builder()
+    let reflection = builder()
         .build_v1()
         .map_err(|e| ServeError::Reflection(e.to_string()))?;
     // Many grpcurl and IDE builds still ask the v1alpha reflection service only.
-    let reflection_alpha = reflection_builder()
+    let reflection_alpha = builder()
         .build_v1alpha()
         .map_err(|e| ServeError::Reflection(e.to_string()))?;
-    // Lease and report frames are small and latency-bound: without TCP_NODELAY, Nagle's
-    // algorithm holds them back for tens of milliseconds (measured in the benchmark's S3).
-    let incoming = TcpListenerStream::new(listener).map(|conn| {
-        if let Ok(stream) = &conn {
-            let _ = stream.set_nodelay(true);
-        }
-        conn
-    });
     let max = config.max_message_bytes as usize;
     let tasks = replica.tasks.clone();
     let mut builder = tonic::transport::Server::builder();
@@ -122,7 +114,22 @@ where
                 .max_decoding_message_size(max),
         );
     let stop = replica.server_stop.clone();
-    Ok(tokio::spawn(
-        router.serve_with_incoming_shutdown(incoming, async move { stop.cancelled().await }),
-    ))
+    Ok(tokio::spawn(router.serve_with_incoming_shutdown(
+        incoming(listener),
+        async move { stop.cancelled().await },
+    )))
+}
+
+/// The listener's connections, with TCP_NODELAY: lease and report frames are small and
+/// latency-bound, and Nagle's algorithm held them back for tens of milliseconds (measured in
+/// the benchmark's S3).
+fn incoming(
+    listener: TcpListener,
+) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    TcpListenerStream::new(listener).map(|conn| {
+        if let Ok(stream) = &conn {
+            let _ = stream.set_nodelay(true);
+        }
+        conn
+    })
 }
