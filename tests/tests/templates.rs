@@ -320,7 +320,7 @@ async fn a_schedules_stored_template_is_rendered_at_every_run() -> Result<()> {
     }
     let wecom = FakeWeCom::start("corp", "secret", 7, "robot").await?;
     let whatsapp = FakeWhatsApp::start("1001", "token").await?;
-    let _executor = ExecutorProcess::builder(&[url.clone()])
+    let _executor = ExecutorProcess::builder(std::slice::from_ref(&url))
         .config_toml(format!(
             "[accounts.wc-1]\nsender = \"wecom\"\ncorp_id = \"corp\"\ncorp_secret = \"secret\"\n\
              agent_id = 7\nbase_url = \"{}\"\n\
