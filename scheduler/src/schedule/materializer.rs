@@ -28,7 +28,7 @@ use super::spread;
 use crate::error::Error;
 use crate::store::transaction;
 use crate::store::{Db, Store, StoreError};
-use crate::tasks::model::{Origin, RetryPolicy, TaskSpec, When};
+use crate::tasks::model::{Origin, TaskSpec, When};
 
 /// Arbitrary but fixed: the advisory lock key of the materialiser leader.
 const LEADER_LOCK_KEY: i64 = 0x6865_7261_6c64_0002;
@@ -360,23 +360,15 @@ fn run_tasks(
                 labels.insert("herald.catch_up".into(), "true".into());
             }
             TaskSpec {
-                queue: spec.queue.clone(),
-                recipient: recipient.clone(),
-                content: spec.content.clone(),
                 // A run far in the past (catch-up) is due now, so the bounds hold.
                 when: Some(When::At(due)),
-                priority: spec.priority,
-                max_attempts: spec.max_attempts,
                 idempotency_key: format!("herald:schedule:{}:{}:{}", s.id, fire, recipient),
-                request_hash: Vec::new(),
-                retry: Some(RetryPolicy::default_exponential()),
                 expire_at: spec.expire_after.as_ref().map(|d| {
                     due + ChronoDuration::seconds(d.seconds)
                         + ChronoDuration::nanoseconds(i64::from(d.nanos))
                 }),
                 labels,
-                pool: spec.pool.clone(),
-                account_id: spec.account_id.clone(),
+                ..super::spec::task_of(spec, recipient)
             }
         })
         .collect()
