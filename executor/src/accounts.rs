@@ -301,7 +301,7 @@ impl Builder<'_> {
             })?;
         let secret_ref = self.required(what, spec, "secret", &a.secret)?;
         let secret = self.secret(what, "secret", secret_ref)?;
-        let key = SigningKey::from_secret(&secret)
+        let key = SigningKey::from_secret(secret.expose())
             .map_err(|e| self.invalid(secret_ref.span(), format!("{what}: {e}")))?;
         let client = self.http_client()?;
         Ok(WebhookSender::new(client, parsed, key).boxed())

@@ -423,7 +423,7 @@ impl Builder<'_> {
             .get_ref()
             .resolve(self.env)
             .map_err(|e| self.invalid(secret_ref.span(), format!("queue {queue}: secret: {e}")))?;
-        let key = SigningKey::from_secret(&secret)
+        let key = SigningKey::from_secret(secret.expose())
             .map_err(|e| self.invalid(secret_ref.span(), format!("queue {queue}: {e}")))?;
         let client = self.http_client()?;
         Ok(WebhookSender::new(client, parsed, key).boxed())

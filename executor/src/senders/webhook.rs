@@ -1,73 +1,23 @@
 //! The `webhook` sender: POSTs the message as JSON, signed the Standard Webhooks way
-//! (<https://github.com/standard-webhooks/standard-webhooks/blob/main/spec/standard-webhooks.md>),
-//! and classifies the response.
+//! (<https://github.com/standard-webhooks/standard-webhooks/blob/main/spec/standard-webhooks.md>,
+//! with the signer shared with the scheduler's notifications, `herald_outbound`), and
+//! classifies the response.
 
-use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use base64::engine::general_purpose::STANDARD as BASE64;
-use base64::Engine as _;
 use futures::future::BoxFuture;
-use hmac::{Hmac, Mac};
+use herald_outbound::signing::{WEBHOOK_ID, WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP};
 use http::{HeaderMap, StatusCode};
 use serde_json::json;
-use sha2::Sha256;
 use tracing::{debug, instrument, Span};
 
 use super::{BoxSender, Content, OutcomeClass, SendError, SendReceipt, SendRequest};
-use crate::credentials::Secret;
+pub use herald_outbound::signing::SigningKey;
 
 /// How much of an error response body goes into the error message.
 const BODY_EXCERPT: usize = 512;
-
-/// The HMAC key derived from a webhook secret. Never printed.
-#[derive(Clone)]
-pub struct SigningKey(Hmac<Sha256>);
-
-impl fmt::Debug for SigningKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("[redacted]")
-    }
-}
-
-/// Why a webhook secret cannot be used as a signing key.
-#[derive(Debug, thiserror::Error)]
-pub enum InvalidSecret {
-    /// The secret is `whsec_` followed by something that is not base64.
-    #[error("webhook secret has the whsec_ prefix but the rest is not valid base64: {0}")]
-    Base64(#[source] base64::DecodeError),
-    /// The HMAC rejected the key.
-    #[error("webhook secret is not a usable HMAC key")]
-    Key,
-}
-
-impl SigningKey {
-    /// The key for a secret: the base64-decoded part after `whsec_`, or the raw bytes of a
-    /// secret without that prefix.
-    pub fn from_secret(secret: &Secret) -> Result<Self, InvalidSecret> {
-        let raw = secret.expose();
-        let key = match raw.strip_prefix("whsec_") {
-            Some(b64) => BASE64.decode(b64).map_err(InvalidSecret::Base64)?,
-            None => raw.as_bytes().to_vec(),
-        };
-        Hmac::<Sha256>::new_from_slice(&key)
-            .map(SigningKey)
-            .map_err(|_| InvalidSecret::Key)
-    }
-
-    /// The `webhook-signature` header value: `v1,` + base64(HMAC-SHA256(key, "{id}.{ts}.{body}")).
-    pub fn sign(&self, id: &str, timestamp: i64, body: &[u8]) -> String {
-        let mut mac = self.0.clone();
-        mac.update(id.as_bytes());
-        mac.update(b".");
-        mac.update(timestamp.to_string().as_bytes());
-        mac.update(b".");
-        mac.update(body);
-        format!("v1,{}", BASE64.encode(mac.finalize().into_bytes()))
-    }
-}
 
 /// Sends each message as a signed JSON POST to one URL.
 #[derive(Clone, Debug)]
@@ -158,9 +108,9 @@ impl WebhookSender {
             .client
             .post(self.url.clone())
             .header(http::header::CONTENT_TYPE, "application/json")
-            .header("webhook-id", id)
-            .header("webhook-timestamp", timestamp.to_string())
-            .header("webhook-signature", signature)
+            .header(WEBHOOK_ID, id)
+            .header(WEBHOOK_TIMESTAMP, timestamp.to_string())
+            .header(WEBHOOK_SIGNATURE, signature)
             .header("Idempotency-Key", id)
             .header("herald-attempt", req.attempt.to_string())
             .body(body)
@@ -269,6 +219,10 @@ mod tests {
     use axum::response::{IntoResponse, Response};
     use axum::routing::post;
     use axum::Router;
+    use base64::engine::general_purpose::STANDARD as BASE64;
+    use base64::Engine as _;
+    use hmac::{Hmac, Mac};
+    use sha2::Sha256;
     use tokio::sync::mpsc;
     use tower::ServiceExt;
 
@@ -325,7 +279,7 @@ mod tests {
     const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
     fn sender(url: reqwest::Url) -> WebhookSender {
-        let key = SigningKey::from_secret(&Secret::new(SECRET)).unwrap();
+        let key = SigningKey::from_secret(SECRET).unwrap();
         WebhookSender::new(http_client().unwrap(), url, key)
     }
 
@@ -539,18 +493,5 @@ mod tests {
         assert_eq!(retry_after(&headers(&earlier), now), Some(Duration::ZERO));
         assert_eq!(retry_after(&headers("soon"), now), None);
         assert_eq!(retry_after(&HeaderMap::new(), now), None);
-    }
-
-    #[test]
-    fn key_without_prefix_uses_raw_bytes() {
-        let raw = SigningKey::from_secret(&Secret::new("plain-secret")).unwrap();
-        let prefixed = SigningKey::from_secret(&Secret::new(format!(
-            "whsec_{}",
-            BASE64.encode("plain-secret")
-        )))
-        .unwrap();
-        assert_eq!(raw.sign("id", 1, b"{}"), prefixed.sign("id", 1, b"{}"));
-        assert!(SigningKey::from_secret(&Secret::new("whsec_%%%")).is_err());
-        assert_eq!(format!("{raw:?}"), "[redacted]");
     }
 }
