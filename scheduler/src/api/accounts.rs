@@ -3,6 +3,7 @@
 use base64::Engine;
 use chrono::NaiveTime;
 use herald_proto::v1::{self as pb, account_service_server::AccountService};
+use herald_proto::SenderKind;
 use tonic::{Request, Response, Status};
 
 use super::convert;
@@ -12,9 +13,6 @@ use crate::error::{Error, FieldViolation};
 use crate::model::{AccountLimits, AccountRecord, AccountSpec, AccountState, PoolRecord};
 use crate::store::accounts::AccountWriteError;
 use crate::store::Store;
-
-/// Sender kinds an executor knows.
-pub const SENDER_KINDS: &[&str] = &["whatsapp_cloud", "wecom", "wecom_robot", "webhook", "log"];
 
 /// The AccountService implementation.
 pub struct AccountApi {
@@ -59,10 +57,11 @@ pub fn account_spec(a: &pb::Account, path: &str, v: &mut Violations) -> Option<A
     if let Some(p) = queue_name_problem(&a.id) {
         v.add(f("id"), p);
     }
-    if !SENDER_KINDS.contains(&a.sender_kind.as_str()) {
+    // The kinds executors implement, defined once in the wire contract.
+    if SenderKind::parse(&a.sender_kind).is_none() {
         v.add(
             f("sender_kind"),
-            format!("must be one of {}", SENDER_KINDS.join(", ")),
+            format!("must be one of {}", SenderKind::expected()),
         );
     }
     if let Some(p) = queue_name_problem(&a.pool) {
@@ -563,6 +562,17 @@ mod tests {
         assert_eq!(spec.limits.burst, 80);
         assert_eq!(spec.state, AccountState::Active);
         assert_eq!(spec.limits.offline_cooldown_ms, 300_000);
+    }
+
+    #[test]
+    fn accepts_every_sender_kind_executors_implement() {
+        for kind in SenderKind::ALL {
+            let mut a = wire();
+            a.sender_kind = kind.as_str().into();
+            let mut v = Violations::default();
+            assert!(account_spec(&a, "account", &mut v).is_some(), "{kind}");
+            assert!(v.is_empty(), "{kind}");
+        }
     }
 
     #[test]
