@@ -3,19 +3,19 @@
 //!
 //! Map of the crate:
 //! - [`config`]: the command line ([`Config`]), every flag with an environment twin.
-//! - [`routes`]: the TOML file mapping queues to senders ([`SenderRoutes`]);
-//!   [`accounts`]: its `[accounts.*]` tables, one sending account each (leases naming an
-//!   account's `credentials_ref` go to that account's sender);
+//! - [`routes`]: the TOML file mapping queues and sending accounts to senders
+//!   ([`SenderRoutes`]): `[queues.*]`/`[default]` by queue, `[accounts.*]` for leases naming an
+//!   account's `credentials_ref`;
 //!   [`credentials`]: the secrets they reference, never printed.
-//! - [`senders`]: the sender contract ([`SendRequest`] → [`SendReceipt`] or [`SendError`]), the
-//!   tower layers every route gets, and the built-in senders: `log`, `webhook`,
-//!   `whatsapp_cloud`, `wecom` and `wecom_robot`.
+//! - [`senders`]: the registry of sender kinds ([`senders::SenderConfig`], one variant per
+//!   `herald_proto::SenderKind`, each kind's module owning its settings and construction), the
+//!   sender contract ([`SendRequest`] → [`SendReceipt`] or [`SendError`]), the one tower adapter
+//!   and the layers every route gets.
 //! - `client`: the lease stream session (Hello/Welcome, leases, reports, credit, extension,
 //!   revoke, drain) and reconnection; in-flight leases outlive any one stream.
 //! - `http`: `/healthz` and `/metrics`; [`telemetry`]: logs, OTLP traces and the metrics.
 //! - [`run`]: ties them together; shutdown is a parameter.
 
-pub mod accounts;
 pub mod config;
 pub mod credentials;
 pub mod routes;

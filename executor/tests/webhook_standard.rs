@@ -10,7 +10,9 @@ mod common;
 use std::path::PathBuf;
 
 use common::{request, send, text};
-use herald_executor::senders::webhook::{http_client, SigningKey, WebhookSender};
+use herald_executor::senders::http::client as http_client;
+use herald_executor::senders::webhook::{SigningKey, WebhookSender};
+use herald_executor::senders::Sender as _;
 use herald_tests::WebhookReceiver;
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
