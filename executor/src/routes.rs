@@ -19,6 +19,9 @@
 //! sender = "whatsapp_cloud"
 //! phone_number_id = "106540352242922"
 //! access_token = { env = "WA_TOKEN" }
+//!
+//! [accounts."*"]                     # optional: every account without its own table
+//! sender = "log"
 //! ```
 //!
 //! Every table has the same shape: `sender` names a kind (`herald_proto::SenderKind`), the
@@ -37,6 +40,10 @@ pub use crate::senders::config::ConfigError;
 use crate::senders::config::{BuildContext, Source};
 use crate::senders::log::LogSender;
 use crate::senders::{layered, BoxSender, RouteLimits, Sender, SenderConfig};
+
+/// The name of the catch-all account table, `[accounts."*"]`: it sends for every
+/// credentials_ref that has no table of its own.
+pub const ANY_ACCOUNT: &str = "*";
 
 /// One table's sender and its optional limits (the executor's defaults apply when absent).
 #[derive(Clone)]
@@ -60,14 +67,16 @@ impl Route {
     }
 }
 
-/// Which sender handles which queue and which account, plus an optional sender for any other
-/// queue.
+/// Which sender handles which queue and which account, plus optional catch-alls for any other
+/// queue and any other account.
 #[derive(Clone, Default)]
 pub struct SenderRoutes {
     routes: BTreeMap<String, Route>,
     default: Option<Route>,
     /// Senders by account (`[accounts.<credentials_ref>]`), for leases naming an account.
     accounts: BTreeMap<String, Route>,
+    /// `[accounts."*"]`: the sender of every account without its own table.
+    any_account: Option<Route>,
 }
 
 impl std::fmt::Debug for SenderRoutes {
@@ -76,6 +85,7 @@ impl std::fmt::Debug for SenderRoutes {
             .field("queues", &self.routes.keys().collect::<Vec<_>>())
             .field("default", &self.default.is_some())
             .field("accounts", &self.accounts.keys().collect::<Vec<_>>())
+            .field("any_account", &self.any_account.is_some())
             .finish()
     }
 }
@@ -108,20 +118,47 @@ impl SenderRoutes {
         self
     }
 
-    /// Sends leases naming `credentials_ref` with `route`, whatever their queue.
+    /// Sends leases naming `credentials_ref` with `route`, whatever their queue;
+    /// [`ANY_ACCOUNT`] makes `route` the sender of every account without its own.
     pub fn with_account(mut self, credentials_ref: &str, route: Route) -> Self {
-        self.accounts.insert(credentials_ref.to_owned(), route);
+        if credentials_ref == ANY_ACCOUNT {
+            self.any_account = Some(route);
+        } else {
+            self.accounts.insert(credentials_ref.to_owned(), route);
+        }
         self
     }
 
-    /// The accounts (credentials refs) this executor holds credentials for.
+    /// The accounts (credentials refs) with a table of their own; not the catch-all.
     pub fn accounts(&self) -> Vec<String> {
         self.accounts.keys().cloned().collect()
     }
 
-    /// The route of one account, if configured.
+    /// The route of one account, if configured (its own table, else the catch-all).
     pub fn account(&self, credentials_ref: &str) -> Option<&Route> {
-        self.accounts.get(credentials_ref)
+        self.accounts
+            .get(credentials_ref)
+            .or(self.any_account.as_ref())
+    }
+
+    /// Whether `[accounts."*"]` sends for every account without its own table.
+    pub fn sends_for_any_account(&self) -> bool {
+        self.any_account.is_some()
+    }
+
+    /// What this executor announces in `Hello.credentials_refs`: its account tables, or
+    /// nothing with a catch-all account, which the scheduler reads as "any account".
+    pub fn announced_credentials_refs(&self) -> Vec<String> {
+        if self.sends_for_any_account() {
+            Vec::new()
+        } else {
+            self.accounts()
+        }
+    }
+
+    /// Whether there is an account table of any kind (named or catch-all).
+    pub fn has_accounts(&self) -> bool {
+        !self.accounts.is_empty() || self.any_account.is_some()
     }
 
     /// The queues with their own route.
@@ -180,7 +217,11 @@ impl SenderRoutes {
                             let route = route(&mut cx, format!("queue {name}"), span, table)?;
                             routes = routes.with_route(name, route);
                         } else {
-                            let what = format!("account {name}");
+                            let what = if name == ANY_ACCOUNT {
+                                "account \"*\" (any account)".to_owned()
+                            } else {
+                                format!("account {name}")
+                            };
                             let route = route(&mut cx, what, span, table)?;
                             routes = routes.with_account(name, route);
                         }
@@ -222,6 +263,7 @@ impl SenderRoutes {
                 .into_iter()
                 .map(|(a, r)| (a, build(r)))
                 .collect(),
+            any_account: self.any_account.map(build),
         }
     }
 }
@@ -232,6 +274,7 @@ pub(crate) struct BuiltRoutes {
     routes: BTreeMap<String, BoxSender>,
     default: Option<BoxSender>,
     accounts: BTreeMap<String, BoxSender>,
+    any_account: Option<BoxSender>,
 }
 
 impl BuiltRoutes {
@@ -240,9 +283,12 @@ impl BuiltRoutes {
         self.routes.get(queue).or(self.default.as_ref()).cloned()
     }
 
-    /// The sender of the account named `credentials_ref`, if this executor holds it.
+    /// The sender of the account named `credentials_ref`: its own table's, else the catch-all's.
     pub(crate) fn account(&self, credentials_ref: &str) -> Option<BoxSender> {
-        self.accounts.get(credentials_ref).cloned()
+        self.accounts
+            .get(credentials_ref)
+            .or(self.any_account.as_ref())
+            .cloned()
     }
 }
 
@@ -547,6 +593,82 @@ secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
         )
         .unwrap_err();
         assert!(!err.to_string().contains("topsecret"), "{err}");
+    }
+
+    #[test]
+    fn catch_all_account_sends_for_accounts_without_a_table() {
+        let src = "[accounts.\"*\"]\nsender = \"log\"\n\n[accounts.hook]\nsender = \"webhook\"\nurl = \"http://127.0.0.1:9/h\"\nsecret = \"s\"\n";
+        let routes = parse(src, &[]).unwrap();
+        assert!(routes.sends_for_any_account());
+        assert_eq!(routes.accounts(), ["hook"]);
+        // Announcing no credentials refs is how an executor says "any account".
+        assert!(routes.announced_credentials_refs().is_empty());
+        assert!(routes.account("wa-1").is_some());
+        let built = routes.build(RouteLimits {
+            timeout: Duration::from_secs(1),
+            concurrency: 1,
+        });
+        assert!(built.account("wa-1").is_some());
+        assert!(built.account("hook").is_some());
+        assert!(
+            built.get("some-queue").is_none(),
+            "accounts do not route queues"
+        );
+
+        let named = parse("[accounts.wa]\nsender = \"noop\"\n", &[]).unwrap();
+        assert!(!named.sends_for_any_account());
+        assert_eq!(named.announced_credentials_refs(), ["wa"]);
+        assert!(named.account("other").is_none());
+    }
+
+    /// script/server's executor config: every queue and every account go to `log`.
+    #[test]
+    fn script_servers_config_sends_every_queue_and_account() {
+        let src = include_str!("../../script/lib/server-executor.toml");
+        let routes = parse(src, &[]).unwrap();
+        assert!(routes.has_default());
+        assert!(routes.sends_for_any_account());
+        assert!(routes.announced_credentials_refs().is_empty());
+    }
+
+    #[tokio::test]
+    async fn catch_all_account_uses_its_own_sender_and_named_tables_win() {
+        use tower::ServiceExt;
+
+        let src = "[accounts.\"*\"]\nsender = \"log\"\n[accounts.hook]\nsender = \"webhook\"\nurl = \"http://127.0.0.1:9/h\"\nsecret = \"s\"\n";
+        let built = parse(src, &[]).unwrap().build(RouteLimits {
+            timeout: Duration::from_secs(5),
+            concurrency: 1,
+        });
+        let request = |credentials_ref: &str| crate::senders::SendRequest {
+            task_id: "t".into(),
+            attempt: 1,
+            queue: "q".into(),
+            recipient: "r".into(),
+            content: crate::senders::Content::Text("hi".into()),
+            idempotency_key: "k".into(),
+            labels: Default::default(),
+            run_at: None,
+            leased_at: None,
+            attempts_before: 0,
+            max_attempts: 1,
+            account_id: credentials_ref.into(),
+            credentials_ref: credentials_ref.into(),
+        };
+        let sent = built
+            .account("wa-1")
+            .unwrap()
+            .oneshot(request("wa-1"))
+            .await;
+        assert_eq!(sent, Ok(crate::senders::SendReceipt::default()));
+        // Port 9 refuses: the named webhook table, not the catch-all, handled it.
+        let err = built
+            .account("hook")
+            .unwrap()
+            .oneshot(request("hook"))
+            .await
+            .unwrap_err();
+        assert!(err.message.starts_with("webhook "), "{}", err.message);
     }
 
     #[test]

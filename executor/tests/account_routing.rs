@@ -269,3 +269,44 @@ async fn leases_go_to_the_account_named_by_credentials_ref() {
     );
     assert_eq!(wa.requests().len(), 3);
 }
+
+/// `[accounts."*"]` (what script/server's executor has): Hello announces no credentials
+/// refs, which the scheduler reads as "any account", and a lease for an account without a
+/// table of its own is sent by the catch-all's sender, while a named table still wins.
+#[tokio::test]
+async fn the_catch_all_account_sends_for_any_account_and_announces_none() {
+    let wa = FakeWhatsApp::start("1065", "tok").await.unwrap();
+    let routes = common::routes(
+        &format!(
+            "[accounts.\"*\"]\nsender = \"log\"\n\n[accounts.wa]\nsender = \"whatsapp_cloud\"\nphone_number_id = \"1065\"\naccess_token = \"tok\"\nbase_url = \"{}\"\n",
+            wa.base_url()
+        ),
+        &[],
+    )
+    .unwrap();
+    let mut session = Session::start(routes).await;
+    assert!(
+        session.hello.credentials_refs.is_empty(),
+        "{:?}",
+        session.hello
+    );
+    assert!(
+        session.hello.queues.is_empty(),
+        "only accounts: every queue"
+    );
+
+    let any = session
+        .report(lease("t-any", "wa-created-by-the-api"))
+        .await;
+    assert_eq!(any.outcome(), pb::OutcomeClass::Ok, "{any:?}");
+    assert!(
+        any.provider_message_id.is_empty(),
+        "the log sender: {any:?}"
+    );
+    assert!(wa.requests().is_empty());
+
+    let named = session.report(lease("t-named", "wa")).await;
+    assert_eq!(named.outcome(), pb::OutcomeClass::Ok, "{named:?}");
+    assert!(named.provider_message_id.starts_with("wamid."), "{named:?}");
+    assert_eq!(wa.requests().len(), 1);
+}
