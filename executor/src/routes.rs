@@ -390,6 +390,31 @@ mod tests {
         SenderRoutes::from_toml(src, "executor.toml", &env(vars))
     }
 
+    /// A first attempt of task `t` on queue `q`, for the account `credentials_ref` (empty:
+    /// routed by queue).
+    fn send_request(credentials_ref: &str) -> crate::senders::SendRequest {
+        crate::senders::SendRequest {
+            task_id: "t".into(),
+            attempt: 1,
+            queue: "q".into(),
+            recipient: "r".into(),
+            content: crate::senders::Content::Text("hi".into()),
+            idempotency_key: "k".into(),
+            labels: Default::default(),
+            run_at: None,
+            leased_at: None,
+            attempts_before: 0,
+            max_attempts: 1,
+            account_id: credentials_ref.into(),
+            credentials_ref: credentials_ref.into(),
+        }
+    }
+
+    /// The line and message of the error that `src` (no environment) is refused with.
+    fn error_of(src: &str) -> (usize, String) {
+        invalid_line(parse(src, &[]).unwrap_err())
+    }
+
     fn invalid_line(err: ConfigError) -> (usize, String) {
         match err {
             ConfigError::Invalid { line, message, .. } => (line, message),
@@ -457,22 +482,13 @@ secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
             })
             .get("q")
             .unwrap();
-        let request = crate::senders::SendRequest {
-            task_id: "t".into(),
-            attempt: 1,
-            queue: "q".into(),
-            recipient: "r".into(),
-            content: crate::senders::Content::Text("hi".into()),
-            idempotency_key: "k".into(),
-            labels: Default::default(),
-            run_at: None,
-            leased_at: None,
-            attempts_before: 0,
-            max_attempts: 1,
-            account_id: String::new(),
-            credentials_ref: String::new(),
-        };
-        let receipt = sender.ready().await.unwrap().call(request).await.unwrap();
+        let receipt = sender
+            .ready()
+            .await
+            .unwrap()
+            .call(send_request(""))
+            .await
+            .unwrap();
         assert_eq!(receipt, crate::senders::SendReceipt::default());
 
         let err = parse("[default]\nsender = \"noop\"\nurl = \"http://x\"\n", &[])
@@ -504,14 +520,14 @@ secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
         assert_eq!(resolved.expose(), "from-a-file");
         assert!(parse(&src, &[]).is_ok());
         std::fs::remove_file(&path).unwrap();
-        let (line, message) = invalid_line(parse(&src, &[]).unwrap_err());
+        let (line, message) = error_of(&src);
         assert_eq!(line, 4);
         assert!(message.contains("cannot read secret file"), "{message}");
     }
 
     #[test]
     fn missing_env_secret_names_the_line_and_variable() {
-        let (line, message) = invalid_line(parse(GOOD, &[]).unwrap_err());
+        let (line, message) = error_of(GOOD);
         assert_eq!(line, 8);
         assert!(message.contains("HOOK_SECRET"), "{message}");
     }
@@ -540,29 +556,16 @@ secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
     #[test]
     fn webhook_needs_url_and_secret() {
-        let (_, message) = invalid_line(
-            parse("[queues.a]\nsender = \"webhook\"\nsecret = \"x\"\n", &[]).unwrap_err(),
-        );
+        let (_, message) = error_of("[queues.a]\nsender = \"webhook\"\nsecret = \"x\"\n");
         assert!(
             message.contains("webhook sender: missing field `url`"),
             "{message}"
         );
-        let (line, message) = invalid_line(
-            parse(
-                "[queues.a]\nsender = \"webhook\"\nurl = \"ftp://x\"\nsecret = \"x\"\n",
-                &[],
-            )
-            .unwrap_err(),
-        );
+        let (line, message) =
+            error_of("[queues.a]\nsender = \"webhook\"\nurl = \"ftp://x\"\nsecret = \"x\"\n");
         assert_eq!(line, 3);
         assert!(message.contains("http or https"), "{message}");
-        let (_, message) = invalid_line(
-            parse(
-                "[queues.a]\nsender = \"webhook\"\nurl = \"http://x/\"\n",
-                &[],
-            )
-            .unwrap_err(),
-        );
+        let (_, message) = error_of("[queues.a]\nsender = \"webhook\"\nurl = \"http://x/\"\n");
         assert!(
             message.contains("webhook sender: missing field `secret`"),
             "{message}"
@@ -571,13 +574,9 @@ secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
     #[test]
     fn bad_timeout_and_concurrency_name_the_line() {
-        let (line, _) = invalid_line(
-            parse("[queues.a]\nsender = \"log\"\ntimeout = \"soon\"\n", &[]).unwrap_err(),
-        );
+        let (line, _) = error_of("[queues.a]\nsender = \"log\"\ntimeout = \"soon\"\n");
         assert_eq!(line, 3);
-        let (line, _) = invalid_line(
-            parse("[queues.a]\nsender = \"log\"\n\nconcurrency = 0\n", &[]).unwrap_err(),
-        );
+        let (line, _) = error_of("[queues.a]\nsender = \"log\"\n\nconcurrency = 0\n");
         assert_eq!(line, 4);
     }
 
@@ -640,32 +639,17 @@ secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
             timeout: Duration::from_secs(5),
             concurrency: 1,
         });
-        let request = |credentials_ref: &str| crate::senders::SendRequest {
-            task_id: "t".into(),
-            attempt: 1,
-            queue: "q".into(),
-            recipient: "r".into(),
-            content: crate::senders::Content::Text("hi".into()),
-            idempotency_key: "k".into(),
-            labels: Default::default(),
-            run_at: None,
-            leased_at: None,
-            attempts_before: 0,
-            max_attempts: 1,
-            account_id: credentials_ref.into(),
-            credentials_ref: credentials_ref.into(),
-        };
         let sent = built
             .account("wa-1")
             .unwrap()
-            .oneshot(request("wa-1"))
+            .oneshot(send_request("wa-1"))
             .await;
         assert_eq!(sent, Ok(crate::senders::SendReceipt::default()));
         // Port 9 refuses: the named webhook table, not the catch-all, handled it.
         let err = built
             .account("hook")
             .unwrap()
-            .oneshot(request("hook"))
+            .oneshot(send_request("hook"))
             .await
             .unwrap_err();
         assert!(err.message.starts_with("webhook "), "{}", err.message);
@@ -673,23 +657,17 @@ secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
     #[test]
     fn a_table_without_sender_and_unknown_top_level_keys_name_the_line() {
-        let (line, message) =
-            invalid_line(parse("\n[accounts.a]\ntimeout = \"1s\"\n", &[]).unwrap_err());
+        let (line, message) = error_of("\n[accounts.a]\ntimeout = \"1s\"\n");
         assert_eq!(line, 2);
         assert!(
             message.contains("account a: `sender` is missing (one of \"whatsapp_cloud\""),
             "{message}"
         );
-        let (line, message) = invalid_line(
-            parse(
-                "[default]\nsender = \"log\"\n[queue.a]\nsender = \"log\"\n",
-                &[],
-            )
-            .unwrap_err(),
-        );
+        let (line, message) =
+            error_of("[default]\nsender = \"log\"\n[queue.a]\nsender = \"log\"\n");
         assert_eq!(line, 3);
         assert!(message.contains("unknown key `queue`"), "{message}");
-        let (line, message) = invalid_line(parse("[default]\nsender = 3\n", &[]).unwrap_err());
+        let (line, message) = error_of("[default]\nsender = 3\n");
         assert_eq!(line, 2);
         assert!(message.contains("unknown sender 3"), "{message}");
     }
