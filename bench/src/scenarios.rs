@@ -6,6 +6,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result};
 use herald_proto::v1::{task_spec, CreateTasksRequest, TaskSpec};
+use herald_proto::SenderKind;
 use herald_tests::{connect_tasks, task_spec, TestDb};
 use tokio_postgres::Client;
 
@@ -505,7 +506,7 @@ async fn routed_drain(opts: &Options, n: usize, accounts: usize) -> Result<f64> 
                 .create_account(CreateAccountRequest {
                     account: Some(Account {
                         id: id.clone(),
-                        sender_kind: "log".into(),
+                        sender_kind: SenderKind::Noop.as_str().into(),
                         pool: "bench".into(),
                         limits: Some(AccountLimits {
                             rate_per_second: 5_000.0,

@@ -23,7 +23,9 @@ pub struct Config {
     )]
     pub schedulers: Vec<String>,
 
-    /// TOML file mapping queues to senders. Absent: every queue uses the `log` sender.
+    /// TOML file mapping queues and sending accounts to senders (docs/senders.md). Absent:
+    /// every queue uses the `log` sender and no account has one; `[accounts."*"]` in the file
+    /// sends for any account without a table of its own.
     #[arg(long = "config", env = "HERALD_EXECUTOR_CONFIG")]
     pub config_file: Option<PathBuf>,
 

@@ -3,19 +3,19 @@
 //!
 //! Map of the crate:
 //! - [`config`]: the command line ([`Config`]), every flag with an environment twin.
-//! - [`routes`]: the TOML file mapping queues to senders ([`SenderRoutes`]);
-//!   [`accounts`]: its `[accounts.*]` tables, one sending account each (leases naming an
-//!   account's `credentials_ref` go to that account's sender);
+//! - [`routes`]: the TOML file mapping queues and sending accounts to senders
+//!   ([`SenderRoutes`]): `[queues.*]`/`[default]` by queue, `[accounts.*]` for leases naming an
+//!   account's `credentials_ref`, `[accounts."*"]` for any account;
 //!   [`credentials`]: the secrets they reference, never printed.
-//! - [`senders`]: the sender contract ([`SendRequest`] → [`SendReceipt`] or [`SendError`]), the
-//!   tower layers every route gets, and the built-in senders: `log`, `webhook`,
-//!   `whatsapp_cloud`, `wecom` and `wecom_robot`.
+//! - [`senders`]: the registry of sender kinds ([`senders::SenderConfig`], one variant per
+//!   `herald_proto::SenderKind`, each kind's module owning its settings and construction), the
+//!   sender contract ([`SendRequest`] → [`SendReceipt`] or [`SendError`]), the one tower adapter
+//!   and the layers every route gets.
 //! - `client`: the lease stream session (Hello/Welcome, leases, reports, credit, extension,
 //!   revoke, drain) and reconnection; in-flight leases outlive any one stream.
 //! - `http`: `/healthz` and `/metrics`; [`telemetry`]: logs, OTLP traces and the metrics.
 //! - [`run`]: ties them together; shutdown is a parameter.
 
-pub mod accounts;
 pub mod config;
 pub mod credentials;
 pub mod routes;
@@ -77,16 +77,16 @@ pub async fn run(
         .map(|q| q.trim().to_owned())
         .filter(|q| !q.is_empty())
         .collect();
-    let accounts = routes.accounts();
+    let accounts = routes.announced_credentials_refs();
     let queues = if !wanted.is_empty() {
         wanted
-    } else if routes.has_default() || (routes.queues().is_empty() && !accounts.is_empty()) {
+    } else if routes.has_default() || (routes.queues().is_empty() && routes.has_accounts()) {
         // Every queue: with only accounts configured, leases are routed by account.
         Vec::new()
     } else {
         routes.queues()
     };
-    if queues.is_empty() && !routes.has_default() && accounts.is_empty() {
+    if queues.is_empty() && !routes.has_default() && !routes.has_accounts() {
         return Err(ExecutorError::InvalidConfig(
             "no queue has a sender: the config file needs a [queues.NAME], [default] or [accounts.NAME] table"
                 .into(),
@@ -99,6 +99,7 @@ pub async fn run(
         }
     }
 
+    let routes_any_account = routes.sends_for_any_account();
     let built = routes.build(senders::RouteLimits {
         timeout: config.send_timeout,
         concurrency: config.max_in_flight as usize,
@@ -123,6 +124,7 @@ pub async fn run(
         endpoints = ?endpoints,
         queues = ?queues,
         accounts = ?accounts,
+        any_account = routes_any_account,
         max_in_flight = config.max_in_flight,
         "executor starting"
     );

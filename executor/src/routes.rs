@@ -1,79 +1,51 @@
-//! The config file that maps queues to senders, and [`SenderRoutes`], its in-memory form.
+//! The executor's config file, which maps work to senders, and [`SenderRoutes`], its
+//! in-memory form.
 //!
 //! ```toml
-//! [queues.default]
+//! [queues.default]                   # leases without an account, by queue
 //! sender = "log"
 //!
 //! [queues.hooks]
 //! sender = "webhook"
 //! url = "http://127.0.0.1:9000/hook"
 //! secret = { env = "HOOK_SECRET" }   # or { file = "/path" }, or a literal "whsec_..."
-//! timeout = "10s"                    # optional: per-send timeout for this queue
-//! concurrency = 64                   # optional: sends at once on this queue
+//! timeout = "10s"                    # optional: per-send timeout for this table's sender
+//! concurrency = 64                   # optional: sends at once through it
 //!
 //! [default]                          # optional: the sender for every other queue
-//! sender = "log"                     # or "noop": succeeds silently (benchmarks)
+//! sender = "log"
 //!
 //! [accounts.wa-main]                 # leases whose credentials_ref is "wa-main"
-//! sender = "whatsapp_cloud"          # or "wecom", "wecom_robot", "webhook", "log"
+//! sender = "whatsapp_cloud"
 //! phone_number_id = "106540352242922"
 //! access_token = { env = "WA_TOKEN" }
+//!
+//! [accounts."*"]                     # optional: every account without its own table
+//! sender = "log"
 //! ```
 //!
-//! Account tables are parsed in [`crate::accounts`]; docs/senders.md lists every setting.
+//! Every table has the same shape: `sender` names a kind (`herald_proto::SenderKind`), the
+//! optional `timeout` and `concurrency` apply to any kind, and the rest are that kind's
+//! settings, read by the kind's own module (see [`crate::senders::SenderConfig`]).
+//! docs/senders.md lists every setting.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
-use serde::Deserialize;
-use toml::Spanned;
+use herald_proto::SenderKind;
 
-use crate::credentials::SecretRef;
-use crate::senders::webhook::{http_client, SigningKey, WebhookSender};
-use crate::senders::{layered, log::LogSender, noop::NoopSender, BoxSender, RouteLimits};
+pub use crate::senders::config::ConfigError;
+use crate::senders::config::{BuildContext, Source};
+use crate::senders::log::LogSender;
+use crate::senders::{layered, BoxSender, RouteLimits, Sender, SenderConfig};
 
-/// A bad config file. Messages name the file and the line.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The file could not be read.
-    #[error("cannot read config file {path}: {source}")]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// The I/O error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The file is not valid TOML or does not have the expected shape.
-    #[error("{origin}:{line}:{column}: {message}")]
-    Syntax {
-        /// The file's name.
-        origin: String,
-        /// 1-based line.
-        line: usize,
-        /// 1-based column.
-        column: usize,
-        /// What is wrong.
-        message: String,
-    },
-    /// A value is well-formed TOML but not acceptable.
-    #[error("{origin}:{line}: {message}")]
-    Invalid {
-        /// The file's name.
-        origin: String,
-        /// 1-based line.
-        line: usize,
-        /// What is wrong.
-        message: String,
-    },
-    /// The shared HTTP client could not be built.
-    #[error("cannot build the HTTP client for webhook senders: {0}")]
-    HttpClient(#[source] reqwest::Error),
-}
+/// The name of the catch-all account table, `[accounts."*"]`: it sends for every
+/// credentials_ref that has no table of its own.
+pub const ANY_ACCOUNT: &str = "*";
 
-/// One queue's sender and its optional limits (the executor's defaults apply when absent).
+/// One table's sender and its optional limits (the executor's defaults apply when absent).
 #[derive(Clone)]
 pub struct Route {
     /// The sender, before the executor's layers.
@@ -95,13 +67,16 @@ impl Route {
     }
 }
 
-/// Which sender handles which queue, plus an optional sender for any other queue.
+/// Which sender handles which queue and which account, plus optional catch-alls for any other
+/// queue and any other account.
 #[derive(Clone, Default)]
 pub struct SenderRoutes {
     routes: BTreeMap<String, Route>,
     default: Option<Route>,
     /// Senders by account (`[accounts.<credentials_ref>]`), for leases naming an account.
     accounts: BTreeMap<String, Route>,
+    /// `[accounts."*"]`: the sender of every account without its own table.
+    any_account: Option<Route>,
 }
 
 impl std::fmt::Debug for SenderRoutes {
@@ -110,6 +85,7 @@ impl std::fmt::Debug for SenderRoutes {
             .field("queues", &self.routes.keys().collect::<Vec<_>>())
             .field("default", &self.default.is_some())
             .field("accounts", &self.accounts.keys().collect::<Vec<_>>())
+            .field("any_account", &self.any_account.is_some())
             .finish()
     }
 }
@@ -120,9 +96,9 @@ impl SenderRoutes {
         Self::default()
     }
 
-    /// Every queue goes to the `log` sender.
+    /// Every queue goes to the `log` sender (accounts have no sender).
     pub fn log_only() -> Self {
-        Self::default().with_default(LogSender::boxed())
+        Self::default().with_default(LogSender.boxed())
     }
 
     /// Routes `queue` to `sender` (with the executor's default limits).
@@ -142,20 +118,47 @@ impl SenderRoutes {
         self
     }
 
-    /// Sends leases naming `credentials_ref` with `route`, whatever their queue.
+    /// Sends leases naming `credentials_ref` with `route`, whatever their queue;
+    /// [`ANY_ACCOUNT`] makes `route` the sender of every account without its own.
     pub fn with_account(mut self, credentials_ref: &str, route: Route) -> Self {
-        self.accounts.insert(credentials_ref.to_owned(), route);
+        if credentials_ref == ANY_ACCOUNT {
+            self.any_account = Some(route);
+        } else {
+            self.accounts.insert(credentials_ref.to_owned(), route);
+        }
         self
     }
 
-    /// The accounts (credentials refs) this executor holds credentials for.
+    /// The accounts (credentials refs) with a table of their own; not the catch-all.
     pub fn accounts(&self) -> Vec<String> {
         self.accounts.keys().cloned().collect()
     }
 
-    /// The route of one account, if configured.
+    /// The route of one account, if configured (its own table, else the catch-all).
     pub fn account(&self, credentials_ref: &str) -> Option<&Route> {
-        self.accounts.get(credentials_ref)
+        self.accounts
+            .get(credentials_ref)
+            .or(self.any_account.as_ref())
+    }
+
+    /// Whether `[accounts."*"]` sends for every account without its own table.
+    pub fn sends_for_any_account(&self) -> bool {
+        self.any_account.is_some()
+    }
+
+    /// What this executor announces in `Hello.credentials_refs`: its account tables, or
+    /// nothing with a catch-all account, which the scheduler reads as "any account".
+    pub fn announced_credentials_refs(&self) -> Vec<String> {
+        if self.sends_for_any_account() {
+            Vec::new()
+        } else {
+            self.accounts()
+        }
+    }
+
+    /// Whether there is an account table of any kind (named or catch-all).
+    pub fn has_accounts(&self) -> bool {
+        !self.accounts.is_empty() || self.any_account.is_some()
     }
 
     /// The queues with their own route.
@@ -191,41 +194,48 @@ impl SenderRoutes {
         origin: &str,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, ConfigError> {
-        let file: FileSpec = toml::from_str(src).map_err(|e| {
-            let (line, column) = e
-                .span()
-                .map(|span| line_col(src, span.start))
-                .unwrap_or((1, 1));
-            ConfigError::Syntax {
-                origin: origin.to_owned(),
-                line,
-                column,
-                message: e.message().trim().to_owned(),
-            }
-        })?;
-        let mut builder = Builder {
-            src,
-            origin,
-            env,
-            client: None,
-        };
+        let source = Source { text: src, origin };
+        let doc =
+            toml_edit::ImDocument::parse(src).map_err(|e| source.syntax(e.span(), e.message()))?;
+        let mut cx = BuildContext::new(source, env);
         let mut routes = SenderRoutes::empty();
-        for (queue, spec) in &file.queues {
-            if queue.is_empty() {
-                return Err(builder.invalid(spec.span(), "queue name must not be empty".into()));
+        let root = doc.as_table();
+        for (key, item) in root.iter() {
+            let span = item_span(root, key, item);
+            match key {
+                "default" => routes.default = Some(route(&mut cx, "[default]".into(), span, item)?),
+                "queues" | "accounts" => {
+                    let tables = item.as_table_like().ok_or_else(|| {
+                        source.invalid(span.clone(), format!("`{key}` must hold tables"))
+                    })?;
+                    for (name, table) in tables.iter() {
+                        let span = item_span(tables, name, table);
+                        if name.is_empty() {
+                            return Err(source.invalid(span, format!("{key} name must not be empty")));
+                        }
+                        if key == "queues" {
+                            let route = route(&mut cx, format!("queue {name}"), span, table)?;
+                            routes = routes.with_route(name, route);
+                        } else {
+                            let what = if name == ANY_ACCOUNT {
+                                "account \"*\" (any account)".to_owned()
+                            } else {
+                                format!("account {name}")
+                            };
+                            let route = route(&mut cx, what, span, table)?;
+                            routes = routes.with_account(name, route);
+                        }
+                    }
+                }
+                other => {
+                    return Err(source.invalid(
+                        span,
+                        format!(
+                            "unknown key `{other}`: the file holds `[default]`, `[queues.NAME]` and `[accounts.NAME]` tables"
+                        ),
+                    ))
+                }
             }
-            let route = builder.route(queue, spec)?;
-            routes = routes.with_route(queue, route);
-        }
-        if let Some(spec) = &file.default {
-            routes.default = Some(builder.route("[default]", spec)?);
-        }
-        for (name, spec) in &file.accounts {
-            if name.is_empty() {
-                return Err(builder.invalid(spec.span(), "account name must not be empty".into()));
-            }
-            let route = builder.account(name, spec)?;
-            routes = routes.with_account(name, route);
         }
         Ok(routes)
     }
@@ -253,6 +263,7 @@ impl SenderRoutes {
                 .into_iter()
                 .map(|(a, r)| (a, build(r)))
                 .collect(),
+            any_account: self.any_account.map(build),
         }
     }
 }
@@ -263,6 +274,7 @@ pub(crate) struct BuiltRoutes {
     routes: BTreeMap<String, BoxSender>,
     default: Option<BoxSender>,
     accounts: BTreeMap<String, BoxSender>,
+    any_account: Option<BoxSender>,
 }
 
 impl BuiltRoutes {
@@ -271,172 +283,92 @@ impl BuiltRoutes {
         self.routes.get(queue).or(self.default.as_ref()).cloned()
     }
 
-    /// The sender of the account named `credentials_ref`, if this executor holds it.
+    /// The sender of the account named `credentials_ref`: its own table's, else the catch-all's.
     pub(crate) fn account(&self, credentials_ref: &str) -> Option<BoxSender> {
-        self.accounts.get(credentials_ref).cloned()
+        self.accounts
+            .get(credentials_ref)
+            .or(self.any_account.as_ref())
+            .cloned()
     }
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileSpec {
-    #[serde(default)]
-    default: Option<Spanned<QueueSpec>>,
-    #[serde(default)]
-    queues: BTreeMap<String, Spanned<QueueSpec>>,
-    #[serde(default)]
-    accounts: BTreeMap<String, Spanned<crate::accounts::AccountSpec>>,
+/// Where `item`, the value of `key` in `table`, starts: its own span, else its key's.
+fn item_span(table: &dyn toml_edit::TableLike, key: &str, item: &toml_edit::Item) -> Range<usize> {
+    item.span()
+        .or_else(|| table.key(key).and_then(toml_edit::Key::span))
+        .unwrap_or(0..0)
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct QueueSpec {
-    sender: Spanned<String>,
-    url: Option<Spanned<String>>,
-    secret: Option<Spanned<SecretRef>>,
-    timeout: Option<Spanned<String>>,
-    concurrency: Option<Spanned<i64>>,
-}
-
-pub(crate) struct Builder<'a> {
-    src: &'a str,
-    origin: &'a str,
-    pub(crate) env: &'a dyn Fn(&str) -> Option<String>,
-    client: Option<reqwest::Client>,
-}
-
-impl Builder<'_> {
-    /// The shared HTTP client of every sender built from the file (one connection pool).
-    pub(crate) fn http_client(&mut self) -> Result<reqwest::Client, ConfigError> {
-        match &self.client {
-            Some(c) => Ok(c.clone()),
-            None => {
-                let c = http_client().map_err(ConfigError::HttpClient)?;
-                self.client = Some(c.clone());
-                Ok(c)
-            }
+/// Builds one table's route: `sender` picks the kind from the registry, `timeout` and
+/// `concurrency` are read here, and the rest goes to the kind's settings.
+fn route(
+    cx: &mut BuildContext<'_>,
+    what: String,
+    span: Range<usize>,
+    item: &toml_edit::Item,
+) -> Result<Route, ConfigError> {
+    cx.enter(what, span);
+    let mut settings = match item {
+        toml_edit::Item::Table(t) => t.clone().into_inline_table(),
+        toml_edit::Item::Value(toml_edit::Value::InlineTable(t)) => t.clone(),
+        _ => return Err(cx.invalid_table("must be a table")),
+    };
+    let kind = match settings.remove("sender") {
+        None => {
+            return Err(cx.invalid_table(format!(
+                "`sender` is missing (one of {})",
+                SenderKind::expected()
+            )))
         }
-    }
-
-    pub(crate) fn invalid(&self, span: Range<usize>, message: String) -> ConfigError {
-        ConfigError::Invalid {
-            origin: self.origin.to_owned(),
-            line: line_col(self.src, span.start).0,
-            message,
-        }
-    }
-
-    fn route(&mut self, queue: &str, spec: &Spanned<QueueSpec>) -> Result<Route, ConfigError> {
-        let q = spec.get_ref();
-        let timeout = match &q.timeout {
-            None => None,
-            Some(t) => Some(humantime::parse_duration(t.get_ref()).map_err(|e| {
-                self.invalid(
-                    t.span(),
-                    format!("queue {queue}: bad timeout {:?}: {e}", t.get_ref()),
+        Some(v) => {
+            let span = v.span().unwrap_or_else(|| cx.table_span());
+            v.as_str().and_then(SenderKind::parse).ok_or_else(|| {
+                cx.invalid(
+                    span,
+                    format!(
+                        "unknown sender {} (expected one of {})",
+                        v.to_string().trim(),
+                        SenderKind::expected()
+                    ),
                 )
-            })?),
-        };
-        if timeout == Some(Duration::ZERO) {
-            let span = q.timeout.as_ref().map(|t| t.span()).unwrap_or(spec.span());
-            return Err(self.invalid(span, format!("queue {queue}: timeout must be positive")));
+            })?
         }
-        let concurrency = match &q.concurrency {
-            None => None,
-            Some(c) if *c.get_ref() >= 1 && *c.get_ref() <= 1_000_000 => {
-                usize::try_from(*c.get_ref()).ok()
-            }
-            Some(c) => {
-                return Err(self.invalid(
-                    c.span(),
-                    format!("queue {queue}: concurrency must be between 1 and 1000000"),
-                ))
-            }
-        };
-        let sender = match q.sender.get_ref().as_str() {
-            name @ ("log" | "noop") => {
-                for (field, span) in [
-                    ("url", q.url.as_ref().map(|u| u.span())),
-                    ("secret", q.secret.as_ref().map(|s| s.span())),
-                ] {
-                    if let Some(span) = span {
-                        return Err(self.invalid(
-                            span,
-                            format!("queue {queue}: `{field}` is not used by the {name} sender"),
-                        ));
-                    }
-                }
-                if name == "log" {
-                    LogSender::boxed()
-                } else {
-                    NoopSender::boxed()
-                }
-            }
-            "webhook" => self.webhook(queue, spec)?,
-            other => {
-                return Err(self.invalid(
-                    q.sender.span(),
-                    format!(
-                        "queue {queue}: unknown sender {other:?} (expected \"log\", \"noop\" or \"webhook\")"
-                    ),
-                ))
-            }
-        };
-        Ok(Route {
-            sender,
-            timeout,
-            concurrency,
-        })
-    }
-
-    fn webhook(
-        &mut self,
-        queue: &str,
-        spec: &Spanned<QueueSpec>,
-    ) -> Result<BoxSender, ConfigError> {
-        let q = spec.get_ref();
-        let url = q.url.as_ref().ok_or_else(|| {
-            self.invalid(
-                spec.span(),
-                format!("queue {queue}: webhook sender needs `url`"),
-            )
-        })?;
-        let parsed = reqwest::Url::parse(url.get_ref())
-            .ok()
-            .filter(|u| matches!(u.scheme(), "http" | "https"))
-            .ok_or_else(|| {
-                self.invalid(
-                    url.span(),
-                    format!(
-                        "queue {queue}: `url` must be an http or https URL, got {:?}",
-                        url.get_ref()
-                    ),
+    };
+    let timeout = match settings.remove("timeout") {
+        None => None,
+        Some(v) => {
+            let span = v.span().unwrap_or_else(|| cx.table_span());
+            let text = v.as_str().unwrap_or_default();
+            let d = humantime::parse_duration(text).map_err(|e| {
+                cx.invalid(
+                    span.clone(),
+                    format!("bad timeout {}: {e}", v.to_string().trim()),
                 )
             })?;
-        let secret_ref = q.secret.as_ref().ok_or_else(|| {
-            self.invalid(
-                spec.span(),
-                format!("queue {queue}: webhook sender needs `secret`"),
+            if d.is_zero() {
+                return Err(cx.invalid(span, "timeout must be positive"));
+            }
+            Some(d)
+        }
+    };
+    let concurrency = match settings.remove("concurrency") {
+        None => None,
+        Some(v) => {
+            let span = v.span().unwrap_or_else(|| cx.table_span());
+            Some(
+                v.as_integer()
+                    .and_then(|n| usize::try_from(n).ok())
+                    .filter(|n| (1..=1_000_000).contains(n))
+                    .ok_or_else(|| cx.invalid(span, "concurrency must be between 1 and 1000000"))?,
             )
-        })?;
-        let secret = secret_ref
-            .get_ref()
-            .resolve(self.env)
-            .map_err(|e| self.invalid(secret_ref.span(), format!("queue {queue}: secret: {e}")))?;
-        let key = SigningKey::from_secret(&secret)
-            .map_err(|e| self.invalid(secret_ref.span(), format!("queue {queue}: {e}")))?;
-        let client = self.http_client()?;
-        Ok(WebhookSender::new(client, parsed, key).boxed())
-    }
-}
-
-/// The 1-based line and column of a byte offset.
-fn line_col(src: &str, offset: usize) -> (usize, usize) {
-    let offset = offset.min(src.len());
-    let before = src.get(..offset).unwrap_or(src);
-    let line = before.matches('\n').count() + 1;
-    let column = before.rfind('\n').map_or(offset, |nl| offset - nl - 1) + 1;
-    (line, column)
+        }
+    };
+    let sender = SenderConfig::parse(cx, kind, settings)?.build(cx)?;
+    Ok(Route {
+        sender,
+        timeout,
+        concurrency,
+    })
 }
 
 #[cfg(test)]
@@ -444,6 +376,7 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
+    use crate::credentials::SecretRef;
 
     fn env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         let map: HashMap<String, String> = vars
@@ -455,6 +388,31 @@ mod tests {
 
     fn parse(src: &str, vars: &[(&str, &str)]) -> Result<SenderRoutes, ConfigError> {
         SenderRoutes::from_toml(src, "executor.toml", &env(vars))
+    }
+
+    /// A first attempt of task `t` on queue `q`, for the account `credentials_ref` (empty:
+    /// routed by queue).
+    fn send_request(credentials_ref: &str) -> crate::senders::SendRequest {
+        crate::senders::SendRequest {
+            task_id: "t".into(),
+            attempt: 1,
+            queue: "q".into(),
+            recipient: "r".into(),
+            content: crate::senders::Content::Text("hi".into()),
+            idempotency_key: "k".into(),
+            labels: Default::default(),
+            run_at: None,
+            leased_at: None,
+            attempts_before: 0,
+            max_attempts: 1,
+            account_id: credentials_ref.into(),
+            credentials_ref: credentials_ref.into(),
+        }
+    }
+
+    /// The line and message of the error that `src` (no environment) is refused with.
+    fn error_of(src: &str) -> (usize, String) {
+        invalid_line(parse(src, &[]).unwrap_err())
     }
 
     fn invalid_line(err: ConfigError) -> (usize, String) {
@@ -524,22 +482,13 @@ secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
             })
             .get("q")
             .unwrap();
-        let request = crate::senders::SendRequest {
-            task_id: "t".into(),
-            attempt: 1,
-            queue: "q".into(),
-            recipient: "r".into(),
-            content: crate::senders::Content::Text("hi".into()),
-            idempotency_key: "k".into(),
-            labels: Default::default(),
-            run_at: None,
-            leased_at: None,
-            attempts_before: 0,
-            max_attempts: 1,
-            account_id: String::new(),
-            credentials_ref: String::new(),
-        };
-        let receipt = sender.ready().await.unwrap().call(request).await.unwrap();
+        let receipt = sender
+            .ready()
+            .await
+            .unwrap()
+            .call(send_request(""))
+            .await
+            .unwrap();
         assert_eq!(receipt, crate::senders::SendReceipt::default());
 
         let err = parse("[default]\nsender = \"noop\"\nurl = \"http://x\"\n", &[])
@@ -547,7 +496,10 @@ secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
             .unwrap();
         let (line, message) = invalid_line(err);
         assert_eq!(line, 3);
-        assert!(message.contains("not used by the noop sender"), "{message}");
+        assert!(
+            message.contains("[default]: noop sender: unknown field `url`"),
+            "{message}"
+        );
     }
 
     #[test]
@@ -568,14 +520,14 @@ secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
         assert_eq!(resolved.expose(), "from-a-file");
         assert!(parse(&src, &[]).is_ok());
         std::fs::remove_file(&path).unwrap();
-        let (line, message) = invalid_line(parse(&src, &[]).unwrap_err());
+        let (line, message) = error_of(&src);
         assert_eq!(line, 4);
         assert!(message.contains("cannot read secret file"), "{message}");
     }
 
     #[test]
     fn missing_env_secret_names_the_line_and_variable() {
-        let (line, message) = invalid_line(parse(GOOD, &[]).unwrap_err());
+        let (line, message) = error_of(GOOD);
         assert_eq!(line, 8);
         assert!(message.contains("HOOK_SECRET"), "{message}");
     }
@@ -604,38 +556,27 @@ secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
     #[test]
     fn webhook_needs_url_and_secret() {
-        let (_, message) = invalid_line(
-            parse("[queues.a]\nsender = \"webhook\"\nsecret = \"x\"\n", &[]).unwrap_err(),
+        let (_, message) = error_of("[queues.a]\nsender = \"webhook\"\nsecret = \"x\"\n");
+        assert!(
+            message.contains("webhook sender: missing field `url`"),
+            "{message}"
         );
-        assert!(message.contains("needs `url`"), "{message}");
-        let (line, message) = invalid_line(
-            parse(
-                "[queues.a]\nsender = \"webhook\"\nurl = \"ftp://x\"\nsecret = \"x\"\n",
-                &[],
-            )
-            .unwrap_err(),
-        );
+        let (line, message) =
+            error_of("[queues.a]\nsender = \"webhook\"\nurl = \"ftp://x\"\nsecret = \"x\"\n");
         assert_eq!(line, 3);
         assert!(message.contains("http or https"), "{message}");
-        let (_, message) = invalid_line(
-            parse(
-                "[queues.a]\nsender = \"webhook\"\nurl = \"http://x/\"\n",
-                &[],
-            )
-            .unwrap_err(),
+        let (_, message) = error_of("[queues.a]\nsender = \"webhook\"\nurl = \"http://x/\"\n");
+        assert!(
+            message.contains("webhook sender: missing field `secret`"),
+            "{message}"
         );
-        assert!(message.contains("needs `secret`"), "{message}");
     }
 
     #[test]
     fn bad_timeout_and_concurrency_name_the_line() {
-        let (line, _) = invalid_line(
-            parse("[queues.a]\nsender = \"log\"\ntimeout = \"soon\"\n", &[]).unwrap_err(),
-        );
+        let (line, _) = error_of("[queues.a]\nsender = \"log\"\ntimeout = \"soon\"\n");
         assert_eq!(line, 3);
-        let (line, _) = invalid_line(
-            parse("[queues.a]\nsender = \"log\"\n\nconcurrency = 0\n", &[]).unwrap_err(),
-        );
+        let (line, _) = error_of("[queues.a]\nsender = \"log\"\n\nconcurrency = 0\n");
         assert_eq!(line, 4);
     }
 
@@ -651,6 +592,95 @@ secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
         )
         .unwrap_err();
         assert!(!err.to_string().contains("topsecret"), "{err}");
+    }
+
+    #[test]
+    fn catch_all_account_sends_for_accounts_without_a_table() {
+        let src = "[accounts.\"*\"]\nsender = \"log\"\n\n[accounts.hook]\nsender = \"webhook\"\nurl = \"http://127.0.0.1:9/h\"\nsecret = \"s\"\n";
+        let routes = parse(src, &[]).unwrap();
+        assert!(routes.sends_for_any_account());
+        assert_eq!(routes.accounts(), ["hook"]);
+        // Announcing no credentials refs is how an executor says "any account".
+        assert!(routes.announced_credentials_refs().is_empty());
+        assert!(routes.account("wa-1").is_some());
+        let built = routes.build(RouteLimits {
+            timeout: Duration::from_secs(1),
+            concurrency: 1,
+        });
+        assert!(built.account("wa-1").is_some());
+        assert!(built.account("hook").is_some());
+        assert!(
+            built.get("some-queue").is_none(),
+            "accounts do not route queues"
+        );
+
+        let named = parse("[accounts.wa]\nsender = \"noop\"\n", &[]).unwrap();
+        assert!(!named.sends_for_any_account());
+        assert_eq!(named.announced_credentials_refs(), ["wa"]);
+        assert!(named.account("other").is_none());
+    }
+
+    /// script/server's executor config: every queue and every account go to `log`.
+    #[test]
+    fn script_servers_config_sends_every_queue_and_account() {
+        let src = include_str!("../../script/lib/server-executor.toml");
+        let routes = parse(src, &[]).unwrap();
+        assert!(routes.has_default());
+        assert!(routes.sends_for_any_account());
+        assert!(routes.announced_credentials_refs().is_empty());
+    }
+
+    #[tokio::test]
+    async fn catch_all_account_uses_its_own_sender_and_named_tables_win() {
+        use tower::ServiceExt;
+
+        let src = "[accounts.\"*\"]\nsender = \"log\"\n[accounts.hook]\nsender = \"webhook\"\nurl = \"http://127.0.0.1:9/h\"\nsecret = \"s\"\n";
+        let built = parse(src, &[]).unwrap().build(RouteLimits {
+            timeout: Duration::from_secs(5),
+            concurrency: 1,
+        });
+        let sent = built
+            .account("wa-1")
+            .unwrap()
+            .oneshot(send_request("wa-1"))
+            .await;
+        assert_eq!(sent, Ok(crate::senders::SendReceipt::default()));
+        // Port 9 refuses: the named webhook table, not the catch-all, handled it.
+        let err = built
+            .account("hook")
+            .unwrap()
+            .oneshot(send_request("hook"))
+            .await
+            .unwrap_err();
+        assert!(err.message.starts_with("webhook "), "{}", err.message);
+    }
+
+    #[test]
+    fn a_table_without_sender_and_unknown_top_level_keys_name_the_line() {
+        let (line, message) = error_of("\n[accounts.a]\ntimeout = \"1s\"\n");
+        assert_eq!(line, 2);
+        assert!(
+            message.contains("account a: `sender` is missing (one of \"whatsapp_cloud\""),
+            "{message}"
+        );
+        let (line, message) =
+            error_of("[default]\nsender = \"log\"\n[queue.a]\nsender = \"log\"\n");
+        assert_eq!(line, 3);
+        assert!(message.contains("unknown key `queue`"), "{message}");
+        let (line, message) = error_of("[default]\nsender = 3\n");
+        assert_eq!(line, 2);
+        assert!(message.contains("unknown sender 3"), "{message}");
+    }
+
+    #[test]
+    fn every_kind_is_accepted_in_queue_tables_too() {
+        let routes = parse(
+            "[queues.wa]\nsender = \"whatsapp_cloud\"\nphone_number_id = \"1\"\naccess_token = \"t\"\n\n[queues.silent]\nsender = \"noop\"\nconcurrency = 8\n",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(routes.queues(), ["silent", "wa"]);
+        assert_eq!(routes.routes["silent"].concurrency, Some(8));
     }
 
     #[test]

@@ -9,7 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use herald_executor::{Config, ConfigError};
+use herald_executor::{Config, ConfigError, SenderRoutes};
 use herald_proto::v1 as pb;
 use herald_proto::v1::lease_service_server::{LeaseService, LeaseServiceServer};
 use herald_tests::fakes::whatsapp::{FakeWhatsApp, Scripted};
@@ -37,9 +37,9 @@ fn bad_account_tables_name_the_line() {
         (
             "[accounts.wa]\nsender = \"whatsapp_cloud\"\nphone_number_id = \"1\"\naccess_token = \"t\"\n\ncorp_id = \"x\"\n",
             6,
-            "`corp_id` is not used by the whatsapp_cloud sender",
+            "account wa: whatsapp_cloud sender: unknown field `corp_id`, expected one of `phone_number_id`",
         ),
-        ("[accounts.x]\n\nsender = \"fax\"\n", 3, "unknown sender"),
+        ("[accounts.x]\n\nsender = \"fax\"\n", 3, "unknown sender \"fax\" (expected one of \"whatsapp_cloud\""),
         (
             "[accounts.w]\nsender = \"wecom\"\ncorp_id = \"c\"\ncorp_secret = \"s\"\nagent_id = 1\nmessage_type = \"video\"\n",
             6,
@@ -60,7 +60,11 @@ fn bad_account_tables_name_the_line() {
             4,
             "not both",
         ),
-        ("[accounts.w]\nsender = \"wecom\"\ncorp_id = \"c\"\nagent_id = 1\n", 1, "needs `corp_secret`"),
+        (
+            "[accounts.w]\nsender = \"wecom\"\ncorp_id = \"c\"\nagent_id = 1\n",
+            1,
+            "account w: wecom sender: missing field `corp_secret`",
+        ),
         ("[accounts.w]\nsender = \"wecom\"\nagent_id = \n", 3, ""),
         ("[accounts.wa]\nsender = \"whatsapp_cloud\"\ntoken = \"x\"\n", 3, "token"),
     ];
@@ -143,6 +147,87 @@ fn lease(task_id: &str, credentials_ref: &str) -> pb::Lease {
     }
 }
 
+/// An executor running `routes` against the scripted scheduler, past Hello and Welcome.
+struct Session {
+    inbound: Streaming<pb::ExecutorMessage>,
+    out: Outbox,
+    hello: pb::Hello,
+}
+
+impl Session {
+    async fn start(routes: SenderRoutes) -> Session {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, mut sessions) = mpsc::unbounded_channel();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(LeaseServiceServer::new(Fake { sessions: tx }))
+                .serve_with_incoming(TcpListenerStream::new(listener)),
+        );
+        let mut config = Config::for_schedulers([format!("http://{addr}")]);
+        config.max_in_flight = 4;
+        let http = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        tokio::spawn(herald_executor::run(
+            config,
+            routes,
+            http,
+            std::future::pending(),
+        ));
+
+        let (mut inbound, out) = tokio::time::timeout(Duration::from_secs(10), sessions.recv())
+            .await
+            .expect("executor connects")
+            .unwrap();
+        let Out::Hello(hello) = next(&mut inbound).await else {
+            panic!("first frame is not Hello")
+        };
+        let session = Session {
+            inbound,
+            out,
+            hello,
+        };
+        session.send(In::Welcome(pb::Welcome {
+            protocol_version: 1,
+            heartbeat_interval: Some(prost_types::Duration {
+                seconds: 10,
+                nanos: 0,
+            }),
+            lease_ttl: Some(prost_types::Duration {
+                seconds: 30,
+                nanos: 0,
+            }),
+            scheduler_id: "fake".into(),
+        }));
+        session
+    }
+
+    fn send(&self, kind: In) {
+        self.out
+            .send(Ok(pb::SchedulerMessage { kind: Some(kind) }))
+            .unwrap()
+    }
+
+    /// Grants `lease` and returns the executor's report of it.
+    async fn report(&mut self, lease: pb::Lease) -> pb::AttemptResult {
+        self.send(In::Leases(pb::LeaseBatch {
+            leases: vec![lease],
+        }));
+        let Out::Report(batch) = next(&mut self.inbound).await else {
+            panic!("expected a report")
+        };
+        let r = batch.results.into_iter().next().unwrap();
+        self.send(In::ReportAcks(pb::ReportAckBatch {
+            acks: vec![pb::ReportAck {
+                task_id: r.task_id.clone(),
+                attempt: r.attempt,
+                accepted: true,
+                state: 0,
+            }],
+        }));
+        r
+    }
+}
+
 #[tokio::test]
 async fn leases_go_to_the_account_named_by_credentials_ref() {
     let wa = FakeWhatsApp::start("1065", "tok").await.unwrap();
@@ -154,88 +239,74 @@ async fn leases_go_to_the_account_named_by_credentials_ref() {
         &[],
     )
     .unwrap();
-
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (tx, mut sessions) = mpsc::unbounded_channel();
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(LeaseServiceServer::new(Fake { sessions: tx }))
-            .serve_with_incoming(TcpListenerStream::new(listener)),
+    let mut session = Session::start(routes).await;
+    assert_eq!(session.hello.credentials_refs, ["wa"]);
+    assert!(
+        session.hello.queues.is_empty(),
+        "only accounts: every queue"
     );
-    let mut config = Config::for_schedulers([format!("http://{addr}")]);
-    config.max_in_flight = 4;
-    let http = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    tokio::spawn(herald_executor::run(
-        config,
-        routes,
-        http,
-        std::future::pending(),
-    ));
 
-    let (mut inbound, out) = tokio::time::timeout(Duration::from_secs(10), sessions.recv())
-        .await
-        .expect("executor connects")
-        .unwrap();
-    let Out::Hello(hello) = next(&mut inbound).await else {
-        panic!("first frame is not Hello")
-    };
-    assert_eq!(hello.credentials_refs, ["wa"]);
-    assert!(hello.queues.is_empty(), "only accounts: every queue");
-    let send = |kind: In| {
-        out.send(Ok(pb::SchedulerMessage { kind: Some(kind) }))
-            .unwrap()
-    };
-    send(In::Welcome(pb::Welcome {
-        protocol_version: 1,
-        heartbeat_interval: Some(prost_types::Duration {
-            seconds: 10,
-            nanos: 0,
-        }),
-        lease_ttl: Some(prost_types::Duration {
-            seconds: 30,
-            nanos: 0,
-        }),
-        scheduler_id: "fake".into(),
-    }));
-
-    let mut report = async |l: pb::Lease| -> pb::AttemptResult {
-        send(In::Leases(pb::LeaseBatch { leases: vec![l] }));
-        let Out::Report(batch) = next(&mut inbound).await else {
-            panic!("expected a report")
-        };
-        let r = batch.results.into_iter().next().unwrap();
-        send(In::ReportAcks(pb::ReportAckBatch {
-            acks: vec![pb::ReportAck {
-                task_id: r.task_id.clone(),
-                attempt: r.attempt,
-                accepted: true,
-                state: 0,
-            }],
-        }));
-        r
-    };
-
-    let ok = report(lease("t-ok", "wa")).await;
+    let ok = session.report(lease("t-ok", "wa")).await;
     assert_eq!(ok.outcome(), pb::OutcomeClass::Ok, "{ok:?}");
     assert!(ok.provider_message_id.starts_with("wamid."), "{ok:?}");
     assert_eq!(wa.requests()[0].body["biz_opaque_callback_data"], "t-ok");
 
     wa.respond_next(Scripted::Code(131056));
-    let pair = report(lease("t-pair", "wa")).await;
+    let pair = session.report(lease("t-pair", "wa")).await;
     assert_eq!(pair.outcome(), pb::OutcomeClass::RateLimited, "{pair:?}");
     assert_eq!(pair.rate_limit_scope(), pb::RateLimitScope::Recipient);
     assert!(pair.error.starts_with("[recipient] "), "{pair:?}");
 
     wa.respond_next(Scripted::Code(130429));
-    let throughput = report(lease("t-thr", "wa")).await;
+    let throughput = session.report(lease("t-thr", "wa")).await;
     assert_eq!(throughput.rate_limit_scope(), pb::RateLimitScope::Account);
 
-    let unknown = report(lease("t-unknown", "elsewhere")).await;
+    let unknown = session.report(lease("t-unknown", "elsewhere")).await;
     assert_eq!(unknown.outcome(), pb::OutcomeClass::AccountUnavailable);
     assert_eq!(
         unknown.error,
         "no credentials for account elsewhere in this executor"
     );
     assert_eq!(wa.requests().len(), 3);
+}
+
+/// `[accounts."*"]` (what script/server's executor has): Hello announces no credentials
+/// refs, which the scheduler reads as "any account", and a lease for an account without a
+/// table of its own is sent by the catch-all's sender, while a named table still wins.
+#[tokio::test]
+async fn the_catch_all_account_sends_for_any_account_and_announces_none() {
+    let wa = FakeWhatsApp::start("1065", "tok").await.unwrap();
+    let routes = common::routes(
+        &format!(
+            "[accounts.\"*\"]\nsender = \"log\"\n\n[accounts.wa]\nsender = \"whatsapp_cloud\"\nphone_number_id = \"1065\"\naccess_token = \"tok\"\nbase_url = \"{}\"\n",
+            wa.base_url()
+        ),
+        &[],
+    )
+    .unwrap();
+    let mut session = Session::start(routes).await;
+    assert!(
+        session.hello.credentials_refs.is_empty(),
+        "{:?}",
+        session.hello
+    );
+    assert!(
+        session.hello.queues.is_empty(),
+        "only accounts: every queue"
+    );
+
+    let any = session
+        .report(lease("t-any", "wa-created-by-the-api"))
+        .await;
+    assert_eq!(any.outcome(), pb::OutcomeClass::Ok, "{any:?}");
+    assert!(
+        any.provider_message_id.is_empty(),
+        "the log sender: {any:?}"
+    );
+    assert!(wa.requests().is_empty());
+
+    let named = session.report(lease("t-named", "wa")).await;
+    assert_eq!(named.outcome(), pb::OutcomeClass::Ok, "{named:?}");
+    assert!(named.provider_message_id.starts_with("wamid."), "{named:?}");
+    assert_eq!(wa.requests().len(), 1);
 }

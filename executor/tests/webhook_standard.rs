@@ -10,8 +10,9 @@ mod common;
 use std::path::PathBuf;
 
 use common::{request, send, text};
-use herald_executor::credentials::Secret;
-use herald_executor::senders::webhook::{http_client, SigningKey, WebhookSender};
+use herald_executor::senders::http::client as http_client;
+use herald_executor::senders::webhook::{SigningKey, WebhookSender};
+use herald_executor::senders::Sender as _;
 use herald_tests::WebhookReceiver;
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
@@ -48,7 +49,7 @@ fn python() -> PathBuf {
 async fn standardwebhooks_verifies_our_signature() {
     let python = python();
     let receiver = WebhookReceiver::start().await.unwrap();
-    let key = SigningKey::from_secret(&Secret::new(SECRET)).unwrap();
+    let key = SigningKey::from_secret(SECRET).unwrap();
     let url = format!("{}/hook", receiver.url()).parse().unwrap();
     let sender = WebhookSender::new(http_client().unwrap(), url, key).boxed();
     send(

@@ -2,7 +2,12 @@
 //! `proto/herald/v1/*.proto`, plus the encoded descriptor set for gRPC server reflection.
 //!
 //! Only wire types live here; the services convert them to their own domain types at the API
-//! edge.
+//! edge. [`SenderKind`] is the one hand-written type: the values `Account.sender_kind` may take,
+//! which both services must agree on.
+
+mod sender_kind;
+
+pub use sender_kind::{SenderKind, UnknownSenderKind};
 
 /// The `herald.v1` package.
 #[allow(missing_docs, unreachable_pub, clippy::all, clippy::unwrap_used)]

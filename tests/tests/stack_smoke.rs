@@ -4,11 +4,13 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use herald_proto::v1::TaskState;
+use herald_proto::v1::account_service_client::AccountServiceClient;
+use herald_proto::v1::{Account, AccountLimits, CreateAccountRequest, TaskSpec, TaskState};
 use herald_tests::{
     connect_tasks, create_task, task_spec, unique_id, wait_for_task_state, ExecutorProcess,
     SchedulerProcess, TestDb,
 };
+use tonic::transport::Channel;
 
 #[tokio::test]
 async fn a_task_is_sent_and_succeeds() -> Result<()> {
@@ -33,5 +35,61 @@ async fn a_task_is_sent_and_succeeds() -> Result<()> {
     .await?;
     assert_eq!(done.attempts, 1);
     assert!(done.finished_at.is_some());
+    Ok(())
+}
+
+/// An account created through AccountService is sent for by an executor running
+/// script/server's own config file (`[accounts."*"]`, the log sender), as the README's
+/// walkthrough expects: the task ends SUCCEEDED through that account instead of waiting behind
+/// an account gone OFFLINE for lack of credentials.
+#[tokio::test]
+async fn script_servers_executor_sends_for_accounts_created_through_the_api() -> Result<()> {
+    let config = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../script/lib/server-executor.toml")
+        .canonicalize()?;
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let _executor = ExecutorProcess::builder(&[scheduler.grpc_url()])
+        .env("HERALD_EXECUTOR_CONFIG", &config)
+        .spawn()
+        .await?;
+    let channel = Channel::from_shared(scheduler.grpc_url())?
+        .connect()
+        .await?;
+    let account = AccountServiceClient::new(channel)
+        .create_account(CreateAccountRequest {
+            account: Some(Account {
+                id: "wa-1".into(),
+                sender_kind: "whatsapp_cloud".into(),
+                pool: "wa".into(),
+                limits: Some(AccountLimits {
+                    rate_per_second: 10.0,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+        })
+        .await?
+        .into_inner();
+    assert_eq!(account.credentials_ref, "wa-1");
+
+    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
+    let created = create_task(
+        &mut tasks,
+        TaskSpec {
+            pool: "wa".into(),
+            ..task_spec("orders", &unique_id("recipient"), "hello")
+        },
+    )
+    .await?;
+    let done = wait_for_task_state(
+        &mut tasks,
+        &created.id,
+        TaskState::Succeeded,
+        Duration::from_secs(30),
+    )
+    .await?;
+    assert_eq!(done.account_id, "wa-1");
+    assert_eq!(done.attempts, 1);
     Ok(())
 }

@@ -1,277 +1,132 @@
-//! Senders: `tower::Service`s from a [`SendRequest`] to a [`SendReceipt`] or a classified
-//! [`SendError`], and the one function that wraps them in the executor's tower layers.
+//! Senders: the registry of sender kinds and what they share.
+//!
+//! - [`SenderConfig`] is the registry: one variant per [`SenderKind`], chosen by a config
+//!   table's `sender = "..."`. Each kind's module owns its settings struct (serde,
+//!   `deny_unknown_fields`), their validation and the construction of its sender.
+//! - [`Sender`] is what a kind implements (one `send`); [`Sender::boxed`] is the one
+//!   `tower::Service` adapter for all of them, and [`layered`] adds the executor's tower layers
+//!   (timeout, concurrency) to every route.
+//! - [`http`]: the shared HTTP client and transport-error classifier of the HTTP senders.
+//! - [`SendRequest`] → [`SendReceipt`] or [`SendError`]: the contract, in `request.rs`.
+//!
+//! Adding a sender kind: a module here with its settings and its [`Sender`], one line in
+//! `registry!` below, and the kind in `herald_proto::SenderKind` (proto/src/sender_kind.rs)
+//! and in the comment on `Account.sender_kind` (account.proto). docs/senders.md has the list.
 
+pub(crate) mod config;
+pub mod http;
 pub mod limiter;
 pub mod log;
 pub mod noop;
+mod request;
+mod service;
 pub mod webhook;
 pub mod wecom;
 pub mod whatsapp;
 
-use std::collections::BTreeMap;
-use std::fmt;
-use std::time::{Duration, SystemTime};
+use herald_proto::SenderKind;
 
-use herald_proto::v1 as pb;
-use tower::util::BoxCloneService;
-use tower::{BoxError, ServiceBuilder, ServiceExt};
+use config::{parse_settings, BuildContext, BuildSender, ConfigError};
+pub use request::{
+    Content, OutcomeClass, SendError, SendReceipt, SendRequest, RECIPIENT_SCOPE_MARKER,
+};
+pub use service::{boxed, layered, BoxSender, RouteLimits, Sender};
 
-/// A sender as the executor stores it: any cloneable service from request to receipt.
-pub type BoxSender = BoxCloneService<SendRequest, SendReceipt, SendError>;
+/// Declares [`SenderConfig`] from one line per kind: `Variant(settings type) = SenderKind`.
+macro_rules! registry {
+    ($($(#[$doc:meta])* $variant:ident($settings:ty) = $kind:ident,)+) => {
+        /// One sender's settings, by kind: the registry of sender kinds. A config table's
+        /// `sender = "..."` picks the variant; the rest of the table is that kind's settings.
+        pub enum SenderConfig {
+            $($(#[$doc])* $variant($settings),)+
+        }
 
-/// What to send: final text or a template reference.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Content {
-    /// Final text, sent as is.
-    Text(String),
-    /// A template and the values of its variables.
-    Template {
-        /// The template's identifier.
-        template_id: String,
-        /// The template's language code; empty when not given.
-        language: String,
-        /// Values for the template's variables, by name.
-        variables: BTreeMap<String, String>,
-    },
+        impl SenderConfig {
+            /// The kinds the registry holds, in declaration order.
+            pub const KINDS: &'static [SenderKind] = &[$(SenderKind::$kind,)+];
+
+            /// This config's kind.
+            pub fn kind(&self) -> SenderKind {
+                match self {
+                    $(SenderConfig::$variant(_) => SenderKind::$kind,)+
+                }
+            }
+
+            /// Reads the settings of `kind` from a table's settings (all but `sender`,
+            /// `timeout` and `concurrency`).
+            pub(crate) fn parse(
+                cx: &BuildContext<'_>,
+                kind: SenderKind,
+                settings: toml_edit::InlineTable,
+            ) -> Result<Self, ConfigError> {
+                match kind {
+                    $(SenderKind::$kind => {
+                        parse_settings(cx, kind.as_str(), settings).map(SenderConfig::$variant)
+                    })+
+                }
+            }
+
+            /// Checks the settings and builds the sender.
+            pub(crate) fn build(self, cx: &mut BuildContext<'_>) -> Result<BoxSender, ConfigError> {
+                match self {
+                    $(SenderConfig::$variant(settings) => settings.build(cx),)+
+                }
+            }
+        }
+    };
 }
 
-impl Content {
-    /// The content's size in bytes (text, or template id plus variables), for logs.
-    pub fn len(&self) -> usize {
-        match self {
-            Content::Text(t) => t.len(),
-            Content::Template {
-                template_id,
-                language,
-                variables,
-            } => {
-                template_id.len()
-                    + language.len()
-                    + variables
-                        .iter()
-                        .map(|(k, v)| k.len() + v.len())
-                        .sum::<usize>()
+registry! {
+    /// WhatsApp Business Cloud API: one business phone number.
+    WhatsappCloud(whatsapp::WhatsAppConfig) = WhatsappCloud,
+    /// WeCom application messages: one app of one corp.
+    Wecom(wecom::WeComConfig) = Wecom,
+    /// A WeCom group robot's webhook.
+    WecomRobot(wecom::robot::RobotConfig) = WecomRobot,
+    /// A signed JSON POST to one URL.
+    Webhook(webhook::WebhookConfig) = Webhook,
+    /// Logs each send and succeeds.
+    Log(log::LogConfig) = Log,
+    /// Succeeds silently.
+    Noop(noop::NoopConfig) = Noop,
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::config::Source;
+    use super::*;
+
+    /// The registry and the shared list of kinds (what the scheduler accepts) agree both ways:
+    /// every kind the registry builds is in `SenderKind::ALL`, and every kind in it is read by
+    /// its own variant's settings.
+    #[test]
+    fn registry_and_the_shared_list_of_kinds_agree() {
+        let mut registry = SenderConfig::KINDS.to_vec();
+        registry.sort();
+        let mut shared = SenderKind::ALL.to_vec();
+        shared.sort();
+        assert_eq!(registry, shared);
+
+        let source = Source {
+            text: "",
+            origin: "executor.toml",
+        };
+        let cx = BuildContext::new(source, &|_| None);
+        for kind in SenderKind::ALL {
+            match SenderConfig::parse(&cx, kind, toml_edit::InlineTable::new()) {
+                // Kinds without required settings: the variant must be the kind's own.
+                Ok(config) => assert_eq!(config.kind(), kind),
+                // The others ask for their own settings.
+                Err(e) => {
+                    let e = e.to_string();
+                    assert!(
+                        e.contains(&format!("{kind} sender: missing field")),
+                        "{kind}: {e}"
+                    );
+                }
             }
         }
     }
-
-    /// Whether the content is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Converts the wire content; `None` when the lease carried no body.
-    pub fn from_proto(content: Option<pb::Content>) -> Option<Self> {
-        match content?.body? {
-            pb::content::Body::Text(t) => Some(Content::Text(t)),
-            pb::content::Body::Template(t) => Some(Content::Template {
-                template_id: t.template_id,
-                language: t.language,
-                variables: t.variables.into_iter().collect(),
-            }),
-        }
-    }
-}
-
-/// One attempt to send one task, built from a lease.
-#[derive(Clone, Debug)]
-pub struct SendRequest {
-    /// The task's id.
-    pub task_id: String,
-    /// The attempt number (with `task_id`, the lease's fencing token).
-    pub attempt: i32,
-    /// The queue the task belongs to.
-    pub queue: String,
-    /// The recipient.
-    pub recipient: String,
-    /// What to send.
-    pub content: Content,
-    /// The provider idempotency key: the same for every attempt of the task.
-    pub idempotency_key: String,
-    /// The task's labels.
-    pub labels: BTreeMap<String, String>,
-    /// When the task was due.
-    pub run_at: Option<SystemTime>,
-    /// When the lease was granted (scheduler's database clock).
-    pub leased_at: Option<SystemTime>,
-    /// Attempts charged before this one.
-    pub attempts_before: i32,
-    /// The task's attempt budget.
-    pub max_attempts: i32,
-    /// The sending account the scheduler chose; empty when the task is routed by queue.
-    pub account_id: String,
-    /// The name of that account's table in the executor's config file (`[accounts.<name>]`);
-    /// empty when the task is routed by queue.
-    pub credentials_ref: String,
-}
-
-impl SendRequest {
-    /// Whether an earlier attempt of this task may have reached the provider: an attempt was
-    /// charged, or this is not the first lease of the task (a lease that expired without a
-    /// report is the zombie case, where the provider may have seen the message).
-    pub fn is_retry(&self) -> bool {
-        self.attempts_before > 0 || self.attempt > 1
-    }
-}
-
-/// What a successful send returns.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct SendReceipt {
-    /// The provider's message id, when it returned one.
-    pub provider_message_id: Option<String>,
-    /// Something the attempt's record should say although the send succeeded, e.g. WeCom
-    /// recipients the provider rejected while delivering to the others. Reported as the
-    /// attempt's error text with outcome OK.
-    pub note: Option<String>,
-}
-
-/// How a failed send is classified (the non-OK outcome classes of the wire contract).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum OutcomeClass {
-    /// The provider throttled us; retry after `retry_after` or the policy's backoff.
-    RateLimited,
-    /// A passing failure (network, timeout, 5xx).
-    Transient,
-    /// The message can never succeed as sent.
-    Permanent,
-    /// The sending account is offline, locked or misconfigured; the attempt is not charged.
-    AccountUnavailable,
-}
-
-impl OutcomeClass {
-    /// The wire value.
-    pub fn to_proto(self) -> pb::OutcomeClass {
-        match self {
-            OutcomeClass::RateLimited => pb::OutcomeClass::RateLimited,
-            OutcomeClass::Transient => pb::OutcomeClass::Transient,
-            OutcomeClass::Permanent => pb::OutcomeClass::Permanent,
-            OutcomeClass::AccountUnavailable => pb::OutcomeClass::AccountUnavailable,
-        }
-    }
-}
-
-impl fmt::Display for OutcomeClass {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            OutcomeClass::RateLimited => "rate_limited",
-            OutcomeClass::Transient => "transient",
-            OutcomeClass::Permanent => "permanent",
-            OutcomeClass::AccountUnavailable => "account_unavailable",
-        })
-    }
-}
-
-/// A classified send failure.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{class}: {message}")]
-pub struct SendError {
-    /// How the failure is classified.
-    pub class: OutcomeClass,
-    /// The delay the provider asked for, if any.
-    pub retry_after: Option<Duration>,
-    /// The provider's error text (no secrets). Starts with [`RECIPIENT_SCOPE_MARKER`] when
-    /// `recipient_scoped` is set, so the scheduler can tell before the wire has a field for it.
-    pub message: String,
-    /// The failure concerns this recipient only (WhatsApp's pair rate limit 131056): other
-    /// recipients of the same account are unaffected, so the account must not be slowed.
-    pub recipient_scoped: bool,
-}
-
-/// Prefix of the error text of a recipient-scoped failure, until `AttemptResult` carries the
-/// scope as a field.
-pub const RECIPIENT_SCOPE_MARKER: &str = "[recipient] ";
-
-impl SendError {
-    /// A failure of the given class without a retry hint.
-    pub fn new(class: OutcomeClass, message: impl Into<String>) -> Self {
-        SendError {
-            class,
-            retry_after: None,
-            message: message.into(),
-            recipient_scoped: false,
-        }
-    }
-
-    /// The sending account cannot send (offline, locked, misconfigured): not the task's fault.
-    pub fn account_unavailable(message: impl Into<String>) -> Self {
-        Self::new(OutcomeClass::AccountUnavailable, message)
-    }
-
-    /// Marks the failure as concerning this recipient only, and says so in the error text.
-    pub fn scoped_to_recipient(mut self) -> Self {
-        if !self.recipient_scoped {
-            self.recipient_scoped = true;
-            self.message = format!("{RECIPIENT_SCOPE_MARKER}{}", self.message);
-        }
-        self
-    }
-
-    /// A passing failure.
-    pub fn transient(message: impl Into<String>) -> Self {
-        Self::new(OutcomeClass::Transient, message)
-    }
-
-    /// A failure that will not go away by retrying.
-    pub fn permanent(message: impl Into<String>) -> Self {
-        Self::new(OutcomeClass::Permanent, message)
-    }
-
-    /// Sets the provider's retry hint.
-    pub fn with_retry_after(mut self, retry_after: Option<Duration>) -> Self {
-        self.retry_after = retry_after;
-        self
-    }
-
-    /// Whether the scheduler will retry this attempt.
-    pub fn is_retryable(&self) -> bool {
-        !matches!(self.class, OutcomeClass::Permanent)
-    }
-}
-
-/// Limits applied around one route's sender.
-#[derive(Clone, Copy, Debug)]
-pub struct RouteLimits {
-    /// How long one send may take.
-    pub timeout: Duration,
-    /// How many sends may run at once on this route.
-    pub concurrency: usize,
-}
-
-/// Wraps a sender in the executor's layers. Every route goes through here once at start-up.
-pub fn layered(sender: BoxSender, limits: RouteLimits) -> BoxSender {
-    let timeout = limits.timeout;
-    let stack = ServiceBuilder::new()
-        // Bound the sends running at once on this route; waiting for a permit is the lease's
-        // Pending state, so a Revoke can still stop it before anything is sent.
-        .concurrency_limit(limits.concurrency.max(1))
-        // Bound each send (not the wait for a permit) so a hung provider cannot hold a slot
-        // forever; an elapsed send is TRANSIENT because the provider may never have seen it.
-        .map_future(move |fut| async move {
-            match tokio::time::timeout(timeout, fut).await {
-                Ok(result) => result,
-                Err(_) => Err(SendError::transient(format!(
-                    "send timed out after {}",
-                    humantime::format_duration(timeout)
-                ))),
-            }
-        })
-        .service(sender);
-    BoxCloneService::new(stack)
-}
-
-/// Turns any service whose error converts to [`BoxError`] into a [`BoxSender`], classifying
-/// unknown errors as TRANSIENT. Useful for test senders built from `tower::service_fn`.
-pub fn boxed<S>(service: S) -> BoxSender
-where
-    S: tower::Service<SendRequest, Response = SendReceipt> + Clone + Send + 'static,
-    S::Error: Into<BoxError>,
-    S::Future: Send + 'static,
-{
-    BoxCloneService::new(service.map_err(|e: S::Error| {
-        let e: BoxError = e.into();
-        match e.downcast::<SendError>() {
-            Ok(send_error) => *send_error,
-            Err(other) => SendError::transient(other.to_string()),
-        }
-    }))
 }

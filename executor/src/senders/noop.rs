@@ -1,32 +1,28 @@
-//! The `noop` sender: succeeds at once without doing or logging anything. For benchmarks, where
+//! The `noop` sender: succeeds at once without doing or logging anything. For load tests, where
 //! a per-send log line or network call would measure the sender instead of herald.
 
-use std::future::{ready, Ready};
-use std::task::{Context, Poll};
+use serde::Deserialize;
 
-use super::{BoxSender, SendError, SendReceipt, SendRequest};
+use super::config::{BuildContext, BuildSender, ConfigError};
+use super::{BoxSender, SendError, SendReceipt, SendRequest, Sender};
+
+/// `sender = "noop"`: no settings.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoopConfig {}
+
+impl BuildSender for NoopConfig {
+    fn build(self, _cx: &mut BuildContext<'_>) -> Result<BoxSender, ConfigError> {
+        Ok(NoopSender.boxed())
+    }
+}
 
 /// Returns OK for every send, immediately and silently.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NoopSender;
 
-impl NoopSender {
-    /// The sender, boxed.
-    pub fn boxed() -> BoxSender {
-        tower::util::BoxCloneService::new(NoopSender)
-    }
-}
-
-impl tower::Service<SendRequest> for NoopSender {
-    type Response = SendReceipt;
-    type Error = SendError;
-    type Future = Ready<Result<SendReceipt, SendError>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), SendError>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, _req: SendRequest) -> Self::Future {
-        ready(Ok(SendReceipt::default()))
+impl Sender for NoopSender {
+    async fn send(&self, _req: SendRequest) -> Result<SendReceipt, SendError> {
+        Ok(SendReceipt::default())
     }
 }

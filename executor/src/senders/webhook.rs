@@ -1,71 +1,40 @@
 //! The `webhook` sender: POSTs the message as JSON, signed the Standard Webhooks way
-//! (<https://github.com/standard-webhooks/standard-webhooks/blob/main/spec/standard-webhooks.md>),
-//! and classifies the response.
+//! (<https://github.com/standard-webhooks/standard-webhooks/blob/main/spec/standard-webhooks.md>,
+//! with the signer shared with the scheduler's notifications, `herald_outbound`), and
+//! classifies the response by its status ([`classify_status`]).
 
-use std::fmt;
-use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use base64::engine::general_purpose::STANDARD as BASE64;
-use base64::Engine as _;
-use futures::future::BoxFuture;
-use hmac::{Hmac, Mac};
-use http::{HeaderMap, StatusCode};
+use herald_outbound::signing::{WEBHOOK_ID, WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP};
+use http::StatusCode;
+use serde::Deserialize;
 use serde_json::json;
-use sha2::Sha256;
+use toml::Spanned;
 use tracing::{debug, instrument, Span};
 
-use super::{BoxSender, Content, OutcomeClass, SendError, SendReceipt, SendRequest};
-use crate::credentials::Secret;
+use super::config::{BuildContext, BuildSender, ConfigError};
+use super::http::{body_excerpt, retry_after, transport_error};
+use super::{BoxSender, Content, OutcomeClass, SendError, SendReceipt, SendRequest, Sender};
+use crate::credentials::SecretRef;
+pub use herald_outbound::signing::SigningKey;
 
-/// How much of an error response body goes into the error message.
-const BODY_EXCERPT: usize = 512;
-
-/// The HMAC key derived from a webhook secret. Never printed.
-#[derive(Clone)]
-pub struct SigningKey(Hmac<Sha256>);
-
-impl fmt::Debug for SigningKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("[redacted]")
-    }
+/// `sender = "webhook"`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookConfig {
+    /// The receiver's http(s) URL; a secret when it carries a token.
+    url: Spanned<SecretRef>,
+    /// The signing secret: `whsec_<base64>` or raw bytes.
+    secret: Spanned<SecretRef>,
 }
 
-/// Why a webhook secret cannot be used as a signing key.
-#[derive(Debug, thiserror::Error)]
-pub enum InvalidSecret {
-    /// The secret is `whsec_` followed by something that is not base64.
-    #[error("webhook secret has the whsec_ prefix but the rest is not valid base64: {0}")]
-    Base64(#[source] base64::DecodeError),
-    /// The HMAC rejected the key.
-    #[error("webhook secret is not a usable HMAC key")]
-    Key,
-}
-
-impl SigningKey {
-    /// The key for a secret: the base64-decoded part after `whsec_`, or the raw bytes of a
-    /// secret without that prefix.
-    pub fn from_secret(secret: &Secret) -> Result<Self, InvalidSecret> {
-        let raw = secret.expose();
-        let key = match raw.strip_prefix("whsec_") {
-            Some(b64) => BASE64.decode(b64).map_err(InvalidSecret::Base64)?,
-            None => raw.as_bytes().to_vec(),
-        };
-        Hmac::<Sha256>::new_from_slice(&key)
-            .map(SigningKey)
-            .map_err(|_| InvalidSecret::Key)
-    }
-
-    /// The `webhook-signature` header value: `v1,` + base64(HMAC-SHA256(key, "{id}.{ts}.{body}")).
-    pub fn sign(&self, id: &str, timestamp: i64, body: &[u8]) -> String {
-        let mut mac = self.0.clone();
-        mac.update(id.as_bytes());
-        mac.update(b".");
-        mac.update(timestamp.to_string().as_bytes());
-        mac.update(b".");
-        mac.update(body);
-        format!("v1,{}", BASE64.encode(mac.finalize().into_bytes()))
+impl BuildSender for WebhookConfig {
+    fn build(self, cx: &mut BuildContext<'_>) -> Result<BoxSender, ConfigError> {
+        let (_, url) = cx.secret_url("url", &self.url)?;
+        let secret = cx.secret("secret", &self.secret)?;
+        let key = SigningKey::from_secret(secret.expose())
+            .map_err(|e| cx.invalid(self.secret.span(), format!("secret: {e}")))?;
+        Ok(WebhookSender::new(cx.http_client()?, url, key).boxed())
     }
 }
 
@@ -74,32 +43,15 @@ impl SigningKey {
 pub struct WebhookSender {
     client: reqwest::Client,
     url: reqwest::Url,
-    key: Arc<SigningKey>,
+    key: SigningKey,
 }
 
 impl WebhookSender {
     /// A sender for `url`, signing with `key`. Share one `client` between all senders; it must
-    /// not follow redirects (see [`http_client`]).
+    /// not follow redirects (see [`super::http::client`]).
     pub fn new(client: reqwest::Client, url: reqwest::Url, key: SigningKey) -> Self {
-        WebhookSender {
-            client,
-            url,
-            key: Arc::new(key),
-        }
+        WebhookSender { client, url, key }
     }
-
-    /// The sender, boxed.
-    pub fn boxed(self) -> BoxSender {
-        tower::util::BoxCloneService::new(self)
-    }
-}
-
-/// The HTTP client for webhook senders: no redirects (a 3xx is a PERMANENT answer), rustls.
-pub fn http_client() -> Result<reqwest::Client, reqwest::Error> {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .user_agent(concat!("herald-executor/", env!("CARGO_PKG_VERSION")))
-        .build()
 }
 
 /// The JSON body of one message.
@@ -127,22 +79,7 @@ pub fn body(req: &SendRequest) -> serde_json::Value {
     })
 }
 
-impl tower::Service<SendRequest> for WebhookSender {
-    type Response = SendReceipt;
-    type Error = SendError;
-    type Future = BoxFuture<'static, Result<SendReceipt, SendError>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), SendError>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: SendRequest) -> Self::Future {
-        let this = self.clone();
-        Box::pin(async move { this.send(req).await })
-    }
-}
-
-impl WebhookSender {
+impl Sender for WebhookSender {
     #[instrument(name = "webhook_send", skip_all, fields(task_id = %req.task_id, attempt = req.attempt, queue = %req.queue, status))]
     async fn send(&self, req: SendRequest) -> Result<SendReceipt, SendError> {
         let body = serde_json::to_vec(&body(&req))
@@ -158,15 +95,15 @@ impl WebhookSender {
             .client
             .post(self.url.clone())
             .header(http::header::CONTENT_TYPE, "application/json")
-            .header("webhook-id", id)
-            .header("webhook-timestamp", timestamp.to_string())
-            .header("webhook-signature", signature)
+            .header(WEBHOOK_ID, id)
+            .header(WEBHOOK_TIMESTAMP, timestamp.to_string())
+            .header(WEBHOOK_SIGNATURE, signature)
             .header("Idempotency-Key", id)
             .header("herald-attempt", req.attempt.to_string())
             .body(body)
             .send()
             .await
-            .map_err(classify_reqwest_error)?;
+            .map_err(|e| transport_error("webhook request", e))?;
 
         let status = response.status();
         Span::current().record("status", status.as_u16());
@@ -189,29 +126,10 @@ impl WebhookSender {
     }
 }
 
-fn classify_reqwest_error(e: reqwest::Error) -> SendError {
-    if e.is_builder() {
-        return SendError::permanent(format!("cannot build webhook request: {e}"));
-    }
-    let what = if e.is_timeout() {
-        "webhook request timed out"
-    } else if e.is_connect() {
-        "cannot connect to webhook"
-    } else {
-        "webhook request failed"
-    };
-    // Print the whole source chain: reqwest's top-level message alone says little.
-    let mut message = format!("{what}: {e}");
-    let mut source = std::error::Error::source(&e);
-    while let Some(s) = source {
-        message.push_str(": ");
-        message.push_str(&s.to_string());
-        source = s.source();
-    }
-    SendError::transient(message)
-}
-
-/// Classifies a non-2xx status.
+/// Classifies a non-2xx status (docs/senders.md has the table): 429 RATE_LIMITED and 503
+/// TRANSIENT honour `Retry-After`; 408 and other 5xx are TRANSIENT without it; 410 Gone is
+/// ACCOUNT_UNAVAILABLE (the endpoint was removed: not the message's fault); every other status,
+/// 3xx included (redirects are not followed), is PERMANENT.
 pub fn classify_status(
     status: StatusCode,
     retry_after: Option<Duration>,
@@ -232,35 +150,6 @@ pub fn classify_status(
     SendError::new(class, message).with_retry_after(retry_after)
 }
 
-/// Parses `Retry-After`: delay seconds or an HTTP-date (a date in the past means now).
-pub fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
-    let value = headers
-        .get(http::header::RETRY_AFTER)?
-        .to_str()
-        .ok()?
-        .trim();
-    if let Ok(secs) = value.parse::<u64>() {
-        return Some(Duration::from_secs(secs));
-    }
-    let at = httpdate::parse_http_date(value).ok()?;
-    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
-}
-
-/// The first bytes of the response body, as lossy UTF-8.
-async fn body_excerpt(mut response: reqwest::Response) -> String {
-    let mut buf = Vec::with_capacity(BODY_EXCERPT);
-    while buf.len() < BODY_EXCERPT {
-        match response.chunk().await {
-            Ok(Some(chunk)) => {
-                let take = (BODY_EXCERPT - buf.len()).min(chunk.len());
-                buf.extend_from_slice(&chunk[..take]);
-            }
-            Ok(None) | Err(_) => break,
-        }
-    }
-    String::from_utf8_lossy(&buf).into_owned()
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -269,10 +158,16 @@ mod tests {
     use axum::response::{IntoResponse, Response};
     use axum::routing::post;
     use axum::Router;
+    use base64::engine::general_purpose::STANDARD as BASE64;
+    use base64::Engine as _;
+    use hmac::{Hmac, Mac};
+    use http::HeaderMap;
+    use sha2::Sha256;
     use tokio::sync::mpsc;
     use tower::ServiceExt;
 
     use super::*;
+    use crate::senders::http::client as http_client;
     use crate::senders::{layered, RouteLimits};
 
     type Received = mpsc::UnboundedReceiver<(HeaderMap, Bytes)>;
@@ -324,9 +219,9 @@ mod tests {
 
     const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
-    fn sender(url: reqwest::Url) -> WebhookSender {
-        let key = SigningKey::from_secret(&Secret::new(SECRET)).unwrap();
-        WebhookSender::new(http_client().unwrap(), url, key)
+    fn sender(url: reqwest::Url) -> BoxSender {
+        let key = SigningKey::from_secret(SECRET).unwrap();
+        WebhookSender::new(http_client().unwrap(), url, key).boxed()
     }
 
     async fn send_with(
@@ -506,7 +401,7 @@ mod tests {
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
         let url = format!("http://{addr}/hook").parse().unwrap();
         let svc = layered(
-            sender(url).boxed(),
+            sender(url),
             RouteLimits {
                 timeout: Duration::from_millis(200),
                 concurrency: 4,
@@ -515,42 +410,5 @@ mod tests {
         let err = svc.oneshot(request()).await.unwrap_err();
         assert_eq!(err.class, OutcomeClass::Transient);
         assert_eq!(err.message, "send timed out after 200ms");
-    }
-
-    #[test]
-    fn retry_after_parsing() {
-        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
-        let headers = |v: &str| {
-            let mut h = HeaderMap::new();
-            h.insert(http::header::RETRY_AFTER, v.parse().unwrap());
-            h
-        };
-        assert_eq!(
-            retry_after(&headers("120"), now),
-            Some(Duration::from_secs(120))
-        );
-        assert_eq!(retry_after(&headers(" 0 "), now), Some(Duration::ZERO));
-        let later = httpdate::fmt_http_date(now + Duration::from_secs(90));
-        assert_eq!(
-            retry_after(&headers(&later), now),
-            Some(Duration::from_secs(90))
-        );
-        let earlier = httpdate::fmt_http_date(now - Duration::from_secs(90));
-        assert_eq!(retry_after(&headers(&earlier), now), Some(Duration::ZERO));
-        assert_eq!(retry_after(&headers("soon"), now), None);
-        assert_eq!(retry_after(&HeaderMap::new(), now), None);
-    }
-
-    #[test]
-    fn key_without_prefix_uses_raw_bytes() {
-        let raw = SigningKey::from_secret(&Secret::new("plain-secret")).unwrap();
-        let prefixed = SigningKey::from_secret(&Secret::new(format!(
-            "whsec_{}",
-            BASE64.encode("plain-secret")
-        )))
-        .unwrap();
-        assert_eq!(raw.sign("id", 1, b"{}"), prefixed.sign("id", 1, b"{}"));
-        assert!(SigningKey::from_secret(&Secret::new("whsec_%%%")).is_err());
-        assert_eq!(format!("{raw:?}"), "[redacted]");
     }
 }

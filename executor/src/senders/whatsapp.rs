@@ -13,19 +13,18 @@
 //! by HTTP status when the body has no code (see [`classify_code`], [`classify_status`]).
 
 use std::fmt;
-use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
-use futures::future::BoxFuture;
 use http::StatusCode;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use toml::Spanned;
 use tracing::{debug, instrument, warn, Span};
 
-use super::webhook::retry_after as retry_after_header;
-use super::{BoxSender, Content, OutcomeClass, SendError, SendReceipt, SendRequest};
-use crate::credentials::Secret;
+use super::config::{BuildContext, BuildSender, ConfigError};
+use super::http::{excerpt, retry_after as retry_after_header, transport_error};
+use super::{BoxSender, Content, OutcomeClass, SendError, SendReceipt, SendRequest, Sender};
+use crate::credentials::{Secret, SecretRef};
 
 /// Meta's Graph API host.
 pub const DEFAULT_BASE_URL: &str = "https://graph.facebook.com";
@@ -42,8 +41,52 @@ const PAIR_LIMIT_WAIT: Duration = Duration::from_secs(6);
 const LONG_COOL_DOWN: Duration = Duration::from_secs(3600);
 /// 131057 (maintenance, e.g. a throughput upgrade of up to a minute): retry after that.
 const MAINTENANCE_WAIT: Duration = Duration::from_secs(60);
-/// How much of an unparseable error body goes into the error text.
-const BODY_EXCERPT: usize = 512;
+
+/// `sender = "whatsapp_cloud"`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WhatsAppConfig {
+    /// The business phone number's id (not the number).
+    phone_number_id: Spanned<String>,
+    /// The system-user access token.
+    access_token: Spanned<SecretRef>,
+    /// The Graph API host; [`DEFAULT_BASE_URL`] when absent.
+    base_url: Option<Spanned<String>>,
+    /// The Graph API version; [`DEFAULT_API_VERSION`] when absent.
+    api_version: Option<Spanned<String>>,
+}
+
+impl BuildSender for WhatsAppConfig {
+    fn build(self, cx: &mut BuildContext<'_>) -> Result<BoxSender, ConfigError> {
+        let phone_number_id = cx
+            .non_empty("phone_number_id", &self.phone_number_id)?
+            .to_owned();
+        let access_token = cx.secret("access_token", &self.access_token)?;
+        let api_version = match &self.api_version {
+            None => DEFAULT_API_VERSION.to_owned(),
+            Some(v) => {
+                let s = cx.non_empty("api_version", v)?;
+                if !s.starts_with('v') || s.contains('/') {
+                    return Err(cx.invalid(
+                        v.span(),
+                        format!("api_version looks like \"v23.0\", got {s:?}"),
+                    ));
+                }
+                s.to_owned()
+            }
+        };
+        let base_url = cx.base_url(&self.base_url, DEFAULT_BASE_URL)?;
+        let settings = WhatsAppSettings {
+            base_url,
+            api_version,
+            phone_number_id,
+            access_token,
+        };
+        let sender =
+            WhatsAppSender::new(cx.http_client()?, settings).map_err(|e| cx.invalid_table(e))?;
+        Ok(sender.boxed())
+    }
+}
 
 /// Settings of one `whatsapp_cloud` account.
 #[derive(Clone)]
@@ -70,10 +113,10 @@ impl fmt::Debug for WhatsAppSettings {
 }
 
 /// Sends through one WhatsApp business phone number.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct WhatsAppSender {
     client: reqwest::Client,
-    settings: Arc<WhatsAppSettings>,
+    settings: WhatsAppSettings,
     url: reqwest::Url,
 }
 
@@ -103,34 +146,14 @@ impl WhatsAppSender {
             ]);
         Ok(WhatsAppSender {
             client,
-            settings: Arc::new(settings),
+            settings,
             url,
         })
-    }
-
-    /// The sender, boxed.
-    pub fn boxed(self) -> BoxSender {
-        tower::util::BoxCloneService::new(self)
     }
 
     /// The messages endpoint this sender posts to.
     pub fn url(&self) -> &reqwest::Url {
         &self.url
-    }
-}
-
-impl tower::Service<SendRequest> for WhatsAppSender {
-    type Response = SendReceipt;
-    type Error = SendError;
-    type Future = BoxFuture<'static, Result<SendReceipt, SendError>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), SendError>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: SendRequest) -> Self::Future {
-        let this = self.clone();
-        Box::pin(async move { this.send(req).await })
     }
 }
 
@@ -248,7 +271,7 @@ struct SentMessage {
     id: String,
 }
 
-impl WhatsAppSender {
+impl Sender for WhatsAppSender {
     #[instrument(name = "whatsapp_send", skip_all, fields(task_id = %req.task_id, attempt = req.attempt, account = %req.account_id, status, code))]
     async fn send(&self, req: SendRequest) -> Result<SendReceipt, SendError> {
         let body = message_body(&req)?;
@@ -259,14 +282,15 @@ impl WhatsAppSender {
             .json(&body)
             .send()
             .await
-            .map_err(|e| transport_error("whatsapp request failed", &e))?;
+            // TRANSIENT: /messages has no idempotency key, so the message may have gone out.
+            .map_err(|e| transport_error("whatsapp request", e))?;
         let status = response.status();
         Span::current().record("status", status.as_u16());
         let retry_after = retry_after_header(response.headers(), SystemTime::now());
         let bytes = response
             .bytes()
             .await
-            .map_err(|e| transport_error("cannot read the whatsapp response", &e))?;
+            .map_err(|e| transport_error("reading the whatsapp response", e))?;
         if status.is_success() {
             let id = serde_json::from_slice::<SuccessBody>(&bytes)
                 .ok()
@@ -302,39 +326,20 @@ impl WhatsAppSender {
                 }
                 classify_code(code, status, &text)
             }
-            None => {
-                let excerpt =
-                    String::from_utf8_lossy(&bytes[..bytes.len().min(BODY_EXCERPT)]).into_owned();
-                classify_status(
-                    status,
-                    &format!(
-                        "whatsapp answered HTTP {} without an error code: {excerpt}",
-                        status.as_u16()
-                    ),
-                )
-            }
+            None => classify_status(
+                status,
+                &format!(
+                    "whatsapp answered HTTP {} without an error code: {}",
+                    status.as_u16(),
+                    excerpt(&bytes)
+                ),
+            ),
         };
         // A Retry-After header (never documented by Meta) wins over our defaults.
         Err(match retry_after {
             Some(d) => error.with_retry_after(Some(d)),
             None => error,
         })
-    }
-}
-
-fn transport_error(what: &str, e: &reqwest::Error) -> SendError {
-    let mut message = format!("{what}: {e}");
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        message.push_str(": ");
-        message.push_str(&s.to_string());
-        source = s.source();
-    }
-    // No idempotency key exists for /messages: the message may have been sent already.
-    if e.is_builder() {
-        SendError::permanent(message)
-    } else {
-        SendError::transient(message)
     }
 }
 

@@ -7,14 +7,15 @@ pub mod feedback;
 pub mod model;
 pub mod routing;
 
-/// The sender kinds an account may name: exactly those executors implement.
-pub fn sender_kinds() -> Vec<&'static str> {
-    SENDER_KINDS.to_vec()
-}
+use herald_proto::SenderKind;
 
-/// Whether `kind` is a sender kind executors implement.
+/// Whether `kind` is a sender kind executors implement (the kinds are defined once, in
+/// `herald-proto`, with the executor's registry checked against them).
 pub fn is_sender_kind(kind: &str) -> bool {
-    SENDER_KINDS.contains(&kind)
+    SenderKind::parse(kind).is_some()
 }
 
-const SENDER_KINDS: &[&str] = &["whatsapp_cloud", "wecom", "wecom_robot", "webhook", "log"];
+/// Every sender kind, quoted, for error messages.
+pub fn sender_kinds() -> String {
+    SenderKind::expected()
+}

@@ -191,10 +191,7 @@ impl AccountSpec {
         if !crate::accounts::is_sender_kind(&self.sender_kind) {
             v.add(
                 f("sender_kind"),
-                format!(
-                    "must be one of {}",
-                    crate::accounts::sender_kinds().join(", ")
-                ),
+                format!("must be one of {}", crate::accounts::sender_kinds()),
             );
         }
         if let Some(p) = rules::name_problem(&self.pool) {

@@ -12,10 +12,7 @@
 
 use std::time::Duration;
 
-use base64::engine::general_purpose::STANDARD as BASE64;
-use base64::Engine as _;
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
+use herald_outbound::signing::{SigningKey, WEBHOOK_ID, WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP};
 use tokio_util::sync::CancellationToken;
 
 use super::metrics::{NOTIFICATIONS, NOTIFICATIONS_PENDING};
@@ -36,52 +33,12 @@ const ENABLED_FOR: Duration = Duration::from_secs(300);
 /// of the receiver delays notifications without dropping them.
 const BACKOFF_MAX: Duration = Duration::from_secs(600);
 
-/// The secret is unusable.
-#[derive(Debug, thiserror::Error)]
-pub enum NotifySecretError {
-    /// `whsec_` followed by something that is not base64.
-    #[error("HERALD_NOTIFY_SECRET has the whsec_ prefix but the rest is not valid base64: {0}")]
-    Base64(#[source] base64::DecodeError),
-    /// The HMAC rejected the key.
-    #[error("HERALD_NOTIFY_SECRET is not a usable HMAC key")]
-    Key,
-}
-
-/// Signs notification bodies.
-#[derive(Clone)]
-pub struct Signer(Hmac<Sha256>);
-
-impl Signer {
-    /// The key is the base64-decoded part after `whsec_`, or the raw bytes of a secret without
-    /// that prefix (as the executor's webhook sender does).
-    pub fn from_secret(secret: &str) -> Result<Self, NotifySecretError> {
-        let key = match secret.strip_prefix("whsec_") {
-            Some(b64) => BASE64.decode(b64).map_err(NotifySecretError::Base64)?,
-            None => secret.as_bytes().to_vec(),
-        };
-        Hmac::<Sha256>::new_from_slice(&key)
-            .map(Signer)
-            .map_err(|_| NotifySecretError::Key)
-    }
-
-    /// The `webhook-signature` value.
-    pub fn sign(&self, id: &str, timestamp: i64, body: &[u8]) -> String {
-        let mut mac = self.0.clone();
-        mac.update(id.as_bytes());
-        mac.update(b".");
-        mac.update(timestamp.to_string().as_bytes());
-        mac.update(b".");
-        mac.update(body);
-        format!("v1,{}", BASE64.encode(mac.finalize().into_bytes()))
-    }
-}
-
 /// Where and how to deliver.
 pub struct Notifier {
     /// The receiver.
     pub url: reqwest::Url,
     /// Signs bodies; None sends them unsigned.
-    pub signer: Option<Signer>,
+    pub signer: Option<SigningKey>,
 }
 
 /// The notifier the configuration asks for: None without `notify_url`.
@@ -91,7 +48,9 @@ pub fn from_config(config: &crate::Config) -> Result<Option<Notifier>, String> {
     };
     let url = reqwest::Url::parse(url).map_err(|e| format!("HERALD_NOTIFY_URL: {e}"))?;
     let signer = match config.notify_secret.as_deref().filter(|s| !s.is_empty()) {
-        Some(secret) => Some(Signer::from_secret(secret).map_err(|e| e.to_string())?),
+        Some(secret) => Some(
+            SigningKey::from_secret(secret).map_err(|e| format!("HERALD_NOTIFY_SECRET: {e}"))?,
+        ),
         None => None,
     };
     Ok(Some(Notifier { url, signer }))
@@ -175,10 +134,10 @@ async fn deliver(
     let mut request = client
         .post(notifier.url.clone())
         .header("content-type", "application/json")
-        .header("webhook-id", &id)
-        .header("webhook-timestamp", timestamp.to_string());
+        .header(WEBHOOK_ID, &id)
+        .header(WEBHOOK_TIMESTAMP, timestamp.to_string());
     if let Some(signer) = &notifier.signer {
-        request = request.header("webhook-signature", signer.sign(&id, timestamp, &body));
+        request = request.header(WEBHOOK_SIGNATURE, signer.sign(&id, timestamp, &body));
     }
     let response = request
         .body(body)
@@ -207,16 +166,5 @@ mod tests {
         assert_eq!(backoff(1), Duration::from_secs(1));
         assert_eq!(backoff(3), Duration::from_secs(4));
         assert_eq!(backoff(40), BACKOFF_MAX);
-    }
-
-    #[test]
-    fn signature_matches_the_standard_webhooks_example() {
-        // The example of the Standard Webhooks specification.
-        let signer = Signer::from_secret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap();
-        let body = br#"{"test": 2432232314}"#;
-        assert_eq!(
-            signer.sign("msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, body),
-            "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
-        );
     }
 }

@@ -57,21 +57,3 @@ pub fn classify_http(status: http::StatusCode, what: &str) -> SendError {
         _ => SendError::permanent(message),
     }
 }
-
-/// A transport failure, with the URL removed (it carries the access token, the corp secret
-/// or the robot key).
-pub fn transport_error(what: &str, e: reqwest::Error) -> SendError {
-    let e = e.without_url();
-    let mut message = format!("{what}: {e}");
-    let mut source = std::error::Error::source(&e);
-    while let Some(s) = source {
-        message.push_str(": ");
-        message.push_str(&s.to_string());
-        source = s.source();
-    }
-    if e.is_builder() {
-        SendError::permanent(message)
-    } else {
-        SendError::transient(message)
-    }
-}

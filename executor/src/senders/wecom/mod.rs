@@ -17,18 +17,18 @@ mod token;
 
 use std::collections::BTreeSet;
 use std::fmt;
-use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use toml::Spanned;
 use tracing::{debug, instrument, warn, Span};
 
+use super::config::{BuildContext, BuildSender, ConfigError, DurationSpec};
+use super::http::transport_error;
 use super::limiter::{KeyedLimiter, WindowLimit};
-use super::{BoxSender, Content, OutcomeClass, SendError, SendReceipt, SendRequest};
-use crate::credentials::Secret;
+use super::{BoxSender, Content, OutcomeClass, SendError, SendReceipt, SendRequest, Sender};
+use crate::credentials::{Secret, SecretRef};
 use token::TokenCache;
 
 /// WeCom's API host.
@@ -81,6 +81,94 @@ impl MessageType {
             "textcard" => Some(Self::TextCard),
             _ => None,
         }
+    }
+
+    /// The `message_type` setting, [`MessageType::Text`] when absent.
+    pub(crate) fn from_setting(
+        cx: &BuildContext<'_>,
+        value: &Option<Spanned<String>>,
+    ) -> Result<Self, ConfigError> {
+        match value {
+            None => Ok(MessageType::default()),
+            Some(v) => MessageType::parse(v.get_ref()).ok_or_else(|| {
+                cx.invalid(
+                    v.span(),
+                    format!(
+                        "message_type must be \"text\", \"markdown\" or \"textcard\", got {:?}",
+                        v.get_ref()
+                    ),
+                )
+            }),
+        }
+    }
+}
+
+/// `sender = "wecom"`: one application of one corp.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WeComConfig {
+    /// The enterprise id.
+    corp_id: Spanned<String>,
+    /// The application's secret.
+    corp_secret: Spanned<SecretRef>,
+    /// The application's id.
+    agent_id: Spanned<i64>,
+    /// The API host; [`DEFAULT_BASE_URL`] when absent.
+    base_url: Option<Spanned<String>>,
+    /// `text` (default), `markdown` or `textcard`.
+    message_type: Option<Spanned<String>>,
+    /// Sent on retries, at most 4 h; WeCom's default (1800 s) when absent.
+    duplicate_check_interval: Option<Spanned<DurationSpec>>,
+    /// `textcard` title unless the task has a `title` label.
+    card_title: Option<Spanned<String>>,
+    /// `textcard` link unless the task has a `url` label.
+    card_url: Option<Spanned<String>>,
+    /// `textcard` button text.
+    card_button: Option<Spanned<String>>,
+}
+
+impl BuildSender for WeComConfig {
+    fn build(self, cx: &mut BuildContext<'_>) -> Result<BoxSender, ConfigError> {
+        let corp_id = cx.non_empty("corp_id", &self.corp_id)?.to_owned();
+        let corp_secret = cx.secret("corp_secret", &self.corp_secret)?;
+        let agent_id = *self.agent_id.get_ref();
+        if agent_id <= 0 {
+            return Err(cx.invalid(self.agent_id.span(), "agent_id must be a positive integer"));
+        }
+        let message_type = MessageType::from_setting(cx, &self.message_type)?;
+        let duplicate_check_interval = match &self.duplicate_check_interval {
+            None => None,
+            Some(d) => Some(
+                d.get_ref()
+                    .to_duration()
+                    .filter(|d| !d.is_zero() && *d <= MAX_DUPLICATE_CHECK_INTERVAL)
+                    .ok_or_else(|| {
+                        cx.invalid(
+                            d.span(),
+                            "duplicate_check_interval must be between 1s and 4h (e.g. \"30m\" or 1800)",
+                        )
+                    })?,
+            ),
+        };
+        let card = CardDefaults {
+            title: self.card_title.map(Spanned::into_inner),
+            url: self.card_url.map(Spanned::into_inner),
+            button: self.card_button.map(Spanned::into_inner),
+        };
+        let base_url = cx.base_url(&self.base_url, DEFAULT_BASE_URL)?;
+        let settings = WeComSettings {
+            base_url,
+            corp_id,
+            corp_secret,
+            agent_id,
+            message_type,
+            duplicate_check_interval,
+            card,
+            member_limits: default_member_limits(),
+        };
+        let sender =
+            WeComSender::new(cx.http_client()?, settings).map_err(|e| cx.invalid_table(e))?;
+        Ok(sender.boxed())
     }
 }
 
@@ -148,14 +236,30 @@ pub(crate) fn api_url(
     Ok(url)
 }
 
-/// Sends application messages of one WeCom app.
-#[derive(Clone, Debug)]
-pub struct WeComSender {
-    inner: Arc<Inner>,
+/// Makes one WeCom API call (`what` names it in errors) and reads its JSON answer. WeCom
+/// answers errors with HTTP 200 and an `errcode`, left to the caller; transport failures and
+/// non-2xx statuses (proxies, outages) are classified here, and a body that is not the
+/// expected JSON is TRANSIENT. URLs, which carry tokens and keys, stay out of the errors.
+pub(crate) async fn call<T: serde::de::DeserializeOwned>(
+    request: reqwest::RequestBuilder,
+    what: &str,
+) -> Result<T, SendError> {
+    let response = request.send().await.map_err(|e| transport_error(what, e))?;
+    let status = response.status();
+    if !status.is_success() {
+        return Err(errcode::classify_http(status, what));
+    }
+    response.json::<T>().await.map_err(|e| {
+        SendError::transient(format!(
+            "{what} answered something that is not its JSON: {}",
+            e.without_url()
+        ))
+    })
 }
 
+/// Sends application messages of one WeCom app.
 #[derive(Debug)]
-struct Inner {
+pub struct WeComSender {
     client: reqwest::Client,
     settings: WeComSettings,
     send_url: reqwest::Url,
@@ -176,34 +280,12 @@ impl WeComSender {
         );
         let members = KeyedLimiter::new(settings.member_limits.clone());
         Ok(WeComSender {
-            inner: Arc::new(Inner {
-                client,
-                settings,
-                send_url,
-                tokens,
-                members,
-            }),
+            client,
+            settings,
+            send_url,
+            tokens,
+            members,
         })
-    }
-
-    /// The sender, boxed.
-    pub fn boxed(self) -> BoxSender {
-        tower::util::BoxCloneService::new(self)
-    }
-}
-
-impl tower::Service<SendRequest> for WeComSender {
-    type Response = SendReceipt;
-    type Error = SendError;
-    type Future = BoxFuture<'static, Result<SendReceipt, SendError>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), SendError>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: SendRequest) -> Self::Future {
-        let inner = self.inner.clone();
-        Box::pin(async move { inner.send(req).await })
     }
 }
 
@@ -258,7 +340,7 @@ struct SendResponse {
     msgid: String,
 }
 
-impl Inner {
+impl WeComSender {
     /// The request body (without the token, which goes in the query).
     fn body(&self, req: &SendRequest) -> Result<Value, SendError> {
         let s = &self.settings;
@@ -317,6 +399,15 @@ impl Inner {
         Ok(body)
     }
 
+    async fn post(&self, token: &Secret, body: &Value) -> Result<SendResponse, SendError> {
+        let mut url = self.send_url.clone();
+        url.query_pairs_mut()
+            .append_pair("access_token", token.expose());
+        call(self.client.post(url).json(body), "wecom message/send").await
+    }
+}
+
+impl Sender for WeComSender {
     #[instrument(name = "wecom_send", skip_all, fields(task_id = %req.task_id, attempt = req.attempt, account = %req.account_id, errcode))]
     async fn send(&self, req: SendRequest) -> Result<SendReceipt, SendError> {
         let users = recipients(&req.recipient);
@@ -365,29 +456,6 @@ impl Inner {
             ));
         }
         outcome(&users, response)
-    }
-
-    async fn post(&self, token: &Secret, body: &Value) -> Result<SendResponse, SendError> {
-        let mut url = self.send_url.clone();
-        url.query_pairs_mut()
-            .append_pair("access_token", token.expose());
-        let response = self
-            .client
-            .post(url)
-            .json(body)
-            .send()
-            .await
-            .map_err(|e| errcode::transport_error("wecom message/send failed", e))?;
-        let status = response.status();
-        if !status.is_success() {
-            return Err(errcode::classify_http(status, "wecom message/send"));
-        }
-        response.json::<SendResponse>().await.map_err(|e| {
-            SendError::transient(format!(
-                "wecom message/send answered something that is not its JSON: {}",
-                e.without_url()
-            ))
-        })
     }
 }
 

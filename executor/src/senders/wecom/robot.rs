@@ -6,19 +6,18 @@
 //! A robot may send 20 messages a minute; the executor keeps that limit itself.
 
 use std::fmt;
-use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use toml::Spanned;
 use tracing::{instrument, Span};
 
 use super::{check_len, errcode, recipients, text_of, MessageType, MAX_TEXT_BYTES};
-use crate::credentials::Secret;
+use crate::credentials::{Secret, SecretRef};
+use crate::senders::config::{BuildContext, BuildSender, ConfigError};
 use crate::senders::limiter::{KeyedLimiter, WindowLimit};
-use crate::senders::{BoxSender, OutcomeClass, SendError, SendReceipt, SendRequest};
+use crate::senders::{BoxSender, OutcomeClass, SendError, SendReceipt, SendRequest, Sender};
 
 /// Robot markdown limit (bytes).
 pub const MAX_ROBOT_MARKDOWN_BYTES: usize = 4096;
@@ -30,6 +29,57 @@ pub fn default_robot_limits() -> Vec<WindowLimit> {
         max: 20,
         window: Duration::from_secs(60),
     }]
+}
+
+/// `sender = "wecom_robot"`: `webhook_key` (with an optional `base_url`) or the full `url`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RobotConfig {
+    /// The robot's key.
+    webhook_key: Option<Spanned<SecretRef>>,
+    /// The full webhook URL, key included.
+    url: Option<Spanned<SecretRef>>,
+    /// The API host, with `webhook_key` only; [`super::DEFAULT_BASE_URL`] when absent.
+    base_url: Option<Spanned<String>>,
+    /// `text` (default) or `markdown`.
+    message_type: Option<Spanned<String>>,
+}
+
+impl BuildSender for RobotConfig {
+    fn build(self, cx: &mut BuildContext<'_>) -> Result<BoxSender, ConfigError> {
+        let endpoint = match (&self.webhook_key, &self.url) {
+            (Some(key), None) => RobotEndpoint::Key {
+                base_url: cx.base_url(&self.base_url, super::DEFAULT_BASE_URL)?,
+                key: cx.secret("webhook_key", key)?,
+            },
+            (None, Some(url)) => {
+                if let Some(b) = &self.base_url {
+                    return Err(cx.invalid(b.span(), "`base_url` is not used with a full `url`"));
+                }
+                RobotEndpoint::Url(cx.secret_url("url", url)?.0)
+            }
+            (Some(_), Some(url)) => {
+                return Err(cx.invalid(url.span(), "give `webhook_key` or `url`, not both"))
+            }
+            (None, None) => {
+                return Err(cx.invalid_table("the wecom_robot sender needs `webhook_key` or `url`"))
+            }
+        };
+        let message_type = MessageType::from_setting(cx, &self.message_type)?;
+        let span = match (&self.message_type, &self.url) {
+            (Some(t), _) => t.span(),
+            (None, Some(u)) => u.span(),
+            (None, None) => cx.table_span(),
+        };
+        let settings = RobotSettings {
+            endpoint,
+            message_type,
+            limits: default_robot_limits(),
+        };
+        let sender =
+            RobotSender::new(cx.http_client()?, settings).map_err(|e| cx.invalid(span, e))?;
+        Ok(sender.boxed())
+    }
 }
 
 /// Where the robot's webhook is.
@@ -76,19 +126,14 @@ pub struct RobotSettings {
 pub struct InvalidRobot(String);
 
 /// Sends through one WeCom group robot.
-#[derive(Clone, Debug)]
 pub struct RobotSender {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
     client: reqwest::Client,
     url: Secret,
     message_type: MessageType,
     limiter: KeyedLimiter,
 }
 
-impl fmt::Debug for Inner {
+impl fmt::Debug for RobotSender {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RobotSender")
             .field("url", &self.url)
@@ -128,37 +173,13 @@ impl RobotSender {
             }
         };
         Ok(RobotSender {
-            inner: Arc::new(Inner {
-                client,
-                url,
-                message_type: settings.message_type,
-                limiter: KeyedLimiter::new(settings.limits),
-            }),
+            client,
+            url,
+            message_type: settings.message_type,
+            limiter: KeyedLimiter::new(settings.limits),
         })
     }
 
-    /// The sender, boxed.
-    pub fn boxed(self) -> BoxSender {
-        tower::util::BoxCloneService::new(self)
-    }
-}
-
-impl tower::Service<SendRequest> for RobotSender {
-    type Response = SendReceipt;
-    type Error = SendError;
-    type Future = BoxFuture<'static, Result<SendReceipt, SendError>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), SendError>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: SendRequest) -> Self::Future {
-        let inner = self.inner.clone();
-        Box::pin(async move { inner.send(req).await })
-    }
-}
-
-impl Inner {
     fn body(&self, req: &SendRequest) -> Result<Value, SendError> {
         let text = text_of(&req.content, "wecom robot message")?;
         Ok(match self.message_type {
@@ -178,7 +199,9 @@ impl Inner {
             }
         })
     }
+}
 
+impl Sender for RobotSender {
     #[instrument(name = "wecom_robot_send", skip_all, fields(task_id = %req.task_id, attempt = req.attempt, account = %req.account_id, errcode))]
     async fn send(&self, req: SendRequest) -> Result<SendReceipt, SendError> {
         let body = self.body(&req)?;
@@ -196,23 +219,11 @@ impl Inner {
             )
             .with_retry_after(Some(over.retry_after)));
         }
-        let response = self
-            .client
-            .post(self.url.expose())
-            .json(&body)
-            .send()
-            .await
-            .map_err(|e| errcode::transport_error("wecom robot webhook failed", e))?;
-        let status = response.status();
-        if !status.is_success() {
-            return Err(errcode::classify_http(status, "wecom robot webhook"));
-        }
-        let answer: RobotResponse = response.json().await.map_err(|e| {
-            SendError::transient(format!(
-                "wecom robot webhook answered something that is not its JSON: {}",
-                e.without_url()
-            ))
-        })?;
+        let answer: RobotResponse = super::call(
+            self.client.post(self.url.expose()).json(&body),
+            "wecom robot webhook",
+        )
+        .await?;
         Span::current().record("errcode", answer.errcode);
         if answer.errcode != 0 {
             return Err(errcode::classify(

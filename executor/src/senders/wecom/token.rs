@@ -135,23 +135,11 @@ impl TokenCache {
             .append_pair("corpid", &self.corp_id)
             .append_pair("corpsecret", self.corp_secret.expose());
         debug!(corp_id = %self.corp_id, "calling wecom gettoken");
-        let response = self
-            .client
-            .get(url)
-            .timeout(GETTOKEN_TIMEOUT)
-            .send()
-            .await
-            .map_err(|e| errcode::transport_error("wecom gettoken failed", e))?;
-        let status = response.status();
-        if !status.is_success() {
-            return Err(errcode::classify_http(status, "wecom gettoken"));
-        }
-        let body: TokenResponse = response.json().await.map_err(|e| {
-            SendError::transient(format!(
-                "wecom gettoken answered something that is not its JSON: {}",
-                e.without_url()
-            ))
-        })?;
+        let body: TokenResponse = super::call(
+            self.client.get(url).timeout(GETTOKEN_TIMEOUT),
+            "wecom gettoken",
+        )
+        .await?;
         if body.errcode != 0 {
             // Classified like a send's errcode: a bad secret or IP is ACCOUNT_UNAVAILABLE, a
             // busy or throttled gettoken is TRANSIENT or RATE_LIMITED, not a dead account.

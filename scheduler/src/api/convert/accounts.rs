@@ -246,6 +246,15 @@ mod tests {
     }
 
     #[test]
+    fn accepts_every_sender_kind_executors_implement() {
+        for kind in herald_proto::SenderKind::ALL {
+            let mut a = wire();
+            a.sender_kind = kind.as_str().into();
+            assert!(checked_account(&a).is_ok(), "{kind}");
+        }
+    }
+
+    #[test]
     fn names_bad_fields() {
         let mut a = wire();
         a.time_zone = "Mars/Olympus".into();

@@ -1,0 +1,217 @@
+//! The sender contract: a [`SendRequest`] built from a lease, and what a send returns, a
+//! [`SendReceipt`] or a [`SendError`] classified into one of the wire's outcome classes.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use herald_proto::v1 as pb;
+
+/// What to send: final text or a template reference.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Content {
+    /// Final text, sent as is.
+    Text(String),
+    /// A template and the values of its variables.
+    Template {
+        /// The template's identifier.
+        template_id: String,
+        /// The template's language code; empty when not given.
+        language: String,
+        /// Values for the template's variables, by name.
+        variables: BTreeMap<String, String>,
+    },
+}
+
+impl Content {
+    /// The content's size in bytes (text, or template id plus variables), for logs.
+    pub fn len(&self) -> usize {
+        match self {
+            Content::Text(t) => t.len(),
+            Content::Template {
+                template_id,
+                language,
+                variables,
+            } => {
+                template_id.len()
+                    + language.len()
+                    + variables
+                        .iter()
+                        .map(|(k, v)| k.len() + v.len())
+                        .sum::<usize>()
+            }
+        }
+    }
+
+    /// Whether the content is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Converts the wire content; `None` when the lease carried no body.
+    pub fn from_proto(content: Option<pb::Content>) -> Option<Self> {
+        match content?.body? {
+            pb::content::Body::Text(t) => Some(Content::Text(t)),
+            pb::content::Body::Template(t) => Some(Content::Template {
+                template_id: t.template_id,
+                language: t.language,
+                variables: t.variables.into_iter().collect(),
+            }),
+        }
+    }
+}
+
+/// One attempt to send one task, built from a lease.
+#[derive(Clone, Debug)]
+pub struct SendRequest {
+    /// The task's id.
+    pub task_id: String,
+    /// The attempt number (with `task_id`, the lease's fencing token).
+    pub attempt: i32,
+    /// The queue the task belongs to.
+    pub queue: String,
+    /// The recipient.
+    pub recipient: String,
+    /// What to send.
+    pub content: Content,
+    /// The provider idempotency key: the same for every attempt of the task.
+    pub idempotency_key: String,
+    /// The task's labels.
+    pub labels: BTreeMap<String, String>,
+    /// When the task was due.
+    pub run_at: Option<SystemTime>,
+    /// When the lease was granted (scheduler's database clock).
+    pub leased_at: Option<SystemTime>,
+    /// Attempts charged before this one.
+    pub attempts_before: i32,
+    /// The task's attempt budget.
+    pub max_attempts: i32,
+    /// The sending account the scheduler chose; empty when the task is routed by queue.
+    pub account_id: String,
+    /// The name of that account's table in the executor's config file (`[accounts.<name>]`);
+    /// empty when the task is routed by queue.
+    pub credentials_ref: String,
+}
+
+impl SendRequest {
+    /// Whether an earlier attempt of this task may have reached the provider: an attempt was
+    /// charged, or this is not the first lease of the task (a lease that expired without a
+    /// report is the zombie case, where the provider may have seen the message).
+    pub fn is_retry(&self) -> bool {
+        self.attempts_before > 0 || self.attempt > 1
+    }
+}
+
+/// What a successful send returns.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SendReceipt {
+    /// The provider's message id, when it returned one.
+    pub provider_message_id: Option<String>,
+    /// Something the attempt's record should say although the send succeeded, e.g. WeCom
+    /// recipients the provider rejected while delivering to the others. Reported as the
+    /// attempt's error text with outcome OK.
+    pub note: Option<String>,
+}
+
+/// How a failed send is classified (the non-OK outcome classes of the wire contract).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OutcomeClass {
+    /// The provider throttled us; retry after `retry_after` or the policy's backoff.
+    RateLimited,
+    /// A passing failure (network, timeout, 5xx).
+    Transient,
+    /// The message can never succeed as sent.
+    Permanent,
+    /// The sending account is offline, locked or misconfigured; the attempt is not charged.
+    AccountUnavailable,
+}
+
+impl OutcomeClass {
+    /// The wire value.
+    pub fn to_proto(self) -> pb::OutcomeClass {
+        match self {
+            OutcomeClass::RateLimited => pb::OutcomeClass::RateLimited,
+            OutcomeClass::Transient => pb::OutcomeClass::Transient,
+            OutcomeClass::Permanent => pb::OutcomeClass::Permanent,
+            OutcomeClass::AccountUnavailable => pb::OutcomeClass::AccountUnavailable,
+        }
+    }
+}
+
+impl fmt::Display for OutcomeClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            OutcomeClass::RateLimited => "rate_limited",
+            OutcomeClass::Transient => "transient",
+            OutcomeClass::Permanent => "permanent",
+            OutcomeClass::AccountUnavailable => "account_unavailable",
+        })
+    }
+}
+
+/// A classified send failure.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{class}: {message}")]
+pub struct SendError {
+    /// How the failure is classified.
+    pub class: OutcomeClass,
+    /// The delay the provider asked for, if any.
+    pub retry_after: Option<Duration>,
+    /// The provider's error text (no secrets). Starts with [`RECIPIENT_SCOPE_MARKER`] when
+    /// `recipient_scoped` is set, so the scheduler can tell before the wire has a field for it.
+    pub message: String,
+    /// The failure concerns this recipient only (WhatsApp's pair rate limit 131056): other
+    /// recipients of the same account are unaffected, so the account must not be slowed.
+    pub recipient_scoped: bool,
+}
+
+/// Prefix of the error text of a recipient-scoped failure, until `AttemptResult` carries the
+/// scope as a field.
+pub const RECIPIENT_SCOPE_MARKER: &str = "[recipient] ";
+
+impl SendError {
+    /// A failure of the given class without a retry hint.
+    pub fn new(class: OutcomeClass, message: impl Into<String>) -> Self {
+        SendError {
+            class,
+            retry_after: None,
+            message: message.into(),
+            recipient_scoped: false,
+        }
+    }
+
+    /// The sending account cannot send (offline, locked, misconfigured): not the task's fault.
+    pub fn account_unavailable(message: impl Into<String>) -> Self {
+        Self::new(OutcomeClass::AccountUnavailable, message)
+    }
+
+    /// Marks the failure as concerning this recipient only, and says so in the error text.
+    pub fn scoped_to_recipient(mut self) -> Self {
+        if !self.recipient_scoped {
+            self.recipient_scoped = true;
+            self.message = format!("{RECIPIENT_SCOPE_MARKER}{}", self.message);
+        }
+        self
+    }
+
+    /// A passing failure.
+    pub fn transient(message: impl Into<String>) -> Self {
+        Self::new(OutcomeClass::Transient, message)
+    }
+
+    /// A failure that will not go away by retrying.
+    pub fn permanent(message: impl Into<String>) -> Self {
+        Self::new(OutcomeClass::Permanent, message)
+    }
+
+    /// Sets the provider's retry hint.
+    pub fn with_retry_after(mut self, retry_after: Option<Duration>) -> Self {
+        self.retry_after = retry_after;
+        self
+    }
+
+    /// Whether the scheduler will retry this attempt.
+    pub fn is_retryable(&self) -> bool {
+        !matches!(self.class, OutcomeClass::Permanent)
+    }
+}
