@@ -1,0 +1,2 @@
+-- The numbered migrations already applied.
+SELECT version FROM herald.schema_migrations

@@ -1,0 +1,109 @@
+//! Versioned schema migrations, embedded in the binary and applied under an advisory lock so
+//! that several replicas starting at once apply each migration exactly once. Numbered
+//! migrations (`migrations/V<n>__<what>.sql`, listed by `build.rs`) run once each, in order;
+//! repeatable ones (definitions replaced in place, such as the account limit functions) run
+//! whenever their text changes.
+
+use sha2::{Digest, Sha256};
+
+use super::sql::{column, statement, Statement};
+use super::{Store, StoreError};
+
+/// One migration: its version, a name saying what it does, and its SQL.
+struct Migration {
+    version: i32,
+    name: &'static str,
+    sql: &'static str,
+}
+
+/// Every migration, in order (generated from `migrations/` by `build.rs`). Append only; never
+/// edit one that has shipped.
+const MIGRATIONS: &[Migration] = include!(concat!(env!("OUT_DIR"), "/migrations.rs"));
+
+/// SQL re-applied whenever its text changes, after the numbered migrations: definitions that
+/// are replaced in place (`CREATE OR REPLACE FUNCTION`) rather than restated in new migrations.
+const REPEATABLE: &[(&str, &str)] = &[("account_functions", super::accounts::FUNCTIONS_SQL)];
+
+/// Arbitrary but fixed: the advisory lock key that serialises migrations across replicas.
+const MIGRATION_LOCK_KEY: i64 = 0x6865_7261_6c64_0001;
+
+const LOCK: Statement = statement!("lock");
+const UNLOCK: Statement = statement!("unlock");
+const BOOKKEEPING: &str = include_str!("bookkeeping.sql");
+const APPLIED_VERSIONS: Statement = statement!("applied_versions");
+const RECORD_VERSION: Statement = statement!("record_version");
+const REPEATABLE_CHECKSUM: Statement = statement!("repeatable_checksum");
+const RECORD_REPEATABLE: Statement = statement!("record_repeatable");
+
+/// Applies every migration not yet applied and returns how many ran.
+pub async fn run(store: &Store) -> Result<usize, StoreError> {
+    let mut conn = store.conn().await?;
+    LOCK.execute(&conn, &[&MIGRATION_LOCK_KEY]).await?;
+    let result = apply_pending(&mut conn).await;
+    let unlock = UNLOCK.execute(&conn, &[&MIGRATION_LOCK_KEY]).await;
+    let applied = result?;
+    unlock?;
+    Ok(applied)
+}
+
+async fn apply_pending(conn: &mut deadpool_postgres::Object) -> Result<usize, StoreError> {
+    conn.batch_execute(BOOKKEEPING)
+        .await
+        .map_err(StoreError::query("bookkeeping"))?;
+    let applied: Vec<i32> = APPLIED_VERSIONS
+        .query(&*conn, &[])
+        .await?
+        .iter()
+        .map(|r| column(r, "version"))
+        .collect::<Result<_, _>>()?;
+    let mut count = 0;
+    for migration in MIGRATIONS.iter().filter(|m| !applied.contains(&m.version)) {
+        let tx = conn
+            .transaction()
+            .await
+            .map_err(StoreError::query("begin"))?;
+        tx.batch_execute(migration.sql)
+            .await
+            .map_err(StoreError::query(migration.name))?;
+        RECORD_VERSION
+            .execute(&tx, &[&migration.version, &migration.name])
+            .await?;
+        tx.commit().await.map_err(StoreError::query("commit"))?;
+        tracing::info!(
+            version = migration.version,
+            name = migration.name,
+            "migration applied"
+        );
+        count += 1;
+    }
+    count += apply_repeatable(conn).await?;
+    Ok(count)
+}
+
+/// Applies each repeatable whose text differs from what was applied last (by SHA-256).
+async fn apply_repeatable(conn: &mut deadpool_postgres::Object) -> Result<usize, StoreError> {
+    let mut count = 0;
+    for (name, sql) in REPEATABLE {
+        let checksum = Sha256::digest(sql.as_bytes()).to_vec();
+        let current: Option<Vec<u8>> = REPEATABLE_CHECKSUM
+            .query_opt(&*conn, &[name])
+            .await?
+            .map(|r| column(&r, "checksum"))
+            .transpose()?;
+        if current.as_deref() == Some(checksum.as_slice()) {
+            continue;
+        }
+        let tx = conn
+            .transaction()
+            .await
+            .map_err(StoreError::query("begin"))?;
+        tx.batch_execute(sql)
+            .await
+            .map_err(StoreError::query(name))?;
+        RECORD_REPEATABLE.execute(&tx, &[name, &checksum]).await?;
+        tx.commit().await.map_err(StoreError::query("commit"))?;
+        tracing::info!(name, "repeatable migration applied");
+        count += 1;
+    }
+    Ok(count)
+}

@@ -1,0 +1,2 @@
+-- Releases the migration lock.
+SELECT pg_advisory_unlock($1)
