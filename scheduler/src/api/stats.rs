@@ -31,6 +31,30 @@ impl StatsApi {
         StatsApi { store }
     }
 
+    /// Checks the window and queue filter every figure takes, with `extra`'s fields, then
+    /// resolves the window by the database's clock. INVALID_ARGUMENT names every bad field.
+    async fn scope<T>(
+        &self,
+        window: Option<&pb::StatsWindow>,
+        queue: &str,
+        extra: impl FnOnce(&mut Violations) -> Option<T>,
+    ) -> Result<(Window, Option<String>, T), Error> {
+        let mut v = Violations::default();
+        let spec = window_spec(window, &mut v);
+        let queue = queue_filter(queue, "queue", &mut v);
+        let extra = extra(&mut v);
+        check(v)?;
+        let (Some(spec), Some(extra)) = (spec, extra) else {
+            return Err(Error::InvalidArgument(Vec::new()));
+        };
+        Ok((self.window(spec).await?, queue, extra))
+    }
+
+    /// A pooled connection for the stats repository.
+    async fn db(&self) -> Result<deadpool_postgres::Object, Error> {
+        Ok(self.store.conn().await?)
+    }
+
     /// Validates the window, then resolves it by the database's clock.
     async fn window(&self, spec: (WindowSpec, String)) -> Result<Window, Error> {
         Ok(self
@@ -202,19 +226,12 @@ impl StatsService for StatsApi {
     ) -> Result<Response<pb::CountTasksResponse>, Status> {
         let ns = namespace_of(&request)?;
         let req = request.into_inner();
-        let mut v = Violations::default();
-        let spec = window_spec(req.window.as_ref(), &mut v);
-        let queue = queue_filter(&req.queue, "queue", &mut v);
-        check(v)?;
-        let Some(spec) = spec else {
-            return Err(Error::InvalidArgument(Vec::new()).into());
-        };
-        let window = self.window(spec).await?;
+        let (window, queue, ()) = self
+            .scope(req.window.as_ref(), &req.queue, |_| Some(()))
+            .await?;
         let c = self
-            .store
-            .conn()
-            .await
-            .map_err(Error::from)?
+            .db()
+            .await?
             .stats()
             .count_tasks(&ns, &window, queue.as_deref())
             .await
@@ -237,29 +254,26 @@ impl StatsService for StatsApi {
     ) -> Result<Response<pb::SuccessRatesResponse>, Status> {
         let ns = namespace_of(&request)?;
         let req = request.into_inner();
-        let mut v = Violations::default();
-        let spec = window_spec(req.window.as_ref(), &mut v);
-        let queue = queue_filter(&req.queue, "queue", &mut v);
-        let group = match pb::StatsGroupBy::try_from(req.group_by) {
-            Ok(pb::StatsGroupBy::Account) => Some(GroupBy::Account),
-            Ok(pb::StatsGroupBy::Template) => Some(GroupBy::Template),
-            Ok(pb::StatsGroupBy::Hour) => Some(GroupBy::Hour),
-            Ok(pb::StatsGroupBy::Minute) => Some(GroupBy::Minute),
-            Ok(pb::StatsGroupBy::Unspecified) | Err(_) => {
-                v.add("group_by", "must be ACCOUNT, TEMPLATE, HOUR or MINUTE");
-                None
-            }
-        };
-        check(v)?;
-        let (Some(spec), Some(group)) = (spec, group) else {
-            return Err(Error::InvalidArgument(Vec::new()).into());
-        };
-        let window = self.window(spec).await?;
+        let group_by = req.group_by;
+        let (window, queue, group) = self
+            .scope(
+                req.window.as_ref(),
+                &req.queue,
+                |v| match pb::StatsGroupBy::try_from(group_by) {
+                    Ok(pb::StatsGroupBy::Account) => Some(GroupBy::Account),
+                    Ok(pb::StatsGroupBy::Template) => Some(GroupBy::Template),
+                    Ok(pb::StatsGroupBy::Hour) => Some(GroupBy::Hour),
+                    Ok(pb::StatsGroupBy::Minute) => Some(GroupBy::Minute),
+                    Ok(pb::StatsGroupBy::Unspecified) | Err(_) => {
+                        v.add("group_by", "must be ACCOUNT, TEMPLATE, HOUR or MINUTE");
+                        None
+                    }
+                },
+            )
+            .await?;
         let rates = self
-            .store
-            .conn()
-            .await
-            .map_err(Error::from)?
+            .db()
+            .await?
             .stats()
             .success_rates(&ns, &window, group, queue.as_deref())
             .await
@@ -277,19 +291,12 @@ impl StatsService for StatsApi {
     ) -> Result<Response<pb::TriggerLagResponse>, Status> {
         let ns = namespace_of(&request)?;
         let req = request.into_inner();
-        let mut v = Violations::default();
-        let spec = window_spec(req.window.as_ref(), &mut v);
-        let queue = queue_filter(&req.queue, "queue", &mut v);
-        check(v)?;
-        let Some(spec) = spec else {
-            return Err(Error::InvalidArgument(Vec::new()).into());
-        };
-        let window = self.window(spec).await?;
+        let (window, queue, ()) = self
+            .scope(req.window.as_ref(), &req.queue, |_| Some(()))
+            .await?;
         let report = self
-            .store
-            .conn()
-            .await
-            .map_err(Error::from)?
+            .db()
+            .await?
             .stats()
             .trigger_lag(&ns, &window, queue.as_deref())
             .await
@@ -312,19 +319,12 @@ impl StatsService for StatsApi {
     ) -> Result<Response<pb::SendDurationsResponse>, Status> {
         let ns = namespace_of(&request)?;
         let req = request.into_inner();
-        let mut v = Violations::default();
-        let spec = window_spec(req.window.as_ref(), &mut v);
-        let queue = queue_filter(&req.queue, "queue", &mut v);
-        check(v)?;
-        let Some(spec) = spec else {
-            return Err(Error::InvalidArgument(Vec::new()).into());
-        };
-        let window = self.window(spec).await?;
+        let (window, queue, ()) = self
+            .scope(req.window.as_ref(), &req.queue, |_| Some(()))
+            .await?;
         let durations = self
-            .store
-            .conn()
-            .await
-            .map_err(Error::from)?
+            .db()
+            .await?
             .stats()
             .send_durations(&ns, &window, queue.as_deref())
             .await

@@ -164,15 +164,9 @@ impl<C: GenericClient> AccountRepo<'_, C> {
         namespace: &str,
         spec: &AccountSpec,
     ) -> Result<AccountRecord, WriteError> {
-        ENSURE_POOL
-            .execute(self.db, &[&namespace, &spec.pool])
-            .await?;
-        let limits = limits_json(&spec.limits)?;
-        let state = spec.state.as_str();
-        let inserted = INSERT_ACCOUNT
-            .execute(self.db, &definition(&namespace, spec, &state, &limits))
-            .await;
-        inserted.map_err(|e| WriteError::from_insert(e, || format!("account {}", spec.id)))?;
+        self.write(&INSERT_ACCOUNT, namespace, spec)
+            .await
+            .map_err(|e| WriteError::from_insert(e, || format!("account {}", spec.id)))?;
         self.existing(namespace, &spec.id).await
     }
 
@@ -183,19 +177,29 @@ impl<C: GenericClient> AccountRepo<'_, C> {
         namespace: &str,
         spec: &AccountSpec,
     ) -> Result<AccountRecord, WriteError> {
+        if self.write(&UPDATE_ACCOUNT, namespace, spec).await? == 0 {
+            return Err(WriteError::NotFound(format!("account {}", spec.id)));
+        }
+        super::tasks::announce_due_now(self.db).await?;
+        self.existing(namespace, &spec.id).await
+    }
+
+    /// Runs insert_account.sql or update_account.sql (they take the same parameters) after
+    /// making sure the account's pool exists; the rows written.
+    async fn write(
+        &self,
+        statement: &Statement,
+        namespace: &str,
+        spec: &AccountSpec,
+    ) -> Result<u64, StoreError> {
         ENSURE_POOL
             .execute(self.db, &[&namespace, &spec.pool])
             .await?;
         let limits = limits_json(&spec.limits)?;
         let state = spec.state.as_str();
-        let changed = UPDATE_ACCOUNT
+        statement
             .execute(self.db, &definition(&namespace, spec, &state, &limits))
-            .await?;
-        if changed == 0 {
-            return Err(WriteError::NotFound(format!("account {}", spec.id)));
-        }
-        super::tasks::announce_due_now(self.db).await?;
-        self.existing(namespace, &spec.id).await
+            .await
     }
 
     async fn existing(&self, namespace: &str, id: &str) -> Result<AccountRecord, WriteError> {
