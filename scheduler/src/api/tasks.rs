@@ -30,44 +30,44 @@ impl TaskApi {
 pub async fn create(
     tasks: &Tasks,
     ns: &str,
-    specs: &[pb::TaskSpec],
+    specs: Vec<pb::TaskSpec>,
     path: &(dyn Fn(usize) -> String + Sync),
     trace_parent: Option<String>,
 ) -> Result<Vec<pb::CreateTaskResponse>, Error> {
     let mut v = Violations::default();
     let domain: Vec<_> = specs
-        .iter()
+        .into_iter()
         .enumerate()
         .map(|(i, s)| wire::task_spec(s, &path(i), &mut v))
         .collect();
     let domain = v.into_result(domain)?;
-    let created = tasks.create(ns, &domain, path, trace_parent).await?;
-    created
-        .iter()
-        .zip(specs)
-        .map(|(c, spec)| response(c, spec))
-        .collect()
+    let created = tasks.create(ns, domain, path, trace_parent).await?;
+    created.into_iter().map(response).collect()
 }
 
 /// The answer for one created task.
-fn response(c: &CreatedTask, spec: &pb::TaskSpec) -> Result<pb::CreateTaskResponse, Error> {
+fn response(c: CreatedTask) -> Result<pb::CreateTaskResponse, Error> {
+    let existing = matches!(c.created, Created::Existing(_));
     let task = match &c.record {
         Some(record) => wire::task(record)?,
         // The original task was pruned but its key is still remembered: answer with what the
         // request described, so the caller still gets the id.
-        None => pb::Task {
-            id: c.created.id().to_string(),
-            queue: spec.queue.clone(),
-            recipient: spec.recipient.clone(),
-            content: spec.content.clone(),
-            idempotency_key: spec.idempotency_key.clone(),
-            labels: spec.labels.clone(),
-            ..Default::default()
-        },
+        None => {
+            let asked = c.requested;
+            pb::Task {
+                id: c.created.id().to_string(),
+                queue: asked.queue,
+                recipient: asked.recipient,
+                content: Some(asked.content),
+                idempotency_key: asked.idempotency.map(|(key, _)| key).unwrap_or_default(),
+                labels: asked.labels,
+                ..Default::default()
+            }
+        }
     };
     Ok(pb::CreateTaskResponse {
         task: Some(task),
-        existing: matches!(c.created, Created::Existing(_)),
+        existing,
     })
 }
 
@@ -133,7 +133,7 @@ impl TaskService for TaskApi {
         let mut results = create(
             &self.tasks,
             &ns,
-            std::slice::from_ref(&spec),
+            vec![spec],
             &|_| "task".to_string(),
             trace_parent,
         )
@@ -163,7 +163,7 @@ impl TaskService for TaskApi {
         let results = create(
             &self.tasks,
             &ns,
-            &req.tasks,
+            req.tasks,
             &|i| format!("tasks[{i}]"),
             trace_parent,
         )

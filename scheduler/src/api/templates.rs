@@ -184,7 +184,7 @@ impl TemplateService for TemplateApi {
         let mut created = super::tasks::create(
             &self.tasks,
             &ns,
-            std::slice::from_ref(&spec),
+            vec![spec],
             &|_| "task".to_string(),
             None,
         )

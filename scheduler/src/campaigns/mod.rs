@@ -260,7 +260,7 @@ impl Campaigns {
         // Checked and rendered for every recipient before anything is written.
         let specs: Vec<TaskSpec> = recipients.iter().map(|r| task_for(&spec, r, id)).collect();
         let each = |i: usize| format!("{path}[{i}]");
-        let prepared = crate::tasks::prepare(&conn, namespace, &specs, &each, now).await?;
+        let prepared = crate::tasks::prepare(&conn, namespace, specs, &each, now).await?;
         drop(conn);
         let slots = Slots::of(&spec, &campaign, id);
         transaction!(self.tasks.store(), Error, |tx| {

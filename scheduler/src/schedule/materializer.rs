@@ -310,7 +310,7 @@ async fn fire_run(
     // Checked and rendered as any task is: a stored template becomes its text here. A run whose
     // tasks no longer pass (a template deleted since) records the run without tasks and says
     // why, rather than failing the materialiser for every other schedule.
-    let tasks = match crate::tasks::prepare(tx, namespace, &specs, &path, now).await {
+    let tasks = match crate::tasks::prepare(tx, namespace, specs, &path, now).await {
         Ok(tasks) => tasks,
         Err(Error::InvalidArgument(problems)) => {
             tracing::error!(schedule_id = %s.id, fire_time = %run.fire_time,

@@ -55,7 +55,7 @@ impl Schedules {
         crate::tasks::prepare(
             &conn,
             namespace,
-            &probes,
+            probes,
             &|i| format!("schedule.recipients[{i}]"),
             now,
         )

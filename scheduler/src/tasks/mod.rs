@@ -5,7 +5,7 @@
 
 pub mod model;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -35,6 +35,8 @@ pub struct CreatedTask {
     pub created: Created,
     /// The task as stored.
     pub record: Option<TaskRecord>,
+    /// The task as requested (checked and rendered).
+    pub requested: NewTask,
 }
 
 /// The task operations of a replica.
@@ -66,31 +68,69 @@ impl Tasks {
     pub async fn create(
         &self,
         namespace: &str,
-        specs: &[TaskSpec],
+        specs: Vec<TaskSpec>,
         path: PathOf<'_>,
         trace_parent: Option<String>,
     ) -> Result<Vec<CreatedTask>, Error> {
         let now = Utc::now();
+        let mut specs = Some(specs);
+        // Checked and rendered once: a retried transaction inserts the same tasks again.
+        let mut prepared: Option<Vec<NewTask>> = None;
         let created = transaction!(self.store, Error, |tx| {
-            let mut tasks = prepare(tx, namespace, specs, path, now).await?;
-            for t in &mut tasks {
-                t.trace_parent.clone_from(&trace_parent);
-            }
-            insert(tx, namespace, &tasks, path).await
+            let tasks = match (prepared.take(), specs.take()) {
+                (Some(tasks), _) => tasks,
+                (None, Some(specs)) => {
+                    let mut tasks = prepare(tx, namespace, specs, path, now).await?;
+                    for t in &mut tasks {
+                        t.trace_parent.clone_from(&trace_parent);
+                    }
+                    tasks
+                }
+                (None, None) => {
+                    return Err(Error::Unavailable(
+                        "the create was interrupted; retry it".into(),
+                    ))
+                }
+            };
+            let created = insert(tx, namespace, &tasks, path).await;
+            prepared = Some(tasks);
+            created
         })?;
+        let tasks = prepared.unwrap_or_default();
         let ids: Vec<Uuid> = created.iter().map(Created::id).collect();
-        let records = self
+        let mut records: HashMap<Uuid, TaskRecord> = self
             .store
             .conn()
             .await?
             .tasks()
             .get_many(namespace, &ids)
-            .await?;
+            .await?
+            .into_iter()
+            .map(|r| (r.id, r))
+            .collect();
+        // A batch may name one task twice (the same key twice): the last answer takes the
+        // record, earlier ones get a copy.
+        let mut left: HashMap<Uuid, usize> = HashMap::new();
+        for c in &created {
+            *left.entry(c.id()).or_default() += 1;
+        }
         Ok(created
             .into_iter()
-            .map(|created| CreatedTask {
-                created,
-                record: records.iter().find(|r| r.id == created.id()).cloned(),
+            .zip(tasks)
+            .map(|(created, task)| {
+                let id = created.id();
+                let remaining = left.entry(id).or_default();
+                *remaining -= 1;
+                let record = if *remaining == 0 {
+                    records.remove(&id)
+                } else {
+                    records.get(&id).cloned()
+                };
+                CreatedTask {
+                    created,
+                    record,
+                    requested: task,
+                }
             })
             .collect())
     }
@@ -254,18 +294,18 @@ impl Tasks {
 pub async fn prepare(
     db: &impl GenericClient,
     namespace: &str,
-    specs: &[TaskSpec],
+    specs: Vec<TaskSpec>,
     path: PathOf<'_>,
     now: DateTime<Utc>,
 ) -> Result<Vec<NewTask>, Error> {
     let mut v = Violations::default();
     let tasks: Vec<NewTask> = specs
-        .iter()
+        .into_iter()
         .enumerate()
-        .filter_map(|(i, s)| s.validate(&path(i), now, &mut v))
+        .filter_map(|(i, s)| s.into_task(&path(i), now, &mut v))
         .collect();
     let tasks = v.into_result(tasks)?;
-    let tasks = render(db, namespace, specs, tasks, path).await?;
+    let tasks = render(db, namespace, tasks, path).await?;
     check_targets(db, namespace, &tasks, path).await?;
     Ok(tasks)
 }
@@ -298,29 +338,24 @@ pub fn with_origin(mut tasks: Vec<NewTask>, origin: &Origin) -> Vec<NewTask> {
     tasks
 }
 
-/// Renders stored templates into the tasks' content. Specs and tasks are in the same order
-/// (validation succeeded for all).
+/// Renders stored templates into the tasks' content.
 async fn render(
     db: &impl GenericClient,
     namespace: &str,
-    specs: &[TaskSpec],
     mut tasks: Vec<NewTask>,
     path: PathOf<'_>,
 ) -> Result<Vec<NewTask>, Error> {
-    use prost::Message;
-    let ids = Renderer::template_ids(specs.iter().filter_map(|s| s.content.as_ref()));
+    let ids = Renderer::template_ids(tasks.iter().map(|t| &t.content));
     if ids.is_empty() {
         return Ok(tasks);
     }
     let renderer = Renderer::load(db, namespace, ids).await?;
     let mut v = Violations::default();
-    for (i, (spec, task)) in specs.iter().zip(tasks.iter_mut()).enumerate() {
-        if let Some(content) = &spec.content {
-            let rendered: Option<pb::Content> =
-                renderer.render(content, &format!("{}.content", path(i)), &mut v);
-            if let Some(rendered) = rendered {
-                task.content = rendered.encode_to_vec();
-            }
+    for (i, task) in tasks.iter_mut().enumerate() {
+        let rendered: Option<pb::Content> =
+            renderer.render(&task.content, &format!("{}.content", path(i)), &mut v);
+        if let Some(rendered) = rendered {
+            task.content = rendered;
         }
     }
     v.into_result(tasks)

@@ -98,7 +98,7 @@ pub struct InsertArrays<'a> {
     id: Vec<Uuid>,
     queue: Vec<&'a str>,
     recipient: Vec<&'a str>,
-    content: Vec<&'a [u8]>,
+    content: Vec<Vec<u8>>,
     template_id: Vec<Option<&'a str>>,
     labels: Vec<serde_json::Value>,
     priority: Vec<i16>,
@@ -165,7 +165,7 @@ impl<'a> InsertArrays<'a> {
         self.id.push(t.id);
         self.queue.push(&t.queue);
         self.recipient.push(&t.recipient);
-        self.content.push(&t.content);
+        self.content.push(prost::Message::encode_to_vec(&t.content));
         self.template_id.push(t.template_id.as_deref());
         self.labels
             .push(serde_json::to_value(&t.labels).unwrap_or_default());
