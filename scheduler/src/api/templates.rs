@@ -181,14 +181,9 @@ impl TemplateService for TemplateApi {
         spec.priority = Some(9);
         spec.max_attempts = Some(1);
         spec.labels.insert("herald.test".into(), "true".into());
-        let mut created = super::tasks::create(
-            &self.tasks,
-            &ns,
-            vec![spec],
-            &|_| "task".to_string(),
-            None,
-        )
-        .await?;
+        let mut created =
+            super::tasks::create(&self.tasks, &ns, vec![spec], &|_| "task".to_string(), None)
+                .await?;
         let created = created
             .pop()
             .ok_or_else(|| Status::internal("no result for the created task"))?;
