@@ -1,7 +1,9 @@
 //! The real scheduler binary starts on a fresh database (running its migrations) and reports
 //! SERVING on the standard gRPC health service.
 
-use anyhow::Result;
+use anyhow::{bail, Result};
+use herald_proto::v1::scheduler_message;
+use herald_tests::lease::ScriptedExecutor;
 use herald_tests::{connect_health, ExecutorProcess, SchedulerProcess, TestDb};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::HealthCheckRequest;
@@ -20,6 +22,63 @@ async fn scheduler_reports_serving() -> Result<()> {
         .await?
         .into_inner();
     assert_eq!(response.status(), ServingStatus::Serving);
+    Ok(())
+}
+
+/// Every name health answers for: the server and each herald service it serves.
+const SERVED: [&str; 8] = [
+    "",
+    "herald.v1.TaskService",
+    "herald.v1.TemplateService",
+    "herald.v1.AccountService",
+    "herald.v1.ScheduleService",
+    "herald.v1.CampaignService",
+    "herald.v1.LeaseService",
+    "herald.v1.StatsService",
+];
+
+async fn statuses(url: &str) -> Result<Vec<(&'static str, ServingStatus)>> {
+    let mut health = connect_health(url).await?;
+    let mut out = Vec::new();
+    for service in SERVED {
+        let status = health
+            .check(HealthCheckRequest {
+                service: service.into(),
+            })
+            .await?
+            .into_inner()
+            .status();
+        out.push((service, status));
+    }
+    Ok(out)
+}
+
+/// Regression (#14): health reported four of the served services; every one is SERVING
+/// together, and NOT_SERVING together once the replica starts shutting down.
+#[tokio::test]
+async fn every_served_service_changes_health_together() -> Result<()> {
+    let db = TestDb::new().await?;
+    let mut scheduler = SchedulerProcess::spawn(&db).await?;
+    let url = scheduler.grpc_url();
+    let serving: Vec<_> = SERVED
+        .iter()
+        .map(|s| (*s, ServingStatus::Serving))
+        .collect();
+    assert_eq!(statuses(&url).await?, serving);
+
+    // An executor that stays keeps the replica in its shutdown grace period, serving health.
+    let mut executor = ScriptedExecutor::connect(&url, "stays", &[], 0).await?;
+    scheduler.terminate()?;
+    match executor.next().await? {
+        scheduler_message::Kind::Drain(_) => {}
+        other => bail!("expected Drain, got {other:?}"),
+    }
+    // Health is set before sessions are told to drain.
+    let not_serving: Vec<_> = SERVED
+        .iter()
+        .map(|s| (*s, ServingStatus::NotServing))
+        .collect();
+    assert_eq!(statuses(&url).await?, not_serving);
     Ok(())
 }
 

@@ -213,3 +213,136 @@ pub enum ConnectError {
     #[error("cannot build the connection pool: {0}")]
     Pool(String),
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A database of its own on the test cluster (`HERALD_TEST_PG_URL`, set by `script/test`).
+    async fn store() -> Store {
+        let admin = std::env::var("HERALD_TEST_PG_URL")
+            .unwrap_or_else(|_| panic!("HERALD_TEST_PG_URL is not set; run script/test"));
+        let name = format!("t_store_{}", uuid::Uuid::new_v4().simple());
+        let (client, connection) = tokio_postgres::connect(&admin, tokio_postgres::NoTls)
+            .await
+            .unwrap_or_else(|e| panic!("connecting to {admin}: {e}"));
+        tokio::spawn(connection);
+        client
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await
+            .unwrap_or_else(|e| panic!("creating {name}: {e}"));
+        let mut config: tokio_postgres::Config =
+            admin.parse().unwrap_or_else(|e| panic!("{admin}: {e}"));
+        config.dbname(&name);
+        let store = Store {
+            pool: Pool::builder(Manager::from_config(
+                config.clone(),
+                tokio_postgres::NoTls,
+                ManagerConfig {
+                    recycling_method: RecyclingMethod::Fast,
+                },
+            ))
+            .max_size(2)
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .build()
+            .unwrap_or_else(|e| panic!("pool: {e}")),
+            config,
+        };
+        let conn = store.conn().await.unwrap_or_else(|e| panic!("{e}"));
+        conn.batch_execute("CREATE TABLE tries (n integer)")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        store
+    }
+
+    /// Raises `sqlstate` the first `fail` times it runs in a transaction, counted by a sequence
+    /// (not rolled back with it); writes a row each time.
+    async fn attempt(
+        tx: &deadpool_postgres::Transaction<'_>,
+        sqlstate: &str,
+        fail: i64,
+    ) -> Result<i64, StoreError> {
+        let row = tx
+            .query_one("SELECT nextval('attempts') AS n", &[])
+            .await
+            .map_err(StoreError::query("counting"))?;
+        let n: i64 = row.get("n");
+        tx.execute("INSERT INTO tries VALUES ($1)", &[&(n as i32)])
+            .await
+            .map_err(StoreError::query("writing"))?;
+        if n <= fail {
+            tx.batch_execute(&format!(
+                "DO $$ BEGIN RAISE EXCEPTION 'lost a race' USING ERRCODE = '{sqlstate}'; END $$"
+            ))
+            .await
+            .map_err(StoreError::query("racing"))?;
+        }
+        Ok(n)
+    }
+
+    async fn rows(store: &Store) -> i64 {
+        let conn = store.conn().await.unwrap_or_else(|e| panic!("{e}"));
+        conn.query_one("SELECT count(*) AS n FROM tries", &[])
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .get("n")
+    }
+
+    #[tokio::test]
+    async fn a_transaction_that_lost_a_race_runs_again_and_keeps_only_its_last_writes() {
+        let store = store().await;
+        let conn = store.conn().await.unwrap_or_else(|e| panic!("{e}"));
+        conn.batch_execute("CREATE SEQUENCE attempts")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        // A serialization failure, then a deadlock, then success.
+        let mut states = ["40001", "40P01"].into_iter();
+        let result = transaction!(store, StoreError, |tx| {
+            match states.next() {
+                Some(state) => attempt(tx, state, i64::MAX).await,
+                None => attempt(tx, "00000", 0).await,
+            }
+        });
+        assert_eq!(result.ok(), Some(3));
+        assert_eq!(rows(&store).await, 1, "the failed tries were rolled back");
+    }
+
+    #[tokio::test]
+    async fn other_failures_are_not_retried_and_unique_violations_are_classified() {
+        let store = store().await;
+        let conn = store.conn().await.unwrap_or_else(|e| panic!("{e}"));
+        conn.batch_execute("CREATE SEQUENCE attempts")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let result = transaction!(store, StoreError, |tx| attempt(tx, "23505", 10).await);
+        let Err(e) = result else {
+            panic!("a unique violation committed")
+        };
+        assert!(e.is_unique_violation() && !e.is_retryable(), "{e}");
+        assert_eq!(rows(&store).await, 0);
+        let tries = conn
+            .query_one("SELECT last_value FROM attempts", &[])
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(tries.get::<_, i64>("last_value"), 1, "ran once");
+    }
+
+    #[tokio::test]
+    async fn a_race_lost_every_time_gives_up_after_the_retries() {
+        let store = store().await;
+        let conn = store.conn().await.unwrap_or_else(|e| panic!("{e}"));
+        conn.batch_execute("CREATE SEQUENCE attempts")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let result = transaction!(store, StoreError, |tx| attempt(tx, "40001", i64::MAX).await);
+        assert!(result.is_err_and(|e| e.is_retryable()));
+        let tries = conn
+            .query_one("SELECT last_value FROM attempts", &[])
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            tries.get::<_, i64>("last_value"),
+            i64::from(MAX_TRANSACTION_RETRIES) + 1
+        );
+    }
+}
