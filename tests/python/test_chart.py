@@ -235,6 +235,9 @@ def test_strict_validation_catches_unknown_fields():
     ({"scheduler": {"config": {"leaseTtl": "thirty"}}}, "leaseTtl"),
     ({"tls": {"enabled": True}}, "existingSecret"),
     ({"database": {"existingSecret": ""}}, "existingSecret"),
+    ({"database": {"url": "db-a:5432,db-b:5432"}}, "url"),
+    ({"database": {"cloudNativePG": {"cluster": "Herald_PG"}}}, "cluster"),
+    ({"database": {"cloudNativePG": {"instances": 3}}}, "instances"),
     ({"image": {"pullPolicy": "Sometimes"}}, "pullPolicy"),
     ({"executor": {"config": {"maxInFlight": 0}}}, "maxInFlight"),
 ])
@@ -278,6 +281,10 @@ def test_references_resolve(values_file):
     rendered = {(o["kind"], o["metadata"]["name"]) for o in objects}
     pods = {o["metadata"]["name"]: o["spec"]["template"] for o in find(objects, "Deployment")}
     existing_secrets = set(yaml.safe_dump(values).split()) | {"herald-database"}
+    # CloudNativePG makes `<cluster>-app` for the cluster the values name.
+    cnpg = (values.get("database") or {}).get("cloudNativePG", {}).get("cluster")
+    if cnpg:
+        existing_secrets.add(f"{cnpg}-app")
 
     def matching(selector):
         return [n for n, t in pods.items() if selector.items() <= t["metadata"]["labels"].items()]
@@ -382,6 +389,40 @@ def test_ha_tls_values_mount_the_security_material():
     assert {"HeraldBacklogGrowing", "HeraldTriggerLagHigh"} <= alerts
     # Prometheus's own templates survive Helm untouched.
     assert any("{{ $labels" in str(r.get("annotations")) for g in rules[0]["spec"]["groups"] for r in g["rules"])
+
+
+def database_refs(objects):
+    """(Secret, key) of DATABASE_URL in every workload that reads it."""
+    refs = set()
+    for _, pod in workloads(objects):
+        for c in pod["containers"]:
+            for e in c.get("env", []):
+                if e["name"] == "DATABASE_URL":
+                    ref = e["valueFrom"]["secretKeyRef"]
+                    refs.add((ref["name"], ref["key"]))
+    return refs
+
+
+@chart
+def test_cloudnativepg_values_read_the_operators_app_secret():
+    """The scheduler and the migration Job read the `uri` of CloudNativePG's `<cluster>-app`
+    Secret (which names the `-rw` Service); the chart makes no Secret of its own."""
+    objects, notes = render(load_values(CHART / "ci" / "cloudnativepg-values.yaml"))
+    assert database_refs(objects) == {("herald-pg-app", "uri")}
+    assert not find(objects, "Secret")
+    assert find(objects, "Job"), "the migration Job reads the database too"
+    assert "herald-pg-rw" in notes
+
+
+@chart
+def test_multihost_values_keep_every_host_in_the_url():
+    values = load_values(CHART / "ci" / "external-multihost-values.yaml")
+    objects, _ = render(values)
+    secret = one(objects, "Secret", "herald-database")
+    url = base64.b64decode(secret["data"]["DATABASE_URL"]).decode()
+    assert url == values["database"]["url"]
+    assert url.count(".db.internal:5432") == 3 and "target_session_attrs=read-write" in url
+    assert database_refs(objects) == {("herald-database", "DATABASE_URL")}
 
 
 # --- smoke: the rendered commands start the real binaries --------------------------------------

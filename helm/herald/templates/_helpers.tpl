@@ -63,12 +63,25 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
 {{/* The Secret and key holding DATABASE_URL. */}}
-{{/* A url in values wins: the chart then manages the Secret. */}}
+{{/* A url in values wins: the chart then manages the Secret. Then a CloudNativePG cluster: */}}
+{{/* its application Secret, whose `uri` names the cluster's -rw Service. */}}
 {{- define "herald.databaseSecret" -}}
 {{- if .Values.database.url -}}
 {{- printf "%s-database" (include "herald.fullname" .) -}}
+{{- else if (.Values.database.cloudNativePG).cluster -}}
+{{- printf "%s-app" .Values.database.cloudNativePG.cluster -}}
 {{- else -}}
 {{- .Values.database.existingSecret -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "herald.databaseSecretKey" -}}
+{{- if .Values.database.url -}}
+DATABASE_URL
+{{- else if (.Values.database.cloudNativePG).cluster -}}
+uri
+{{- else -}}
+{{- .Values.database.existingSecretKey -}}
 {{- end -}}
 {{- end -}}
 
@@ -77,7 +90,7 @@ app.kubernetes.io/component: {{ .component }}
   valueFrom:
     secretKeyRef:
       name: {{ include "herald.databaseSecret" . }}
-      key: {{ if .Values.database.url }}DATABASE_URL{{ else }}{{ .Values.database.existingSecretKey }}{{ end }}
+      key: {{ include "herald.databaseSecretKey" . }}
 {{- end -}}
 
 {{- define "herald.executorTokenSecret" -}}
@@ -103,8 +116,8 @@ app.kubernetes.io/component: {{ .component }}
 
 {{/* Fails the render on combinations that cannot work. */}}
 {{- define "herald.validate" -}}
-{{- if and (not .Values.database.existingSecret) (not .Values.database.url) -}}
-{{- fail "database: set database.existingSecret (a Secret with the PostgreSQL URL) or database.url" -}}
+{{- if and (not .Values.database.existingSecret) (not .Values.database.url) (not (.Values.database.cloudNativePG).cluster) -}}
+{{- fail "database: set database.existingSecret (a Secret with the PostgreSQL URL), database.cloudNativePG.cluster or database.url" -}}
 {{- end -}}
 {{- if and .Values.tls.enabled (not .Values.tls.existingSecret) -}}
 {{- fail "tls.enabled needs tls.existingSecret (a kubernetes.io/tls Secret)" -}}
