@@ -18,9 +18,13 @@ use tokio_util::sync::CancellationToken;
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
+use crate::store::connection;
+use crate::telemetry::metrics::DATABASE_WRITABLE;
+
 /// How often the database is checked.
 pub const INTERVAL: Duration = Duration::from_secs(1);
-/// How long one check (connecting included) may take before it counts as a failure.
+/// How long the check's query may take before it counts as a failure. Opening the connection
+/// has its own bound, [`connection::open_timeout`]: every host of the URL may be tried.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Whether the last check reached the database; starts true (start-up has just migrated).
@@ -98,10 +102,9 @@ async fn run(
         }
         let up = tokio::select! {
             _ = stop.cancelled() => return,
-            up = tokio::time::timeout(CHECK_TIMEOUT, check(&pg, &mut client)) => {
-                matches!(up, Ok(true))
-            }
+            up = check(&pg, &mut client) => up,
         };
+        metrics::gauge!(DATABASE_WRITABLE).set(if up { 1.0 } else { 0.0 });
         if !up {
             // A half-dead connection must not be reused by the next check.
             client = None;
@@ -123,31 +126,56 @@ async fn run(
     }
 }
 
-/// One check: `SELECT 1` on the watch's connection, opening it first when there is none.
+/// One check: is the watch's connection on a server that takes writes? It opens the connection
+/// first when there is none (to the first of the URL's hosts that takes writes), and asks
+/// `transaction_read_only` rather than `SELECT 1`, so a primary demoted to a standby under an
+/// open connection reads as down, and the next check connects afresh and finds the new one.
 async fn check(pg: &tokio_postgres::Config, client: &mut Option<tokio_postgres::Client>) -> bool {
     if client.as_ref().is_none_or(|c| c.is_closed()) {
-        match pg.connect(tokio_postgres::NoTls).await {
-            Ok((c, connection)) => {
+        let opened = tokio::time::timeout(
+            connection::open_timeout(pg),
+            pg.connect(tokio_postgres::NoTls),
+        )
+        .await;
+        match opened {
+            Ok(Ok((c, connection))) => {
                 tokio::spawn(async move {
                     // Ends with the client or the server; the next check notices either.
                     let _ = connection.await;
                 });
                 *client = Some(c);
             }
-            Err(e) => {
+            Ok(Err(e)) => {
                 tracing::debug!(error = %e, "database check cannot connect");
+                return false;
+            }
+            Err(_) => {
+                tracing::debug!("database check timed out connecting");
                 return false;
             }
         }
     }
-    match client {
-        Some(c) => match c.simple_query("SELECT 1").await {
-            Ok(_) => true,
-            Err(e) => {
-                tracing::debug!(error = %e, "database check failed");
-                false
+    let Some(c) = client else {
+        return false;
+    };
+    match tokio::time::timeout(CHECK_TIMEOUT, c.simple_query("SHOW transaction_read_only")).await {
+        Err(_) => {
+            tracing::debug!("database check timed out");
+            false
+        }
+        Ok(Ok(messages)) => {
+            let read_only = messages.iter().any(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0) == Some("on"),
+                _ => false,
+            });
+            if read_only {
+                tracing::warn!("the database server no longer takes writes (a standby now?)");
             }
-        },
-        None => false,
+            !read_only
+        }
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "database check failed");
+            false
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! The service error: every way a request can fail, independent of the wire. `api/status.rs`
 //! maps it to a gRPC status, once; the dashboard maps it to an HTTP answer.
 
-use crate::store::{Retryable, StoreError, WriteError};
+use crate::store::{Rerun, Retryable, StoreError, WriteError};
 
 /// One invalid field: its path in the request (`task.recipient`, `tasks[3].queue`) and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,8 +114,11 @@ impl Error {
 }
 
 impl Retryable for Error {
-    fn is_retryable(&self) -> bool {
-        matches!(self, Error::Store(e) if e.is_retryable())
+    fn rerun(&self) -> Rerun {
+        match self {
+            Error::Store(e) => e.rerun(),
+            _ => Rerun::Never,
+        }
     }
 }
 

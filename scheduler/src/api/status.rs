@@ -7,6 +7,7 @@ use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::error::{describe, Error};
+use crate::store::StoreError;
 
 impl From<Error> for Status {
     fn from(e: Error) -> Self {
@@ -27,6 +28,13 @@ impl From<Error> for Status {
             Error::Unavailable(m) => Status::unavailable(m),
             Error::DeadlineExceeded(m) => Status::deadline_exceeded(m),
             Error::Cancelled(m) => Status::cancelled(m),
+            Error::Store(e @ StoreError::CommitInDoubt { .. }) => {
+                tracing::warn!(error = %e, "commit in doubt");
+                Status::unavailable(
+                    "the database connection was lost while committing: the change may or may \
+                     not have been applied; retry with the same idempotency key, or read it back",
+                )
+            }
             Error::Store(e) if e.is_unavailable() => {
                 tracing::warn!(error = %e, "database unavailable");
                 Status::unavailable("database unavailable; retry later")
@@ -42,7 +50,6 @@ impl From<Error> for Status {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::StoreError;
 
     #[test]
     fn violations_name_their_fields_in_the_details() {

@@ -121,7 +121,12 @@ pub async fn claim(
             blocked_until: Utc::now().checked_add_signed(recheck),
         });
     }
-    let (claimed, had_accounts) = transaction!(store, StoreError, |tx| claim_in(tx, req).await)?;
+    // Idempotent: a claim whose commit happened unheard leased tasks that are never sent; they
+    // come back when their lease runs out, as any lease whose grant was lost. A second run
+    // claims other tasks.
+    let (claimed, had_accounts) =
+        transaction!(store, StoreError, idempotent = true, |tx| claim_in(tx, req)
+            .await)?;
     if !had_accounts {
         no_accounts.remember(req.namespace);
     }

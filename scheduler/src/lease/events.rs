@@ -30,10 +30,14 @@ pub enum Event {
 }
 
 const CHANNELS: &str = "LISTEN herald_due; LISTEN herald_revoke; LISTEN herald_cancel;";
+/// Longest pause between attempts to reopen the LISTEN connection.
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
 /// Keeps a LISTEN connection open until `shutdown`, reconnecting with backoff, and publishes
 /// every notification on `events`. After each (re)connect it publishes `Due(None)`, since
-/// notifications sent while disconnected are lost.
+/// notifications sent while disconnected are lost. `pg` carries herald's connection settings,
+/// so after a failover the listener reconnects to the new primary, where the notifications
+/// are now sent (a standby can neither LISTEN nor NOTIFY).
 pub async fn listen(
     pg: tokio_postgres::Config,
     events: broadcast::Sender<Event>,
@@ -87,7 +91,8 @@ pub async fn listen(
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(backoff) => {}
         }
-        backoff = (backoff * 2).min(Duration::from_secs(5));
+        // Capped low: after a failover every wake-up waits for this connection.
+        backoff = (backoff * 2).min(MAX_BACKOFF);
     }
 }
 

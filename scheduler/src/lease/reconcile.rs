@@ -34,7 +34,8 @@ pub async fn reconcile_once(store: &Store) -> Result<Vec<Reconciled>, StoreError
     let drifted = store.conn().await?.accounts().drifted().await?;
     let mut corrected = Vec::new();
     for (namespace, account) in drifted {
-        let fixed = transaction!(store, StoreError, |tx| tx
+        // Idempotent: it sets the count to the leases held, under the account's lock.
+        let fixed = transaction!(store, StoreError, idempotent = true, |tx| tx
             .accounts()
             .reconcile(&namespace, &account)
             .await)?;

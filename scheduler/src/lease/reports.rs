@@ -92,7 +92,9 @@ pub async fn apply(
         })
         .collect();
     let reports: Vec<&AttemptReport> = applicable.iter().flatten().copied().collect();
-    let (applied, current) = transaction!(store, StoreError, |tx| {
+    // Idempotent: every write is fenced by the lease token, so a second run after a commit
+    // that did happen matches no lease and answers each report refused, with the task's state.
+    let (applied, current) = transaction!(store, StoreError, idempotent = true, |tx| {
         let applied = if reports.is_empty() {
             Vec::new()
         } else {

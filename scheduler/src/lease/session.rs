@@ -224,7 +224,8 @@ async fn deliver(store: &Store, namespace: &str, tx: &Outbound, leases: Vec<Gran
     if tx.send(ToExecutor::Leases(leases)).await.is_ok() {
         return true;
     }
-    let released = transaction!(store, StoreError, |db| db
+    // Idempotent: fenced by the lease tokens, a second run releases nothing more.
+    let released = transaction!(store, StoreError, idempotent = true, |db| db
         .leases()
         .release(namespace, &refs)
         .await);
@@ -300,7 +301,8 @@ async fn handle_release(
     if refs.is_empty() {
         return Ok(());
     }
-    transaction!(ctx.store, StoreError, |db| db
+    // Idempotent: fenced by the lease tokens.
+    transaction!(ctx.store, StoreError, idempotent = true, |db| db
         .leases()
         .release(namespace, &refs)
         .await)?;
@@ -316,7 +318,8 @@ async fn handle_revoke_ack(
     let Some(id) = lease.task_id().filter(|_| stopped_before_send) else {
         return Ok(());
     };
-    transaction!(ctx.store, StoreError, |db| {
+    // Idempotent: it sets the outcome only while it is still unknown.
+    transaction!(ctx.store, StoreError, idempotent = true, |db| {
         db.leases()
             .revoked_before_send(namespace, id, lease.attempt)
             .await

@@ -56,7 +56,8 @@ async fn next_sweep_ms(store: &Store) -> Result<Option<f64>, StoreError> {
 /// One sweep; Some(true) when a batch was full and more may be waiting. Lapsed leases and their
 /// account slots change in one transaction.
 async fn sweep_once(store: &Store) -> Result<Option<bool>, StoreError> {
-    let leases = transaction!(store, StoreError, |tx| tx
+    // Idempotent: only leases still leased and past their expiry are taken.
+    let leases = transaction!(store, StoreError, idempotent = true, |tx| tx
         .leases()
         .expire_leases(BATCH)
         .await)?;

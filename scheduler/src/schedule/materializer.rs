@@ -156,7 +156,9 @@ async fn pass(store: &Store) -> Result<Option<Duration>, StoreError> {
         .due(LOOKAHEAD.num_milliseconds())
         .await?;
     for d in &due {
-        let materialised = transaction!(store, Error, |tx| materialise(
+        // Idempotent: runs are inserted ON CONFLICT DO NOTHING, their tasks are keyed, and the
+        // cursor is recomputed from the locked row.
+        let materialised = transaction!(store, Error, idempotent = true, |tx| materialise(
             tx,
             &d.namespace,
             &d.schedule.id

@@ -8,6 +8,7 @@
 
 pub mod accounts;
 pub mod campaigns;
+pub mod connection;
 mod error;
 pub mod leases;
 pub mod migrate;
@@ -19,7 +20,7 @@ pub mod stats;
 pub mod tasks;
 pub mod templates;
 
-pub use error::{Retryable, StoreError, WriteError};
+pub use error::{Rerun, Retryable, StoreError, WriteError};
 
 use std::time::Duration;
 
@@ -32,8 +33,14 @@ pub struct Store {
     config: tokio_postgres::Config,
 }
 
-/// How often a transaction that lost a race (serialization failure, deadlock) is run again.
+/// How often a transaction that failed without committing (it lost a race, or lost its server
+/// before COMMIT), or an idempotent one whose commit was in doubt, is run again.
 pub const MAX_TRANSACTION_RETRIES: u32 = 3;
+
+/// The pause before running again a transaction that lost its server: doubled each time, so a
+/// connection broken by a failover is replaced by one to the new primary when there is one
+/// (100, 200, 400 ms), and the caller hears UNAVAILABLE quickly when there is none yet.
+pub const SERVER_LOST_BACKOFF: Duration = Duration::from_millis(100);
 
 /// Pins the output type of a transaction's body, so `?` inside it knows the error type.
 pub fn body<T, E, F: std::future::Future<Output = Result<T, E>>>(f: F) -> F {
@@ -43,45 +50,88 @@ pub fn body<T, E, F: std::future::Future<Output = Result<T, E>>>(f: F) -> F {
 /// Runs `$body` in one transaction of `$store`, with a reference to the transaction bound to
 /// `$tx`, and commits it when the body returns `Ok`. The body is an expression of type
 /// `Result<T, E>` (E converting into `$err`) in which `?` and `return` work as in an `async`
-/// block. A transaction that lost a race
-/// (serialization failure or deadlock, whether the body or the commit reported it) is rolled
-/// back and run again, up to [`MAX_TRANSACTION_RETRIES`] times, so the body must leave nothing
-/// behind but its writes: callers act on the result after it returns.
+/// block.
+///
+/// A transaction that certainly did not commit is rolled back and run again, up to
+/// [`MAX_TRANSACTION_RETRIES`] times: one that lost a race (serialization failure or deadlock,
+/// whether the body or the commit reported it) at once; one whose server went away or turned
+/// read-only before COMMIT (a failover) after [`SERVER_LOST_BACKOFF`], on a new connection —
+/// the broken one is dropped, not returned to the pool. So the body must leave nothing behind
+/// but its writes: callers act on the result after it returns.
+///
+/// A transaction whose COMMIT got no answer may have committed ([`StoreError::CommitInDoubt`]).
+/// It is run again only when it says `idempotent = true` (or an expression that is true for
+/// this call): its writes are fenced or keyed, so applying it twice changes nothing the first
+/// run did not (docs/reliability.md lists which are). Otherwise the error goes to the caller,
+/// which answers UNAVAILABLE.
 ///
 /// A macro rather than a method taking a closure: a closure over a borrowed transaction makes
 /// futures the compiler cannot prove `Send` for every lifetime, which every gRPC handler needs.
 macro_rules! transaction {
-    ($store:expr, $err:ty, |$tx:ident| $body:expr) => {{
+    ($store:expr, $err:ty, |$tx:ident| $body:expr) => {
+        $crate::store::transaction!($store, $err, idempotent = false, |$tx| $body)
+    };
+    ($store:expr, $err:ty, idempotent = $idempotent:expr, |$tx:ident| $body:expr) => {{
         let store: &$crate::store::Store = &$store;
+        let idempotent: bool = $idempotent;
         let mut tries: u32 = 0;
         loop {
             tries += 1;
             let outcome = $crate::store::body::<_, $err, _>(async {
                 let mut conn = store.conn().await?;
-                let transaction = conn
-                    .transaction()
-                    .await
-                    .map_err($crate::store::StoreError::query("begin"))?;
-                let $tx = &transaction;
-                let value = match async { $body }.await {
-                    Ok(value) => value,
-                    Err(e) => return Err(<$err>::from(e)),
-                };
-                transaction
-                    .commit()
-                    .await
-                    .map_err($crate::store::StoreError::query("commit"))?;
-                Ok(value)
+                let outcome = $crate::store::body::<_, $err, _>(async {
+                    let transaction = conn
+                        .transaction()
+                        .await
+                        .map_err($crate::store::StoreError::query("begin"))?;
+                    let $tx = &transaction;
+                    let value = match async { $body }.await {
+                        Ok(value) => value,
+                        Err(e) => return Err(<$err>::from(e)),
+                    };
+                    transaction
+                        .commit()
+                        .await
+                        .map_err($crate::store::StoreError::commit)?;
+                    Ok(value)
+                })
+                .await;
+                if let Err(e) = &outcome {
+                    if $crate::store::Retryable::rerun(e) == $crate::store::Rerun::ServerLost {
+                        // Open but read-only (a demoted primary), or half dead: never reuse it.
+                        $crate::store::Store::discard(conn);
+                    }
+                }
+                outcome
             })
             .await;
-            match outcome {
-                Err(e)
-                    if $crate::store::Retryable::is_retryable(&e)
-                        && tries <= $crate::store::MAX_TRANSACTION_RETRIES =>
-                {
+            let rerun = match &outcome {
+                Err(e) if tries <= $crate::store::MAX_TRANSACTION_RETRIES => {
+                    $crate::store::Retryable::rerun(e)
+                }
+                _ => $crate::store::Rerun::Never,
+            };
+            match rerun {
+                $crate::store::Rerun::LostRace => {
                     tracing::debug!(tries, "transaction lost a race; running it again");
                 }
-                other => break other,
+                $crate::store::Rerun::ServerLost => {
+                    tracing::info!(
+                        tries,
+                        "transaction lost its database server before commit; running it again"
+                    );
+                    tokio::time::sleep($crate::store::SERVER_LOST_BACKOFF * (1 << (tries - 1)))
+                        .await;
+                }
+                $crate::store::Rerun::InDoubt if idempotent => {
+                    tracing::warn!(
+                        tries,
+                        "transaction's commit is in doubt; running it again, it is idempotent"
+                    );
+                    tokio::time::sleep($crate::store::SERVER_LOST_BACKOFF * (1 << (tries - 1)))
+                        .await;
+                }
+                _ => break outcome,
             }
         }
     }};
@@ -89,24 +139,26 @@ macro_rules! transaction {
 pub(crate) use transaction;
 
 impl Store {
-    /// Builds a pool of at most `max_size` connections to `database_url`. Connections are opened
-    /// lazily, so this succeeds while the database is down.
+    /// Builds a pool of at most `max_size` connections to `database_url`, with herald's
+    /// connection settings ([`connection`]: the primary among the URL's hosts, timeouts,
+    /// keepalives). Connections are opened lazily, so this succeeds while the database is down.
     pub fn connect(database_url: &str, max_size: usize) -> Result<Self, ConnectError> {
-        let config: tokio_postgres::Config =
-            database_url.parse().map_err(ConnectError::InvalidUrl)?;
+        let config = connection::settings(database_url).map_err(ConnectError::InvalidUrl)?;
         let manager = Manager::from_config(
             config.clone(),
             tokio_postgres::NoTls,
             ManagerConfig {
                 // Fast recycling skips a round trip per checkout; broken connections are still
-                // detected because tokio-postgres marks them closed.
+                // detected because tokio-postgres marks them closed (the server closed them,
+                // or a keepalive or the user timeout gave up on them), and a transaction that
+                // finds its connection read-only drops it (`transaction!`).
                 recycling_method: RecyclingMethod::Fast,
             },
         );
         let pool = Pool::builder(manager)
             .max_size(max_size)
             .wait_timeout(Some(Duration::from_secs(10)))
-            .create_timeout(Some(Duration::from_secs(5)))
+            .create_timeout(Some(connection::open_timeout(&config)))
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .build()
             .map_err(|e| ConnectError::Pool(e.to_string()))?;
@@ -118,7 +170,13 @@ impl Store {
         Ok(self.pool.get().await?)
     }
 
-    /// The parsed connection settings, for the dedicated LISTEN connection.
+    /// Takes a connection out of the pool for good: it is closed instead of reused.
+    pub fn discard(conn: deadpool_postgres::Object) {
+        drop(deadpool_postgres::Object::take(conn));
+    }
+
+    /// The parsed connection settings (herald's included), for the dedicated connections: the
+    /// notification listener, the materialiser's leader lock, the database watch.
     pub fn pg_config(&self) -> &tokio_postgres::Config {
         &self.config
     }

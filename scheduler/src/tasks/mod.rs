@@ -76,7 +76,13 @@ impl Tasks {
         let mut specs = Some(specs);
         // Checked and rendered once: a retried transaction inserts the same tasks again.
         let mut prepared: Option<Vec<NewTask>> = None;
-        let created = transaction!(self.store, Error, |tx| {
+        // Idempotent when every task is keyed: a second run after a commit that did happen
+        // finds each key bound to the same request and returns the stored task. Without keys
+        // it would create the batch twice, so an unknown outcome goes back to the client.
+        let keyed = specs
+            .as_ref()
+            .is_some_and(|s| s.iter().all(|t| !t.idempotency_key.is_empty()));
+        let created = transaction!(self.store, Error, idempotent = keyed, |tx| {
             let tasks = match (prepared.take(), specs.take()) {
                 (Some(tasks), _) => tasks,
                 (None, Some(specs)) => {

@@ -33,6 +33,9 @@ pub const DEADLINE_EXPIRIES: &str = "herald_deadline_expiries_total";
 pub const TASKS_FINISHED: &str = "herald_tasks_finished_total";
 /// Gauge `{state}`: database pool connections (`in_use`, `idle`, `max`) and callers `waiting`.
 pub const DB_POOL: &str = "herald_db_pool_connections";
+/// Gauge: 1 while the database watch reaches a PostgreSQL server that takes writes, else 0
+/// (an outage, or a failover before the standby is promoted).
+pub const DATABASE_WRITABLE: &str = "herald_database_writable";
 /// Counter `{result}`: operator notifications delivered or failed (one per delivery try).
 pub const NOTIFICATIONS: &str = "herald_notifications_total";
 /// Gauge: notifications waiting in the outbox.
@@ -108,6 +111,10 @@ fn describe() {
     describe_gauge!(
         DB_POOL,
         "Database pool connections by state (in_use, idle, max) and callers waiting."
+    );
+    describe_gauge!(
+        DATABASE_WRITABLE,
+        "1 while the database watch reaches a PostgreSQL server that takes writes, else 0."
     );
     describe_counter!(
         NOTIFICATIONS,
