@@ -15,6 +15,8 @@
 //! - [`PgCluster`], [`TcpProxy`], [`FakeProvider`]: the fault suite's pieces — a private
 //!   PostgreSQL cluster a test may stop and start, a proxy that cuts the network, and a
 //!   provider that counts deliveries per idempotency key.
+//! - [`HaCluster`]: a pg_auto_failover formation (monitor, primary, synchronous standby) for the
+//!   failover tests, whose primary a test may switch over or SIGKILL.
 //!
 //! The binaries are not built by the harness: run `cargo build --bins` first (`script/test`
 //! does), or point `HERALD_BIN_DIR` at a folder holding them.
@@ -22,6 +24,7 @@
 mod db;
 pub mod fakes;
 mod grpc;
+mod ha_cluster;
 pub mod lease;
 pub mod otlp;
 mod pg_cluster;
@@ -34,6 +37,7 @@ mod webhook;
 
 pub use db::TestDb;
 pub use grpc::{connect_health, connect_lease, connect_tasks, create_task, wait_for_task_state};
+pub use ha_cluster::HaCluster;
 pub use pg_cluster::PgCluster;
 pub use process::{
     herald_binary, ExecutorBuilder, ExecutorProcess, SchedulerBuilder, SchedulerProcess,
