@@ -1,0 +1,574 @@
+//! The failover suite: real binaries on a real highly available PostgreSQL (pg_auto_failover:
+//! monitor, primary, synchronous standby; [`HaCluster`]), with `DATABASE_URL` naming both
+//! nodes, through
+//! - a planned switchover mid-run;
+//! - the primary SIGKILLed (keeper, server and backends: a machine dying) mid-run with 5,000
+//!   tasks, a schedule firing every second and a campaign, on two scheduler replicas, with a
+//!   client creating tasks during the outage;
+//! - a failover while an executor is also SIGKILLed.
+//!
+//! Every run ends with the fault suite's check, over every task the database holds (the
+//! schedule's and the campaign's included): none stuck leased, none lost (each that succeeded
+//! reached the provider, and the provider saw no key the database does not hold), and each
+//! repeat carries the same idempotency key and is explained by an attempt whose outcome never
+//! reached the database. The runs also print the time from promotion (the moment the new
+//! primary first took writes, on its clock) to the first lease it granted: `FAILOVER-SUMMARY`
+//! lines, copied into docs/operations.md. That time is measured, not asserted; the assertion is
+//! that leases are granted again at all.
+//!
+//! The tests skip (saying so) when pg_auto_failover is not installed and `HERALD_REQUIRE_HA` is
+//! unset; `script/test` installs it and sets it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
+use chrono::{DateTime, Utc};
+use herald_proto::v1::{
+    campaign_service_client::CampaignServiceClient, content, retry_policy,
+    schedule_service_client::ScheduleServiceClient, task_service_client::TaskServiceClient,
+    AddRecipientsRequest, CampaignRecipient, CampaignSpec, Content, CreateCampaignRequest,
+    CreateScheduleRequest, CreateTasksRequest, FixedDelays, MisfirePolicy, PauseScheduleRequest,
+    RetryPolicy, ScheduleSpec, TaskSpec,
+};
+use herald_tests::{
+    connect_tasks, task_spec, unique_id, ExecutorProcess, FakeProvider, HaCluster, ProviderMode,
+    SchedulerProcess, TaskSpecExt, TestDb,
+};
+use tonic::transport::Channel;
+
+const QUEUE: &str = "failover";
+/// Upper bound for one run to finish; only a hang ever reaches it.
+const RUN_WAIT: Duration = Duration::from_secs(240);
+/// Lease TTL of the suite's schedulers: short, so leases granted before a failover whose
+/// outcome was lost come back soon.
+const LEASE_TTL: &str = "2s";
+/// The webhook sender's signing key (the fake provider does not check signatures).
+const SECRET: &str = "whsec_YW4gZXhhbXBsZSBzaWduaW5nIGtleSBvZiAzMiBiISE=";
+
+async fn spawn_scheduler(
+    cluster: &HaCluster,
+    placeholder: &TestDb,
+    name: &str,
+) -> Result<SchedulerProcess> {
+    SchedulerProcess::builder(placeholder)
+        .env("DATABASE_URL", cluster.url())
+        .env("HERALD_LEASE_TTL", LEASE_TTL)
+        .name(name)
+        .spawn()
+        .await
+}
+
+async fn spawn_executor(
+    endpoints: &[String],
+    provider: &FakeProvider,
+    id: &str,
+) -> Result<ExecutorProcess> {
+    ExecutorProcess::builder(endpoints)
+        .config_toml(format!(
+            "[queues.{QUEUE}]\nsender = \"webhook\"\nurl = \"{}/send\"\nsecret = \"{SECRET}\"\n",
+            provider.url()
+        ))
+        .env("HERALD_EXECUTOR_ID", id)
+        .env("HERALD_SHUTDOWN_GRACE", "2s")
+        .name(id)
+        .spawn()
+        .await
+}
+
+/// A fast fixed retry, and attempts enough that no fault here can use them up.
+fn fault_spec(key: &str) -> TaskSpec {
+    let mut spec = task_spec(QUEUE, "+15550100", "failover run")
+        .with_idempotency_key(key)
+        .with_max_attempts(100);
+    spec.retry_policy = Some(RetryPolicy {
+        strategy: Some(retry_policy::Strategy::Delays(FixedDelays {
+            delays: vec![prost_types::Duration {
+                seconds: 0,
+                nanos: 100_000_000,
+            }],
+        })),
+    });
+    spec
+}
+
+/// Creates `n` keyed tasks in batches of 500. A batch refused as UNAVAILABLE (the database
+/// is failing over; a commit may be in doubt) is sent again with the same keys, as a client
+/// should: the keys make the repeat harmless.
+async fn create_run(tasks: &mut TaskServiceClient<Channel>, n: usize) -> Result<usize> {
+    let prefix = unique_id("k");
+    let keys: Vec<String> = (0..n).map(|i| format!("{prefix}-{i}")).collect();
+    let mut refused = 0;
+    for chunk in keys.chunks(500) {
+        let deadline = tokio::time::Instant::now() + RUN_WAIT;
+        loop {
+            let specs = chunk.iter().map(|k| fault_spec(k)).collect();
+            match tasks
+                .create_tasks(CreateTasksRequest { tasks: specs })
+                .await
+            {
+                Ok(_) => break,
+                Err(s) if s.code() == tonic::Code::Unavailable => {
+                    refused += 1;
+                    ensure!(
+                        tokio::time::Instant::now() < deadline,
+                        "CreateTasks unavailable for {RUN_WAIT:?}: {s:?}"
+                    );
+                    // A client's retry pause, not synchronisation.
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(s) => return Err(s).context("CreateTasks"),
+            }
+        }
+    }
+    Ok(refused)
+}
+
+/// Waits until nothing is leased, nothing due is waiting, and the campaign (if any) has sent
+/// to every recipient. Reads through a new connection each time: the test's own connections
+/// do not survive a failover either.
+async fn settle(cluster: &HaCluster, campaign: Option<(uuid::Uuid, i64)>) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + RUN_WAIT;
+    loop {
+        let done = async {
+            let conn = cluster.connect().await?;
+            let open: i64 = conn
+                .query_one(
+                    // A scheduled task already due is a retry waiting its short backoff, or
+                    // one not leased yet: the run is not over. Schedule runs created ahead of
+                    // their fire time are not due yet.
+                    "SELECT count(*) FROM herald.tasks
+                     WHERE state = 'leased' OR (state = 'scheduled' AND run_at <= now())",
+                    &[],
+                )
+                .await?
+                .get(0);
+            let campaign_left = match campaign {
+                Some((id, recipients)) => {
+                    let sent: i64 = conn
+                        .query_one(
+                            "SELECT count(*) FROM herald.tasks
+                             WHERE campaign_id = $1 AND state = 'succeeded'",
+                            &[&id],
+                        )
+                        .await?
+                        .get(0);
+                    recipients - sent
+                }
+                None => 0,
+            };
+            anyhow::Ok((open, campaign_left))
+        }
+        .await;
+        match done {
+            Ok((0, 0)) => return Ok(()),
+            Ok((open, left)) => ensure!(
+                tokio::time::Instant::now() < deadline,
+                "{open} tasks still leased or due, {left} campaign recipients unsent"
+            ),
+            // The cluster may still be failing over.
+            Err(e) => ensure!(
+                tokio::time::Instant::now() < deadline,
+                "the cluster never came back: {e:#}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The figures of one run.
+#[derive(Debug, Default)]
+struct Summary {
+    tasks: usize,
+    succeeded: usize,
+    not_due: usize,
+    leased: usize,
+    lost: usize,
+    phantom: usize,
+    repeats: usize,
+    unexplained: usize,
+    unreported_attempts: i64,
+    promotion_to_first_lease: Option<f64>,
+}
+
+/// Checks the suite's invariants over every task stored, and prints the run's summary line.
+async fn check(
+    cluster: &HaCluster,
+    provider: &FakeProvider,
+    fault: &str,
+    promoted_at: DateTime<Utc>,
+) -> Result<Summary> {
+    let conn = cluster.connect().await?;
+    let rows = conn
+        .query(
+            // The provider-facing key: the client's idempotency key, else the task id.
+            "SELECT COALESCE(t.idempotency_key, t.id::text), t.state::text,
+                    t.state = 'scheduled' AND t.run_at > now(),
+                    count(a.task_id) FILTER (WHERE a.outcome IN (3, 6))
+             FROM herald.tasks t LEFT JOIN herald.attempts a ON a.task_id = t.id
+             GROUP BY t.id",
+            &[],
+        )
+        .await?;
+    let accepted: HashMap<String, usize> = provider.accepted();
+    let mut summary = Summary {
+        tasks: rows.len(),
+        ..Summary::default()
+    };
+    let mut known = std::collections::HashSet::new();
+    for row in &rows {
+        let key: String = row.get(0);
+        let state: String = row.get(1);
+        let not_due: bool = row.get(2);
+        let unreported: i64 = row.get(3);
+        summary.unreported_attempts += unreported;
+        match state.as_str() {
+            "succeeded" => summary.succeeded += 1,
+            "leased" => summary.leased += 1,
+            _ if not_due => summary.not_due += 1,
+            _ => {}
+        }
+        let n = accepted.get(&key).copied().unwrap_or(0);
+        if state == "succeeded" && n == 0 {
+            summary.lost += 1;
+        }
+        if n > 1 {
+            summary.repeats += n - 1;
+            if (n - 1) as i64 > unreported {
+                summary.unexplained += 1;
+                eprintln!(
+                    "unexplained repeat: key {key} accepted {n} times, {unreported} unreported \
+                     attempts"
+                );
+            }
+        }
+        known.insert(key);
+    }
+    summary.phantom = accepted.keys().filter(|k| !known.contains(*k)).count();
+    if summary.unexplained > 0 {
+        explain(&conn, &accepted).await?;
+        for event in cluster.events().await? {
+            eprintln!("monitor: {event}");
+        }
+    }
+    summary.promotion_to_first_lease = conn
+        .query_one(
+            "SELECT extract(epoch FROM min(l) - $1)::float8 FROM (
+                 SELECT leased_at AS l FROM herald.tasks WHERE leased_at >= $1
+                 UNION ALL SELECT leased_at FROM herald.attempts WHERE leased_at >= $1) x",
+            &[&promoted_at],
+        )
+        .await?
+        .get(0);
+    println!(
+        "FAILOVER-SUMMARY fault=\"{fault}\" tasks={} succeeded={} not_yet_due={} \
+         stuck_leased={} lost={} repeated_deliveries={} unexplained_repeats={} \
+         unreported_attempts={} promotion_to_first_lease_s={}",
+        summary.tasks,
+        summary.succeeded,
+        summary.not_due,
+        summary.leased,
+        summary.lost,
+        summary.repeats,
+        summary.unexplained,
+        summary.unreported_attempts,
+        summary
+            .promotion_to_first_lease
+            .map_or("none".to_owned(), |s| format!("{s:.2}")),
+    );
+    ensure!(summary.leased == 0, "tasks stuck leased: {summary:?}");
+    ensure!(summary.lost == 0, "tasks lost: {summary:?}");
+    ensure!(
+        summary.phantom == 0,
+        "the provider saw keys the database does not hold (a create acknowledged and lost?): \
+         {summary:?}"
+    );
+    ensure!(summary.unexplained == 0, "unexplained repeats: {summary:?}");
+    ensure!(
+        summary.succeeded + summary.not_due == summary.tasks,
+        "not every task succeeded: {summary:?}"
+    );
+    ensure!(
+        summary.promotion_to_first_lease.is_some(),
+        "no lease was granted after the promotion: {summary:?}"
+    );
+    Ok(summary)
+}
+
+/// Prints the history of a few tasks whose repeats no attempt explains, to debug a failure.
+async fn explain(conn: &tokio_postgres::Client, accepted: &HashMap<String, usize>) -> Result<()> {
+    let rows = conn
+        .query(
+            "SELECT COALESCE(t.idempotency_key, t.id::text), t.lease_count, t.attempts,
+                    t.state::text, t.executor_id,
+                    (SELECT string_agg(format('#%s %s outcome=%s at %s', a.attempt, a.executor_id,
+                                              a.outcome, a.leased_at), '; ' ORDER BY a.attempt)
+                     FROM herald.attempts a WHERE a.task_id = t.id)
+             FROM herald.tasks t",
+            &[],
+        )
+        .await?;
+    let mut shown = 0;
+    for row in &rows {
+        let key: String = row.get(0);
+        let n = accepted.get(&key).copied().unwrap_or(0);
+        let history: Option<String> = row.get(5);
+        if n > 1 && shown < 5 {
+            shown += 1;
+            eprintln!(
+                "key {key}: accepted {n}, lease_count {}, attempts {}, state {}, executor {:?}, \
+                 history: {}",
+                row.get::<_, i32>(1),
+                row.get::<_, i32>(2),
+                row.get::<_, String>(3),
+                row.get::<_, Option<String>>(4),
+                history.unwrap_or_default()
+            );
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_planned_switchover_mid_run_loses_nothing() -> Result<()> {
+    const TOTAL: usize = 2_000;
+    let Some(cluster) = HaCluster::start().await? else {
+        return Ok(());
+    };
+    let placeholder = TestDb::new().await?;
+    let scheduler = spawn_scheduler(&cluster, &placeholder, "scheduler").await?;
+    let provider = FakeProvider::start().await?;
+    provider.set_mode(ProviderMode::AcceptSlowly(Duration::from_millis(5)));
+    let endpoints = [scheduler.grpc_url()];
+    let _one = spawn_executor(&endpoints, &provider, "one").await?;
+    let _two = spawn_executor(&endpoints, &provider, "two").await?;
+    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
+    create_run(&mut tasks, TOTAL).await?;
+
+    provider.wait_for_accepted(TOTAL / 3, RUN_WAIT).await?;
+    let old = cluster.primary().await?;
+    let promotion = cluster.watch_promotion(&cluster.other(&old)?)?;
+    let new = cluster.switchover().await?;
+    ensure!(new != old, "the switchover kept {old} primary");
+    let promoted_at = promotion.await??;
+    settle(&cluster, None).await?;
+    let summary = check(&cluster, &provider, "planned switchover", promoted_at).await?;
+    ensure!(summary.tasks == TOTAL, "{} tasks stored", summary.tasks);
+    Ok(())
+}
+
+/// A schedule firing every second to two recipients, catching up what a failover misses.
+fn every_second(id: &str) -> ScheduleSpec {
+    ScheduleSpec {
+        id: id.into(),
+        cron: "* * * * * *".into(),
+        time_zone: "UTC".into(),
+        misfire: MisfirePolicy::CatchUp as i32,
+        queue: QUEUE.into(),
+        recipients: vec!["ops-a".into(), "ops-b".into()],
+        content: Some(Content {
+            body: Some(content::Body::Text("heartbeat".into())),
+        }),
+        max_attempts: Some(100),
+        ..Default::default()
+    }
+}
+
+/// Fire time (epoch seconds) → tasks of each run of schedule `id`.
+async fn schedule_runs(cluster: &HaCluster, id: &str) -> Result<BTreeMap<i64, i64>> {
+    let conn = cluster.connect().await?;
+    let rows = conn
+        .query(
+            "SELECT extract(epoch FROM r.fire_time)::bigint,
+                    (SELECT count(*) FROM herald.tasks t
+                     WHERE t.schedule_id = r.schedule_id AND t.fire_time = r.fire_time)
+             FROM herald.schedule_runs r WHERE r.schedule_id = $1",
+            &[&id],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+#[tokio::test]
+async fn the_primary_sigkilled_with_five_thousand_tasks_a_schedule_and_a_campaign_loses_nothing(
+) -> Result<()> {
+    const TOTAL: usize = 5_000;
+    const DURING: usize = 500;
+    const RECIPIENTS: usize = 500;
+    let Some(mut cluster) = HaCluster::start().await? else {
+        return Ok(());
+    };
+    let placeholder = TestDb::new().await?;
+    // Two replicas: the materialiser's leadership (a session advisory lock) and every LISTEN
+    // registration die with the primary and must be taken again on the new one.
+    let a = spawn_scheduler(&cluster, &placeholder, "scheduler-a").await?;
+    let b = spawn_scheduler(&cluster, &placeholder, "scheduler-b").await?;
+    let provider = FakeProvider::start().await?;
+    provider.set_mode(ProviderMode::AcceptSlowly(Duration::from_millis(5)));
+    let _one = spawn_executor(&[a.grpc_url(), b.grpc_url()], &provider, "one").await?;
+    let _two = spawn_executor(&[b.grpc_url(), a.grpc_url()], &provider, "two").await?;
+
+    let mut schedules = ScheduleServiceClient::connect(a.grpc_url()).await?;
+    schedules
+        .create_schedule(CreateScheduleRequest {
+            schedule: Some(every_second("heartbeat")),
+        })
+        .await?;
+    let mut campaigns = CampaignServiceClient::connect(b.grpc_url()).await?;
+    let campaign_id = campaigns
+        .create_campaign(CreateCampaignRequest {
+            campaign: Some(CampaignSpec {
+                name: "failover".into(),
+                queue: QUEUE.into(),
+                content: Some(Content {
+                    body: Some(content::Body::Text("announcement".into())),
+                }),
+                ..Default::default()
+            }),
+            recipients: vec![],
+        })
+        .await?
+        .into_inner()
+        .id;
+    let recipients: Vec<CampaignRecipient> = (0..RECIPIENTS)
+        .map(|i| CampaignRecipient {
+            recipient: format!("member-{i}"),
+            ..Default::default()
+        })
+        .collect();
+    campaigns
+        .add_recipients(AddRecipientsRequest {
+            campaign_id: campaign_id.clone(),
+            recipients,
+        })
+        .await?;
+    let mut tasks = connect_tasks(&a.grpc_url()).await?;
+    create_run(&mut tasks, TOTAL).await?;
+
+    provider.wait_for_accepted(TOTAL / 3, RUN_WAIT).await?;
+    let promotion = cluster.watch_promotion(&cluster.other(&cluster.primary().await?)?)?;
+    let killed_at = Utc::now();
+    cluster.kill_primary().await?;
+    // A client keeps creating through the outage, retrying refused batches with their keys.
+    let mut creator = connect_tasks(&b.grpc_url()).await?;
+    let creating = tokio::spawn(async move { create_run(&mut creator, DURING).await });
+    let promoted_at = promotion.await??;
+    let refused = creating.await??;
+
+    // The schedule fires on the new primary (a replica took the leadership again) before it
+    // is paused, so the run set is final.
+    let resumed = promoted_at.timestamp() + 2;
+    let deadline = tokio::time::Instant::now() + RUN_WAIT;
+    while !schedule_runs(&cluster, "heartbeat")
+        .await
+        .is_ok_and(|r| r.keys().any(|t| *t >= resumed))
+    {
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the schedule never fired after the failover"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    schedules
+        .pause_schedule(PauseScheduleRequest {
+            id: "heartbeat".into(),
+        })
+        .await?;
+    let campaign: uuid::Uuid = campaign_id.parse()?;
+    settle(&cluster, Some((campaign, RECIPIENTS as i64))).await?;
+    let summary = check(
+        &cluster,
+        &provider,
+        "primary SIGKILL (5,000 tasks, schedule, campaign)",
+        promoted_at,
+    )
+    .await?;
+    println!(
+        "FAILOVER-TIMING kill_to_promotion_s={:.2} creates_refused_and_retried={refused}",
+        (promoted_at - killed_at).num_milliseconds() as f64 / 1000.0
+    );
+    // What an operator sees once it is over: both replicas serving, the database writable.
+    for replica in [&a, &b] {
+        let metrics = reqwest::get(format!("{}/metrics", replica.http_url()))
+            .await?
+            .text()
+            .await?;
+        ensure!(
+            metrics.contains("herald_database_writable 1"),
+            "a replica does not see a writable database after the failover"
+        );
+        let mut health = herald_tests::connect_health(&replica.grpc_url()).await?;
+        let status = health
+            .check(tonic_health::pb::HealthCheckRequest {
+                service: String::new(),
+            })
+            .await?
+            .into_inner()
+            .status();
+        ensure!(
+            status == tonic_health::pb::health_check_response::ServingStatus::Serving,
+            "a replica's health is {status:?} after the failover"
+        );
+    }
+
+    // Each fire time once, none missed across the failover, each run with both recipients.
+    let runs = schedule_runs(&cluster, "heartbeat").await?;
+    let times: Vec<i64> = runs.keys().copied().collect();
+    ensure!(
+        times.windows(2).all(|w| w[1] - w[0] == 1),
+        "a fire time was missed: {times:?}"
+    );
+    ensure!(runs.values().all(|n| *n == 2), "runs: {runs:?}");
+    let conn = cluster.connect().await?;
+    let keyed: i64 = conn
+        .query_one(
+            "SELECT count(*) FROM herald.tasks WHERE schedule_id IS NULL AND campaign_id IS NULL",
+            &[],
+        )
+        .await?
+        .get(0);
+    ensure!(
+        keyed == (TOTAL + DURING) as i64,
+        "{keyed} client tasks stored, {} created",
+        TOTAL + DURING
+    );
+    ensure!(summary.tasks >= TOTAL + DURING + RECIPIENTS, "{summary:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_failover_while_an_executor_is_killed_loses_nothing() -> Result<()> {
+    const TOTAL: usize = 1_000;
+    let Some(mut cluster) = HaCluster::start().await? else {
+        return Ok(());
+    };
+    let placeholder = TestDb::new().await?;
+    let scheduler = spawn_scheduler(&cluster, &placeholder, "scheduler").await?;
+    let provider = FakeProvider::start().await?;
+    // Sends stay open a moment after the provider took them: the kill lands between the
+    // provider's acceptance and the stored report.
+    provider.set_mode(ProviderMode::AcceptSlowly(Duration::from_millis(20)));
+    let endpoints = [scheduler.grpc_url()];
+    let _steady = spawn_executor(&endpoints, &provider, "steady").await?;
+    let mut victim = spawn_executor(&endpoints, &provider, "victim").await?;
+    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
+    create_run(&mut tasks, TOTAL).await?;
+
+    provider.wait_for_accepted(TOTAL / 3, RUN_WAIT).await?;
+    let promotion = cluster.watch_promotion(&cluster.other(&cluster.primary().await?)?)?;
+    victim.kill()?;
+    cluster.kill_primary().await?;
+    victim.wait().await?;
+    let promoted_at = promotion.await??;
+    let _replacement = spawn_executor(&endpoints, &provider, "replacement").await?;
+    settle(&cluster, None).await?;
+    let summary = check(
+        &cluster,
+        &provider,
+        "primary SIGKILL + executor SIGKILL",
+        promoted_at,
+    )
+    .await?;
+    ensure!(summary.tasks == TOTAL, "{} tasks stored", summary.tasks);
+    Ok(())
+}
