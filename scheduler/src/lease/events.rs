@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, mpsc};
 use tokio_postgres::AsyncMessage;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -32,12 +32,20 @@ pub enum Event {
 const CHANNELS: &str = "LISTEN herald_due; LISTEN herald_revoke; LISTEN herald_cancel;";
 /// Longest pause between attempts to reopen the LISTEN connection.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// How often the LISTEN connection is asked whether its server is still there.
+const PROBE_INTERVAL: Duration = Duration::from_secs(5);
+/// How long the probe may take before the connection counts as lost.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Keeps a LISTEN connection open until `shutdown`, reconnecting with backoff, and publishes
 /// every notification on `events`. After each (re)connect it publishes `Due(None)`, since
 /// notifications sent while disconnected are lost. `pg` carries herald's connection settings,
 /// so after a failover the listener reconnects to the new primary, where the notifications
 /// are now sent (a standby can neither LISTEN nor NOTIFY).
+///
+/// The connection is probed every [`PROBE_INTERVAL`]: a listener whose server died without
+/// closing the connection (a machine gone, no RST) would otherwise wait for TCP keepalives
+/// while every notification goes to the new primary unheard.
 pub async fn listen(
     pg: tokio_postgres::Config,
     events: broadcast::Sender<Event>,
@@ -50,39 +58,17 @@ pub async fn listen(
             c = pg.connect(tokio_postgres::NoTls) => c,
         };
         match connected {
-            Ok((client, mut connection)) => {
-                let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
-                // The connection only makes progress while polled, so LISTEN runs concurrently
-                // with draining its message stream.
-                let listening = client.batch_execute(CHANNELS);
-                tokio::pin!(listening);
-                let mut subscribed = false;
-                loop {
-                    tokio::select! {
-                        _ = shutdown.cancelled() => return,
-                        r = &mut listening, if !subscribed => {
-                            if let Err(e) = r {
-                                tracing::warn!(error = %e, "LISTEN failed");
-                                break;
-                            }
-                            subscribed = true;
-                            backoff = Duration::from_millis(100);
-                            let _ = events.send(Event::Due(None));
-                        }
-                        msg = messages.next() => match msg {
-                            Some(Ok(AsyncMessage::Notification(n))) => {
-                                if let Some(event) = parse(n.channel(), n.payload()) {
-                                    let _ = events.send(event);
-                                }
-                            }
-                            Some(Ok(_)) => {}
-                            Some(Err(e)) => {
-                                tracing::warn!(error = %e, "notification connection failed");
-                                break;
-                            }
-                            None => break,
-                        }
-                    }
+            Ok((client, connection)) => {
+                // The connection is driven on its own task, so the probe's query can be
+                // awaited here while notifications keep arriving.
+                let (tx, mut notifications) = mpsc::unbounded_channel();
+                let driver = tokio::spawn(drive(connection, tx));
+                let outcome = listen_on(&client, &mut notifications, &events, &shutdown).await;
+                driver.abort();
+                match outcome {
+                    Listened::Stopped => return,
+                    Listened::Subscribed => backoff = Duration::from_millis(100),
+                    Listened::Failed => {}
                 }
             }
             Err(e) => tracing::warn!(error = %e, "cannot open the notification connection"),
@@ -93,6 +79,83 @@ pub async fn listen(
         }
         // Capped low: after a failover every wake-up waits for this connection.
         backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// How a listening connection ended.
+enum Listened {
+    /// Shut down.
+    Stopped,
+    /// It listened for a while, then was lost.
+    Subscribed,
+    /// LISTEN itself failed.
+    Failed,
+}
+
+/// Polls the connection, forwarding its notifications, until it fails or nobody listens.
+async fn drive<S, T>(
+    mut connection: tokio_postgres::Connection<S, T>,
+    tx: mpsc::UnboundedSender<tokio_postgres::Notification>,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+    while let Some(message) = messages.next().await {
+        match message {
+            Ok(AsyncMessage::Notification(n)) => {
+                if tx.send(n).is_err() {
+                    return;
+                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "notification connection failed");
+                return;
+            }
+        }
+    }
+}
+
+/// LISTENs on `client`, then publishes its notifications until the connection is lost (closed,
+/// or silent to a probe) or `shutdown`.
+async fn listen_on(
+    client: &tokio_postgres::Client,
+    notifications: &mut mpsc::UnboundedReceiver<tokio_postgres::Notification>,
+    events: &broadcast::Sender<Event>,
+    shutdown: &CancellationToken,
+) -> Listened {
+    tokio::select! {
+        _ = shutdown.cancelled() => return Listened::Stopped,
+        r = client.batch_execute(CHANNELS) => if let Err(e) = r {
+            tracing::warn!(error = %e, "LISTEN failed");
+            return Listened::Failed;
+        },
+    }
+    let _ = events.send(Event::Due(None));
+    let mut probe =
+        tokio::time::interval_at(tokio::time::Instant::now() + PROBE_INTERVAL, PROBE_INTERVAL);
+    probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return Listened::Stopped,
+            n = notifications.recv() => match n {
+                Some(n) => {
+                    if let Some(event) = parse(n.channel(), n.payload()) {
+                        let _ = events.send(event);
+                    }
+                }
+                None => return Listened::Subscribed,
+            },
+            _ = probe.tick() => {
+                let answered =
+                    tokio::time::timeout(PROBE_TIMEOUT, client.simple_query("SELECT 1")).await;
+                if !matches!(answered, Ok(Ok(_))) {
+                    tracing::warn!("notification connection stopped answering; reconnecting");
+                    return Listened::Subscribed;
+                }
+            }
+        }
     }
 }
 

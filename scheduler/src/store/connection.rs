@@ -15,7 +15,8 @@
 //! - **A TCP user timeout** ([`TCP_USER_TIMEOUT`]): a connection whose sent bytes stay
 //!   unacknowledged that long is dropped, so a query to a server that vanished mid-request
 //!   fails instead of hanging for the kernel's fifteen minutes of retransmissions. It bounds
-//!   only unacknowledged data, never a slow query.
+//!   only unacknowledged data, never a slow query: a server that does not even acknowledge
+//!   TCP segments for 10 s is gone.
 //!
 //! A value the URL sets itself (`connect_timeout=10`, `keepalives_idle=30`, `keepalives=0`,
 //! `tcp_user_timeout=…`) is kept.
@@ -33,7 +34,7 @@ pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
 /// Unanswered probes after which the connection is dropped.
 pub const KEEPALIVE_RETRIES: u32 = 3;
 /// How long sent data may stay unacknowledged before the connection is dropped.
-pub const TCP_USER_TIMEOUT: Duration = Duration::from_secs(15);
+pub const TCP_USER_TIMEOUT: Duration = Duration::from_secs(10);
 /// tokio-postgres's own keepalive idle time: a URL that leaves it at this did not set it.
 const DRIVER_KEEPALIVE_IDLE: Duration = Duration::from_secs(2 * 60 * 60);
 
