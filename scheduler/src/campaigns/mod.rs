@@ -178,7 +178,7 @@ impl Campaigns {
         spec: pb::CampaignSpec,
         recipients: &[Recipient],
     ) -> Result<CampaignView, Error> {
-        check_spec(&spec, Utc::now()).into_result(())?;
+        check_spec(&spec, self.tasks.clock().now()).into_result(())?;
         let conn = self.tasks.store().conn().await?;
         if !spec.pool.is_empty() {
             let (pools, _) = conn
@@ -255,7 +255,7 @@ impl Campaigns {
             .await?
             .ok_or_else(|| Error::NotFound(format!("campaign {id}")))?;
         let spec = decode(&campaign)?;
-        let now = Utc::now();
+        let now = self.tasks.clock().now();
         let zones = zones(&spec, recipients, path)?;
         // Checked and rendered for every recipient before anything is written.
         let specs: Vec<TaskSpec> = recipients.iter().map(|r| task_for(&spec, r, id)).collect();

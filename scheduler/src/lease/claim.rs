@@ -30,9 +30,9 @@ use crate::store::{Db, Store, StoreError};
 use crate::tasks::model::GrantedLease;
 
 /// How long a namespace seen without accounts keeps the one-statement claim path before the
-/// accounts table is read again. A task routed to an account created meanwhile waits at most
-/// this long: the fast path leases only the queue-routed route `<ns>/`, never a pool's or an
-/// account's, and tells the dispatcher to look again when the entry expires.
+/// accounts table is read again. Creating an account ends it at once on every replica
+/// (`herald_accounts`); the expiry is the backstop for a notification lost while a replica's
+/// listener was reconnecting (it forgets every namespace when it reconnects, too).
 pub const NO_ACCOUNTS_TTL: Duration = Duration::from_secs(1);
 
 /// Namespaces known to have no accounts, until when.
@@ -52,6 +52,20 @@ impl NoAccountsCache {
     fn remember(&self, namespace: &str) {
         if let Ok(mut map) = self.until.lock() {
             map.insert(namespace.to_owned(), Instant::now() + NO_ACCOUNTS_TTL);
+        }
+    }
+
+    /// Forgets what is known of `namespace`: it gained an account.
+    pub fn forget(&self, namespace: &str) {
+        if let Ok(mut map) = self.until.lock() {
+            map.remove(namespace);
+        }
+    }
+
+    /// Forgets every namespace (after missing notifications).
+    pub fn forget_all(&self) {
+        if let Ok(mut map) = self.until.lock() {
+            map.clear();
         }
     }
 }
@@ -97,8 +111,8 @@ pub struct Claimed {
     pub leases: Vec<GrantedLease>,
     /// Routes that could be served now; the next due time is looked up among these only.
     pub open_routes: Vec<String>,
-    /// The earliest time an account without room gets room again by time alone.
-    pub blocked_until: Option<DateTime<Utc>>,
+    /// How long until an account without room gets room again by time alone.
+    pub recheck_in: Option<Duration>,
 }
 
 /// Claims due tasks, as one statement while the namespace has no accounts.
@@ -114,11 +128,10 @@ pub async fn claim(
             .leases()
             .claim_due(&req.params(), &req.unrouted())
             .await?;
-        let recheck = chrono::Duration::from_std(remaining).unwrap_or(chrono::Duration::MAX);
         return Ok(Claimed {
             leases,
             open_routes: vec![req.unrouted()],
-            blocked_until: Utc::now().checked_add_signed(recheck),
+            recheck_in: Some(remaining),
         });
     }
     let (claimed, had_accounts) = transaction!(store, StoreError, |tx| claim_in(tx, req).await)?;
@@ -143,17 +156,17 @@ async fn claim_in(
         let claimed = Claimed {
             leases,
             open_routes: vec![req.unrouted()],
-            blocked_until: None,
+            recheck_in: None,
         };
         return Ok((claimed, false));
     }
-    let (accounts, blocked_until) = read_budgets(req, budgets);
+    let (accounts, recheck_in) = read_budgets(req, budgets);
     let (candidates, open_routes) = lock_candidates(tx, req, &accounts).await?;
     if candidates.is_empty() {
         let claimed = Claimed {
             leases: Vec::new(),
             open_routes,
-            blocked_until,
+            recheck_in,
         };
         return Ok((claimed, true));
     }
@@ -188,19 +201,19 @@ async fn claim_in(
     let claimed = Claimed {
         leases,
         open_routes,
-        blocked_until,
+        recheck_in,
     };
     Ok((claimed, true))
 }
 
-/// The accounts this executor can send for, with their room; and the earliest time an account
+/// The accounts this executor can send for, with their room; and how long until an account
 /// without room gets some back by time alone.
 fn read_budgets(
     req: &ClaimRequest<'_>,
     budgets: Vec<AccountBudget>,
-) -> (Vec<AccountRoom>, Option<DateTime<Utc>>) {
+) -> (Vec<AccountRoom>, Option<Duration>) {
     let mut accounts = Vec::new();
-    let mut blocked_until: Option<DateTime<Utc>> = None;
+    let mut recheck_ms: Option<f64> = None;
     for b in budgets {
         if req
             .credentials
@@ -209,8 +222,8 @@ fn read_budgets(
             continue;
         }
         if b.room == 0 {
-            if let Some(at) = b.available_at {
-                blocked_until = Some(blocked_until.map_or(at, |u| u.min(at)));
+            if let Some(ms) = b.available_in_ms {
+                recheck_ms = Some(recheck_ms.map_or(ms, |r| r.min(ms)));
             }
         }
         accounts.push(AccountRoom {
@@ -222,7 +235,8 @@ fn read_budgets(
             room_low: b.room_low,
         });
     }
-    (accounts, blocked_until)
+    let recheck_in = recheck_ms.map(|ms| Duration::from_micros((ms.max(0.0) * 1000.0) as u64));
+    (accounts, recheck_in)
 }
 
 /// Locks due candidates of every route with room: by queue, each pool with room (up to its

@@ -11,6 +11,13 @@ use tokio_postgres::AsyncMessage;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use super::claim::NoAccountsCache;
+use crate::clock::Clock;
+
+/// The test clock's skew in milliseconds (none in production).
+const SKEW: &str =
+    "SELECT (extract(epoch FROM skew) * 1000)::bigint AS skew_ms FROM herald.test_clock";
+
 /// A cluster event.
 #[derive(Debug, Clone)]
 pub enum Event {
@@ -27,9 +34,34 @@ pub enum Event {
     },
     /// A cancelled task learned its outcome.
     CancelResolved(Uuid),
+    /// The test clock's skew changed, in milliseconds.
+    Clock(i64),
+    /// A namespace gained an account: claims there must read accounts again.
+    AccountsChanged(String),
 }
 
-const CHANNELS: &str = "LISTEN herald_due; LISTEN herald_revoke; LISTEN herald_cancel;";
+const CHANNELS: &str = "LISTEN herald_due; LISTEN herald_revoke; LISTEN herald_cancel; \
+     LISTEN herald_clock; LISTEN herald_accounts;";
+
+/// What the listener keeps current itself, before any session sees the next event: so a
+/// dispatcher woken by a `Due` announced in the same transaction already sees it.
+#[derive(Clone, Default)]
+pub struct Followers {
+    /// The scheduler's clock, which follows the test clock's skew.
+    pub clock: Clock,
+    /// Namespaces known to have no accounts.
+    pub no_accounts: NoAccountsCache,
+}
+
+impl Followers {
+    fn apply(&self, event: &Event) {
+        match event {
+            Event::Clock(ms) => self.clock.set_skew_ms(*ms),
+            Event::AccountsChanged(namespace) => self.no_accounts.forget(namespace),
+            _ => {}
+        }
+    }
+}
 
 /// Keeps a LISTEN connection open until `shutdown`, reconnecting with backoff, and publishes
 /// every notification on `events`. After each (re)connect it publishes `Due(None)`, since
@@ -37,6 +69,7 @@ const CHANNELS: &str = "LISTEN herald_due; LISTEN herald_revoke; LISTEN herald_c
 pub async fn listen(
     pg: tokio_postgres::Config,
     events: broadcast::Sender<Event>,
+    followers: Followers,
     shutdown: CancellationToken,
 ) {
     let mut backoff = Duration::from_millis(100);
@@ -48,26 +81,39 @@ pub async fn listen(
         match connected {
             Ok((client, mut connection)) => {
                 let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
-                // The connection only makes progress while polled, so LISTEN runs concurrently
-                // with draining its message stream.
-                let listening = client.batch_execute(CHANNELS);
+                // The connection only makes progress while polled, so LISTEN (and reading the
+                // clock's skew after it) runs concurrently with draining its message stream.
+                let listening = async {
+                    client.batch_execute(CHANNELS).await?;
+                    client.query_opt(SKEW, &[]).await
+                };
                 tokio::pin!(listening);
                 let mut subscribed = false;
                 loop {
                     tokio::select! {
                         _ = shutdown.cancelled() => return,
                         r = &mut listening, if !subscribed => {
-                            if let Err(e) = r {
-                                tracing::warn!(error = %e, "LISTEN failed");
-                                break;
-                            }
+                            let skew = match r {
+                                Ok(row) => row
+                                    .and_then(|r| r.try_get::<_, i64>("skew_ms").ok())
+                                    .unwrap_or(0),
+                                Err(e) => {
+                                    tracing::warn!(error = %e, "LISTEN failed");
+                                    break;
+                                }
+                            };
                             subscribed = true;
                             backoff = Duration::from_millis(100);
+                            // Changes missed while disconnected: the skew is read again and every
+                            // namespace's account state forgotten.
+                            followers.clock.set_skew_ms(skew);
+                            followers.no_accounts.forget_all();
                             let _ = events.send(Event::Due(None));
                         }
                         msg = messages.next() => match msg {
                             Some(Ok(AsyncMessage::Notification(n))) => {
                                 if let Some(event) = parse(n.channel(), n.payload()) {
+                                    followers.apply(&event);
                                     let _ = events.send(event);
                                 }
                             }
@@ -113,6 +159,8 @@ fn parse(channel: &str, payload: &str) -> Option<Event> {
             })
         }
         "herald_cancel" => Some(Event::CancelResolved(payload.parse().ok()?)),
+        "herald_clock" => Some(Event::Clock(payload.parse().ok()?)),
+        "herald_accounts" => Some(Event::AccountsChanged(payload.to_owned())),
         _ => None,
     }
 }

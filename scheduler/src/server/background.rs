@@ -23,6 +23,7 @@ pub(super) fn start(replica: &Replica, config: &Config, notifier: Option<Notifie
     jobs.spawn(events::listen(
         store.pg_config().clone(),
         replica.events.clone(),
+        replica.followers.clone(),
         stop.clone(),
     ));
     jobs.spawn(route_revokes(

@@ -74,7 +74,7 @@ $$;
 -- Reserves capacity on accounts for a claim, atomically per account row: each account grants at
 -- most its account_room at p_now and records what it granted. Concurrent claims on other
 -- sessions or replicas serialise on the account row, so together they can never grant more
--- than the limits. Time is read after the row lock is taken (clock_timestamp(), not the
+-- than the limits. Time is read after the row lock is taken (herald.clock(), not the
 -- transaction's start), so reservations on one account happen in clock order and the bucket's
 -- clock never runs backwards; tests pass p_now to drive the clock (across midnight, say).
 -- out_at is the reservation's time: the lease's grant time.
@@ -99,7 +99,7 @@ BEGIN
         IF NOT FOUND THEN
             CONTINUE;
         END IF;
-        v_now := greatest(coalesce(p_now, clock_timestamp()), a.tokens_at);
+        v_now := greatest(coalesce(p_now, herald.clock()), a.tokens_at);
         r := herald.account_room(a, v_now);
         v_low := greatest(0, least(p_low[i], r.room_low));
         v_high := greatest(0, least(p_high[i], r.room - v_low));
@@ -153,7 +153,7 @@ BEGIN
             CONTINUE;
         END IF;
         -- As in reserve_capacity: the clock after the lock, never behind the bucket's.
-        v_now := greatest(coalesce(p_now, clock_timestamp()), a.tokens_at);
+        v_now := greatest(coalesce(p_now, herald.clock()), a.tokens_at);
         IF a.max_in_flight IS NOT NULL AND a.in_flight >= a.max_in_flight
            AND p_released[i] > 0 THEN
             v_freed := true;

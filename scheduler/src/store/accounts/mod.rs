@@ -8,7 +8,7 @@ use std::sync::LazyLock;
 use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 
-use super::sql::{column, statement, FromRow, Statement};
+use super::sql::{column, notify, statement, FromRow, Statement};
 use super::{repository, StoreError, WriteError};
 use crate::accounts::feedback::Feedback;
 use crate::accounts::model::{AccountLimits, AccountRecord, AccountSpec, AccountState, PoolRecord};
@@ -167,6 +167,9 @@ impl<C: GenericClient> AccountRepo<'_, C> {
         self.write(&INSERT_ACCOUNT, namespace, spec)
             .await
             .map_err(|e| WriteError::from_insert(e, || format!("account {}", spec.id)))?;
+        // Claims on every replica stop assuming the namespace has no accounts, and look again.
+        notify(self.db, "herald_accounts", namespace).await?;
+        super::tasks::announce_due_now(self.db).await?;
         self.existing(namespace, &spec.id).await
     }
 

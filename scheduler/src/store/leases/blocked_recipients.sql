@@ -11,6 +11,6 @@ CROSS JOIN LATERAL (
     OFFSET 0
 ) s
 JOIN herald.accounts a ON a.namespace = s.namespace AND a.id = s.account_id
-WHERE (s.blocked_until > now()
-       OR s.last_sent_at > now() - COALESCE(a.recipient_interval_ms, 0)
+WHERE (s.blocked_until > herald.now()
+       OR s.last_sent_at > herald.now() - COALESCE(a.recipient_interval_ms, 0)
                                    * interval '1 millisecond')

@@ -114,8 +114,9 @@ pub struct AccountBudget {
     pub room: i32,
     /// Sends a task below `high_priority_min` may take now.
     pub room_low: i32,
-    /// When time alone gives room again (None: only an event will).
-    pub available_at: Option<DateTime<Utc>>,
+    /// How long until time alone gives room again, in milliseconds (None: only an event
+    /// will).
+    pub available_in_ms: Option<f64>,
 }
 
 /// Capacity an account granted a claim.
@@ -162,7 +163,7 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
                     high_priority_min: column(r, "high_priority_min")?,
                     room: column(r, "room")?,
                     room_low: column(r, "room_low")?,
-                    available_at: column(r, "available_at")?,
+                    available_in_ms: column(r, "available_in_ms")?,
                 })
             })
             .collect()

@@ -20,7 +20,7 @@ decided AS (
            -- its account instead, which the claim also handles).
            -- Sent (1) and permanent failures (4) are never retried: no delay to draw.
            CASE WHEN i.outcome IN (1, 4) THEN NULL
-                WHEN i.outcome = 5 THEN now() ELSE now() + COALESCE(i.retry_after_ms,
+                WHEN i.outcome = 5 THEN herald.now() ELSE herald.now() + COALESCE(i.retry_after_ms,
                             herald.retry_delay_ms(t.attempts + 1, t.retry_delays_ms,
                                                   t.backoff_initial_ms, t.backoff_max_ms,
                                                   t.backoff_multiplier, t.backoff_jitter))
@@ -57,12 +57,12 @@ updated AS (
         attempts = p.new_attempts,
         run_at = CASE WHEN p.new_state = 'scheduled' THEN p.next_run ELSE t.run_at END,
         finished_at = CASE WHEN p.new_state = 'scheduled' THEN NULL
-                           ELSE COALESCE(t.finished_at, now()) END,
+                           ELSE COALESCE(t.finished_at, herald.now()) END,
         cancel_outcome = CASE WHEN p.old_state <> 'cancelled' THEN t.cancel_outcome
                               WHEN p.outcome = 1 THEN 3 ELSE 4 END,
         last_error = CASE WHEN p.outcome = 1 THEN t.last_error ELSE p.error END,
         lease_expires_at = NULL,
-        updated_at = now()
+        updated_at = herald.now()
     FROM planned p
     -- = ANY($1) pins the update to primary-key lookups (a plain join on id may plan a hash
     -- join over a sequential scan, as above).
@@ -76,7 +76,7 @@ recorded AS (
                                  provider_message_id, retry_after_ms, leased_at, started_at,
                                  account)
     SELECT p.id, p.attempt, COALESCE(p.executor_id, ''), p.outcome, p.error,
-           p.provider_message_id, p.retry_after_ms, COALESCE(p.leased_at, now()), p.started_at,
+           p.provider_message_id, p.retry_after_ms, COALESCE(p.leased_at, herald.now()), p.started_at,
            p.account_id
     FROM planned p
     ON CONFLICT (task_id, attempt) DO NOTHING
