@@ -528,7 +528,7 @@ async fn the_daily_cap_counts_in_the_accounts_time_zone_and_resets_at_its_midnig
             let row = conn
                 .query_one(
                     "SELECT out_low FROM herald.reserve_capacity(
-                         'default', ARRAY['capped'], ARRAY[0], ARRAY[5], $1::text::timestamptz)",
+                         'default', ARRAY['capped'], ARRAY[0], ARRAY[5], ARRAY[0], $1::text::timestamptz)",
                     &[&at],
                 )
                 .await?;

@@ -114,6 +114,17 @@ fn task_for(spec: &pb::CampaignSpec, r: &Recipient, id: Uuid) -> TaskSpec {
         expire_at: spec.expire_at.as_ref().and_then(rules::timestamp),
         labels,
         pool: spec.pool.clone(),
+        // The window is in the recipient's zone, else the campaign's.
+        send_window: spec.send_window.clone().map(|mut w| {
+            if w.time_zone.is_empty() {
+                w.time_zone = if r.time_zone.is_empty() {
+                    spec.time_zone.clone()
+                } else {
+                    r.time_zone.clone()
+                };
+            }
+            w
+        }),
         ..Default::default()
     }
 }

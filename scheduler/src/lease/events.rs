@@ -54,6 +54,14 @@ pub struct Followers {
 }
 
 impl Followers {
+    /// Followers whose no-accounts cache keeps a namespace for `no_accounts_ttl`.
+    pub fn new(no_accounts_ttl: std::time::Duration) -> Self {
+        Followers {
+            clock: Clock::default(),
+            no_accounts: NoAccountsCache::with_ttl(no_accounts_ttl),
+        }
+    }
+
     fn apply(&self, event: &Event) {
         match event {
             Event::Clock(ms) => self.clock.set_skew_ms(*ms),

@@ -113,7 +113,7 @@ pub async fn run(
         )
     });
     let (events, _) = broadcast::channel::<Event>(4096);
-    let followers = Followers::default();
+    let followers = Followers::new(config.no_accounts_ttl);
     let replica = Replica {
         tasks: Tasks::new(
             store.clone(),

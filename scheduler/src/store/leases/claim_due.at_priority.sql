@@ -1,4 +1,7 @@
-SELECT t.id
+SELECT t.id,
+       CASE WHEN t.window_start IS NULL THEN NULL
+            ELSE herald.window_defer_to(t.id, t.window_start, t.window_end, t.window_zone,
+                                        t.window_spread_ms, herald.now()) END AS defer_to
 FROM herald.tasks t
 WHERE t.state = 'scheduled'
   AND t.route = $5

@@ -13,14 +13,19 @@ decided AS (
     SELECT t.id, i.attempt, i.outcome, i.error, i.provider_message_id, i.retry_after_ms,
            i.started_at, t.executor_id, t.leased_at, t.account_id,
            t.state AS old_state,
-           -- ACCOUNT_UNAVAILABLE (5) says nothing about the task: it is not charged.
-           t.attempts + CASE WHEN i.outcome = 5 THEN 0 ELSE 1 END AS new_attempts,
-           -- A provider's retry-after wins over the formula. ACCOUNT_UNAVAILABLE is due again at
-           -- once: the claim routes it to another account of its pool (a pinned task waits for
-           -- its account instead, which the claim also handles).
+           -- ACCOUNT_UNAVAILABLE (5) says nothing about the task: it is not charged. Nor is
+           -- RATE_LIMITED (2) for a pooled task, up to 10 times: the account (or the pair) is
+           -- what was throttled, and another account of the pool may send it at once.
+           t.attempts + CASE WHEN i.outcome = 5 THEN 0
+                             WHEN i.outcome = 2 AND r.rerouted THEN 0 ELSE 1 END AS new_attempts,
+           -- A provider's retry-after wins over the formula. ACCOUNT_UNAVAILABLE and a pooled
+           -- RATE_LIMITED are due again at once: the claim routes them to another account of
+           -- the pool (the throttled account has no room; a pinned task waits for its account
+           -- instead, which the claim also handles).
            -- Sent (1) and permanent failures (4) are never retried: no delay to draw.
            CASE WHEN i.outcome IN (1, 4) THEN NULL
-                WHEN i.outcome = 5 THEN herald.now() ELSE herald.now() + COALESCE(i.retry_after_ms,
+                WHEN i.outcome = 5 OR (i.outcome = 2 AND r.rerouted) THEN herald.now()
+                ELSE herald.now() + COALESCE(i.retry_after_ms,
                             herald.retry_delay_ms(t.attempts + 1, t.retry_delays_ms,
                                                   t.backoff_initial_ms, t.backoff_max_ms,
                                                   t.backoff_multiplier, t.backoff_jitter))
@@ -38,6 +43,9 @@ decided AS (
           AND (t.state = 'leased' OR (t.state = 'cancelled' AND t.cancel_outcome = 5))
         FOR UPDATE
     ) t
+    CROSS JOIN LATERAL (
+        SELECT position('/p:' IN t.route) > 0 AND t.lease_count - t.attempts <= 10 AS rerouted
+    ) r
 ),
 planned AS (
     SELECT d.*,

@@ -25,6 +25,7 @@ const MIGRATIONS: &[Migration] = include!(concat!(env!("OUT_DIR"), "/migrations.
 const REPEATABLE: &[(&str, &str)] = &[
     ("account_functions", super::accounts::FUNCTIONS_SQL),
     ("campaign_functions", super::campaigns::FUNCTIONS_SQL),
+    ("task_functions", super::tasks::FUNCTIONS_SQL),
 ];
 
 /// Arbitrary but fixed: the advisory lock key that serialises migrations across replicas.
