@@ -41,6 +41,10 @@ pub struct Config {
     #[arg(long, env = "HERALD_RECONCILE_INTERVAL", default_value = "30s", value_parser = humantime::parse_duration)]
     pub reconcile_interval: Duration,
 
+    /// How often the gauges read from the database (live tasks, account figures) are refreshed.
+    #[arg(long, env = "HERALD_METRICS_REFRESH", default_value = "15s", value_parser = humantime::parse_duration)]
+    pub metrics_refresh: Duration,
+
     /// How long a namespace seen without accounts keeps the one-statement claim before the
     /// accounts table is read again. Creating an account ends it at once on every replica; the
     /// expiry only bounds a notification lost while a listener reconnected.
@@ -123,6 +127,7 @@ impl Config {
             retention_interval: Duration::from_secs(60),
             reconcile_interval: Duration::from_secs(30),
             no_accounts_ttl: Duration::from_secs(1),
+            metrics_refresh: crate::telemetry::metrics::TASK_COUNT_INTERVAL,
             cancel_wait: Duration::from_secs(5),
             shutdown_grace: Duration::from_secs(10),
             scheduler_id: None,

@@ -472,7 +472,10 @@ async fn the_tier_caps_new_conversations_over_a_rolling_day_and_replies_do_not_c
 {
     let db = TestDb::new().await?;
     let conn = db.connect().await?;
-    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let scheduler = SchedulerProcess::builder(&db)
+        .env("HERALD_METRICS_REFRESH", "100ms")
+        .spawn()
+        .await?;
     let url = scheduler.grpc_url();
     set_clock(&conn, "2030-02-01T08:00:00Z").await?;
     let mut accounts = accounts_client(&url).await?;
@@ -811,5 +814,60 @@ async fn a_pooled_task_right_after_its_account_is_created_is_not_held_by_the_cac
     create_many(&mut tasks, vec![pooled("fresh", "+2")]).await?;
     let routed = leases(&mut exec, 1).await?;
     ensure!(routed[0].account_id == "just-made");
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_providers_standing_sets_the_tier_and_lowers_health_and_bad_input_changes_nothing(
+) -> Result<()> {
+    use herald_proto::v1::RecordProviderStandingRequest;
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let mut accounts = accounts_client(&scheduler.grpc_url()).await?;
+    create_account(&mut accounts, "wa-1", "wa", limits(10.0)).await?;
+    let before = get_account(&mut accounts, "wa-1").await?;
+    assert_eq!(before.status.clone().unwrap_or_default().health, 1.0);
+
+    let bad = accounts
+        .record_provider_standing(RecordProviderStandingRequest {
+            account_id: "wa-1".into(),
+            quality: "purple".into(),
+            tier: MessagingTier::Limit1k as i32,
+        })
+        .await
+        .err()
+        .context("a bad quality was accepted")?;
+    assert_eq!(bad.code(), tonic::Code::InvalidArgument);
+    assert_eq!(
+        get_account(&mut accounts, "wa-1").await?.limits,
+        before.limits,
+        "a refused request changed nothing"
+    );
+
+    let after = accounts
+        .record_provider_standing(RecordProviderStandingRequest {
+            account_id: "wa-1".into(),
+            quality: "RED".into(),
+            tier: MessagingTier::Limit1k as i32,
+        })
+        .await?
+        .into_inner();
+    let status = after.status.unwrap_or_default();
+    assert_eq!(status.quality, "red");
+    assert!(status.health < 0.5, "health {}", status.health);
+    assert_eq!(
+        after.limits.unwrap_or_default().messaging_tier,
+        MessagingTier::Limit1k as i32
+    );
+    let missing = accounts
+        .record_provider_standing(RecordProviderStandingRequest {
+            account_id: "nobody".into(),
+            quality: "green".into(),
+            tier: 0,
+        })
+        .await
+        .err()
+        .context("an unknown account was accepted")?;
+    assert_eq!(missing.code(), tonic::Code::NotFound);
     Ok(())
 }

@@ -44,6 +44,7 @@ pub(super) fn start(replica: &Replica, config: &Config, notifier: Option<Notifie
     ));
     jobs.spawn(crate::telemetry::metrics::refresh_task_counts(
         store.clone(),
+        config.metrics_refresh,
         stop.clone(),
     ));
     if let Some(notifier) = notifier {

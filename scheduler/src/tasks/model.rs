@@ -850,6 +850,45 @@ mod tests {
     }
 
     #[test]
+    fn a_send_window_names_its_bad_fields_and_takes_the_local_zone() {
+        let mut v = Violations::default();
+        let mut bad = spec();
+        bad.send_window = Some(pb::SendWindow {
+            start: "9am".into(),
+            end: "20:00".into(),
+            time_zone: "Mars/Base".into(),
+            spread: None,
+        });
+        assert!(bad.validate("task", Utc::now(), &mut v).is_none());
+        let fields: Vec<&str> = v.as_slice().iter().map(|f| f.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            vec!["task.send_window.start", "task.send_window.time_zone"]
+        );
+
+        let mut good = spec();
+        good.when = Some(When::Local {
+            time: (Utc::now() + ChronoDuration::days(1))
+                .format("%Y-%m-%dT%H:%M")
+                .to_string(),
+            zone: "Asia/Tokyo".into(),
+        });
+        good.send_window = Some(pb::SendWindow {
+            start: "22:00".into(),
+            end: "06:00".into(),
+            ..Default::default()
+        });
+        let mut v = Violations::default();
+        let task = good.validate("task", Utc::now(), &mut v);
+        let window = task.and_then(|t| t.send_window);
+        assert_eq!(
+            window.map(|w| w.zone),
+            Some("Asia/Tokyo".to_string()),
+            "{v:?}"
+        );
+    }
+
+    #[test]
     fn names_each_bad_field() {
         let mut s = spec();
         s.recipient = " ".into();

@@ -359,6 +359,44 @@ mod tests {
     }
 
     #[test]
+    fn names_bad_pacing_fields() {
+        let mut a = wire();
+        a.limits = Some(pb::AccountLimits {
+            rate_per_second: 10.0,
+            warm_up: Some(pb::WarmUp {
+                start_date: "1 May".into(),
+                initial: Some(0),
+                ceiling: Some(-1),
+                ..Default::default()
+            }),
+            gaps: Some(pb::SendGaps {
+                min: Some(prost_types::Duration {
+                    seconds: 5,
+                    nanos: 0,
+                }),
+                max: Some(prost_types::Duration {
+                    seconds: 2,
+                    nanos: 0,
+                }),
+            }),
+            messaging_tier: 99,
+            pause_failure_rate: Some(1.5),
+            ..Default::default()
+        });
+        assert_eq!(
+            fields(&a),
+            vec![
+                "account.limits.warm_up.start_date",
+                "account.limits.messaging_tier",
+                "account.limits.warm_up.initial",
+                "account.limits.warm_up.ceiling",
+                "account.limits.gaps.max",
+                "account.limits.pause_failure_rate"
+            ]
+        );
+    }
+
+    #[test]
     fn merges_only_masked_paths() {
         let mut current = wire();
         let mut patch = wire();

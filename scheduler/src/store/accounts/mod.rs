@@ -69,6 +69,7 @@ static LIST_ACCOUNTS: LazyLock<Statement> =
     LazyLock::new(|| expand("list_accounts", include_str!("list_accounts.sql")));
 const ENSURE_POOL: Statement = statement!("ensure_pool");
 const RECORD_INBOUND: Statement = statement!("record_inbound");
+const ACCOUNT_GAUGES: Statement = statement!("account_gauges");
 const RECORD_STANDING: Statement = statement!("record_standing");
 const DELETE_ACCOUNT: Statement = statement!("delete_account");
 const INSERT_POOL: Statement = statement!("insert_pool");
@@ -85,6 +86,25 @@ const RECONCILE_IN_FLIGHT: Statement = statement!("reconcile_in_flight");
 /// The SQL of the limit functions (`account_room`, `reserve_capacity`, `account_feedback`),
 /// applied by the migrator whenever it changes.
 pub const FUNCTIONS_SQL: &str = include_str!("functions.sql");
+
+/// One account's pacing figures, for the account gauges.
+#[derive(Debug, Clone)]
+pub struct AccountGauges {
+    /// Namespace.
+    pub namespace: String,
+    /// Account id.
+    pub id: String,
+    /// Business-initiated conversations opened in the last 24 hours.
+    pub tier_used: i64,
+    /// The tier's limit, if any.
+    pub tier_limit: Option<i32>,
+    /// Health, 0 to 1.
+    pub health: f64,
+    /// Sends counted today.
+    pub today_count: i32,
+    /// Today's cap, warm-up included.
+    pub today_cap: Option<i32>,
+}
 
 /// An account whose in-flight count was corrected.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -282,6 +302,26 @@ impl<C: GenericClient> AccountRepo<'_, C> {
             .await?
             .map(|r| column(&r, "window_until"))
             .transpose()
+    }
+
+    /// Every account's pacing figures.
+    pub async fn gauges(&self) -> Result<Vec<AccountGauges>, StoreError> {
+        ACCOUNT_GAUGES
+            .query(self.db, &[])
+            .await?
+            .iter()
+            .map(|r| {
+                Ok(AccountGauges {
+                    namespace: column(r, "namespace")?,
+                    id: column(r, "id")?,
+                    tier_used: column(r, "tier_used")?,
+                    tier_limit: column(r, "tier_limit")?,
+                    health: column(r, "health")?,
+                    today_count: column(r, "today_count")?,
+                    today_cap: column(r, "today_cap")?,
+                })
+            })
+            .collect()
     }
 
     /// Records the provider's quality rating (None keeps it) and tier (None keeps it;
