@@ -40,6 +40,16 @@ pub struct Config {
     /// backstop: every lease change keeps them equal in its own transaction).
     #[arg(long, env = "HERALD_RECONCILE_INTERVAL", default_value = "30s", value_parser = humantime::parse_duration)]
     pub reconcile_interval: Duration,
+
+    /// How often the gauges read from the database (live tasks, account figures) are refreshed.
+    #[arg(long, env = "HERALD_METRICS_REFRESH", default_value = "15s", value_parser = humantime::parse_duration)]
+    pub metrics_refresh: Duration,
+
+    /// How long a namespace seen without accounts keeps the one-statement claim before the
+    /// accounts table is read again. Creating an account ends it at once on every replica; the
+    /// expiry only bounds a notification lost while a listener reconnected.
+    #[arg(long, env = "HERALD_NO_ACCOUNTS_TTL", default_value = "1s", value_parser = humantime::parse_duration)]
+    pub no_accounts_ttl: Duration,
     /// How long CancelTask waits for the executor holding a lease to confirm.
     #[arg(long, env = "HERALD_CANCEL_WAIT", default_value = "5s", value_parser = humantime::parse_duration)]
     pub cancel_wait: Duration,
@@ -116,6 +126,8 @@ impl Config {
             task_retention: Duration::from_secs(7 * 86_400),
             retention_interval: Duration::from_secs(60),
             reconcile_interval: Duration::from_secs(30),
+            no_accounts_ttl: Duration::from_secs(1),
+            metrics_refresh: crate::telemetry::metrics::TASK_COUNT_INTERVAL,
             cancel_wait: Duration::from_secs(5),
             shutdown_grace: Duration::from_secs(10),
             scheduler_id: None,

@@ -18,6 +18,7 @@ pub mod accounts;
 pub mod api;
 pub mod auth;
 pub mod campaigns;
+pub mod clock;
 pub mod config;
 pub mod db_watch;
 pub mod error;

@@ -351,6 +351,7 @@ proptest! {
             labels,
             priority,
             max_attempts,
+            send_window: None,
         };
         let v = herald_scheduler::campaigns::check_spec(&spec, Utc::now());
         named_under(v.as_slice(), "campaign")?;
@@ -378,6 +379,14 @@ proptest! {
             opt_i32(),
         ),
         (floor, successes, cooldown) in (prop::option::of(float()), opt_i32(), opt_duration()),
+        (ramp_initial, ramp_step, gap_min, gap_max, tier, pause) in (
+            opt_i32(),
+            opt_i32(),
+            opt_duration(),
+            opt_duration(),
+            enum_value(),
+            prop::option::of(float()),
+        ),
     ) {
         let limits = has_limits.then(|| pb::AccountLimits {
             rate_per_second: rate,
@@ -391,6 +400,17 @@ proptest! {
             adaptive_floor: floor,
             recovery_successes: successes,
             offline_cooldown: cooldown,
+            warm_up: (ramp_initial.is_some() || ramp_step.is_some()).then(|| pb::WarmUp {
+                initial: ramp_initial,
+                step: ramp_step,
+                ..Default::default()
+            }),
+            gaps: (gap_min.is_some() || gap_max.is_some()).then_some(pb::SendGaps {
+                min: gap_min,
+                max: gap_max,
+            }),
+            messaging_tier: tier,
+            pause_failure_rate: pause,
         });
         let account = pb::Account {
             id,

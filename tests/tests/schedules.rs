@@ -140,10 +140,19 @@ async fn misfire_policies_after_the_scheduler_was_down_across_5_fire_times() -> 
     };
     // The scenario itself: the scheduler stays down across at least 5 fire times that are
     // older than the 1 s misfire grace when it comes back (every 2 s, plus the grace, plus the
-    // run created ahead of time before the kill).
-    tokio::time::sleep(Duration::from_secs(13)).await;
+    // run created ahead of time before the kill). The test clock passes those 13 s at once.
+    let conn = db.connect().await?;
+    conn.execute(
+        "SELECT herald.set_test_clock(
+             coalesce((SELECT skew FROM herald.test_clock), interval '0') + interval '13 s')",
+        &[],
+    )
+    .await?;
     let s = SchedulerProcess::spawn(&db).await?;
-    let restarted = chrono::Utc::now().timestamp();
+    let restarted: i64 = conn
+        .query_one("SELECT extract(epoch FROM herald.now())::bigint", &[])
+        .await?
+        .get(0);
     for id in ["skip", "once", "each"] {
         until("an on-time run after the restart", || async {
             Ok(runs(&db, id).await?.keys().any(|t| *t > restarted + 1))

@@ -1,5 +1,6 @@
 //! Feedback: what a batch of lease endings tells each account — slots to free, sends to refund,
-//! successes and throttling for the adaptive rate, unavailability for the offline cool-down. It
+//! successes and throttling for the adaptive rate, unavailability for the offline cool-down,
+//! failures for the account's health. It
 //! is gathered per account here and applied once per batch, in the transaction that ends the
 //! leases (`herald.account_feedback`, in `store/accounts/functions.sql`).
 
@@ -20,6 +21,8 @@ pub struct AccountFeedback {
     pub retry_after_ms: i64,
     /// ACCOUNT_UNAVAILABLE outcomes.
     pub unavailable: i32,
+    /// Failed sends (TRANSIENT or PERMANENT), for the account's health.
+    pub failed: i32,
     /// The last error that made the account unavailable.
     pub reason: Option<String>,
 }

@@ -3,7 +3,7 @@
 //! the store reads and writes the limits as one record, so adding one touches this file, the
 //! wire conversion, a migration and the limit functions (`store/accounts/functions.sql`).
 
-use chrono::{DateTime, NaiveTime, Utc};
+use chrono::{DateTime, NaiveDate, NaiveTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::error::Violations;
@@ -68,6 +68,24 @@ pub struct AccountLimits {
     pub recovery_successes: i32,
     /// How long ACCOUNT_UNAVAILABLE keeps the account offline, in milliseconds.
     pub offline_cooldown_ms: i64,
+    /// First day of the warm-up ramp in the account's zone (None: the day it was created).
+    pub ramp_start: Option<NaiveDate>,
+    /// The ramp's cap on its first day (a ramp is set by this or by `ramp_table`).
+    pub ramp_initial: Option<i32>,
+    /// What the ramp's cap grows by each day.
+    pub ramp_step: Option<i32>,
+    /// The highest cap the ramp reaches.
+    pub ramp_ceiling: Option<i32>,
+    /// An explicit cap per ramp day instead of initial and step; its last value holds after.
+    pub ramp_table: Option<Vec<i32>>,
+    /// Least time between two sends through the account, in milliseconds.
+    pub gap_min_ms: Option<i64>,
+    /// Most time between two sends (the gap is uniform between min and max).
+    pub gap_max_ms: Option<i64>,
+    /// Unique recipients of business-initiated conversations per rolling 24 hours.
+    pub tier_limit: Option<i32>,
+    /// Recent failure rate (0 to 1) at which the account pauses itself.
+    pub pause_failure_rate: Option<f64>,
 }
 
 impl AccountLimits {
@@ -81,6 +99,8 @@ impl AccountLimits {
     pub const DEFAULT_OFFLINE_COOLDOWN_MS: i64 = 300_000;
     /// Longest recipient interval or cool-down.
     pub const MAX_INTERVAL_MS: i64 = 7 * 86_400_000;
+    /// Longest gap between two sends.
+    pub const MAX_GAP_MS: i64 = 3_600_000;
 
     /// The limits of an account sending `rate_per_sec`, everything else at its default.
     pub fn with_rate(rate_per_sec: f64) -> Self {
@@ -97,6 +117,15 @@ impl AccountLimits {
             adaptive_floor: Self::DEFAULT_ADAPTIVE_FLOOR,
             recovery_successes: Self::DEFAULT_RECOVERY_SUCCESSES,
             offline_cooldown_ms: Self::DEFAULT_OFFLINE_COOLDOWN_MS,
+            ramp_start: None,
+            ramp_initial: None,
+            ramp_step: None,
+            ramp_ceiling: None,
+            ramp_table: None,
+            gap_min_ms: None,
+            gap_max_ms: None,
+            tier_limit: None,
+            pause_failure_rate: None,
         }
     }
 
@@ -158,6 +187,83 @@ impl AccountLimits {
         }
         if !(0..=Self::MAX_INTERVAL_MS).contains(&self.offline_cooldown_ms) {
             v.add(f("offline_cooldown"), "must be between 0 and 7 days");
+        }
+        self.check_pacing(path, v);
+    }
+
+    /// The careful-sending limits: warm-up, gaps, tier, self-pause.
+    fn check_pacing(&self, path: &str, v: &mut Violations) {
+        let f = |name: &str| format!("{path}.{name}");
+        let cap_range = 1..=10_000_000;
+        let ramp = self.ramp_initial.is_some() || self.ramp_table.is_some();
+        if self.ramp_initial.is_some() && self.ramp_table.is_some() {
+            v.add(
+                f("warm_up"),
+                "set either initial (with step) or per_day, not both",
+            );
+        }
+        if self.ramp_initial.is_some_and(|c| !cap_range.contains(&c)) {
+            v.add(f("warm_up.initial"), "must be between 1 and 10000000");
+        }
+        if self
+            .ramp_step
+            .is_some_and(|c| !(0..=10_000_000).contains(&c))
+        {
+            v.add(f("warm_up.step"), "must be between 0 and 10000000");
+        }
+        if self
+            .ramp_ceiling
+            .is_some_and(|c| !cap_range.contains(&c) || self.ramp_initial.is_some_and(|i| c < i))
+        {
+            v.add(
+                f("warm_up.ceiling"),
+                "must be between 1 and 10000000 and at least initial",
+            );
+        }
+        if let Some(table) = &self.ramp_table {
+            if table.is_empty()
+                || table.len() > 366
+                || table.iter().any(|c| !(0..=10_000_000).contains(c))
+            {
+                v.add(
+                    f("warm_up.per_day"),
+                    "must hold 1 to 366 caps, each between 0 and 10000000",
+                );
+            }
+        }
+        if !ramp
+            && (self.ramp_step.is_some()
+                || self.ramp_ceiling.is_some()
+                || self.ramp_start.is_some())
+        {
+            v.add(
+                f("warm_up.initial"),
+                "is required for a warm-up without per_day",
+            );
+        }
+        match (self.gap_min_ms, self.gap_max_ms) {
+            (Some(min), max) => {
+                if !(1..=Self::MAX_GAP_MS).contains(&min) {
+                    v.add(f("gaps.min"), "must be between 1 ms and 1 hour");
+                }
+                if max.is_some_and(|max| max < min || max > Self::MAX_GAP_MS) {
+                    v.add(f("gaps.max"), "must be at least min and at most 1 hour");
+                }
+            }
+            (None, Some(_)) => v.add(f("gaps.min"), "is required with gaps.max"),
+            (None, None) => {}
+        }
+        if self.tier_limit.is_some_and(|t| t < 1) {
+            v.add(f("messaging_tier"), "is not a messaging tier");
+        }
+        if self
+            .pause_failure_rate
+            .is_some_and(|r| !(r > 0.0 && r <= 1.0))
+        {
+            v.add(
+                f("pause_failure_rate"),
+                "must be greater than 0 and at most 1",
+            );
         }
     }
 }
@@ -231,6 +337,18 @@ pub struct AccountRecord {
     pub state_reason: String,
     /// Provider-requested pause.
     pub throttled_until: Option<DateTime<Utc>>,
+    /// Today's daily cap, warm-up included (None: no cap).
+    pub today_cap: Option<i32>,
+    /// The day of the warm-up ramp today (1 on its first day; None without a ramp).
+    pub ramp_day: Option<i32>,
+    /// Business-initiated conversations opened in the last 24 hours.
+    pub tier_used: i32,
+    /// Health score, 0 to 1 (recent success rate, throttling, provider quality).
+    pub health: f64,
+    /// The provider's quality rating: "green", "yellow", "red" or "unknown".
+    pub quality: String,
+    /// When the next send may be granted under the account's gaps.
+    pub next_send_at: Option<DateTime<Utc>>,
     /// Created.
     pub created_at: DateTime<Utc>,
     /// Definition last changed.
@@ -250,6 +368,8 @@ pub struct PoolRecord {
     pub effective_rate: f64,
     /// Tasks waiting for it.
     pub scheduled_tasks: i64,
+    /// Whether each recipient stays on the account that last messaged them while it is healthy.
+    pub sticky: bool,
     /// Created.
     pub created_at: DateTime<Utc>,
 }

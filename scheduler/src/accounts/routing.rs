@@ -1,10 +1,21 @@
 //! Routing: which account of a pool sends each due task. Pure and unit-tested; the claim
-//! (`lease/claim.rs`) feeds it each account's room and the due candidates, and reserves what it
-//! assigns.
+//! (`lease/claim.rs`) feeds it each account's room and the due candidates with what is known of
+//! their recipients, and reserves what it assigns.
+//!
+//! A pooled task goes to the healthiest account of its pool that has room and may send to the
+//! recipient now (health in steps of a tenth, then the most headroom), unless its pool is
+//! sticky and the recipient's last account is still active and healthy: then it waits for that
+//! account. An account with a messaging tier takes a send that opens a new conversation only
+//! while the tier has room; sends inside an open conversation or customer-service window are
+//! free.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use chrono::{DateTime, Utc};
 use uuid::Uuid;
+
+/// The least health at which a sticky pool keeps a recipient on its account.
+pub const STICKY_MIN_HEALTH: f64 = 0.5;
 
 /// One account's room for this claim.
 #[derive(Debug, Clone)]
@@ -21,6 +32,23 @@ pub struct AccountRoom {
     pub high_priority_min: i16,
     /// Whether sends to one recipient must be spaced.
     pub has_recipient_interval: bool,
+    /// New conversations its messaging tier still allows (i32::MAX without a tier).
+    pub tier_room: i32,
+    /// Whether it has a messaging tier.
+    pub has_tier: bool,
+    /// Whether it may send at all (not paused, not offline).
+    pub active: bool,
+    /// Health score, 0 to 1.
+    pub health: f64,
+    /// Whether its pool is sticky.
+    pub sticky: bool,
+}
+
+impl AccountRoom {
+    /// Whether its sends are recorded per recipient (spacing, the tier, a sticky pool).
+    pub fn tracks_recipients(&self) -> bool {
+        self.has_recipient_interval || self.has_tier || self.sticky
+    }
 }
 
 /// A locked due task that may be leased.
@@ -34,6 +62,49 @@ pub struct Candidate {
     pub recipient: String,
     /// Priority.
     pub priority: i16,
+    /// Set when its send window is closed now: when it may go instead.
+    pub defer_to: Option<DateTime<Utc>>,
+}
+
+/// What the accounts know of the candidates' recipients, by (account, recipient).
+#[derive(Debug, Clone, Default)]
+pub struct PairFacts {
+    /// Pairs that may not be sent to now (recipient interval, provider block).
+    pub blocked: HashSet<(String, String)>,
+    /// Pairs a send to is free of the messaging tier (open conversation or service window).
+    pub tier_free: HashSet<(String, String)>,
+    /// Each recipient's accounts with the last send through each.
+    pub last_sent: HashMap<String, Vec<(String, DateTime<Utc>)>>,
+}
+
+impl PairFacts {
+    /// Records that `pair` was last sent to at `at`.
+    pub fn record_send(&mut self, pair: (String, String), at: DateTime<Utc>) {
+        let (account, recipient) = pair;
+        self.last_sent
+            .entry(recipient)
+            .or_default()
+            .push((account, at));
+    }
+
+    /// The account of `pool_accounts` that last sent to `recipient`, if any did.
+    fn last_account<'a>(
+        &self,
+        recipient: &str,
+        pool_accounts: &[&'a AccountRoom],
+    ) -> Option<&'a AccountRoom> {
+        let sends = self.last_sent.get(recipient)?;
+        pool_accounts
+            .iter()
+            .filter_map(|a| {
+                sends
+                    .iter()
+                    .find(|(id, at)| *id == a.id && *at > DateTime::<Utc>::MIN_UTC)
+                    .map(|(_, at)| (*a, *at))
+            })
+            .max_by_key(|(_, at)| *at)
+            .map(|(a, _)| a)
+    }
 }
 
 /// A candidate with the account it goes out through (None: sent by queue).
@@ -45,26 +116,45 @@ pub struct Assignment {
     pub account: Option<String>,
     /// Whether it counts against the high-priority share.
     pub high: bool,
+    /// Whether it opens a new conversation on its account's messaging tier.
+    pub opens: bool,
     /// Recipient.
     pub recipient: String,
 }
 
-/// Assigns candidates (in claim order) to accounts: pooled tasks to the pool's account with the
-/// most room left that may still send to the recipient, pinned tasks to their account. Takes at
-/// most `limit`. `blocked` holds (account, recipient) pairs that may not be sent to now.
+/// What is left of one account during an assignment.
+#[derive(Debug, Clone, Copy)]
+struct Left {
+    room: i32,
+    room_low: i32,
+    tier: i32,
+}
+
+/// Assigns candidates (in claim order) to accounts: pooled tasks to an account of the pool (see
+/// the module's rules), pinned tasks to their account. Takes at most `limit`. Candidates whose
+/// send window is closed are left out (the claim moves them).
 pub fn assign(
     namespace: &str,
     candidates: &[Candidate],
     accounts: &[AccountRoom],
-    blocked: &HashSet<(String, String)>,
+    facts: &PairFacts,
     limit: usize,
 ) -> Vec<Assignment> {
     let unrouted = format!("{namespace}/");
     let pool_prefix = format!("{namespace}/p:");
     let account_prefix = format!("{namespace}/a:");
-    let mut left: HashMap<&str, (i32, i32)> = accounts
+    let mut left: HashMap<&str, Left> = accounts
         .iter()
-        .map(|a| (a.id.as_str(), (a.room, a.room_low)))
+        .map(|a| {
+            (
+                a.id.as_str(),
+                Left {
+                    room: a.room,
+                    room_low: a.room_low,
+                    tier: a.tier_room,
+                },
+            )
+        })
         .collect();
     let by_pool: BTreeMap<&str, Vec<&AccountRoom>> =
         accounts.iter().fold(BTreeMap::new(), |mut m, a| {
@@ -78,57 +168,86 @@ pub fn assign(
         if out.len() >= limit {
             break;
         }
+        if c.defer_to.is_some() {
+            continue;
+        }
         if c.route == unrouted {
             out.push(Assignment {
                 id: c.id,
                 account: None,
                 high: false,
+                opens: false,
                 recipient: c.recipient.clone(),
             });
             continue;
         }
-        let choices: Vec<&AccountRoom> = if let Some(pool) = c.route.strip_prefix(&pool_prefix) {
+        let mut choices: Vec<&AccountRoom> = if let Some(pool) = c.route.strip_prefix(&pool_prefix)
+        {
             by_pool.get(pool).cloned().unwrap_or_default()
         } else if let Some(id) = c.route.strip_prefix(&account_prefix) {
             accounts.iter().filter(|a| a.id == id).collect()
         } else {
             Vec::new()
         };
+        if c.route.starts_with(&pool_prefix) && choices.first().is_some_and(|a| a.sticky) {
+            if let Some(last) = facts.last_account(&c.recipient, &choices) {
+                if last.active && last.health >= STICKY_MIN_HEALTH {
+                    choices = vec![last];
+                }
+            }
+        }
+        let opens_on = |a: &AccountRoom| {
+            let pair = (a.id.clone(), c.recipient.clone());
+            a.has_tier && !facts.tier_free.contains(&pair) && !used_pairs.contains(&pair)
+        };
         let pick = choices
             .iter()
             .filter(|a| {
-                let (room, room_low) = left.get(a.id.as_str()).copied().unwrap_or((0, 0));
+                let l = left.get(a.id.as_str()).copied().unwrap_or(Left {
+                    room: 0,
+                    room_low: 0,
+                    tier: 0,
+                });
                 let fits = if c.priority >= a.high_priority_min {
-                    room > 0
+                    l.room > 0
                 } else {
-                    room_low > 0
+                    l.room_low > 0
                 };
                 let pair = (a.id.clone(), c.recipient.clone());
-                fits && !blocked.contains(&pair)
+                fits && !facts.blocked.contains(&pair)
                     && !(a.has_recipient_interval && used_pairs.contains(&pair))
+                    && (!opens_on(a) || l.tier > 0)
             })
-            // Most headroom first; ties go to the lower id, so the choice is stable.
+            // Healthiest first (in tenths), then most headroom; ties go to the lower id, so
+            // the choice is stable.
             .max_by(|x, y| {
-                let rx = left.get(x.id.as_str()).map_or(0, |l| l.0);
-                let ry = left.get(y.id.as_str()).map_or(0, |l| l.0);
-                rx.cmp(&ry).then_with(|| y.id.cmp(&x.id))
+                let hx = (x.health * 10.0).floor() as i64;
+                let hy = (y.health * 10.0).floor() as i64;
+                let rx = left.get(x.id.as_str()).map_or(0, |l| l.room);
+                let ry = left.get(y.id.as_str()).map_or(0, |l| l.room);
+                hx.cmp(&hy).then(rx.cmp(&ry)).then_with(|| y.id.cmp(&x.id))
             });
         let Some(account) = pick else { continue };
         let high = c.priority >= account.high_priority_min;
+        let opens = opens_on(account);
         if let Some(l) = left.get_mut(account.id.as_str()) {
-            l.0 -= 1;
+            l.room -= 1;
             // A low-priority send uses a slot of the shared part; a high one may dip into the
             // reserve, and the shared part can never exceed the total.
             if !high {
-                l.1 -= 1;
+                l.room_low -= 1;
             }
-            l.1 = l.1.min(l.0);
+            l.room_low = l.room_low.min(l.room);
+            if opens {
+                l.tier -= 1;
+            }
         }
         used_pairs.insert((account.id.clone(), c.recipient.clone()));
         out.push(Assignment {
             id: c.id,
             account: Some(account.id.clone()),
             high,
+            opens,
             recipient: c.recipient.clone(),
         });
     }
@@ -147,6 +266,11 @@ mod tests {
             room_low,
             high_priority_min: 7,
             has_recipient_interval: true,
+            tier_room: i32::MAX,
+            has_tier: false,
+            active: true,
+            health: 1.0,
+            sticky: false,
         }
     }
 
@@ -156,6 +280,7 @@ mod tests {
             route: route.into(),
             recipient: recipient.into(),
             priority,
+            defer_to: None,
         }
     }
 
@@ -169,7 +294,7 @@ mod tests {
         let candidates: Vec<_> = (0..4)
             .map(|i| candidate("ns/p:p", &format!("+{i}"), 5))
             .collect();
-        let out = assign("ns", &candidates, &accounts, &HashSet::new(), 10);
+        let out = assign("ns", &candidates, &accounts, &PairFacts::default(), 10);
         assert_eq!(
             accounts_of(&out),
             vec![Some("b"), Some("b"), Some("a"), Some("b")]
@@ -183,14 +308,14 @@ mod tests {
             .map(|i| candidate("ns/p:p", &format!("+{i}"), 5))
             .collect();
         assert_eq!(
-            assign("ns", &candidates, &accounts, &HashSet::new(), 10).len(),
+            assign("ns", &candidates, &accounts, &PairFacts::default(), 10).len(),
             2
         );
         let unrouted: Vec<_> = (0..5)
             .map(|i| candidate("ns/", &format!("+{i}"), 5))
             .collect();
         assert_eq!(
-            assign("ns", &unrouted, &accounts, &HashSet::new(), 3).len(),
+            assign("ns", &unrouted, &accounts, &PairFacts::default(), 3).len(),
             3
         );
     }
@@ -202,11 +327,14 @@ mod tests {
         let low: Vec<_> = (0..4)
             .map(|i| candidate("ns/p:p", &format!("+l{i}"), 3))
             .collect();
-        assert_eq!(assign("ns", &low, &accounts, &HashSet::new(), 10).len(), 2);
+        assert_eq!(
+            assign("ns", &low, &accounts, &PairFacts::default(), 10).len(),
+            2
+        );
         let mut mixed = low.clone();
         mixed.insert(0, candidate("ns/p:p", "+h1", 9));
         mixed.insert(1, candidate("ns/p:p", "+h2", 8));
-        let out = assign("ns", &mixed, &accounts, &HashSet::new(), 10);
+        let out = assign("ns", &mixed, &accounts, &PairFacts::default(), 10);
         assert_eq!(out.len(), 4);
         assert_eq!(out.iter().filter(|a| a.high).count(), 2);
     }
@@ -219,14 +347,17 @@ mod tests {
             candidate("ns/p:p", "+1", 5),
             candidate("ns/p:p", "+1", 5),
         ];
-        let out = assign("ns", &candidates, &accounts, &HashSet::new(), 10);
+        let out = assign("ns", &candidates, &accounts, &PairFacts::default(), 10);
         assert_eq!(accounts_of(&out), vec![Some("a"), Some("b")]);
     }
 
     #[test]
     fn blocked_pairs_and_pinned_accounts_are_respected() {
         let accounts = [account("a", "p", 5, 5), account("b", "p", 5, 5)];
-        let blocked = HashSet::from([("a".to_string(), "+1".to_string())]);
+        let blocked = PairFacts {
+            blocked: HashSet::from([("a".to_string(), "+1".to_string())]),
+            ..Default::default()
+        };
         let candidates = vec![
             candidate("ns/p:p", "+1", 5),
             candidate("ns/a:a", "+1", 5),
@@ -236,5 +367,73 @@ mod tests {
         let out = assign("ns", &candidates, &accounts, &blocked, 10);
         assert_eq!(accounts_of(&out), vec![Some("b"), Some("a")]);
         assert_eq!(out[1].recipient, "+2");
+    }
+
+    #[test]
+    fn the_tier_caps_new_conversations_but_not_open_ones() {
+        let mut a = account("a", "p", 10, 10);
+        a.has_tier = true;
+        a.tier_room = 1;
+        a.has_recipient_interval = false;
+        let facts = PairFacts {
+            tier_free: HashSet::from([("a".to_string(), "+replied".to_string())]),
+            ..Default::default()
+        };
+        let candidates = vec![
+            candidate("ns/p:p", "+new1", 5),
+            candidate("ns/p:p", "+new2", 5),
+            candidate("ns/p:p", "+replied", 5),
+            candidate("ns/p:p", "+new1", 5),
+        ];
+        let out = assign("ns", &candidates, &[a], &facts, 10);
+        let got: Vec<(&str, bool)> = out
+            .iter()
+            .map(|a| (a.recipient.as_str(), a.opens))
+            .collect();
+        assert_eq!(
+            got,
+            vec![("+new1", true), ("+replied", false), ("+new1", false)]
+        );
+    }
+
+    #[test]
+    fn sticky_pools_keep_a_recipient_on_its_healthy_account() {
+        let mut a = account("a", "p", 1, 1);
+        let mut b = account("b", "p", 9, 9);
+        a.sticky = true;
+        b.sticky = true;
+        let mut facts = PairFacts::default();
+        facts.record_send(("a".into(), "+1".into()), Utc::now());
+        let candidates = vec![candidate("ns/p:p", "+1", 5), candidate("ns/p:p", "+1", 5)];
+        let out = assign("ns", &candidates, &[a.clone(), b.clone()], &facts, 10);
+        // The second waits for its account rather than move to b.
+        assert_eq!(accounts_of(&out), vec![Some("a")]);
+        a.health = 0.2;
+        let out = assign("ns", &candidates[..1], &[a, b], &facts, 10);
+        assert_eq!(accounts_of(&out), vec![Some("b")]);
+    }
+
+    #[test]
+    fn healthier_accounts_are_preferred_over_more_headroom() {
+        let mut sick = account("a", "p", 9, 9);
+        sick.health = 0.4;
+        let well = account("b", "p", 1, 1);
+        let candidates = vec![candidate("ns/p:p", "+1", 5), candidate("ns/p:p", "+2", 5)];
+        let out = assign("ns", &candidates, &[sick, well], &PairFacts::default(), 10);
+        assert_eq!(accounts_of(&out), vec![Some("b"), Some("a")]);
+    }
+
+    #[test]
+    fn a_closed_window_keeps_a_candidate_out() {
+        let mut c = candidate("ns/p:p", "+1", 5);
+        c.defer_to = Some(Utc::now());
+        let out = assign(
+            "ns",
+            &[c],
+            &[account("a", "p", 5, 5)],
+            &PairFacts::default(),
+            10,
+        );
+        assert!(out.is_empty());
     }
 }

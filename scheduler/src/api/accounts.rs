@@ -158,6 +158,74 @@ impl AccountService for AccountApi {
         Ok(Response::new(pb::DeleteAccountResponse {}))
     }
 
+    async fn record_inbound(
+        &self,
+        request: Request<pb::RecordInboundRequest>,
+    ) -> Result<Response<pb::RecordInboundResponse>, Status> {
+        let ns = namespace_of(&request)?;
+        let req = request.into_inner();
+        rules::name("account_id", &req.account_id)?;
+        if req.recipient.is_empty() || req.recipient.len() > 256 {
+            return Err(Error::invalid("recipient", "must be 1 to 256 bytes").into());
+        }
+        let at = match &req.received_at {
+            None => None,
+            Some(t) => Some(
+                convert::from_timestamp(t)
+                    .ok_or_else(|| Error::invalid("received_at", "is not a valid timestamp"))?,
+            ),
+        };
+        let conn = self.store.conn().await.map_err(Error::from)?;
+        let until = conn
+            .accounts()
+            .record_inbound(&ns, &req.account_id, &req.recipient, at)
+            .await
+            .map_err(Error::from)?
+            .ok_or_else(|| Error::NotFound(format!("account {}", req.account_id)))?;
+        Ok(Response::new(pb::RecordInboundResponse {
+            window_until: Some(convert::timestamp(until)),
+        }))
+    }
+
+    async fn record_provider_standing(
+        &self,
+        request: Request<pb::RecordProviderStandingRequest>,
+    ) -> Result<Response<pb::Account>, Status> {
+        let ns = namespace_of(&request)?;
+        let req = request.into_inner();
+        rules::name("account_id", &req.account_id)?;
+        let quality = match req.quality.to_ascii_lowercase().as_str() {
+            "" => None,
+            q @ ("green" | "yellow" | "red" | "unknown") => Some(q.to_owned()),
+            _ => {
+                return Err(
+                    Error::invalid("quality", "must be green, yellow, red or unknown").into(),
+                )
+            }
+        };
+        let mut v = crate::error::Violations::default();
+        let tier = (req.tier != pb::MessagingTier::Unspecified as i32)
+            .then(|| wire::tier_limit(req.tier, "tier", &mut v));
+        if !v.is_empty() {
+            return Err(v.into_error().into());
+        }
+        let conn = self.store.conn().await.map_err(Error::from)?;
+        let accounts = conn.accounts();
+        let found = accounts
+            .record_standing(&ns, &req.account_id, quality.as_deref(), tier)
+            .await
+            .map_err(Error::from)?;
+        let record = match found {
+            true => accounts
+                .get(&ns, &req.account_id)
+                .await
+                .map_err(Error::from)?,
+            false => None,
+        }
+        .ok_or_else(|| Error::NotFound(format!("account {}", req.account_id)))?;
+        Ok(Response::new(wire::account(&record)))
+    }
+
     async fn create_pool(
         &self,
         request: Request<pb::CreatePoolRequest>,
@@ -171,7 +239,7 @@ impl AccountService for AccountApi {
         let conn = self.store.conn().await.map_err(Error::from)?;
         let record = conn
             .accounts()
-            .create_pool(&ns, &pool.name, &pool.description)
+            .create_pool(&ns, &pool.name, &pool.description, pool.sticky)
             .await
             .map_err(Error::from)?;
         Ok(Response::new(wire::pool(&record)))
@@ -189,7 +257,7 @@ impl AccountService for AccountApi {
         let conn = self.store.conn().await.map_err(Error::from)?;
         let record = conn
             .accounts()
-            .update_pool(&ns, &pool.name, &pool.description)
+            .update_pool(&ns, &pool.name, &pool.description, pool.sticky)
             .await
             .map_err(Error::from)?;
         Ok(Response::new(wire::pool(&record)))

@@ -1,6 +1,5 @@
 //! ScheduleService: recurring schedules (see the `schedule` domain).
 
-use chrono::Utc;
 use herald_proto::v1::{self as pb, schedule_service_server::ScheduleService};
 use prost::Message;
 use tonic::{Request, Response, Status};
@@ -154,7 +153,7 @@ impl ScheduleService for ScheduleApi {
             self.schedules.fire_times(&ns, &req.id).await?
         };
         let after = match req.after.as_ref() {
-            None => Utc::now(),
+            None => self.schedules.clock().now(),
             Some(ts) => from_timestamp(ts)
                 .ok_or_else(|| Error::invalid("after", "is not a valid timestamp"))?,
         };

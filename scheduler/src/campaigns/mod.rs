@@ -114,6 +114,17 @@ fn task_for(spec: &pb::CampaignSpec, r: &Recipient, id: Uuid) -> TaskSpec {
         expire_at: spec.expire_at.as_ref().and_then(rules::timestamp),
         labels,
         pool: spec.pool.clone(),
+        // The window is in the recipient's zone, else the campaign's.
+        send_window: spec.send_window.clone().map(|mut w| {
+            if w.time_zone.is_empty() {
+                w.time_zone = if r.time_zone.is_empty() {
+                    spec.time_zone.clone()
+                } else {
+                    r.time_zone.clone()
+                };
+            }
+            w
+        }),
         ..Default::default()
     }
 }
@@ -178,7 +189,7 @@ impl Campaigns {
         spec: pb::CampaignSpec,
         recipients: &[Recipient],
     ) -> Result<CampaignView, Error> {
-        check_spec(&spec, Utc::now()).into_result(())?;
+        check_spec(&spec, self.tasks.clock().now()).into_result(())?;
         let conn = self.tasks.store().conn().await?;
         if !spec.pool.is_empty() {
             let (pools, _) = conn
@@ -255,7 +266,7 @@ impl Campaigns {
             .await?
             .ok_or_else(|| Error::NotFound(format!("campaign {id}")))?;
         let spec = decode(&campaign)?;
-        let now = Utc::now();
+        let now = self.tasks.clock().now();
         let zones = zones(&spec, recipients, path)?;
         // Checked and rendered for every recipient before anything is written.
         let specs: Vec<TaskSpec> = recipients.iter().map(|r| task_for(&spec, r, id)).collect();

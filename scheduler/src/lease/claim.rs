@@ -6,12 +6,14 @@
 //! 1. [`read_budgets`]: what each account may send now (`herald.account_room`, the one
 //!    definition of the limits);
 //! 2. [`lock_candidates`]: lock due candidates of the routes that have room;
-//! 3. assign pooled tasks to the account with the most room left, honouring per-recipient
-//!    intervals and provider blocks ([`routing::assign`], pure and unit-tested);
+//! 3. read what the accounts know of the candidates' recipients (spacing, provider blocks,
+//!    open conversations, last account), and assign pooled tasks to an account of their pool
+//!    ([`routing::assign`], pure and unit-tested: health, stickiness, tiers);
 //! 4. [`reserve`] and [`mark_recipients`]: reserve account capacity atomically
 //!    (`herald.reserve_capacity`) and record recipient sends; whatever a concurrent claim took
 //!    first is dropped here;
-//! 5. lease what is left (`lease_assigned.sql`).
+//! 5. move candidates whose send window is closed to its next opening, and lease what is left
+//!    (`lease_assigned.sql`).
 //!
 //! The reservation in step 4 is what keeps the limits across replicas: it locks each account row
 //! and grants no more than its room at that instant.
@@ -30,18 +32,33 @@ use crate::store::{Db, Store, StoreError};
 use crate::tasks::model::GrantedLease;
 
 /// How long a namespace seen without accounts keeps the one-statement claim path before the
-/// accounts table is read again. A task routed to an account created meanwhile waits at most
-/// this long: the fast path leases only the queue-routed route `<ns>/`, never a pool's or an
-/// account's, and tells the dispatcher to look again when the entry expires.
+/// accounts table is read again, by default. Creating an account ends it at once on every
+/// replica (`herald_accounts`); the expiry is the backstop for a notification lost while a
+/// replica's listener was reconnecting (it forgets every namespace when it reconnects, too).
 pub const NO_ACCOUNTS_TTL: Duration = Duration::from_secs(1);
 
 /// Namespaces known to have no accounts, until when.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct NoAccountsCache {
     until: Arc<Mutex<HashMap<String, Instant>>>,
+    ttl: Duration,
+}
+
+impl Default for NoAccountsCache {
+    fn default() -> Self {
+        Self::with_ttl(NO_ACCOUNTS_TTL)
+    }
 }
 
 impl NoAccountsCache {
+    /// A cache that keeps a namespace for `ttl`.
+    pub fn with_ttl(ttl: Duration) -> Self {
+        NoAccountsCache {
+            until: Arc::default(),
+            ttl,
+        }
+    }
+
     /// How long `namespace` is still known to have no accounts.
     fn remaining(&self, namespace: &str) -> Option<Duration> {
         let now = Instant::now();
@@ -51,7 +68,21 @@ impl NoAccountsCache {
 
     fn remember(&self, namespace: &str) {
         if let Ok(mut map) = self.until.lock() {
-            map.insert(namespace.to_owned(), Instant::now() + NO_ACCOUNTS_TTL);
+            map.insert(namespace.to_owned(), Instant::now() + self.ttl);
+        }
+    }
+
+    /// Forgets what is known of `namespace`: it gained an account.
+    pub fn forget(&self, namespace: &str) {
+        if let Ok(mut map) = self.until.lock() {
+            map.remove(namespace);
+        }
+    }
+
+    /// Forgets every namespace (after missing notifications).
+    pub fn forget_all(&self) {
+        if let Ok(mut map) = self.until.lock() {
+            map.clear();
         }
     }
 }
@@ -97,8 +128,8 @@ pub struct Claimed {
     pub leases: Vec<GrantedLease>,
     /// Routes that could be served now; the next due time is looked up among these only.
     pub open_routes: Vec<String>,
-    /// The earliest time an account without room gets room again by time alone.
-    pub blocked_until: Option<DateTime<Utc>>,
+    /// How long until an account without room gets room again by time alone.
+    pub recheck_in: Option<Duration>,
 }
 
 /// Claims due tasks, as one statement while the namespace has no accounts.
@@ -114,11 +145,10 @@ pub async fn claim(
             .leases()
             .claim_due(&req.params(), &req.unrouted())
             .await?;
-        let recheck = chrono::Duration::from_std(remaining).unwrap_or(chrono::Duration::MAX);
         return Ok(Claimed {
             leases,
             open_routes: vec![req.unrouted()],
-            blocked_until: Utc::now().checked_add_signed(recheck),
+            recheck_in: Some(remaining),
         });
     }
     // Idempotent: a claim whose commit happened unheard leased tasks that are never sent; they
@@ -148,17 +178,17 @@ async fn claim_in(
         let claimed = Claimed {
             leases,
             open_routes: vec![req.unrouted()],
-            blocked_until: None,
+            recheck_in: None,
         };
         return Ok((claimed, false));
     }
-    let (accounts, blocked_until) = read_budgets(req, budgets);
+    let (accounts, recheck_in) = read_budgets(req, budgets);
     let (candidates, open_routes) = lock_candidates(tx, req, &accounts).await?;
     if candidates.is_empty() {
         let claimed = Claimed {
             leases: Vec::new(),
             open_routes,
-            blocked_until,
+            recheck_in,
         };
         return Ok((claimed, true));
     }
@@ -169,12 +199,17 @@ async fn claim_in(
         .collect::<HashSet<&str>>()
         .into_iter()
         .collect();
-    let blocked = tx
+    let facts = tx
         .leases()
-        .blocked_pairs(req.namespace, &recipients)
+        .recipient_facts(req.namespace, &recipients)
         .await?;
+    let deferred: Vec<_> = candidates
+        .iter()
+        .filter_map(|c| c.defer_to.map(|at| (c.id, at)))
+        .collect();
+    tx.leases().defer_to_window(&deferred).await?;
     let limit = usize::try_from(req.limit).unwrap_or(usize::MAX);
-    let assigned = routing::assign(req.namespace, &candidates, &accounts, &blocked, limit);
+    let assigned = routing::assign(req.namespace, &candidates, &accounts, &facts, limit);
     let (assigned, reserved_at) = reserve(tx, req, assigned).await?;
     let assigned = mark_recipients(tx, req, &accounts, assigned, &reserved_at).await?;
     // A routed lease is granted at its reservation's instant; the rest at the lease's.
@@ -193,19 +228,19 @@ async fn claim_in(
     let claimed = Claimed {
         leases,
         open_routes,
-        blocked_until,
+        recheck_in,
     };
     Ok((claimed, true))
 }
 
-/// The accounts this executor can send for, with their room; and the earliest time an account
+/// The accounts this executor can send for, with their room; and how long until an account
 /// without room gets some back by time alone.
 fn read_budgets(
     req: &ClaimRequest<'_>,
     budgets: Vec<AccountBudget>,
-) -> (Vec<AccountRoom>, Option<DateTime<Utc>>) {
+) -> (Vec<AccountRoom>, Option<Duration>) {
     let mut accounts = Vec::new();
-    let mut blocked_until: Option<DateTime<Utc>> = None;
+    let mut recheck_ms: Option<f64> = None;
     for b in budgets {
         if req
             .credentials
@@ -214,8 +249,8 @@ fn read_budgets(
             continue;
         }
         if b.room == 0 {
-            if let Some(at) = b.available_at {
-                blocked_until = Some(blocked_until.map_or(at, |u| u.min(at)));
+            if let Some(ms) = b.available_in_ms {
+                recheck_ms = Some(recheck_ms.map_or(ms, |r| r.min(ms)));
             }
         }
         accounts.push(AccountRoom {
@@ -225,9 +260,15 @@ fn read_budgets(
             high_priority_min: b.high_priority_min,
             room: b.room,
             room_low: b.room_low,
+            tier_room: b.tier_room,
+            has_tier: b.has_tier,
+            active: b.active,
+            health: b.health,
+            sticky: b.sticky,
         });
     }
-    (accounts, blocked_until)
+    let recheck_in = recheck_ms.map(|ms| Duration::from_micros((ms.max(0.0) * 1000.0) as u64));
+    (accounts, recheck_in)
 }
 
 /// Locks due candidates of every route with room: by queue, each pool with room (up to its
@@ -260,15 +301,16 @@ async fn lock_candidates(
     Ok((candidates, open_routes))
 }
 
-/// Reserves capacity for the assigned tasks; accounts grant at most their room at this
-/// instant. Keeps the assignments that got a slot, and returns each account's reservation
-/// instant.
+/// Reserves capacity for the assigned tasks; accounts grant at most their room (and their
+/// tier's room for new conversations) at this instant. Keeps the assignments that got a slot,
+/// gives back the slots of those dropped for want of tier room, and returns each account's
+/// reservation instant.
 async fn reserve(
     tx: &Transaction<'_>,
     req: &ClaimRequest<'_>,
     mut assigned: Vec<Assignment>,
 ) -> Result<(Vec<Assignment>, HashMap<String, DateTime<Utc>>), StoreError> {
-    let mut wanted: BTreeMap<&str, (i32, i32)> = BTreeMap::new();
+    let mut wanted: BTreeMap<&str, (i32, i32, i32)> = BTreeMap::new();
     for a in &assigned {
         if let Some(acc) = a.account.as_deref() {
             let w = wanted.entry(acc).or_default();
@@ -277,30 +319,47 @@ async fn reserve(
             } else {
                 w.1 += 1;
             }
+            if a.opens {
+                w.2 += 1;
+            }
         }
     }
     let reservations = tx.leases().reserve(req.namespace, &wanted).await?;
     let mut reserved_at = HashMap::new();
-    let mut granted: HashMap<String, (i32, i32)> = HashMap::new();
+    let mut granted: HashMap<String, (i32, i32, i32)> = HashMap::new();
     for r in reservations {
         reserved_at.insert(r.account.clone(), r.at);
-        granted.insert(r.account, (r.high, r.low));
+        granted.insert(r.account, (r.high, r.low, r.new));
     }
+    let mut unused: Vec<String> = Vec::new();
     assigned.retain(|a| match a.account.as_deref() {
         None => true,
         Some(acc) => granted.get_mut(acc).is_some_and(|g| {
             let slot = if a.high { &mut g.0 } else { &mut g.1 };
-            let fits = *slot > 0;
-            if fits {
-                *slot -= 1;
+            if *slot == 0 {
+                return false;
             }
-            fits
+            *slot -= 1;
+            if a.opens {
+                if g.2 == 0 {
+                    unused.push(acc.to_owned());
+                    return false;
+                }
+                g.2 -= 1;
+            }
+            true
         }),
     });
+    if !unused.is_empty() {
+        tx.accounts()
+            .release_slots(req.namespace, &unused, true)
+            .await?;
+    }
     Ok((assigned, reserved_at))
 }
 
-/// Records recipient sends where the account spaces them, at the reservation's instant
+/// Records recipient sends where the account tracks them (spacing, tier, sticky pool), at the
+/// reservation's instant
 /// (reservations on one account are serialised by its row lock, so these times are in order); a
 /// pair another claim just took comes back refused, its task is dropped and its account slot
 /// given back.
@@ -313,17 +372,22 @@ async fn mark_recipients(
 ) -> Result<Vec<Assignment>, StoreError> {
     let spaced: HashSet<&str> = accounts
         .iter()
-        .filter(|a| a.has_recipient_interval)
+        .filter(|a| a.tracks_recipients())
         .map(|a| a.id.as_str())
         .collect();
-    let marks: Vec<(&str, &str, DateTime<Utc>)> = assigned
+    // One mark per pair: a pair can repeat in a claim where the account does not space sends.
+    let mut seen: HashSet<(&str, &str)> = HashSet::new();
+    let marks: Vec<(&str, &str, DateTime<Utc>, bool)> = assigned
         .iter()
         .filter_map(|a| {
             let acc = a.account.as_deref()?;
             let at = reserved_at.get(acc)?;
-            spaced
-                .contains(acc)
-                .then_some((acc, a.recipient.as_str(), *at))
+            (spaced.contains(acc) && seen.insert((acc, a.recipient.as_str()))).then_some((
+                acc,
+                a.recipient.as_str(),
+                *at,
+                a.opens,
+            ))
         })
         .collect();
     if marks.is_empty() {

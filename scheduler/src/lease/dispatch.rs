@@ -131,9 +131,7 @@ impl Dispatcher {
                 .leases()
                 .next_due(&claimed.open_routes, self.queues.as_deref())
                 .await?;
-            let blocked_ms = claimed.blocked_until.map(|at| {
-                (at - chrono::Utc::now()).num_microseconds().unwrap_or(0) as f64 / 1000.0
-            });
+            let blocked_ms = claimed.recheck_in.map(|d| d.as_secs_f64() * 1000.0);
             let (sleep, target) = match next {
                 // Due now but the claim found nothing: another session holds the rows' locks
                 // for a moment. Back off briefly rather than spin.

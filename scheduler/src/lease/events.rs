@@ -11,6 +11,13 @@ use tokio_postgres::AsyncMessage;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use super::claim::NoAccountsCache;
+use crate::clock::Clock;
+
+/// The test clock's skew in milliseconds (none in production).
+const SKEW: &str =
+    "SELECT (extract(epoch FROM skew) * 1000)::bigint AS skew_ms FROM herald.test_clock";
+
 /// A cluster event.
 #[derive(Debug, Clone)]
 pub enum Event {
@@ -27,15 +34,48 @@ pub enum Event {
     },
     /// A cancelled task learned its outcome.
     CancelResolved(Uuid),
+    /// The test clock's skew changed, in milliseconds.
+    Clock(i64),
+    /// A namespace gained an account: claims there must read accounts again.
+    AccountsChanged(String),
 }
 
-const CHANNELS: &str = "LISTEN herald_due; LISTEN herald_revoke; LISTEN herald_cancel;";
+const CHANNELS: &str = "LISTEN herald_due; LISTEN herald_revoke; LISTEN herald_cancel; \
+     LISTEN herald_clock; LISTEN herald_accounts;";
 /// Longest pause between attempts to reopen the LISTEN connection.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// How often the LISTEN connection is asked whether its server is still there.
 const PROBE_INTERVAL: Duration = Duration::from_secs(5);
 /// How long the probe may take before the connection counts as lost.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// What the listener keeps current itself, before any session sees the next event: so a
+/// dispatcher woken by a `Due` announced in the same transaction already sees it.
+#[derive(Clone, Default)]
+pub struct Followers {
+    /// The scheduler's clock, which follows the test clock's skew.
+    pub clock: Clock,
+    /// Namespaces known to have no accounts.
+    pub no_accounts: NoAccountsCache,
+}
+
+impl Followers {
+    /// Followers whose no-accounts cache keeps a namespace for `no_accounts_ttl`.
+    pub fn new(no_accounts_ttl: std::time::Duration) -> Self {
+        Followers {
+            clock: Clock::default(),
+            no_accounts: NoAccountsCache::with_ttl(no_accounts_ttl),
+        }
+    }
+
+    fn apply(&self, event: &Event) {
+        match event {
+            Event::Clock(ms) => self.clock.set_skew_ms(*ms),
+            Event::AccountsChanged(namespace) => self.no_accounts.forget(namespace),
+            _ => {}
+        }
+    }
+}
 
 /// Keeps a LISTEN connection open until `shutdown`, reconnecting with backoff, and publishes
 /// every notification on `events`. After each (re)connect it publishes `Due(None)`, since
@@ -49,6 +89,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 pub async fn listen(
     pg: tokio_postgres::Config,
     events: broadcast::Sender<Event>,
+    followers: Followers,
     shutdown: CancellationToken,
 ) {
     let mut backoff = Duration::from_millis(100);
@@ -59,11 +100,12 @@ pub async fn listen(
         };
         match connected {
             Ok((client, connection)) => {
-                // The connection is driven on its own task, so the probe's query can be
-                // awaited here while notifications keep arriving.
+                // The connection is driven on its own task, so LISTEN, the skew and the probe
+                // can be awaited here while notifications keep arriving.
                 let (tx, mut notifications) = mpsc::unbounded_channel();
                 let driver = tokio::spawn(drive(connection, tx));
-                let outcome = listen_on(&client, &mut notifications, &events, &shutdown).await;
+                let outcome =
+                    listen_on(&client, &mut notifications, &events, &followers, &shutdown).await;
                 driver.abort();
                 match outcome {
                     Listened::Stopped => return,
@@ -117,21 +159,35 @@ async fn drive<S, T>(
     }
 }
 
-/// LISTENs on `client`, then publishes its notifications until the connection is lost (closed,
-/// or silent to a probe) or `shutdown`.
+/// LISTENs on `client` and reads the clock's skew, then publishes its notifications until the
+/// connection is lost (closed, or silent to a probe) or `shutdown`.
 async fn listen_on(
     client: &tokio_postgres::Client,
     notifications: &mut mpsc::UnboundedReceiver<tokio_postgres::Notification>,
     events: &broadcast::Sender<Event>,
+    followers: &Followers,
     shutdown: &CancellationToken,
 ) -> Listened {
-    tokio::select! {
+    let listening = async {
+        client.batch_execute(CHANNELS).await?;
+        client.query_opt(SKEW, &[]).await
+    };
+    let skew = tokio::select! {
         _ = shutdown.cancelled() => return Listened::Stopped,
-        r = client.batch_execute(CHANNELS) => if let Err(e) = r {
-            tracing::warn!(error = %e, "LISTEN failed");
-            return Listened::Failed;
+        r = listening => match r {
+            Ok(row) => row
+                .and_then(|r| r.try_get::<_, i64>("skew_ms").ok())
+                .unwrap_or(0),
+            Err(e) => {
+                tracing::warn!(error = %e, "LISTEN failed");
+                return Listened::Failed;
+            }
         },
-    }
+    };
+    // Changes missed while disconnected: the skew is read again and every namespace's account
+    // state forgotten.
+    followers.clock.set_skew_ms(skew);
+    followers.no_accounts.forget_all();
     let _ = events.send(Event::Due(None));
     let mut probe =
         tokio::time::interval_at(tokio::time::Instant::now() + PROBE_INTERVAL, PROBE_INTERVAL);
@@ -142,6 +198,7 @@ async fn listen_on(
             n = notifications.recv() => match n {
                 Some(n) => {
                     if let Some(event) = parse(n.channel(), n.payload()) {
+                        followers.apply(&event);
                         let _ = events.send(event);
                     }
                 }
@@ -181,6 +238,8 @@ fn parse(channel: &str, payload: &str) -> Option<Event> {
             })
         }
         "herald_cancel" => Some(Event::CancelResolved(payload.parse().ok()?)),
+        "herald_clock" => Some(Event::Clock(payload.parse().ok()?)),
+        "herald_accounts" => Some(Event::AccountsChanged(payload.to_owned())),
         _ => None,
     }
 }

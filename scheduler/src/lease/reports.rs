@@ -186,6 +186,7 @@ fn feedback_of(applied: &[Applied], reports: &[&AttemptReport]) -> (Feedback, Ve
                 f.refund += 1;
                 f.reason.clone_from(&report.error);
             }
+            Outcome::Transient | Outcome::Permanent => f.failed += 1,
             _ => {}
         }
     }

@@ -14,6 +14,7 @@ use herald_proto::v1 as pb;
 
 use self::fire_times::FireTimes;
 use self::model::{RunRecord, ScheduleRecord};
+use crate::clock::Clock;
 use crate::error::Error;
 use crate::store::transaction;
 use crate::store::{Db, Store};
@@ -22,14 +23,16 @@ use crate::store::{Db, Store};
 #[derive(Clone)]
 pub struct Schedules {
     store: Store,
+    clock: Clock,
     min_period: chrono::Duration,
 }
 
 impl Schedules {
     /// Schedules in `store`, refusing any that fires more often than `min_period`.
-    pub fn new(store: Store, min_period: std::time::Duration) -> Self {
+    pub fn new(store: Store, clock: Clock, min_period: std::time::Duration) -> Self {
         Schedules {
             store,
+            clock,
             min_period: chrono::Duration::from_std(min_period).unwrap_or(chrono::Duration::MAX),
         }
     }
@@ -42,7 +45,7 @@ impl Schedules {
         namespace: &str,
         spec: &pb::ScheduleSpec,
     ) -> Result<ScheduleRecord, Error> {
-        let now = Utc::now();
+        let now = self.clock.now();
         let (mut record, fires) = spec::check(spec, now)?;
         spec::check_period(&fires, now, self.min_period)?;
         record.next_fire_at = fires.next_after(now);
@@ -121,7 +124,7 @@ impl Schedules {
             None
         } else {
             let current = self.get(namespace, id).await?;
-            materializer::fire_times_of(&current).and_then(|f| f.next_after(Utc::now()))
+            materializer::fire_times_of(&current).and_then(|f| f.next_after(self.clock.now()))
         };
         transaction!(self.store, Error, |tx| {
             Ok::<_, Error>(
@@ -131,6 +134,11 @@ impl Schedules {
             )
         })?
         .ok_or_else(|| Error::NotFound(format!("schedule {id}")))
+    }
+
+    /// Herald's clock.
+    pub fn clock(&self) -> &Clock {
+        &self.clock
     }
 
     /// The fire-time rules of a stored schedule.

@@ -23,6 +23,7 @@ pub(super) fn start(replica: &Replica, config: &Config, notifier: Option<Notifie
     jobs.spawn(events::listen(
         store.pg_config().clone(),
         replica.events.clone(),
+        replica.followers.clone(),
         stop.clone(),
     ));
     jobs.spawn(route_revokes(
@@ -43,6 +44,7 @@ pub(super) fn start(replica: &Replica, config: &Config, notifier: Option<Notifie
     ));
     jobs.spawn(crate::telemetry::metrics::refresh_task_counts(
         store.clone(),
+        config.metrics_refresh,
         stop.clone(),
     ));
     if let Some(notifier) = notifier {

@@ -98,6 +98,7 @@ where
         .add_service(
             ScheduleServiceServer::new(ScheduleApi::new(Schedules::new(
                 replica.store.clone(),
+                replica.followers.clock.clone(),
                 config.min_schedule_period,
             )))
             .max_decoding_message_size(max),

@@ -20,8 +20,7 @@ use crate::auth::layer::AuthPolicy;
 use crate::auth::rate::{DefaultRate, TokenRates};
 use crate::auth::tokens::TokenSet;
 use crate::config::Config;
-use crate::lease::claim::NoAccountsCache;
-use crate::lease::events::Event;
+use crate::lease::events::{Event, Followers};
 use crate::lease::registry::Registry;
 use crate::lease::session::SessionContext;
 use crate::lease::LeaseSettings;
@@ -81,6 +80,8 @@ struct Replica {
     events: broadcast::Sender<Event>,
     registry: Registry,
     tasks: Tasks,
+    /// What the event listener keeps current (clock skew, namespaces without accounts).
+    followers: Followers,
     /// Stops the background jobs, last.
     background: CancellationToken,
     /// Tells lease sessions to drain.
@@ -112,8 +113,15 @@ pub async fn run(
         )
     });
     let (events, _) = broadcast::channel::<Event>(4096);
+    let followers = Followers::new(config.no_accounts_ttl);
     let replica = Replica {
-        tasks: Tasks::new(store.clone(), events.clone(), config.cancel_wait),
+        tasks: Tasks::new(
+            store.clone(),
+            events.clone(),
+            config.cancel_wait,
+            followers.clock.clone(),
+        ),
+        followers,
         store,
         events,
         registry: Registry::default(),
@@ -135,7 +143,7 @@ pub async fn run(
         registry: replica.registry.clone(),
         drain: replica.drain.clone(),
         database: health.database(),
-        no_accounts: NoAccountsCache::default(),
+        no_accounts: replica.followers.no_accounts.clone(),
     };
     let grpc = grpc::serve(
         &replica,

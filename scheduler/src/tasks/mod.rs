@@ -17,6 +17,7 @@ use uuid::Uuid;
 use self::model::{
     AttemptRecord, CancelOutcome, NewTask, Origin, Target, TaskRecord, TaskSpec, TaskState,
 };
+use crate::clock::Clock;
 use crate::error::{Error, Violations};
 use crate::lease::events::Event;
 use crate::store::tasks::{CancelResult, Created, InsertError, TaskFilter};
@@ -45,17 +46,29 @@ pub struct Tasks {
     store: Store,
     events: broadcast::Sender<Event>,
     cancel_wait: Duration,
+    clock: Clock,
 }
 
 impl Tasks {
     /// `cancel_wait` bounds how long a cancel waits for the executor holding a lease to say
     /// whether it stopped before sending.
-    pub fn new(store: Store, events: broadcast::Sender<Event>, cancel_wait: Duration) -> Self {
+    pub fn new(
+        store: Store,
+        events: broadcast::Sender<Event>,
+        cancel_wait: Duration,
+        clock: Clock,
+    ) -> Self {
         Tasks {
             store,
             events,
             cancel_wait,
+            clock,
         }
+    }
+
+    /// Herald's clock.
+    pub fn clock(&self) -> &Clock {
+        &self.clock
     }
 
     /// The database these tasks live in.
@@ -72,7 +85,7 @@ impl Tasks {
         path: PathOf<'_>,
         trace_parent: Option<String>,
     ) -> Result<Vec<CreatedTask>, Error> {
-        let now = Utc::now();
+        let now = self.clock.now();
         let mut specs = Some(specs);
         // Checked and rendered once: a retried transaction inserts the same tasks again.
         let mut prepared: Option<Vec<NewTask>> = None;

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, Duration as ChronoDuration, Utc};
+use chrono::{DateTime, Duration as ChronoDuration, NaiveTime, Utc};
 use herald_proto::v1 as pb;
 use uuid::Uuid;
 
@@ -337,6 +337,8 @@ pub struct TaskSpec {
     pub pool: String,
     /// The account to send from; empty for none.
     pub account_id: String,
+    /// Only send inside this window of the recipient's day (wire form; checked here).
+    pub send_window: Option<pb::SendWindow>,
 }
 
 /// A task that met every rule, ready to insert.
@@ -373,6 +375,99 @@ pub struct NewTask {
     pub trace_parent: Option<String>,
     /// What made it.
     pub origin: Origin,
+    /// Only sent inside this window of the recipient's day.
+    pub send_window: Option<SendWindow>,
+}
+
+/// A recipient-local send window (see task.proto's `SendWindow`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SendWindow {
+    /// Opening, inclusive, local time.
+    pub start: NaiveTime,
+    /// Closing, exclusive; earlier than start when the window spans midnight.
+    pub end: NaiveTime,
+    /// The recipient's IANA time zone.
+    pub zone: String,
+    /// How long after the opening held tasks are spread over, in milliseconds.
+    pub spread_ms: i64,
+}
+
+impl SendWindow {
+    /// The default spread: half an hour.
+    pub const DEFAULT_SPREAD_MS: i64 = 1_800_000;
+
+    /// A wire window checked under `path`; `default_zone` applies when it names none.
+    pub fn from_wire(
+        w: &pb::SendWindow,
+        default_zone: &str,
+        path: &str,
+        v: &mut Violations,
+    ) -> Option<SendWindow> {
+        let f = |name: &str| format!("{path}.{name}");
+        let start = rules::parse_clock(&w.start);
+        let end = rules::parse_clock(&w.end);
+        if start.is_none() {
+            v.add(f("start"), "must be HH:MM");
+        }
+        if end.is_none() {
+            v.add(f("end"), "must be HH:MM");
+        }
+        if start.is_some() && start == end {
+            v.add(f("end"), "must differ from start");
+        }
+        let zone = match (w.time_zone.as_str(), default_zone) {
+            ("", "") => "UTC",
+            ("", zone) => zone,
+            (zone, _) => zone,
+        };
+        if !rules::is_time_zone(zone) {
+            v.add(f("time_zone"), "is not an IANA time zone name");
+        }
+        let spread_ms = match &w.spread {
+            None => Self::DEFAULT_SPREAD_MS,
+            Some(d) => d
+                .seconds
+                .saturating_mul(1000)
+                .saturating_add(i64::from(d.nanos) / 1_000_000),
+        };
+        if !(0..=86_400_000).contains(&spread_ms) {
+            v.add(f("spread"), "must be between 0 and 24 hours");
+        }
+        Some(SendWindow {
+            start: start?,
+            end: end?,
+            zone: zone.to_owned(),
+            spread_ms,
+        })
+    }
+
+    /// The window stored in a task's columns, if it has one.
+    pub fn from_columns(
+        start: Option<NaiveTime>,
+        end: Option<NaiveTime>,
+        zone: Option<String>,
+        spread_ms: Option<i64>,
+    ) -> Option<SendWindow> {
+        Some(SendWindow {
+            start: start?,
+            end: end?,
+            zone: zone.unwrap_or_else(|| "UTC".into()),
+            spread_ms: spread_ms.unwrap_or(Self::DEFAULT_SPREAD_MS),
+        })
+    }
+
+    /// The window on the wire.
+    pub fn to_wire(&self) -> pb::SendWindow {
+        pb::SendWindow {
+            start: self.start.format("%H:%M").to_string(),
+            end: self.end.format("%H:%M").to_string(),
+            time_zone: self.zone.clone(),
+            spread: Some(prost_types::Duration {
+                seconds: self.spread_ms / 1000,
+                nanos: ((self.spread_ms % 1000) * 1_000_000) as i32,
+            }),
+        }
+    }
 }
 
 impl TaskSpec {
@@ -432,6 +527,14 @@ impl TaskSpec {
         }
         rules::labels(&self.labels, &f("labels"), v);
         let target = self.target(path, v);
+        let local_zone = match &self.when {
+            Some(When::Local { zone, .. }) => zone.as_str(),
+            _ => "",
+        };
+        let send_window = self
+            .send_window
+            .as_ref()
+            .and_then(|w| SendWindow::from_wire(w, local_zone, &f("send_window"), v));
 
         if v.len() > before {
             return None;
@@ -454,6 +557,7 @@ impl TaskSpec {
             // Set by the caller from the request's trace context, not from the spec.
             trace_parent: None,
             origin: Origin::Request,
+            send_window,
         })
     }
 
@@ -645,6 +749,8 @@ pub struct TaskRecord {
     pub pool: Option<String>,
     /// The pinned account, or the account of the current or last lease.
     pub account_id: Option<String>,
+    /// Its send window.
+    pub send_window: Option<SendWindow>,
 }
 
 /// One recorded attempt.
@@ -741,6 +847,45 @@ mod tests {
         assert_eq!(t.due, DueAt::After(0));
         assert_eq!(t.retry, RetryPolicy::default_exponential());
         assert!(t.idempotency.is_none());
+    }
+
+    #[test]
+    fn a_send_window_names_its_bad_fields_and_takes_the_local_zone() {
+        let mut v = Violations::default();
+        let mut bad = spec();
+        bad.send_window = Some(pb::SendWindow {
+            start: "9am".into(),
+            end: "20:00".into(),
+            time_zone: "Mars/Base".into(),
+            spread: None,
+        });
+        assert!(bad.validate("task", Utc::now(), &mut v).is_none());
+        let fields: Vec<&str> = v.as_slice().iter().map(|f| f.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            vec!["task.send_window.start", "task.send_window.time_zone"]
+        );
+
+        let mut good = spec();
+        good.when = Some(When::Local {
+            time: (Utc::now() + ChronoDuration::days(1))
+                .format("%Y-%m-%dT%H:%M")
+                .to_string(),
+            zone: "Asia/Tokyo".into(),
+        });
+        good.send_window = Some(pb::SendWindow {
+            start: "22:00".into(),
+            end: "06:00".into(),
+            ..Default::default()
+        });
+        let mut v = Violations::default();
+        let task = good.validate("task", Utc::now(), &mut v);
+        let window = task.and_then(|t| t.send_window);
+        assert_eq!(
+            window.map(|w| w.zone),
+            Some("Asia/Tokyo".to_string()),
+            "{v:?}"
+        );
     }
 
     #[test]

@@ -40,6 +40,17 @@ pub const DATABASE_WRITABLE: &str = "herald_database_writable";
 pub const NOTIFICATIONS: &str = "herald_notifications_total";
 /// Gauge: notifications waiting in the outbox.
 pub const NOTIFICATIONS_PENDING: &str = "herald_notifications_pending";
+/// Gauge: an account's business-initiated conversations in the last 24 hours (its messaging
+/// tier's use), by namespace and account.
+pub const ACCOUNT_TIER_USED: &str = "herald_account_tier_used";
+/// Gauge: an account's messaging tier limit (absent without a tier).
+pub const ACCOUNT_TIER_LIMIT: &str = "herald_account_tier_limit";
+/// Gauge: an account's health score, 0 to 1.
+pub const ACCOUNT_HEALTH: &str = "herald_account_health";
+/// Gauge: an account's sends today, in its time zone.
+pub const ACCOUNT_TODAY: &str = "herald_account_sent_today";
+/// Gauge: an account's daily cap today, warm-up included (absent without a cap).
+pub const ACCOUNT_TODAY_CAP: &str = "herald_account_daily_cap";
 /// Counter: accounts whose in-flight count differed from their leases and was corrected.
 pub const SLOTS_RECONCILED: &str = "herald_account_slots_reconciled_total";
 
@@ -82,6 +93,17 @@ pub fn install() -> &'static PrometheusHandle {
 
 fn describe() {
     describe_gauge!(TASKS, "Live tasks by state (scheduled, leased) and queue.");
+    describe_gauge!(
+        ACCOUNT_TIER_USED,
+        "Business-initiated conversations an account opened in the last 24 hours."
+    );
+    describe_gauge!(ACCOUNT_TIER_LIMIT, "An account's messaging tier limit.");
+    describe_gauge!(ACCOUNT_HEALTH, "An account's health score, 0 to 1.");
+    describe_gauge!(ACCOUNT_TODAY, "An account's sends today, in its time zone.");
+    describe_gauge!(
+        ACCOUNT_TODAY_CAP,
+        "An account's daily cap today, its warm-up ramp included."
+    );
     describe_histogram!(
         TRIGGER_LAG,
         Unit::Seconds,
@@ -188,13 +210,32 @@ pub fn slots_reconciled(n: u64) {
     metrics::counter!(SLOTS_RECONCILED).increment(n);
 }
 
-/// Refreshes [`TASKS`] every [`TASK_COUNT_INTERVAL`] until `stop`.
+/// Sets the account gauges from the accounts' current figures.
+async fn refresh_account_gauges(store: &Store) -> Result<(), crate::store::StoreError> {
+    use crate::store::Db;
+    for a in store.conn().await?.accounts().gauges().await? {
+        let labels = [("namespace", a.namespace), ("account", a.id)];
+        metrics::gauge!(ACCOUNT_TIER_USED, &labels).set(a.tier_used as f64);
+        metrics::gauge!(ACCOUNT_HEALTH, &labels).set(a.health);
+        metrics::gauge!(ACCOUNT_TODAY, &labels).set(f64::from(a.today_count));
+        if let Some(limit) = a.tier_limit {
+            metrics::gauge!(ACCOUNT_TIER_LIMIT, &labels).set(f64::from(limit));
+        }
+        if let Some(cap) = a.today_cap {
+            metrics::gauge!(ACCOUNT_TODAY_CAP, &labels).set(f64::from(cap));
+        }
+    }
+    Ok(())
+}
+
+/// Refreshes [`TASKS`] and the account gauges every `every` (by default
+/// [`TASK_COUNT_INTERVAL`]) until `stop`.
 ///
 /// Cost: one `GROUP BY state, queue` over live tasks only (SCHEDULED and LEASED, reached through
 /// the partial indexes on those states); finished tasks, usually the bulk of the table, are
 /// never read. With a million live tasks that is a few hundred milliseconds of one connection
 /// every 15 s per replica. Finished tasks are counted by [`TASKS_FINISHED`] instead.
-pub async fn refresh_task_counts(store: Store, stop: CancellationToken) {
+pub async fn refresh_task_counts(store: Store, every: Duration, stop: CancellationToken) {
     let mut seen: HashSet<(String, String)> = HashSet::new();
     loop {
         match live_task_counts(&store).await {
@@ -215,9 +256,12 @@ pub async fn refresh_task_counts(store: Store, stop: CancellationToken) {
             }
             Err(e) => tracing::warn!(error = %e, "cannot count tasks for metrics"),
         }
+        if let Err(e) = refresh_account_gauges(&store).await {
+            tracing::warn!(error = %e, "cannot read account figures for metrics");
+        }
         tokio::select! {
             _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(TASK_COUNT_INTERVAL) => {}
+            _ = tokio::time::sleep(every) => {}
         }
     }
 }

@@ -7,6 +7,7 @@ use super::{duration_from_ms, duration_ms, timestamp};
 use crate::accounts::model::{AccountLimits, AccountRecord, AccountSpec, AccountState, PoolRecord};
 use crate::error::{Error, Violations};
 use crate::rules::parse_clock;
+use chrono::NaiveDate;
 
 /// A wire account as a domain definition, defaults filled in; wire problems are recorded
 /// under `path`. None when the limits are missing.
@@ -64,6 +65,7 @@ fn limits(l: &pb::AccountLimits, path: &str, v: &mut Violations) -> AccountLimit
             }
         },
     };
+    let warm_up = l.warm_up.as_ref();
     AccountLimits {
         rate_per_sec: l.rate_per_second,
         burst: l
@@ -90,6 +92,55 @@ fn limits(l: &pb::AccountLimits, path: &str, v: &mut Violations) -> AccountLimit
             .offline_cooldown
             .as_ref()
             .map_or(AccountLimits::DEFAULT_OFFLINE_COOLDOWN_MS, ms),
+        ramp_start: warm_up.and_then(|w| {
+            if w.start_date.is_empty() {
+                return None;
+            }
+            let day = NaiveDate::parse_from_str(&w.start_date, "%Y-%m-%d").ok();
+            if day.is_none() {
+                v.add(format!("{path}.warm_up.start_date"), "must be YYYY-MM-DD");
+            }
+            day
+        }),
+        ramp_initial: warm_up.and_then(|w| w.initial),
+        ramp_step: warm_up.and_then(|w| w.step),
+        ramp_ceiling: warm_up.and_then(|w| w.ceiling),
+        ramp_table: warm_up
+            .filter(|w| !w.per_day.is_empty())
+            .map(|w| w.per_day.clone()),
+        gap_min_ms: l.gaps.as_ref().map(|g| g.min.as_ref().map_or(-1, ms)),
+        gap_max_ms: l.gaps.as_ref().and_then(|g| g.max.as_ref().map(ms)),
+        tier_limit: tier_limit(l.messaging_tier, &format!("{path}.messaging_tier"), v),
+        pause_failure_rate: l.pause_failure_rate,
+    }
+}
+
+/// The most unique recipients a tier allows per rolling 24 hours (None: no tier limit).
+pub fn tier_limit(tier: i32, path: &str, v: &mut Violations) -> Option<i32> {
+    match pb::MessagingTier::try_from(tier) {
+        Ok(pb::MessagingTier::Unspecified) => None,
+        Ok(pb::MessagingTier::Limit250) => Some(250),
+        Ok(pb::MessagingTier::Limit1k) => Some(1_000),
+        Ok(pb::MessagingTier::Limit2k) => Some(2_000),
+        Ok(pb::MessagingTier::Limit10k) => Some(10_000),
+        Ok(pb::MessagingTier::Limit100k) => Some(100_000),
+        Ok(pb::MessagingTier::Unlimited) => Some(i32::MAX),
+        Err(_) => {
+            v.add(path.to_owned(), "is not a messaging tier");
+            None
+        }
+    }
+}
+
+fn tier_to_wire(limit: Option<i32>) -> pb::MessagingTier {
+    match limit {
+        None => pb::MessagingTier::Unspecified,
+        Some(250) => pb::MessagingTier::Limit250,
+        Some(1_000) => pb::MessagingTier::Limit1k,
+        Some(2_000) => pb::MessagingTier::Limit2k,
+        Some(10_000) => pb::MessagingTier::Limit10k,
+        Some(100_000) => pb::MessagingTier::Limit100k,
+        Some(_) => pb::MessagingTier::Unlimited,
     }
 }
 
@@ -122,6 +173,22 @@ fn limits_to_wire(l: &AccountLimits) -> pb::AccountLimits {
         adaptive_floor: Some(l.adaptive_floor),
         recovery_successes: Some(l.recovery_successes),
         offline_cooldown: Some(duration_from_ms(l.offline_cooldown_ms)),
+        warm_up: (l.ramp_initial.is_some() || l.ramp_table.is_some()).then(|| pb::WarmUp {
+            start_date: l
+                .ramp_start
+                .map(|d| d.format("%Y-%m-%d").to_string())
+                .unwrap_or_default(),
+            initial: l.ramp_initial,
+            step: l.ramp_step,
+            ceiling: l.ramp_ceiling,
+            per_day: l.ramp_table.clone().unwrap_or_default(),
+        }),
+        gaps: l.gap_min_ms.map(|min| pb::SendGaps {
+            min: Some(duration_from_ms(min)),
+            max: l.gap_max_ms.map(duration_from_ms),
+        }),
+        messaging_tier: tier_to_wire(l.tier_limit) as i32,
+        pause_failure_rate: l.pause_failure_rate,
     }
 }
 
@@ -149,6 +216,12 @@ pub fn account(r: &AccountRecord) -> pb::Account {
             offline_until: r.offline_until.map(timestamp),
             state_reason: r.state_reason.clone(),
             throttled_until: r.throttled_until.map(timestamp),
+            today_cap: r.today_cap,
+            ramp_day: r.ramp_day.map(|d| d.max(0)),
+            tier_used: r.tier_used,
+            health: r.health,
+            quality: r.quality.clone(),
+            next_send_at: r.next_send_at.map(timestamp),
         }),
         created_at: Some(timestamp(r.created_at)),
         updated_at: Some(timestamp(r.updated_at)),
@@ -164,6 +237,7 @@ pub fn pool(p: &PoolRecord) -> pb::Pool {
         effective_rate: p.effective_rate,
         scheduled_tasks: p.scheduled_tasks,
         created_at: Some(timestamp(p.created_at)),
+        sticky: p.sticky,
     }
 }
 
@@ -196,6 +270,10 @@ pub fn merge(
             "limits.adaptive_floor" => limits.adaptive_floor = new.adaptive_floor,
             "limits.recovery_successes" => limits.recovery_successes = new.recovery_successes,
             "limits.offline_cooldown" => limits.offline_cooldown = new.offline_cooldown,
+            "limits.warm_up" => limits.warm_up = new.warm_up.clone(),
+            "limits.gaps" => limits.gaps = new.gaps,
+            "limits.messaging_tier" => limits.messaging_tier = new.messaging_tier,
+            "limits.pause_failure_rate" => limits.pause_failure_rate = new.pause_failure_rate,
             other => {
                 return Err(Error::invalid(
                     "update_mask",
@@ -276,6 +354,44 @@ mod tests {
                 "account.time_zone",
                 "account.limits.rate_per_second",
                 "account.limits.high_priority_reserve"
+            ]
+        );
+    }
+
+    #[test]
+    fn names_bad_pacing_fields() {
+        let mut a = wire();
+        a.limits = Some(pb::AccountLimits {
+            rate_per_second: 10.0,
+            warm_up: Some(pb::WarmUp {
+                start_date: "1 May".into(),
+                initial: Some(0),
+                ceiling: Some(-1),
+                ..Default::default()
+            }),
+            gaps: Some(pb::SendGaps {
+                min: Some(prost_types::Duration {
+                    seconds: 5,
+                    nanos: 0,
+                }),
+                max: Some(prost_types::Duration {
+                    seconds: 2,
+                    nanos: 0,
+                }),
+            }),
+            messaging_tier: 99,
+            pause_failure_rate: Some(1.5),
+            ..Default::default()
+        });
+        assert_eq!(
+            fields(&a),
+            vec![
+                "account.limits.warm_up.start_date",
+                "account.limits.messaging_tier",
+                "account.limits.warm_up.initial",
+                "account.limits.warm_up.ceiling",
+                "account.limits.gaps.max",
+                "account.limits.pause_failure_rate"
             ]
         );
     }

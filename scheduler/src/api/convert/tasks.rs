@@ -69,6 +69,7 @@ pub fn task_spec(spec: pb::TaskSpec, path: &str, v: &mut Violations) -> TaskSpec
         labels: spec.labels,
         pool: spec.pool,
         account_id: spec.account_id,
+        send_window: spec.send_window,
     }
 }
 
@@ -231,6 +232,7 @@ pub fn task(t: &TaskRecord) -> Result<pb::Task, StoreError> {
             .unwrap_or_default(),
         pool: t.pool.clone().unwrap_or_default(),
         account_id: t.account_id.clone().unwrap_or_default(),
+        send_window: t.send_window.as_ref().map(|w| w.to_wire()),
     })
 }
 

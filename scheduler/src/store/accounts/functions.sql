@@ -4,21 +4,82 @@
 -- a limit is changed here, in place, instead of restating these bodies in a new migration.
 -- A change to a function's signature must DROP the old one first.
 
+DROP FUNCTION IF EXISTS herald.account_room(herald.accounts, timestamptz);
+DROP FUNCTION IF EXISTS herald.reserve_capacity(text, text[], integer[], integer[], timestamptz);
+DROP FUNCTION IF EXISTS herald.account_feedback(text, text[], integer[], integer[], integer[],
+    integer[], bigint[], integer[], text[], timestamptz);
+
+-- An account's daily cap on local day p_day: the configured daily_cap, lowered by the warm-up
+-- ramp while it lasts. ramp_day is the day of the ramp (1 on its start, which is the day the
+-- account was created unless set), NULL without a ramp; before the ramp starts the cap is 0.
+CREATE OR REPLACE FUNCTION herald.account_day_cap(
+    a herald.accounts, p_day date, OUT cap integer, OUT ramp_day integer
+) LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_ramp bigint;
+BEGIN
+    cap := a.daily_cap;
+    IF a.ramp_initial IS NULL AND a.ramp_table IS NULL THEN
+        RETURN;
+    END IF;
+    ramp_day := p_day - coalesce(a.ramp_start, (a.created_at AT TIME ZONE a.time_zone)::date) + 1;
+    IF ramp_day < 1 THEN
+        cap := 0;
+        RETURN;
+    END IF;
+    IF cardinality(a.ramp_table) > 0 THEN
+        v_ramp := a.ramp_table[least(ramp_day, cardinality(a.ramp_table))];
+    ELSE
+        v_ramp := least(coalesce(a.ramp_ceiling, 2147483647)::bigint,
+                        a.ramp_initial + (ramp_day - 1)::bigint * coalesce(a.ramp_step, 0));
+    END IF;
+    cap := least(coalesce(a.daily_cap, 2147483647)::bigint, v_ramp)::integer;
+END
+$$;
+
+-- How healthy an account looks from recent outcomes, 0 to 1: its recent success rate, lowered
+-- while the adaptive rate is below the configured one (the provider is throttling it) and by
+-- the provider's quality rating. Routing prefers healthier accounts.
+CREATE OR REPLACE FUNCTION herald.account_health(a herald.accounts) RETURNS double precision
+LANGUAGE sql STABLE AS $$
+    SELECT a.success_ewma
+           * (0.5 + 0.5 * least(1.0, a.effective_rate / a.rate_per_sec))
+           * CASE a.quality WHEN 'red' THEN 0.3 WHEN 'yellow' THEN 0.7 ELSE 1.0 END
+$$;
+
 -- How much an account may send at p_now: the single definition of every limit, used both to
 -- plan a claim and to reserve capacity. `room` is what any task may take, `room_low` what a task
 -- below high_priority_min may take (the rest of the in-flight slots are kept for high
--- priority). When room is 0, `available_at` says when time alone will open it again (NULL when
--- only an event will: the account is paused, or every in-flight slot is taken).
+-- priority), `tier_room` how many of them may open a new business-initiated conversation (the
+-- messaging tier; sends inside an open conversation or customer-service window are free).
+-- When room is 0, `available_at` says when time alone will open it again (NULL when only an
+-- event will: the account is paused, or every in-flight slot is taken). `day_cap` is today's
+-- cap (warm-up included); `tier_used` the rolling 24-hour count, recounted (`tier_recounted`)
+-- when the stored one is more than a minute old, since conversations age out one by one.
 CREATE OR REPLACE FUNCTION herald.account_room(
     a herald.accounts, p_now timestamptz,
     OUT room integer, OUT room_low integer, OUT tokens double precision,
-    OUT day_used integer, OUT reopen boolean, OUT available_at timestamptz
+    OUT day_used integer, OUT reopen boolean, OUT available_at timestamptz,
+    OUT day_cap integer, OUT tier_room integer, OUT tier_used integer,
+    OUT tier_recounted boolean
 ) LANGUAGE plpgsql STABLE AS $$
 DECLARE
     v_local timestamp := p_now AT TIME ZONE a.time_zone;
     v_quiet boolean := false;
     big constant integer := 2147483647;
 BEGIN
+    day_cap := (herald.account_day_cap(a, v_local::date)).cap;
+    tier_used := a.tier_used;
+    tier_recounted := false;
+    IF a.tier_limit IS NOT NULL
+       AND (a.tier_counted_at IS NULL OR a.tier_counted_at <= p_now - interval '1 minute') THEN
+        SELECT count(*) INTO tier_used FROM herald.recipient_sends s
+        WHERE s.namespace = a.namespace AND s.account_id = a.id
+          AND s.opened_at > p_now - interval '24 hours';
+        tier_recounted := true;
+    END IF;
+    tier_room := CASE WHEN a.tier_limit IS NULL THEN big
+                      ELSE greatest(a.tier_limit - tier_used, 0) END;
     tokens := least(a.burst::double precision,
                     a.tokens + greatest(extract(epoch FROM p_now - a.tokens_at), 0)
                                * a.effective_rate);
@@ -30,8 +91,12 @@ BEGIN
                         ELSE v_local::time >= a.quiet_start OR v_local::time < a.quiet_end END;
     END IF;
     room := least(floor(tokens)::integer,
-                  coalesce(a.daily_cap - day_used, big),
+                  coalesce(day_cap - day_used, big),
                   coalesce(a.max_in_flight - a.in_flight, big));
+    -- Human-like gaps: one send per grant, the next not before next_send_at.
+    IF a.gap_min_ms IS NOT NULL THEN
+        room := least(room, 1);
+    END IF;
     room_low := least(room,
         coalesce(floor(a.max_in_flight * (1 - a.high_priority_reserve))::integer - a.in_flight,
                  big));
@@ -55,7 +120,10 @@ BEGIN
         available_at := greatest(available_at,
             p_now + (1 - tokens) / a.effective_rate * interval '1 second');
     END IF;
-    IF a.daily_cap IS NOT NULL AND day_used >= a.daily_cap THEN
+    IF a.gap_min_ms IS NOT NULL AND a.next_send_at > p_now THEN
+        available_at := greatest(available_at, a.next_send_at);
+    END IF;
+    IF day_cap IS NOT NULL AND day_used >= day_cap THEN
         available_at := greatest(available_at,
             ((v_local::date + 1)::timestamp AT TIME ZONE a.time_zone));
     END IF;
@@ -74,14 +142,16 @@ $$;
 -- Reserves capacity on accounts for a claim, atomically per account row: each account grants at
 -- most its account_room at p_now and records what it granted. Concurrent claims on other
 -- sessions or replicas serialise on the account row, so together they can never grant more
--- than the limits. Time is read after the row lock is taken (clock_timestamp(), not the
+-- than the limits. Time is read after the row lock is taken (herald.clock(), not the
 -- transaction's start), so reservations on one account happen in clock order and the bucket's
 -- clock never runs backwards; tests pass p_now to drive the clock (across midnight, say).
--- out_at is the reservation's time: the lease's grant time.
+-- out_at is the reservation's time: the lease's grant time. p_new counts the tasks that would
+-- open a new conversation (the messaging tier); out_new how many of them may.
 CREATE OR REPLACE FUNCTION herald.reserve_capacity(
-    p_namespace text, p_ids text[], p_high integer[], p_low integer[],
+    p_namespace text, p_ids text[], p_high integer[], p_low integer[], p_new integer[],
     p_now timestamptz DEFAULT NULL
-) RETURNS TABLE (out_account text, out_high integer, out_low integer, out_at timestamptz)
+) RETURNS TABLE (out_account text, out_high integer, out_low integer, out_new integer,
+                 out_at timestamptz)
 LANGUAGE plpgsql AS $$
 DECLARE
     a herald.accounts%ROWTYPE;
@@ -89,6 +159,7 @@ DECLARE
     i integer;
     v_high integer;
     v_low integer;
+    v_new integer;
     v_now timestamptz;
 BEGIN
     -- Callers pass ids sorted, so concurrent claims lock account rows in one order.
@@ -99,11 +170,21 @@ BEGIN
         IF NOT FOUND THEN
             CONTINUE;
         END IF;
-        v_now := greatest(coalesce(p_now, clock_timestamp()), a.tokens_at);
+        v_now := greatest(coalesce(p_now, herald.clock()), a.tokens_at);
         r := herald.account_room(a, v_now);
         v_low := greatest(0, least(p_low[i], r.room_low));
         v_high := greatest(0, least(p_high[i], r.room - v_low));
+        v_new := greatest(0, least(coalesce(p_new[i], 0), r.tier_room, v_high + v_low));
         UPDATE herald.accounts SET
+            -- The next gap is drawn when a send is granted: minimum plus a uniform random part.
+            next_send_at = CASE
+                WHEN a.gap_min_ms IS NOT NULL AND v_high + v_low > 0
+                THEN v_now + (a.gap_min_ms + floor(random() * (greatest(coalesce(a.gap_max_ms,
+                          a.gap_min_ms) - a.gap_min_ms, 0) + 1)))
+                          * interval '1 millisecond'
+                ELSE a.next_send_at END,
+            tier_used = r.tier_used + v_new,
+            tier_counted_at = CASE WHEN r.tier_recounted THEN v_now ELSE a.tier_counted_at END,
             tokens = r.tokens - (v_high + v_low),
             tokens_at = v_now,
             in_flight = a.in_flight + v_high + v_low,
@@ -116,6 +197,7 @@ BEGIN
         out_account := a.id;
         out_high := v_high;
         out_low := v_low;
+        out_new := v_new;
         out_at := v_now;
         RETURN NEXT;
     END LOOP;
@@ -125,13 +207,16 @@ $$;
 -- Applies what reports, expiries and releases say about accounts, one row per account:
 -- frees in-flight slots, refunds the daily count of leases that sent nothing, halves the
 -- effective rate on RATE_LIMITED (down to the floor) and pauses the account for retry_after,
--- raises it back a quarter of the configured rate per run of `recovery_successes` successes,
--- and takes the account offline for its cool-down on ACCOUNT_UNAVAILABLE. Returns true when an
--- account that had no in-flight room gained some, so dispatchers should look again.
+-- raises it back a quarter of the configured rate per run of `recovery_successes` successes
+-- (as many steps as the batch's successes make), takes the account offline for its cool-down
+-- on ACCOUNT_UNAVAILABLE, folds every outcome into the account's recent success rate, and
+-- pauses an account whose recent failure rate reached its pause_failure_rate (after at least
+-- 20 outcomes), raising `account.paused`. Returns true when an account that had no in-flight
+-- room gained some, so dispatchers should look again.
 CREATE OR REPLACE FUNCTION herald.account_feedback(
     p_namespace text, p_ids text[], p_released integer[], p_refund integer[], p_ok integer[],
     p_rate_limited integer[], p_retry_after_ms bigint[], p_unavailable integer[],
-    p_reason text[], p_now timestamptz DEFAULT NULL
+    p_failed integer[], p_reason text[], p_now timestamptz DEFAULT NULL
 ) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -144,6 +229,12 @@ DECLARE
     v_changed_at timestamptz;
     v_freed boolean := false;
     v_now timestamptz;
+    v_outcomes integer;
+    v_ewma double precision;
+    v_steps integer;
+    v_pause boolean;
+    v_state herald.account_state;
+    v_state_reason text;
 BEGIN
     FOR i IN 1 .. coalesce(array_length(p_ids, 1), 0) LOOP
         SELECT * INTO a FROM herald.accounts
@@ -153,7 +244,7 @@ BEGIN
             CONTINUE;
         END IF;
         -- As in reserve_capacity: the clock after the lock, never behind the bucket's.
-        v_now := greatest(coalesce(p_now, clock_timestamp()), a.tokens_at);
+        v_now := greatest(coalesce(p_now, herald.clock()), a.tokens_at);
         IF a.max_in_flight IS NOT NULL AND a.in_flight >= a.max_in_flight
            AND p_released[i] > 0 THEN
             v_freed := true;
@@ -175,13 +266,43 @@ BEGIN
             v_changed_at := v_now;
         ELSIF p_ok[i] > 0 THEN
             v_streak := a.success_streak + p_ok[i];
-            IF v_rate < a.rate_per_sec AND v_streak >= a.recovery_successes THEN
+            v_steps := 0;
+            WHILE v_rate < a.rate_per_sec AND v_streak >= a.recovery_successes LOOP
                 v_rate := least(a.rate_per_sec, v_rate + a.rate_per_sec * 0.25);
+                v_streak := v_streak - a.recovery_successes;
+                v_steps := v_steps + 1;
+            END LOOP;
+            IF v_steps > 0 THEN
                 v_reason := format('raised to %s/s after %s successes',
-                                   round(v_rate::numeric, 3), v_streak);
+                                   round(v_rate::numeric, 3),
+                                   v_steps * a.recovery_successes);
                 v_changed_at := v_now;
-                v_streak := 0;
             END IF;
+        END IF;
+        -- The recent success rate: each outcome weighs 5 %, so about the last 20 count.
+        v_outcomes := p_ok[i] + p_rate_limited[i] + p_unavailable[i] + coalesce(p_failed[i], 0);
+        v_ewma := a.success_ewma;
+        IF v_outcomes > 0 THEN
+            v_ewma := a.success_ewma * power(0.95, v_outcomes)
+                      + (p_ok[i]::double precision / v_outcomes) * (1 - power(0.95, v_outcomes));
+        END IF;
+        v_state := CASE WHEN p_unavailable[i] > 0 AND a.state <> 'paused'
+                        THEN 'offline'::herald.account_state ELSE a.state END;
+        v_state_reason := CASE WHEN p_unavailable[i] > 0 AND a.state <> 'paused'
+                               THEN coalesce(p_reason[i], 'ACCOUNT_UNAVAILABLE')
+                               ELSE a.state_reason END;
+        v_pause := a.pause_failure_rate IS NOT NULL AND a.state <> 'paused' AND v_outcomes > 0
+                   AND a.outcomes_seen + v_outcomes >= 20
+                   AND 1 - v_ewma >= a.pause_failure_rate;
+        IF v_pause THEN
+            v_state := 'paused';
+            v_state_reason := format(
+                'paused itself: %s%% of recent sends failed (pause_failure_rate %s%%)',
+                round(((1 - v_ewma) * 100)::numeric, 1),
+                round((a.pause_failure_rate * 100)::numeric, 1));
+            PERFORM herald.notify_event('account.paused', jsonb_build_object(
+                'namespace', a.namespace, 'account_id', a.id, 'pool', a.pool,
+                'reason', v_state_reason, 'failure_rate', 1 - v_ewma));
         END IF;
         UPDATE herald.accounts SET
             in_flight = greatest(0, a.in_flight - p_released[i]),
@@ -198,14 +319,13 @@ BEGIN
                 THEN greatest(coalesce(a.throttled_until, v_now),
                               v_now + p_retry_after_ms[i] * interval '1 millisecond')
                 ELSE a.throttled_until END,
-            state = CASE WHEN p_unavailable[i] > 0 AND a.state <> 'paused'
-                         THEN 'offline'::herald.account_state ELSE a.state END,
-            offline_until = CASE WHEN p_unavailable[i] > 0 AND a.state <> 'paused'
+            state = v_state,
+            offline_until = CASE WHEN v_state = 'offline' AND p_unavailable[i] > 0
                                  THEN v_now + a.offline_cooldown_ms * interval '1 millisecond'
                                  ELSE a.offline_until END,
-            state_reason = CASE WHEN p_unavailable[i] > 0 AND a.state <> 'paused'
-                                THEN coalesce(p_reason[i], 'ACCOUNT_UNAVAILABLE')
-                                ELSE a.state_reason END
+            state_reason = v_state_reason,
+            success_ewma = v_ewma,
+            outcomes_seen = a.outcomes_seen + v_outcomes
         WHERE namespace = p_namespace AND id = a.id;
     END LOOP;
     RETURN v_freed;

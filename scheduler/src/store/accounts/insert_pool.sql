@@ -1,2 +1,2 @@
 -- Creates a pool.
-INSERT INTO herald.pools (namespace, name, description) VALUES ($1, $2, $3)
+INSERT INTO herald.pools (namespace, name, description, sticky) VALUES ($1, $2, $3, $4)

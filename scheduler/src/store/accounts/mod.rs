@@ -5,10 +5,11 @@
 
 use std::sync::LazyLock;
 
+use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 
-use super::sql::{column, statement, FromRow, Statement};
+use super::sql::{column, notify, statement, FromRow, Statement};
 use super::{repository, StoreError, WriteError};
 use crate::accounts::feedback::Feedback;
 use crate::accounts::model::{AccountLimits, AccountRecord, AccountSpec, AccountState, PoolRecord};
@@ -23,9 +24,15 @@ repository!(
 const ACCOUNT_COLUMNS: &str = "a.id, a.sender_kind, a.pool, a.time_zone, a.credentials_ref, \
      a.state::text AS state, to_jsonb(a) AS limits, a.effective_rate, a.rate_reason, \
      a.rate_changed_at, \
-     CASE WHEN a.day = (now() AT TIME ZONE a.time_zone)::date THEN a.day_count ELSE 0 END \
+     CASE WHEN a.day = (herald.now() AT TIME ZONE a.time_zone)::date THEN a.day_count ELSE 0 END \
          AS today_count, \
-     a.in_flight, a.offline_until, a.state_reason, a.throttled_until, a.created_at, a.updated_at";
+     a.in_flight, a.offline_until, a.state_reason, a.throttled_until, a.created_at, a.updated_at, \
+     (herald.account_day_cap(a, (herald.now() AT TIME ZONE a.time_zone)::date)).cap AS today_cap, \
+     (herald.account_day_cap(a, (herald.now() AT TIME ZONE a.time_zone)::date)).ramp_day, \
+     (SELECT count(*) FROM herald.recipient_sends s \
+      WHERE s.namespace = a.namespace AND s.account_id = a.id \
+        AND s.opened_at > herald.now() - interval '24 hours')::integer AS tier_used, \
+     herald.account_health(a) AS health, a.quality, a.next_send_at";
 
 /// The limit columns: [`AccountLimits`]'s field names.
 static LIMIT_COLUMNS: LazyLock<Vec<String>> =
@@ -61,6 +68,9 @@ static GET_ACCOUNT: LazyLock<Statement> =
 static LIST_ACCOUNTS: LazyLock<Statement> =
     LazyLock::new(|| expand("list_accounts", include_str!("list_accounts.sql")));
 const ENSURE_POOL: Statement = statement!("ensure_pool");
+const RECORD_INBOUND: Statement = statement!("record_inbound");
+const ACCOUNT_GAUGES: Statement = statement!("account_gauges");
+const RECORD_STANDING: Statement = statement!("record_standing");
 const DELETE_ACCOUNT: Statement = statement!("delete_account");
 const INSERT_POOL: Statement = statement!("insert_pool");
 const UPDATE_POOL: Statement = statement!("update_pool");
@@ -76,6 +86,25 @@ const RECONCILE_IN_FLIGHT: Statement = statement!("reconcile_in_flight");
 /// The SQL of the limit functions (`account_room`, `reserve_capacity`, `account_feedback`),
 /// applied by the migrator whenever it changes.
 pub const FUNCTIONS_SQL: &str = include_str!("functions.sql");
+
+/// One account's pacing figures, for the account gauges.
+#[derive(Debug, Clone)]
+pub struct AccountGauges {
+    /// Namespace.
+    pub namespace: String,
+    /// Account id.
+    pub id: String,
+    /// Business-initiated conversations opened in the last 24 hours.
+    pub tier_used: i64,
+    /// The tier's limit, if any.
+    pub tier_limit: Option<i32>,
+    /// Health, 0 to 1.
+    pub health: f64,
+    /// Sends counted today.
+    pub today_count: i32,
+    /// Today's cap, warm-up included.
+    pub today_cap: Option<i32>,
+}
 
 /// An account whose in-flight count was corrected.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,6 +144,12 @@ impl FromRow for AccountRecord {
             offline_until: column(r, "offline_until")?,
             state_reason: column(r, "state_reason")?,
             throttled_until: column(r, "throttled_until")?,
+            today_cap: column(r, "today_cap")?,
+            ramp_day: column(r, "ramp_day")?,
+            tier_used: column(r, "tier_used")?,
+            health: column(r, "health")?,
+            quality: column(r, "quality")?,
+            next_send_at: column(r, "next_send_at")?,
             created_at: column(r, "created_at")?,
             updated_at: column(r, "updated_at")?,
         })
@@ -130,6 +165,7 @@ impl FromRow for PoolRecord {
             account_ids: column(r, "account_ids")?,
             effective_rate: column(r, "effective_rate")?,
             scheduled_tasks: column(r, "scheduled_tasks")?,
+            sticky: column(r, "sticky")?,
         })
     }
 }
@@ -167,6 +203,9 @@ impl<C: GenericClient> AccountRepo<'_, C> {
         self.write(&INSERT_ACCOUNT, namespace, spec)
             .await
             .map_err(|e| WriteError::from_insert(e, || format!("account {}", spec.id)))?;
+        // Claims on every replica stop assuming the namespace has no accounts, and look again.
+        notify(self.db, "herald_accounts", namespace).await?;
+        super::tasks::announce_due_now(self.db).await?;
         self.existing(namespace, &spec.id).await
     }
 
@@ -249,29 +288,84 @@ impl<C: GenericClient> AccountRepo<'_, C> {
         )))
     }
 
+    /// Records that `recipient` wrote to the account at `at` (None: now); returns until when
+    /// the customer-service window is open, None when the account does not exist.
+    pub async fn record_inbound(
+        &self,
+        namespace: &str,
+        account: &str,
+        recipient: &str,
+        at: Option<DateTime<Utc>>,
+    ) -> Result<Option<DateTime<Utc>>, StoreError> {
+        RECORD_INBOUND
+            .query_opt(self.db, &[&namespace, &account, &recipient, &at])
+            .await?
+            .map(|r| column(&r, "window_until"))
+            .transpose()
+    }
+
+    /// Every account's pacing figures.
+    pub async fn gauges(&self) -> Result<Vec<AccountGauges>, StoreError> {
+        ACCOUNT_GAUGES
+            .query(self.db, &[])
+            .await?
+            .iter()
+            .map(|r| {
+                Ok(AccountGauges {
+                    namespace: column(r, "namespace")?,
+                    id: column(r, "id")?,
+                    tier_used: column(r, "tier_used")?,
+                    tier_limit: column(r, "tier_limit")?,
+                    health: column(r, "health")?,
+                    today_count: column(r, "today_count")?,
+                    today_cap: column(r, "today_cap")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Records the provider's quality rating (None keeps it) and tier (None keeps it;
+    /// Some(None) removes the limit); false when the account does not exist.
+    pub async fn record_standing(
+        &self,
+        namespace: &str,
+        account: &str,
+        quality: Option<&str>,
+        tier_limit: Option<Option<i32>>,
+    ) -> Result<bool, StoreError> {
+        let set_tier = tier_limit.is_some();
+        let tier = tier_limit.flatten();
+        let changed = RECORD_STANDING
+            .execute(self.db, &[&namespace, &account, &quality, &set_tier, &tier])
+            .await?;
+        Ok(changed > 0)
+    }
+
     /// Creates a pool.
     pub async fn create_pool(
         &self,
         namespace: &str,
         name: &str,
         description: &str,
+        sticky: bool,
     ) -> Result<PoolRecord, WriteError> {
         INSERT_POOL
-            .execute(self.db, &[&namespace, &name, &description])
+            .execute(self.db, &[&namespace, &name, &description, &sticky])
             .await
             .map_err(|e| WriteError::from_insert(e, || format!("pool {name}")))?;
         self.existing_pool(namespace, name).await
     }
 
-    /// Changes a pool's description.
+    /// Changes a pool's description and stickiness.
     pub async fn update_pool(
         &self,
         namespace: &str,
         name: &str,
         description: &str,
+        sticky: bool,
     ) -> Result<PoolRecord, WriteError> {
         let changed = UPDATE_POOL
-            .execute(self.db, &[&namespace, &name, &description])
+            .execute(self.db, &[&namespace, &name, &description, &sticky])
             .await?;
         if changed == 0 {
             return Err(WriteError::NotFound(format!("pool {name}")));
@@ -363,6 +457,7 @@ impl<C: GenericClient> AccountRepo<'_, C> {
         let rate_limited: Vec<i32> = f.iter().map(|x| x.rate_limited).collect();
         let retry_after: Vec<i64> = f.iter().map(|x| x.retry_after_ms).collect();
         let unavailable: Vec<i32> = f.iter().map(|x| x.unavailable).collect();
+        let failed: Vec<i32> = f.iter().map(|x| x.failed).collect();
         let reasons: Vec<Option<&str>> = f.iter().map(|x| x.reason.as_deref()).collect();
         let row = APPLY_FEEDBACK
             .query_one(
@@ -376,6 +471,7 @@ impl<C: GenericClient> AccountRepo<'_, C> {
                     &rate_limited,
                     &retry_after,
                     &unavailable,
+                    &failed,
                     &reasons,
                 ],
             )

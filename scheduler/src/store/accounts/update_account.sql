@@ -12,9 +12,9 @@ UPDATE herald.accounts a SET
     rate_reason = CASE WHEN a.rate_per_sec = l.rate_per_sec THEN a.rate_reason
                        ELSE 'configured rate' END,
     rate_changed_at = CASE WHEN a.rate_per_sec = l.rate_per_sec THEN a.rate_changed_at
-                           ELSE now() END,
+                           ELSE herald.now() END,
     tokens = least(a.tokens, l.burst::float8),
     ({limit_columns}) = ROW({limit_values}),
-    updated_at = now()
+    updated_at = herald.now()
 FROM jsonb_populate_record(NULL::herald.accounts, $8::jsonb) l
 WHERE a.namespace = $1 AND a.id = $2

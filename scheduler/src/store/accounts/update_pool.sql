@@ -1,2 +1,2 @@
--- Changes a pool's description.
-UPDATE herald.pools SET description = $3 WHERE namespace = $1 AND name = $2
+-- Changes a pool's description and stickiness.
+UPDATE herald.pools SET description = $3, sticky = $4 WHERE namespace = $1 AND name = $2

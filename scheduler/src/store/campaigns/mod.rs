@@ -48,6 +48,9 @@ const CANCEL_SCHEDULED: Statement = statement!("cancel_scheduled");
 const PARK_LEASED_FOR_GOOD: Statement = statement!("park_leased_for_good");
 const FINISH_CAMPAIGNS: Statement = statement!("finish_campaigns");
 
+/// The SQL of `herald.finish_campaigns`, applied by the migrator whenever it changes.
+pub const FUNCTIONS_SQL: &str = include_str!("functions.sql");
+
 impl FromRow for CampaignRecord {
     fn from_row(r: &Row) -> Result<Self, StoreError> {
         Ok(CampaignRecord {

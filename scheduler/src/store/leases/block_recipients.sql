@@ -2,10 +2,10 @@
 -- provider throttled that recipient only (a recipient-scoped RATE_LIMITED).
 INSERT INTO herald.recipient_sends AS s
     (namespace, account_id, recipient, last_sent_at, blocked_until)
-SELECT t.namespace, t.account_id, t.recipient, now(),
-       now() + b.ms * interval '1 millisecond'
+SELECT t.namespace, t.account_id, t.recipient, herald.now(),
+       herald.now() + b.ms * interval '1 millisecond'
 FROM unnest($1::uuid[], $2::bigint[]) AS b(id, ms)
 JOIN herald.tasks t ON t.id = b.id
 WHERE t.account_id IS NOT NULL
 ON CONFLICT (namespace, account_id, recipient) DO UPDATE
-SET blocked_until = greatest(COALESCE(s.blocked_until, now()), EXCLUDED.blocked_until)
+SET blocked_until = greatest(COALESCE(s.blocked_until, herald.now()), EXCLUDED.blocked_until)

@@ -1,9 +1,11 @@
 //! The claim's statements, one method per step: the one-statement claim by queue, and the steps
-//! of a routed claim (read each account's room, lock due candidates, read blocked recipients,
-//! reserve capacity, record recipient sends, lease). `lease/claim.rs` runs them in one
+//! of a routed claim (read each account's room, lock due candidates, read what is known of
+//! their recipients, reserve capacity, record recipient sends, move tasks whose send window is
+//! closed, lease). `lease/claim.rs` runs them in one
 //! transaction and decides between them.
 
 use std::collections::{BTreeMap, HashSet};
+
 use std::sync::LazyLock;
 
 use chrono::{DateTime, Utc};
@@ -11,7 +13,7 @@ use deadpool_postgres::GenericClient;
 use uuid::Uuid;
 
 use super::LeaseRepo;
-use crate::accounts::routing::Candidate;
+use crate::accounts::routing::{Candidate, PairFacts};
 use crate::store::sql::{column, statement, Statement};
 use crate::store::tasks::columns::with_columns;
 use crate::store::StoreError;
@@ -76,7 +78,8 @@ static LEASE_ASSIGNED: LazyLock<Statement> = LazyLock::new(|| {
     )
 });
 const ACCOUNT_BUDGETS: Statement = statement!("account_budgets");
-const BLOCKED_RECIPIENTS: Statement = statement!("blocked_recipients");
+const RECIPIENT_FACTS: Statement = statement!("recipient_facts");
+const DEFER_TO_WINDOW: Statement = statement!("defer_to_window");
 const RESERVE_CAPACITY: Statement = statement!("reserve_capacity");
 const MARK_RECIPIENTS: Statement = statement!("mark_recipients");
 
@@ -114,8 +117,19 @@ pub struct AccountBudget {
     pub room: i32,
     /// Sends a task below `high_priority_min` may take now.
     pub room_low: i32,
-    /// When time alone gives room again (None: only an event will).
-    pub available_at: Option<DateTime<Utc>>,
+    /// New conversations the messaging tier still allows.
+    pub tier_room: i32,
+    /// Whether the account has a messaging tier.
+    pub has_tier: bool,
+    /// Whether the account is active (or back from an offline spell).
+    pub active: bool,
+    /// Health score, 0 to 1.
+    pub health: f64,
+    /// Whether its pool is sticky.
+    pub sticky: bool,
+    /// How long until time alone gives room again, in milliseconds (None: only an event
+    /// will).
+    pub available_in_ms: Option<f64>,
 }
 
 /// Capacity an account granted a claim.
@@ -127,6 +141,8 @@ pub struct Reservation {
     pub high: i32,
     /// Other sends granted.
     pub low: i32,
+    /// How many of them may open a new conversation.
+    pub new: i32,
     /// The reservation's instant: the grant time of its leases.
     pub at: DateTime<Utc>,
 }
@@ -162,7 +178,12 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
                     high_priority_min: column(r, "high_priority_min")?,
                     room: column(r, "room")?,
                     room_low: column(r, "room_low")?,
-                    available_at: column(r, "available_at")?,
+                    tier_room: column(r, "tier_room")?,
+                    has_tier: column(r, "has_tier")?,
+                    active: column(r, "active")?,
+                    health: column(r, "health")?,
+                    sticky: column(r, "sticky")?,
+                    available_in_ms: column(r, "available_in_ms")?,
                 })
             })
             .collect()
@@ -199,33 +220,61 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
                     route: column(r, "route")?,
                     recipient: column(r, "recipient")?,
                     priority: column(r, "priority")?,
+                    defer_to: column(r, "defer_to")?,
                 })
             })
             .collect()
     }
 
-    /// (account, recipient) pairs among `recipients` that may not be sent to now.
-    pub async fn blocked_pairs(
+    /// What the namespace's accounts know of `recipients`: pairs that may not be sent to now,
+    /// pairs a send to is free of the messaging tier, and when each pair was last sent to.
+    pub async fn recipient_facts(
         &self,
         namespace: &str,
         recipients: &[&str],
-    ) -> Result<HashSet<(String, String)>, StoreError> {
+    ) -> Result<PairFacts, StoreError> {
+        let mut facts = PairFacts::default();
         if recipients.is_empty() {
-            return Ok(HashSet::new());
+            return Ok(facts);
         }
-        pairs(
-            BLOCKED_RECIPIENTS
-                .query(self.db, &[&namespace, &recipients])
-                .await?,
-        )
+        for r in RECIPIENT_FACTS
+            .query(self.db, &[&namespace, &recipients])
+            .await?
+        {
+            let pair: (String, String) = (column(&r, "account_id")?, column(&r, "recipient")?);
+            if column::<Option<bool>>(&r, "blocked")?.unwrap_or(false) {
+                facts.blocked.insert(pair.clone());
+            }
+            if column::<Option<bool>>(&r, "tier_free")?.unwrap_or(false) {
+                facts.tier_free.insert(pair.clone());
+            }
+            if let Some(last) = column::<Option<DateTime<Utc>>>(&r, "last_sent_at")? {
+                facts.record_send(pair, last);
+            }
+        }
+        Ok(facts)
     }
 
-    /// Reserves capacity: high- and low-priority sends wanted per account (sorted by id, so
-    /// concurrent claims lock account rows in one order).
+    /// Moves tasks whose send window is closed to the given instants.
+    pub async fn defer_to_window(
+        &self,
+        deferred: &[(Uuid, DateTime<Utc>)],
+    ) -> Result<(), StoreError> {
+        if deferred.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<Uuid> = deferred.iter().map(|d| d.0).collect();
+        let at: Vec<DateTime<Utc>> = deferred.iter().map(|d| d.1).collect();
+        DEFER_TO_WINDOW.execute(self.db, &[&ids, &at]).await?;
+        Ok(())
+    }
+
+    /// Reserves capacity: high- and low-priority sends, and new conversations, wanted per
+    /// account (sorted by id, so concurrent claims lock account rows in one order).
     pub async fn reserve(
         &self,
         namespace: &str,
-        wanted: &BTreeMap<&str, (i32, i32)>,
+        wanted: &BTreeMap<&str, (i32, i32, i32)>,
     ) -> Result<Vec<Reservation>, StoreError> {
         if wanted.is_empty() {
             return Ok(Vec::new());
@@ -233,8 +282,9 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
         let ids: Vec<&str> = wanted.keys().copied().collect();
         let highs: Vec<i32> = wanted.values().map(|w| w.0).collect();
         let lows: Vec<i32> = wanted.values().map(|w| w.1).collect();
+        let new: Vec<i32> = wanted.values().map(|w| w.2).collect();
         RESERVE_CAPACITY
-            .query(self.db, &[&namespace, &ids, &highs, &lows])
+            .query(self.db, &[&namespace, &ids, &highs, &lows, &new])
             .await?
             .iter()
             .map(|r| {
@@ -242,18 +292,20 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
                     account: column(r, "out_account")?,
                     high: column(r, "out_high")?,
                     low: column(r, "out_low")?,
+                    new: column(r, "out_new")?,
                     at: column(r, "out_at")?,
                 })
             })
             .collect()
     }
 
-    /// Records sends (account, recipient, instant) on spaced accounts; returns the pairs
-    /// accepted (a pair sent to too recently by a concurrent claim is refused).
+    /// Records sends (account, recipient, instant, opens a conversation) on accounts that
+    /// track recipients, one per pair; returns the pairs accepted (a pair sent to too recently
+    /// by a concurrent claim is refused).
     pub async fn mark_recipients(
         &self,
         namespace: &str,
-        marks: &[(&str, &str, DateTime<Utc>)],
+        marks: &[(&str, &str, DateTime<Utc>, bool)],
     ) -> Result<HashSet<(String, String)>, StoreError> {
         if marks.is_empty() {
             return Ok(HashSet::new());
@@ -261,9 +313,10 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
         let ids: Vec<&str> = marks.iter().map(|m| m.0).collect();
         let recipients: Vec<&str> = marks.iter().map(|m| m.1).collect();
         let times: Vec<DateTime<Utc>> = marks.iter().map(|m| m.2).collect();
+        let opens: Vec<bool> = marks.iter().map(|m| m.3).collect();
         pairs(
             MARK_RECIPIENTS
-                .query(self.db, &[&namespace, &ids, &recipients, &times])
+                .query(self.db, &[&namespace, &ids, &recipients, &times, &opens])
                 .await?,
         )
     }

@@ -1,10 +1,13 @@
-SELECT t.id, t.route, t.recipient, t.priority, t.run_at
+SELECT t.id, t.route, t.recipient, t.priority, t.run_at,
+       CASE WHEN t.window_start IS NULL THEN NULL
+            ELSE herald.window_defer_to(t.id, t.window_start, t.window_end, t.window_zone,
+                                        t.window_spread_ms, herald.now()) END AS defer_to
 FROM herald.tasks t
 WHERE t.state = 'scheduled'
   AND t.route = r.route
   AND t.priority = {priority}
-  AND t.run_at <= now()
-  AND (t.expire_at IS NULL OR t.expire_at > now())
+  AND t.run_at <= herald.now()
+  AND (t.expire_at IS NULL OR t.expire_at > herald.now())
   AND ($5::text[] IS NULL OR t.queue = ANY($5::text[]))
 ORDER BY t.run_at
 LIMIT r.lim

@@ -4,7 +4,7 @@
 -- highest first) and up to $4 of each pinned-account route in $3 (walked in priority order:
 -- pinned tasks are few). The caller assigns accounts and leases some; the rest stay scheduled
 -- when the transaction ends.
-SELECT c.id, c.route, c.recipient, c.priority, c.run_at
+SELECT c.id, c.route, c.recipient, c.priority, c.run_at, c.defer_to
 FROM (
     SELECT x.*
     FROM unnest($1::text[], $2::integer[]) AS r(route, lim)
@@ -16,12 +16,16 @@ FROM (
     SELECT z.*
     FROM unnest($3::text[], $4::integer[]) AS r(route, lim)
     CROSS JOIN LATERAL (
-        SELECT t.id, t.route, t.recipient, t.priority, t.run_at
+        SELECT t.id, t.route, t.recipient, t.priority, t.run_at,
+               CASE WHEN t.window_start IS NULL THEN NULL
+                    ELSE herald.window_defer_to(t.id, t.window_start, t.window_end,
+                                                t.window_zone, t.window_spread_ms,
+                                                herald.now()) END AS defer_to
         FROM herald.tasks t
         WHERE t.state = 'scheduled'
           AND t.route = r.route
-          AND t.run_at <= now()
-          AND (t.expire_at IS NULL OR t.expire_at > now())
+          AND t.run_at <= herald.now()
+          AND (t.expire_at IS NULL OR t.expire_at > herald.now())
           AND ($5::text[] IS NULL OR t.queue = ANY($5::text[]))
         ORDER BY t.priority DESC, t.run_at
         LIMIT r.lim

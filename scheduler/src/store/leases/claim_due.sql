@@ -6,22 +6,31 @@
 -- the higher ones run short, and each probe walks the (route, priority, run_at) index from the
 -- oldest due task: tasks scheduled for the future are never visited however many there are.
 -- SKIP LOCKED lets every replica and session claim at once without handing a task out twice.
--- now() is the database clock: nothing is leased early.
+-- herald.now() is the database clock: nothing is leased early.
 -- `= ANY(ARRAY(...))` pins the update to primary-key lookups: an `UPDATE ... FROM due` join was
 -- planned as a hash join over a sequential scan of the whole table (measured: 79 ms instead of
 -- 10 ms per 512-task claim at 50,000 tasks).
+-- A task whose send window is closed now is not leased but moved to the window's next opening
+-- (`defer_to`, from herald.window_defer_to in store/tasks/functions.sql).
+WITH due AS MATERIALIZED (
+    SELECT due.id, due.defer_to
+    FROM ({at_each_priority}) AS due
+    LIMIT $2
+),
+deferred AS (
+    UPDATE herald.tasks t
+    SET run_at = d.defer_to, updated_at = herald.now()
+    FROM due d
+    WHERE t.id = ANY(ARRAY(SELECT id FROM due WHERE defer_to IS NOT NULL)) AND t.id = d.id
+)
 UPDATE herald.tasks t
 SET state = 'leased',
     lease_count = t.lease_count + 1,
     executor_id = $3,
-    leased_at = now(),
-    lease_expires_at = now() + $4::bigint * interval '1 millisecond',
-    updated_at = now()
-WHERE t.id = ANY(ARRAY(
-    SELECT due.id
-    FROM ({at_each_priority}) AS due
-    LIMIT $2
-))
+    leased_at = herald.now(),
+    lease_expires_at = herald.now() + $4::bigint * interval '1 millisecond',
+    updated_at = herald.now()
+WHERE t.id = ANY(ARRAY(SELECT id FROM due WHERE defer_to IS NULL))
   -- Holds by the lock taken above; repeated so the update can never lease anything else.
   AND t.state = 'scheduled'
 -- The lease columns come from store/tasks/columns.rs (LEASE_COLUMNS).

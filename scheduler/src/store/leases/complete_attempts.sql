@@ -13,14 +13,19 @@ decided AS (
     SELECT t.id, i.attempt, i.outcome, i.error, i.provider_message_id, i.retry_after_ms,
            i.started_at, t.executor_id, t.leased_at, t.account_id,
            t.state AS old_state,
-           -- ACCOUNT_UNAVAILABLE (5) says nothing about the task: it is not charged.
-           t.attempts + CASE WHEN i.outcome = 5 THEN 0 ELSE 1 END AS new_attempts,
-           -- A provider's retry-after wins over the formula. ACCOUNT_UNAVAILABLE is due again at
-           -- once: the claim routes it to another account of its pool (a pinned task waits for
-           -- its account instead, which the claim also handles).
+           -- ACCOUNT_UNAVAILABLE (5) says nothing about the task: it is not charged. Nor is
+           -- RATE_LIMITED (2) for a pooled task, up to 10 times: the account (or the pair) is
+           -- what was throttled, and another account of the pool may send it at once.
+           t.attempts + CASE WHEN i.outcome = 5 THEN 0
+                             WHEN i.outcome = 2 AND r.rerouted THEN 0 ELSE 1 END AS new_attempts,
+           -- A provider's retry-after wins over the formula. ACCOUNT_UNAVAILABLE and a pooled
+           -- RATE_LIMITED are due again at once: the claim routes them to another account of
+           -- the pool (the throttled account has no room; a pinned task waits for its account
+           -- instead, which the claim also handles).
            -- Sent (1) and permanent failures (4) are never retried: no delay to draw.
            CASE WHEN i.outcome IN (1, 4) THEN NULL
-                WHEN i.outcome = 5 THEN now() ELSE now() + COALESCE(i.retry_after_ms,
+                WHEN i.outcome = 5 OR (i.outcome = 2 AND r.rerouted) THEN herald.now()
+                ELSE herald.now() + COALESCE(i.retry_after_ms,
                             herald.retry_delay_ms(t.attempts + 1, t.retry_delays_ms,
                                                   t.backoff_initial_ms, t.backoff_max_ms,
                                                   t.backoff_multiplier, t.backoff_jitter))
@@ -38,6 +43,9 @@ decided AS (
           AND (t.state = 'leased' OR (t.state = 'cancelled' AND t.cancel_outcome = 5))
         FOR UPDATE
     ) t
+    CROSS JOIN LATERAL (
+        SELECT position('/p:' IN t.route) > 0 AND t.lease_count - t.attempts <= 10 AS rerouted
+    ) r
 ),
 planned AS (
     SELECT d.*,
@@ -57,12 +65,12 @@ updated AS (
         attempts = p.new_attempts,
         run_at = CASE WHEN p.new_state = 'scheduled' THEN p.next_run ELSE t.run_at END,
         finished_at = CASE WHEN p.new_state = 'scheduled' THEN NULL
-                           ELSE COALESCE(t.finished_at, now()) END,
+                           ELSE COALESCE(t.finished_at, herald.now()) END,
         cancel_outcome = CASE WHEN p.old_state <> 'cancelled' THEN t.cancel_outcome
                               WHEN p.outcome = 1 THEN 3 ELSE 4 END,
         last_error = CASE WHEN p.outcome = 1 THEN t.last_error ELSE p.error END,
         lease_expires_at = NULL,
-        updated_at = now()
+        updated_at = herald.now()
     FROM planned p
     -- = ANY($1) pins the update to primary-key lookups (a plain join on id may plan a hash
     -- join over a sequential scan, as above).
@@ -76,7 +84,7 @@ recorded AS (
                                  provider_message_id, retry_after_ms, leased_at, started_at,
                                  account)
     SELECT p.id, p.attempt, COALESCE(p.executor_id, ''), p.outcome, p.error,
-           p.provider_message_id, p.retry_after_ms, COALESCE(p.leased_at, now()), p.started_at,
+           p.provider_message_id, p.retry_after_ms, COALESCE(p.leased_at, herald.now()), p.started_at,
            p.account_id
     FROM planned p
     ON CONFLICT (task_id, attempt) DO NOTHING

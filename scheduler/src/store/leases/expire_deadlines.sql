@@ -2,15 +2,15 @@
 WITH overdue AS (
     SELECT id
     FROM herald.tasks
-    WHERE state = 'scheduled' AND expire_at IS NOT NULL AND expire_at <= now()
+    WHERE state = 'scheduled' AND expire_at IS NOT NULL AND expire_at <= herald.now()
     ORDER BY expire_at
     LIMIT $1
     FOR UPDATE SKIP LOCKED
 )
 UPDATE herald.tasks t
 SET state = 'expired',
-    finished_at = now(),
-    updated_at = now(),
+    finished_at = herald.now(),
+    updated_at = herald.now(),
     last_error = COALESCE(t.last_error, 'deadline passed before the task could be sent')
 FROM overdue o
 WHERE t.id = o.id

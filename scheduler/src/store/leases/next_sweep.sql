@@ -2,4 +2,4 @@
 SELECT (extract(epoch FROM (least(
     (SELECT min(lease_expires_at) FROM herald.tasks WHERE state = 'leased'),
     (SELECT min(expire_at) FROM herald.tasks WHERE state = 'scheduled' AND expire_at IS NOT NULL)
-) - now())) * 1000.0)::float8 AS wait_ms
+) - herald.now())) * 1000.0)::float8 AS wait_ms

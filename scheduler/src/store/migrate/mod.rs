@@ -22,7 +22,11 @@ const MIGRATIONS: &[Migration] = include!(concat!(env!("OUT_DIR"), "/migrations.
 
 /// SQL re-applied whenever its text changes, after the numbered migrations: definitions that
 /// are replaced in place (`CREATE OR REPLACE FUNCTION`) rather than restated in new migrations.
-const REPEATABLE: &[(&str, &str)] = &[("account_functions", super::accounts::FUNCTIONS_SQL)];
+const REPEATABLE: &[(&str, &str)] = &[
+    ("account_functions", super::accounts::FUNCTIONS_SQL),
+    ("campaign_functions", super::campaigns::FUNCTIONS_SQL),
+    ("task_functions", super::tasks::FUNCTIONS_SQL),
+];
 
 /// Arbitrary but fixed: the advisory lock key that serialises migrations across replicas.
 const MIGRATION_LOCK_KEY: i64 = 0x6865_7261_6c64_0001;

@@ -1,2 +1,2 @@
 -- Forgets idempotency keys whose retention is over.
-DELETE FROM herald.idempotency_keys WHERE forget_after IS NOT NULL AND forget_after < now()
+DELETE FROM herald.idempotency_keys WHERE forget_after IS NOT NULL AND forget_after < herald.now()

@@ -2,7 +2,7 @@
 -- keys start their own retention ($2 ms) from the task's end.
 WITH old AS (
     SELECT id, finished_at FROM herald.tasks
-    WHERE finished_at < now() - $1::bigint * interval '1 millisecond'
+    WHERE finished_at < herald.now() - $1::bigint * interval '1 millisecond'
     ORDER BY finished_at
     LIMIT $3::bigint
     FOR UPDATE SKIP LOCKED

@@ -4,6 +4,6 @@
 UPDATE herald.schedules
 SET paused = $3,
     next_fire_at = CASE WHEN paused AND NOT $3 THEN $4 ELSE next_fire_at END,
-    updated_at = now()
+    updated_at = herald.now()
 WHERE namespace = $1 AND id = $2
 RETURNING {schedule_columns}

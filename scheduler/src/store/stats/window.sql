@@ -3,9 +3,9 @@
 -- across a daylight-saving change because the day is added in local time before converting
 -- back. With $2 set: the $2 milliseconds ending now.
 SELECT CASE WHEN $2::bigint IS NULL
-            THEN date_trunc('day', now() AT TIME ZONE $1::text) AT TIME ZONE $1::text
-            ELSE now() - $2::bigint * interval '1 millisecond' END AS window_start,
+            THEN date_trunc('day', herald.now() AT TIME ZONE $1::text) AT TIME ZONE $1::text
+            ELSE herald.now() - $2::bigint * interval '1 millisecond' END AS window_start,
        CASE WHEN $2::bigint IS NULL
-            THEN (date_trunc('day', now() AT TIME ZONE $1::text) + interval '1 day')
+            THEN (date_trunc('day', herald.now() AT TIME ZONE $1::text) + interval '1 day')
                  AT TIME ZONE $1::text
-            ELSE now() END AS window_end
+            ELSE herald.now() END AS window_end

@@ -11,8 +11,8 @@ updated AS (
     UPDATE herald.tasks t
     SET state = 'cancelled',
         cancel_outcome = CASE WHEN b.state = 'leased' THEN 5 ELSE 1 END,
-        finished_at = now(),
-        updated_at = now()
+        finished_at = herald.now(),
+        updated_at = herald.now()
     FROM before b
     WHERE t.id = b.id AND b.state IN ('scheduled', 'leased')
     RETURNING t.id

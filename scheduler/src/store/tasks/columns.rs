@@ -4,14 +4,15 @@
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveTime, Utc};
 use tokio_postgres::Row;
 use uuid::Uuid;
 
 use crate::store::sql::{column, FromRow};
 use crate::store::StoreError;
 use crate::tasks::model::{
-    CancelOutcome, DueAt, GrantedLease, NewTask, Origin, RetryPolicy, Target, TaskRecord, TaskState,
+    CancelOutcome, DueAt, GrantedLease, NewTask, Origin, RetryPolicy, SendWindow, Target,
+    TaskRecord, TaskState,
 };
 
 /// What a task read selects (`t` is `herald.tasks`); decoded by [`TaskRecord::from_row`].
@@ -20,7 +21,7 @@ pub const TASK_COLUMNS: &str = "t.id, t.queue, t.recipient, t.content, t.labels,
      t.attempts, t.max_attempts, t.retry_delays_ms, t.backoff_initial_ms, t.backoff_max_ms, \
      t.backoff_multiplier, t.backoff_jitter, t.executor_id, t.leased_at, t.lease_expires_at, \
      t.cancel_outcome, t.last_error, t.created_at, t.updated_at, t.finished_at, t.pool, \
-     t.account_id";
+     t.account_id, t.window_start, t.window_end, t.window_zone, t.window_spread_ms";
 
 /// What a lease returns of its task (`t` is `herald.tasks`); the statements add `account_id`
 /// and `credentials_ref`. Decoded by [`GrantedLease::from_row`].
@@ -52,6 +53,10 @@ pub const INSERT_INPUTS: &[(&str, &str)] = &[
     ("schedule_id", "text"),
     ("fire_time", "timestamptz"),
     ("campaign_id", "uuid"),
+    ("window_start", "time"),
+    ("window_end", "time"),
+    ("window_zone", "text"),
+    ("window_spread_ms", "bigint"),
     // Inputs of computed columns (see insert_tasks.sql).
     ("given_run_at", "timestamptz"),
     ("delay_ms", "bigint"),
@@ -115,6 +120,10 @@ pub struct InsertArrays<'a> {
     schedule_id: Vec<Option<&'a str>>,
     fire_time: Vec<Option<DateTime<Utc>>>,
     campaign_id: Vec<Option<Uuid>>,
+    window_start: Vec<Option<NaiveTime>>,
+    window_end: Vec<Option<NaiveTime>>,
+    window_zone: Vec<Option<&'a str>>,
+    window_spread_ms: Vec<Option<i64>>,
     given_run_at: Vec<Option<DateTime<Utc>>>,
     delay_ms: Vec<i64>,
     retry_delays: Vec<String>,
@@ -184,6 +193,11 @@ impl<'a> InsertArrays<'a> {
         self.schedule_id.push(schedule_id);
         self.fire_time.push(fire_time);
         self.campaign_id.push(campaign_id);
+        let w = t.send_window.as_ref();
+        self.window_start.push(w.map(|w| w.start));
+        self.window_end.push(w.map(|w| w.end));
+        self.window_zone.push(w.map(|w| w.zone.as_str()));
+        self.window_spread_ms.push(w.map(|w| w.spread_ms));
         self.given_run_at.push(given_run_at);
         self.delay_ms.push(delay_ms);
         self.retry_delays.push(delays);
@@ -195,7 +209,7 @@ impl<'a> InsertArrays<'a> {
         &'p self,
         namespace: &'p &str,
     ) -> Vec<&'p (dyn tokio_postgres::types::ToSql + Sync)> {
-        let params: [&'p (dyn tokio_postgres::types::ToSql + Sync); 25] = [
+        let params: [&'p (dyn tokio_postgres::types::ToSql + Sync); 29] = [
             namespace,
             &self.id,
             &self.queue,
@@ -217,6 +231,10 @@ impl<'a> InsertArrays<'a> {
             &self.schedule_id,
             &self.fire_time,
             &self.campaign_id,
+            &self.window_start,
+            &self.window_end,
+            &self.window_zone,
+            &self.window_spread_ms,
             &self.given_run_at,
             &self.delay_ms,
             &self.retry_delays,
@@ -227,7 +245,7 @@ impl<'a> InsertArrays<'a> {
 }
 
 /// Checks at compile time that [`InsertArrays::params`] covers every input plus the namespace.
-const _: () = assert!(INSERT_INPUTS.len() + 1 == 25);
+const _: () = assert!(INSERT_INPUTS.len() + 1 == 29);
 
 /// Reads a task state column written as text.
 pub fn state(row: &Row, name: &str) -> Result<TaskState, StoreError> {
@@ -280,6 +298,12 @@ impl FromRow for TaskRecord {
             finished_at: column(r, "finished_at")?,
             pool: column(r, "pool")?,
             account_id: column(r, "account_id")?,
+            send_window: SendWindow::from_columns(
+                column(r, "window_start")?,
+                column(r, "window_end")?,
+                column(r, "window_zone")?,
+                column(r, "window_spread_ms")?,
+            ),
         })
     }
 }

@@ -30,6 +30,10 @@ static GET_TASKS: LazyLock<Statement> =
     LazyLock::new(|| Statement::built("get_tasks", with_columns(include_str!("get_tasks.sql"))));
 static LIST_TASKS: LazyLock<Statement> =
     LazyLock::new(|| Statement::built("list_tasks", with_columns(include_str!("list_tasks.sql"))));
+/// The SQL of the send-window functions (`herald.window_defer_to`), applied by the migrator
+/// whenever it changes.
+pub const FUNCTIONS_SQL: &str = include_str!("functions.sql");
+
 const RESERVE_KEYS: Statement = statement!("reserve_keys");
 const FIND_KEYS: Statement = statement!("find_keys");
 const CANCEL_TASK: Statement = statement!("cancel_task");

@@ -3,8 +3,8 @@
 UPDATE herald.tasks
 SET state = 'scheduled',
     attempts = 0,
-    run_at = COALESCE($3, now()),
+    run_at = COALESCE($3, herald.now()),
     finished_at = NULL,
-    updated_at = now()
+    updated_at = herald.now()
 WHERE id = $1 AND namespace = $2 AND state = 'failed'
 RETURNING id

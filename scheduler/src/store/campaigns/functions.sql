@@ -1,0 +1,36 @@
+-- How campaigns finish, re-applied by the migrator whenever this file changes (see
+-- accounts/functions.sql). Marks active campaigns whose every task has ended as finished, and
+-- raises the `campaign.finished` notification in the same transaction. A campaign that got
+-- recipients in the last minute (herald's clock) is left alone, so one fed in chunks is not
+-- declared finished between two chunks. Safe on every replica at once: the UPDATE re-checks
+-- `state = 'active'` under its row lock, so each campaign finishes (and notifies) once.
+CREATE OR REPLACE FUNCTION herald.finish_campaigns() RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    c record;
+    v_finished integer := 0;
+BEGIN
+    FOR c IN
+        UPDATE herald.campaigns cp
+        SET state = 'finished', updated_at = now()
+        WHERE cp.state = 'active'
+          AND cp.recipient_count > 0
+          AND cp.updated_at < herald.now() - interval '1 minute'
+          AND NOT EXISTS (SELECT 1 FROM herald.tasks t
+                          WHERE t.campaign_id = cp.id AND t.state IN ('scheduled', 'leased'))
+        RETURNING cp.namespace, cp.id, cp.name, cp.recipient_count
+    LOOP
+        PERFORM herald.notify_event('campaign.finished', jsonb_build_object(
+            'campaign_id', c.id,
+            'namespace', c.namespace,
+            'name', c.name,
+            'recipients', c.recipient_count,
+            'states', (SELECT jsonb_object_agg(s.task_state, s.tasks)
+                       FROM (SELECT t.state::text AS task_state, count(*) AS tasks
+                             FROM herald.tasks t
+                             WHERE t.campaign_id = c.id GROUP BY t.state) s)));
+        v_finished := v_finished + 1;
+    END LOOP;
+    RETURN v_finished;
+END
+$$;

@@ -1,0 +1,873 @@
+//! Sending like a careful operator (#17), on the test clock: warm-up ramps over simulated days,
+//! human-like gaps, recipient-local send windows across midnight, messaging tiers over a
+//! rolling 24 hours, re-routing without an attempt charged, sticky routing, an unhealthy
+//! account pausing itself, and the two defects the issue names. Days pass in seconds:
+//! `herald.set_test_clock` moves the scheduler's clock (SQL and Rust) and wakes its
+//! dispatchers, and every assertion reads the database or the lease stream, never the wall
+//! clock.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use anyhow::{bail, ensure, Context, Result};
+use chrono::{DateTime, Utc};
+use herald_proto::v1::account_service_client::AccountServiceClient;
+use herald_proto::v1::task_service_client::TaskServiceClient;
+use herald_proto::v1::{executor_message, Lease, ReportBatch};
+use herald_proto::v1::{
+    scheduler_message, Account, AccountLimits, AccountState, CreateAccountRequest,
+    CreatePoolRequest, CreateTasksRequest, GetAccountRequest, ListAttemptsRequest, MessagingTier,
+    OutcomeClass, Pool, RecordInboundRequest, SendGaps, SendWindow, TaskSpec, TaskState,
+    UpdateAccountRequest, WarmUp,
+};
+use herald_tests::lease::{result, ScriptedExecutor};
+use herald_tests::{connect_tasks, task_spec, SchedulerProcess, TestDb, WebhookReceiver};
+use tonic::transport::Channel;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Sets the scheduler's clock to `at` (an RFC 3339 instant); it runs on from there.
+async fn set_clock(conn: &tokio_postgres::Client, at: &str) -> Result<()> {
+    conn.execute(
+        "SELECT herald.set_test_clock($1::text::timestamptz - now())",
+        &[&at],
+    )
+    .await
+    .with_context(|| format!("setting the test clock to {at}"))?;
+    Ok(())
+}
+
+/// Sets the scheduler's clock to `at`.
+async fn set_clock_to(conn: &tokio_postgres::Client, at: DateTime<Utc>) -> Result<()> {
+    set_clock(conn, &at.to_rfc3339()).await
+}
+
+async fn accounts_client(url: &str) -> Result<AccountServiceClient<Channel>> {
+    Ok(AccountServiceClient::new(
+        Channel::from_shared(url.to_owned())?.connect().await?,
+    ))
+}
+
+fn limits(rate: f64) -> AccountLimits {
+    AccountLimits {
+        rate_per_second: rate,
+        burst: Some(rate as i32),
+        ..Default::default()
+    }
+}
+
+async fn create_account(
+    client: &mut AccountServiceClient<Channel>,
+    id: &str,
+    pool: &str,
+    limits: AccountLimits,
+) -> Result<Account> {
+    Ok(client
+        .create_account(CreateAccountRequest {
+            account: Some(Account {
+                id: id.into(),
+                sender_kind: "webhook".into(),
+                pool: pool.into(),
+                limits: Some(limits),
+                ..Default::default()
+            }),
+        })
+        .await?
+        .into_inner())
+}
+
+async fn get_account(client: &mut AccountServiceClient<Channel>, id: &str) -> Result<Account> {
+    Ok(client
+        .get_account(GetAccountRequest { id: id.into() })
+        .await?
+        .into_inner())
+}
+
+fn pooled(pool: &str, recipient: &str) -> TaskSpec {
+    TaskSpec {
+        pool: pool.into(),
+        ..task_spec("q", recipient, "hello")
+    }
+}
+
+async fn create_many(client: &mut TaskServiceClient<Channel>, specs: Vec<TaskSpec>) -> Result<()> {
+    for chunk in specs.chunks(1000) {
+        client
+            .create_tasks(CreateTasksRequest {
+                tasks: chunk.to_vec(),
+            })
+            .await?;
+    }
+    Ok(())
+}
+
+/// Waits for `n` leases, skipping heartbeats and report acks.
+async fn leases(exec: &mut ScriptedExecutor, n: usize) -> Result<Vec<Lease>> {
+    let mut out = Vec::new();
+    while out.len() < n {
+        match exec
+            .next_within(WAIT)
+            .await
+            .with_context(|| format!("waiting for lease {} of {n}", out.len() + 1))?
+        {
+            scheduler_message::Kind::Leases(batch) => out.extend(batch.leases),
+            scheduler_message::Kind::Heartbeat(_) | scheduler_message::Kind::ReportAcks(_) => {}
+            other => bail!("expected leases, got {other:?}"),
+        }
+    }
+    ensure!(out.len() == n, "expected {n} leases, got {}", out.len());
+    Ok(out)
+}
+
+/// Reports every lease with `outcome` and gives their credit back.
+async fn report(exec: &ScriptedExecutor, leases: &[Lease], outcome: OutcomeClass) -> Result<()> {
+    exec.send(executor_message::Kind::Report(ReportBatch {
+        results: leases.iter().map(|l| result(l, outcome)).collect(),
+    }))
+    .await?;
+    exec.credit(leases.len() as u32).await
+}
+
+/// Polls the database until `sql` (a count) returns `want`: a claim moving tasks is a database
+/// state with no event to await.
+async fn wait_for_count(conn: &tokio_postgres::Client, sql: &str, want: i64) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let n: i64 = conn.query_one(sql, &[]).await?.get(0);
+        if n == want {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("{sql} stayed at {n}, expected {want}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// What an account may still send now, by the limit functions themselves.
+async fn room(conn: &tokio_postgres::Client, account: &str) -> Result<(i32, i32)> {
+    let row = conn
+        .query_one(
+            "SELECT r.room, r.tier_room FROM herald.accounts a,
+                    herald.account_room(a, herald.now()) r WHERE a.id = $1",
+            &[&account],
+        )
+        .await?;
+    Ok((row.get(0), row.get(1)))
+}
+
+#[tokio::test]
+async fn a_warm_up_ramp_raises_the_daily_cap_day_by_day_over_ten_days() -> Result<()> {
+    let db = TestDb::new().await?;
+    let conn = db.connect().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let url = scheduler.grpc_url();
+    set_clock(&conn, "2029-12-31T12:00:00+08:00").await?;
+    let mut accounts = accounts_client(&url).await?;
+    let mut account = Account {
+        id: "fresh".into(),
+        sender_kind: "webhook".into(),
+        pool: "new-numbers".into(),
+        time_zone: "Asia/Shanghai".into(),
+        limits: Some(AccountLimits {
+            warm_up: Some(WarmUp {
+                start_date: "2030-01-01".into(),
+                initial: Some(3),
+                step: Some(2),
+                ceiling: Some(9),
+                per_day: Vec::new(),
+            }),
+            ..limits(1000.0)
+        }),
+        ..Default::default()
+    };
+    account = accounts
+        .create_account(CreateAccountRequest {
+            account: Some(account),
+        })
+        .await?
+        .into_inner();
+    let status = account.status.clone().unwrap_or_default();
+    assert_eq!(
+        (status.today_cap, status.ramp_day),
+        (Some(0), Some(0)),
+        "before its start the ramp allows nothing"
+    );
+
+    let mut tasks = connect_tasks(&url).await?;
+    let specs = (0..100)
+        .map(|i| pooled("new-numbers", &format!("+86130{i:05}")))
+        .collect();
+    create_many(&mut tasks, specs).await?;
+    let mut exec = ScriptedExecutor::connect(&url, "ramp", &[], 100).await?;
+
+    let mut total = 0;
+    for day in 1..=10 {
+        set_clock(&conn, &format!("2030-01-{day:02}T09:00:00+08:00")).await?;
+        let cap = (3 + 2 * (day - 1)).min(9);
+        let granted = leases(&mut exec, cap as usize).await?;
+        report(&exec, &granted, OutcomeClass::Ok).await?;
+        total += cap;
+        let status = get_account(&mut accounts, "fresh")
+            .await?
+            .status
+            .unwrap_or_default();
+        assert_eq!(status.today_cap, Some(cap), "day {day}");
+        assert_eq!(status.ramp_day, Some(day), "day {day}");
+        assert_eq!(status.today_count, cap, "day {day}");
+        assert_eq!(room(&conn, "fresh").await?.0, 0, "day {day}: cap reached");
+        let leased: i64 = conn
+            .query_one(
+                "SELECT count(*) FROM herald.tasks WHERE lease_count > 0",
+                &[],
+            )
+            .await?
+            .get(0);
+        assert_eq!(
+            leased,
+            i64::from(total),
+            "day {day}: nothing beyond the caps"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn gaps_are_never_below_the_minimum_and_visibly_irregular() -> Result<()> {
+    const SENDS: usize = 30;
+    let db = TestDb::new().await?;
+    let conn = db.connect().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let url = scheduler.grpc_url();
+    let mut accounts = accounts_client(&url).await?;
+    let gaps = SendGaps {
+        min: Some(prost_types::Duration {
+            seconds: 3,
+            nanos: 0,
+        }),
+        max: Some(prost_types::Duration {
+            seconds: 12,
+            nanos: 0,
+        }),
+    };
+    create_account(
+        &mut accounts,
+        "human",
+        "p",
+        AccountLimits {
+            gaps: Some(gaps),
+            ..limits(1000.0)
+        },
+    )
+    .await?;
+    let mut tasks = connect_tasks(&url).await?;
+    let specs = (0..SENDS)
+        .map(|i| pooled("p", &format!("+1555{i:04}")))
+        .collect();
+    create_many(&mut tasks, specs).await?;
+    let mut exec = ScriptedExecutor::connect(&url, "gaps", &[], SENDS as u32).await?;
+
+    let mut drawn_ms = Vec::new();
+    for i in 0..SENDS {
+        let granted = leases(&mut exec, 1).await?;
+        report(&exec, &granted, OutcomeClass::Ok).await?;
+        let row = conn
+            .query_one(
+                "SELECT a.next_send_at, t.leased_at FROM herald.accounts a, herald.tasks t
+                 WHERE a.id = 'human' AND t.id = $1::text::uuid",
+                &[&granted[0].task_id],
+            )
+            .await?;
+        let next: DateTime<Utc> = row.get(0);
+        let leased: DateTime<Utc> = row.get(1);
+        drawn_ms.push((next - leased).num_milliseconds());
+        if i + 1 < SENDS {
+            // Straight to the next permitted instant: nothing may be granted before it.
+            set_clock_to(&conn, next).await?;
+        }
+    }
+    let mut times: Vec<DateTime<Utc>> = conn
+        .query(
+            "SELECT leased_at FROM herald.tasks WHERE lease_count > 0 ORDER BY leased_at",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    times.dedup();
+    assert_eq!(times.len(), SENDS, "one send per grant");
+    let actual: Vec<i64> = times
+        .windows(2)
+        .map(|w| (w[1] - w[0]).num_milliseconds())
+        .collect();
+    assert!(
+        actual.iter().all(|&g| g >= 3_000),
+        "a gap below the 3 s minimum: {actual:?}"
+    );
+    assert!(
+        drawn_ms.iter().all(|g| (3_000..=12_000).contains(g)),
+        "a drawn gap outside 3-12 s: {drawn_ms:?}"
+    );
+    // Irregular, not evenly spaced: the drawn gaps vary (uniform over 3-12 s has a coefficient
+    // of variation of about 0.35; a fixed gap has 0).
+    let n = drawn_ms.len() as f64;
+    let mean = drawn_ms.iter().sum::<i64>() as f64 / n;
+    let var = drawn_ms
+        .iter()
+        .map(|g| (*g as f64 - mean).powi(2))
+        .sum::<f64>()
+        / n;
+    let cv = var.sqrt() / mean;
+    let distinct: BTreeSet<i64> = drawn_ms.iter().copied().collect();
+    assert!(cv > 0.15, "gaps too regular: cv {cv:.3} of {drawn_ms:?}");
+    assert!(distinct.len() >= SENDS / 2, "gaps repeat: {drawn_ms:?}");
+    Ok(())
+}
+
+fn windowed(recipient: &str, zone: &str) -> TaskSpec {
+    TaskSpec {
+        send_window: Some(SendWindow {
+            start: "22:00".into(),
+            end: "01:00".into(),
+            time_zone: zone.into(),
+            spread: Some(prost_types::Duration {
+                seconds: 600,
+                nanos: 0,
+            }),
+        }),
+        ..task_spec("q", recipient, "good evening")
+    }
+}
+
+#[tokio::test]
+async fn a_send_window_across_midnight_holds_tasks_in_each_recipients_zone() -> Result<()> {
+    let db = TestDb::new().await?;
+    let conn = db.connect().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let url = scheduler.grpc_url();
+    // 12:00 UTC: 21:00 in Tokyo (the window opens at 22:00 = 13:00 UTC) and 07:00 in New York
+    // (it opens at 22:00 = 03:00 UTC the next day).
+    set_clock(&conn, "2030-01-10T12:00:00Z").await?;
+    let mut tasks = connect_tasks(&url).await?;
+    let mut specs: Vec<TaskSpec> = (0..10)
+        .map(|i| windowed(&format!("+8190{i:04}"), "Asia/Tokyo"))
+        .collect();
+    specs.extend((0..10).map(|i| windowed(&format!("+1212{i:04}"), "America/New_York")));
+    create_many(&mut tasks, specs).await?;
+    let mut exec = ScriptedExecutor::connect(&url, "windows", &[], 50).await?;
+
+    // Due now, but outside their windows: moved to each opening, spread over its first 10 min.
+    wait_for_count(
+        &conn,
+        "SELECT count(*) FROM herald.tasks WHERE run_at > '2030-01-10T12:30:00Z'",
+        20,
+    )
+    .await?;
+    let spread = |zone: &'static str| {
+        let conn = &conn;
+        async move {
+            let rows = conn
+                .query(
+                    "SELECT run_at, state::text, lease_count FROM herald.tasks
+                     WHERE window_zone = $1",
+                    &[&zone],
+                )
+                .await?;
+            let times: Vec<DateTime<Utc>> = rows.iter().map(|r| r.get(0)).collect();
+            ensure!(
+                rows.iter()
+                    .all(|r| r.get::<_, &str>(1) == "scheduled" && r.get::<_, i32>(2) == 0),
+                "{zone}: leased outside its window"
+            );
+            anyhow::Ok(times)
+        }
+    };
+    let tokyo = spread("Asia/Tokyo").await?;
+    let new_york = spread("America/New_York").await?;
+    let within = |times: &[DateTime<Utc>], from: &str, to: &str| -> Result<bool> {
+        let from: DateTime<Utc> = from.parse()?;
+        let to: DateTime<Utc> = to.parse()?;
+        Ok(times.iter().all(|t| *t >= from && *t < to))
+    };
+    ensure!(
+        within(&tokyo, "2030-01-10T13:00:00Z", "2030-01-10T13:10:00Z")?,
+        "Tokyo: {tokyo:?}"
+    );
+    ensure!(
+        within(&new_york, "2030-01-11T03:00:00Z", "2030-01-11T03:10:00Z")?,
+        "New York: {new_york:?}"
+    );
+    let distinct = |t: &[DateTime<Utc>]| t.iter().collect::<BTreeSet<_>>().len();
+    ensure!(
+        distinct(&tokyo) > 5 && distinct(&new_york) > 5,
+        "not spread"
+    );
+
+    // Tokyo's window opens; New York's stays shut.
+    set_clock(&conn, "2030-01-10T13:10:00Z").await?;
+    let granted = leases(&mut exec, 10).await?;
+    ensure!(
+        granted.iter().all(|l| l.recipient.starts_with("+81")),
+        "{granted:?}"
+    );
+    report(&exec, &granted, OutcomeClass::Ok).await?;
+
+    // 00:30 in Tokyo the next day: still inside the window that spans midnight.
+    set_clock(&conn, "2030-01-10T15:30:00Z").await?;
+    create_many(&mut tasks, vec![windowed("+81909999", "Asia/Tokyo")]).await?;
+    let late = leases(&mut exec, 1).await?;
+    ensure!(late[0].recipient == "+81909999");
+    report(&exec, &late, OutcomeClass::Ok).await?;
+    let waiting: i64 = conn
+        .query_one(
+            "SELECT count(*) FROM herald.tasks
+             WHERE window_zone = 'America/New_York' AND state = 'scheduled'",
+            &[],
+        )
+        .await?
+        .get(0);
+    ensure!(waiting == 10, "New York sent early");
+
+    set_clock(&conn, "2030-01-11T03:10:00Z").await?;
+    let granted = leases(&mut exec, 10).await?;
+    ensure!(
+        granted.iter().all(|l| l.recipient.starts_with("+1212")),
+        "{granted:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_routed_task_outside_its_window_waits_for_the_opening() -> Result<()> {
+    let db = TestDb::new().await?;
+    let conn = db.connect().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let url = scheduler.grpc_url();
+    set_clock(&conn, "2030-01-10T12:00:00Z").await?;
+    let mut accounts = accounts_client(&url).await?;
+    create_account(&mut accounts, "wa-1", "wa", limits(100.0)).await?;
+    let mut tasks = connect_tasks(&url).await?;
+    let spec = TaskSpec {
+        pool: "wa".into(),
+        ..windowed("+81901111", "Asia/Tokyo")
+    };
+    create_many(&mut tasks, vec![spec]).await?;
+    let mut exec = ScriptedExecutor::connect(&url, "routed", &[], 5).await?;
+    wait_for_count(
+        &conn,
+        "SELECT count(*) FROM herald.tasks WHERE run_at >= '2030-01-10T13:00:00Z'
+           AND run_at < '2030-01-10T13:10:00Z' AND lease_count = 0",
+        1,
+    )
+    .await?;
+    set_clock(&conn, "2030-01-10T13:10:00Z").await?;
+    let granted = leases(&mut exec, 1).await?;
+    ensure!(granted[0].account_id == "wa-1");
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_tier_caps_new_conversations_over_a_rolling_day_and_replies_do_not_count() -> Result<()>
+{
+    let db = TestDb::new().await?;
+    let conn = db.connect().await?;
+    let scheduler = SchedulerProcess::builder(&db)
+        .env("HERALD_METRICS_REFRESH", "100ms")
+        .spawn()
+        .await?;
+    let url = scheduler.grpc_url();
+    set_clock(&conn, "2030-02-01T08:00:00Z").await?;
+    let mut accounts = accounts_client(&url).await?;
+    create_account(
+        &mut accounts,
+        "tiered",
+        "wa",
+        AccountLimits {
+            messaging_tier: MessagingTier::Limit250 as i32,
+            ..limits(1000.0)
+        },
+    )
+    .await?;
+    // A customer wrote first: replies inside their 24-hour window are free.
+    let window = accounts
+        .record_inbound(RecordInboundRequest {
+            account_id: "tiered".into(),
+            recipient: "+replied".into(),
+            received_at: None,
+        })
+        .await?
+        .into_inner();
+    ensure!(window.window_until.is_some());
+
+    let mut tasks = connect_tasks(&url).await?;
+    let mut specs: Vec<TaskSpec> = (0..255)
+        .map(|i| pooled("wa", &format!("+new{i:04}")))
+        .collect();
+    specs.push(pooled("wa", "+replied"));
+    create_many(&mut tasks, specs).await?;
+    let mut exec = ScriptedExecutor::connect(&url, "tier", &[], 400).await?;
+    let first = leases(&mut exec, 251).await?;
+    report(&exec, &first, OutcomeClass::Ok).await?;
+    ensure!(first.iter().any(|l| l.recipient == "+replied"));
+    let status = get_account(&mut accounts, "tiered")
+        .await?
+        .status
+        .unwrap_or_default();
+    assert_eq!(status.tier_used, 250, "the reply was not counted");
+    assert_eq!(room(&conn, "tiered").await?.1, 0, "the tier is full");
+    let waiting: i64 = conn
+        .query_one(
+            "SELECT count(*) FROM herald.tasks WHERE state = 'scheduled'",
+            &[],
+        )
+        .await?
+        .get(0);
+    assert_eq!(waiting, 5, "five new recipients wait for the tier");
+
+    // A second message to someone already reached today opens no new conversation.
+    let again = first
+        .iter()
+        .find(|l| l.recipient.starts_with("+new"))
+        .context("a new recipient")?
+        .recipient
+        .clone();
+    create_many(&mut tasks, vec![pooled("wa", &again)]).await?;
+    let repeat = leases(&mut exec, 1).await?;
+    ensure!(repeat[0].recipient == again);
+    report(&exec, &repeat, OutcomeClass::Ok).await?;
+
+    // A rolling day later the conversations have aged out and the five go.
+    set_clock(&conn, "2030-02-02T08:05:00Z").await?;
+    let rest = leases(&mut exec, 5).await?;
+    report(&exec, &rest, OutcomeClass::Ok).await?;
+    let status = get_account(&mut accounts, "tiered")
+        .await?
+        .status
+        .unwrap_or_default();
+    assert_eq!(status.tier_used, 5);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_rate_limited_pooled_task_moves_to_another_account_at_once_without_an_attempt(
+) -> Result<()> {
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let url = scheduler.grpc_url();
+    let mut accounts = accounts_client(&url).await?;
+    create_account(&mut accounts, "wa-1", "wa", limits(100.0)).await?;
+    create_account(&mut accounts, "wa-2", "wa", limits(100.0)).await?;
+    let mut tasks = connect_tasks(&url).await?;
+    let id = tasks
+        .create_task(herald_proto::v1::CreateTaskRequest {
+            task: Some(pooled("wa", "+4915100000")),
+        })
+        .await?
+        .into_inner()
+        .task
+        .context("task")?
+        .id;
+    let mut exec = ScriptedExecutor::connect(&url, "router", &[], 2).await?;
+    let first = leases(&mut exec, 1).await?;
+    let mut limited = result(&first[0], OutcomeClass::RateLimited);
+    limited.retry_after = Some(prost_types::Duration {
+        seconds: 3600,
+        nanos: 0,
+    });
+    exec.send(executor_message::Kind::Report(ReportBatch {
+        results: vec![limited],
+    }))
+    .await?;
+    let second = leases(&mut exec, 1).await?;
+    ensure!(second[0].task_id == id);
+    ensure!(
+        second[0].account_id != first[0].account_id,
+        "offered to the throttled account again: {}",
+        second[0].account_id
+    );
+    ensure!(second[0].attempts_before == 0, "an attempt was charged");
+    report(&exec, &second, OutcomeClass::Ok).await?;
+    let task =
+        herald_tests::wait_for_task_state(&mut tasks, &id, TaskState::Succeeded, WAIT).await?;
+    assert_eq!(task.attempts, 1, "only the send that went out counts");
+    let attempts = tasks
+        .list_attempts(ListAttemptsRequest {
+            task_id: id.clone(),
+        })
+        .await?
+        .into_inner()
+        .attempts;
+    assert_eq!(attempts.len(), 2, "both tries are on record");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_sticky_pool_keeps_each_recipient_on_the_account_that_last_messaged_them() -> Result<()> {
+    let db = TestDb::new().await?;
+    let conn = db.connect().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let url = scheduler.grpc_url();
+    let mut accounts = accounts_client(&url).await?;
+    accounts
+        .create_pool(CreatePoolRequest {
+            pool: Some(Pool {
+                name: "sticky".into(),
+                sticky: true,
+                ..Default::default()
+            }),
+        })
+        .await?;
+    create_account(&mut accounts, "a", "sticky", limits(1000.0)).await?;
+    let mut b = Account {
+        id: "b".into(),
+        sender_kind: "webhook".into(),
+        pool: "sticky".into(),
+        state: AccountState::Paused as i32,
+        limits: Some(limits(1000.0)),
+        ..Default::default()
+    };
+    accounts
+        .create_account(CreateAccountRequest {
+            account: Some(b.clone()),
+        })
+        .await?;
+    let mut tasks = connect_tasks(&url).await?;
+    let mut exec = ScriptedExecutor::connect(&url, "sticky", &[], 50).await?;
+    let known: Vec<String> = (0..5).map(|i| format!("+4420{i:04}")).collect();
+    create_many(
+        &mut tasks,
+        known.iter().map(|r| pooled("sticky", r)).collect(),
+    )
+    .await?;
+    let first = leases(&mut exec, 5).await?;
+    ensure!(first.iter().all(|l| l.account_id == "a"));
+    report(&exec, &first, OutcomeClass::Ok).await?;
+
+    // b is back with all its room; a has spent some. New recipients go to b, known ones stay.
+    b.state = AccountState::Active as i32;
+    accounts
+        .update_account(UpdateAccountRequest {
+            account: Some(b),
+            update_mask: Some(prost_types::FieldMask {
+                paths: vec!["state".into()],
+            }),
+        })
+        .await?;
+    let fresh: Vec<String> = (0..5).map(|i| format!("+4477{i:04}")).collect();
+    let mut specs: Vec<TaskSpec> = known.iter().map(|r| pooled("sticky", r)).collect();
+    specs.extend(fresh.iter().map(|r| pooled("sticky", r)));
+    create_many(&mut tasks, specs).await?;
+    let second = leases(&mut exec, 10).await?;
+    for l in &second {
+        let want = if known.contains(&l.recipient) {
+            "a"
+        } else {
+            "b"
+        };
+        ensure!(
+            l.account_id == want,
+            "{} went through {}, expected {want}",
+            l.recipient,
+            l.account_id
+        );
+    }
+    let pairs: i64 = conn
+        .query_one("SELECT count(*) FROM herald.recipient_sends", &[])
+        .await?
+        .get(0);
+    ensure!(pairs == 10, "each recipient is recorded once: {pairs}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_account_failing_past_its_threshold_pauses_itself_and_notifies() -> Result<()> {
+    let notify = WebhookReceiver::start().await?;
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::builder(&db)
+        .env("HERALD_NOTIFY_URL", format!("{}/notify", notify.url()))
+        .spawn()
+        .await?;
+    let url = scheduler.grpc_url();
+    let mut accounts = accounts_client(&url).await?;
+    create_account(
+        &mut accounts,
+        "shaky",
+        "wa",
+        AccountLimits {
+            pause_failure_rate: Some(0.5),
+            ..limits(1000.0)
+        },
+    )
+    .await?;
+    let mut tasks = connect_tasks(&url).await?;
+    let specs = (0..40)
+        .map(|i| TaskSpec {
+            max_attempts: Some(1),
+            ..pooled("wa", &format!("+3361{i:04}"))
+        })
+        .collect();
+    create_many(&mut tasks, specs).await?;
+    let mut exec = ScriptedExecutor::connect(&url, "shaky", &[], 20).await?;
+    let batch = leases(&mut exec, 20).await?;
+    report(&exec, &batch, OutcomeClass::Transient).await?;
+
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let account = loop {
+        let a = get_account(&mut accounts, "shaky").await?;
+        if a.state == AccountState::Paused as i32 {
+            break a;
+        }
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "never paused: {a:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let status = account.status.unwrap_or_default();
+    ensure!(
+        status.state_reason.contains("paused itself"),
+        "{}",
+        status.state_reason
+    );
+    ensure!(status.health < 0.5, "health {}", status.health);
+    // Every failed task notifies too; wait until the pause is among the deliveries.
+    let mut seen = 1;
+    loop {
+        let delivered = notify.wait_for_requests(seen, WAIT).await?;
+        let paused = delivered
+            .iter()
+            .filter_map(|r| serde_json::from_slice::<serde_json::Value>(&r.body).ok())
+            .any(|e| e["type"] == "account.paused" && e["data"]["account_id"] == "shaky");
+        if paused {
+            break;
+        }
+        seen = delivered.len() + 1;
+    }
+    // Paused: the other 20 tasks are not offered.
+    let leased: i64 = db
+        .connect()
+        .await?
+        .query_one(
+            "SELECT count(*) FROM herald.tasks WHERE lease_count > 0",
+            &[],
+        )
+        .await?
+        .get(0);
+    ensure!(leased == 20, "{leased} leased");
+    Ok(())
+}
+
+#[tokio::test]
+async fn every_full_run_of_successes_in_one_batch_raises_the_rate_a_step() -> Result<()> {
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let mut accounts = accounts_client(&scheduler.grpc_url()).await?;
+    create_account(
+        &mut accounts,
+        "adaptive",
+        "p",
+        AccountLimits {
+            recovery_successes: Some(4),
+            ..limits(100.0)
+        },
+    )
+    .await?;
+    let conn = db.connect().await?;
+    let feedback = "SELECT herald.account_feedback('default', ARRAY['adaptive'], ARRAY[0],
+                    ARRAY[0], ARRAY[$1::int4], ARRAY[$2::int4], ARRAY[0::bigint], ARRAY[0],
+                    ARRAY[0], ARRAY[NULL::text])";
+    // Two rate limits: 100 -> 50 -> 25 per second.
+    conn.execute(feedback, &[&0i32, &1i32]).await?;
+    conn.execute(feedback, &[&0i32, &1i32]).await?;
+    // Nine successes in one batch with a step every four: two steps of 25, one success kept.
+    conn.execute(feedback, &[&9i32, &0i32]).await?;
+    let row = conn
+        .query_one(
+            "SELECT effective_rate, success_streak FROM herald.accounts WHERE id = 'adaptive'",
+            &[],
+        )
+        .await?;
+    assert_eq!(row.get::<_, f64>(0), 75.0);
+    assert_eq!(row.get::<_, i32>(1), 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_pooled_task_right_after_its_account_is_created_is_not_held_by_the_cache() -> Result<()> {
+    let db = TestDb::new().await?;
+    // A cache far longer than the wait below: only invalidation can release the task in time.
+    let scheduler = SchedulerProcess::builder(&db)
+        .env("HERALD_NO_ACCOUNTS_TTL", "1h")
+        .spawn()
+        .await?;
+    let url = scheduler.grpc_url();
+    let mut tasks = connect_tasks(&url).await?;
+    let mut exec = ScriptedExecutor::connect(&url, "cache", &[], 10).await?;
+    // A claim finds the namespace without accounts and remembers it.
+    create_many(&mut tasks, vec![task_spec("q", "+1", "by queue")]).await?;
+    let first = leases(&mut exec, 1).await?;
+    report(&exec, &first, OutcomeClass::Ok).await?;
+
+    let mut accounts = accounts_client(&url).await?;
+    create_account(&mut accounts, "just-made", "fresh", limits(10.0)).await?;
+    create_many(&mut tasks, vec![pooled("fresh", "+2")]).await?;
+    let routed = leases(&mut exec, 1).await?;
+    ensure!(routed[0].account_id == "just-made");
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_providers_standing_sets_the_tier_and_lowers_health_and_bad_input_changes_nothing(
+) -> Result<()> {
+    use herald_proto::v1::RecordProviderStandingRequest;
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let mut accounts = accounts_client(&scheduler.grpc_url()).await?;
+    create_account(&mut accounts, "wa-1", "wa", limits(10.0)).await?;
+    let before = get_account(&mut accounts, "wa-1").await?;
+    assert_eq!(before.status.clone().unwrap_or_default().health, 1.0);
+
+    let bad = accounts
+        .record_provider_standing(RecordProviderStandingRequest {
+            account_id: "wa-1".into(),
+            quality: "purple".into(),
+            tier: MessagingTier::Limit1k as i32,
+        })
+        .await
+        .err()
+        .context("a bad quality was accepted")?;
+    assert_eq!(bad.code(), tonic::Code::InvalidArgument);
+    assert_eq!(
+        get_account(&mut accounts, "wa-1").await?.limits,
+        before.limits,
+        "a refused request changed nothing"
+    );
+
+    let after = accounts
+        .record_provider_standing(RecordProviderStandingRequest {
+            account_id: "wa-1".into(),
+            quality: "RED".into(),
+            tier: MessagingTier::Limit1k as i32,
+        })
+        .await?
+        .into_inner();
+    let status = after.status.unwrap_or_default();
+    assert_eq!(status.quality, "red");
+    assert!(status.health < 0.5, "health {}", status.health);
+    assert_eq!(
+        after.limits.unwrap_or_default().messaging_tier,
+        MessagingTier::Limit1k as i32
+    );
+    let missing = accounts
+        .record_provider_standing(RecordProviderStandingRequest {
+            account_id: "nobody".into(),
+            quality: "green".into(),
+            tier: 0,
+        })
+        .await
+        .err()
+        .context("an unknown account was accepted")?;
+    assert_eq!(missing.code(), tonic::Code::NotFound);
+    Ok(())
+}
