@@ -56,8 +56,9 @@ pub fn body<T, E, F: std::future::Future<Output = Result<T, E>>>(f: F) -> F {
 /// [`MAX_TRANSACTION_RETRIES`] times: one that lost a race (serialization failure or deadlock,
 /// whether the body or the commit reported it) at once; one whose server went away or turned
 /// read-only before COMMIT (a failover) after [`SERVER_LOST_BACKOFF`], on a new connection —
-/// the broken one is dropped, not returned to the pool. So the body must leave nothing behind
-/// but its writes: callers act on the result after it returns.
+/// the broken one is dropped, not returned to the pool, as is one whose COMMIT went unanswered.
+/// So the body must leave nothing behind but its writes: callers act on the result after it
+/// returns.
 ///
 /// A transaction whose COMMIT got no answer may have committed ([`StoreError::CommitInDoubt`]).
 /// It is run again only when it says `idempotent = true` (or an expression that is true for
@@ -97,8 +98,12 @@ macro_rules! transaction {
                 })
                 .await;
                 if let Err(e) = &outcome {
-                    if $crate::store::Retryable::rerun(e) == $crate::store::Rerun::ServerLost {
-                        // Open but read-only (a demoted primary), or half dead: never reuse it.
+                    if matches!(
+                        $crate::store::Retryable::rerun(e),
+                        $crate::store::Rerun::ServerLost | $crate::store::Rerun::InDoubt
+                    ) {
+                        // Open but read-only (a demoted primary), or half dead (its closing
+                        // may not have been noticed yet): never reuse it.
                         $crate::store::Store::discard(conn);
                     }
                 }
@@ -402,5 +407,75 @@ mod tests {
             tries.get::<_, i64>("last_value"),
             i64::from(MAX_TRANSACTION_RETRIES) + 1
         );
+    }
+
+    #[tokio::test]
+    async fn a_transaction_whose_server_turned_read_only_runs_again_on_a_fresh_connection() {
+        let store = store().await;
+        let conn = store.conn().await.unwrap_or_else(|e| panic!("{e}"));
+        conn.batch_execute("CREATE SEQUENCE attempts; CREATE TABLE pids (pid integer)")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        // "cannot execute INSERT in a read-only transaction": a primary demoted under its
+        // connections. The connection is dropped, so the second run gets another backend.
+        let result = transaction!(store, StoreError, |tx| {
+            tx.execute("INSERT INTO pids VALUES (pg_backend_pid())", &[])
+                .await
+                .map_err(StoreError::query("pid"))?;
+            attempt(tx, "25006", 1).await
+        });
+        assert_eq!(result.ok(), Some(2));
+        assert_eq!(rows(&store).await, 1, "the failed try was rolled back");
+        let pids: i64 = conn
+            .query_one("SELECT count(DISTINCT pid) FROM pids", &[])
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .get(0);
+        assert_eq!(pids, 1, "only the second run's row is kept");
+        assert_eq!(
+            store.pool_status().size,
+            2,
+            "one connection replaced, not reused"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_commit_in_doubt_runs_again_only_when_the_transaction_is_idempotent() {
+        let store = store().await;
+        let conn = store.conn().await.unwrap_or_else(|e| panic!("{e}"));
+        // The first COMMIT after each RESTART kills its own backend before answering: the
+        // client cannot know whether it committed (here it did not).
+        conn.batch_execute(
+            "CREATE SEQUENCE attempts;
+             CREATE SEQUENCE kill_once;
+             CREATE FUNCTION die_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+                 IF nextval('kill_once') = 1 THEN
+                     PERFORM pg_terminate_backend(pg_backend_pid());
+                 END IF;
+                 RETURN NULL;
+             END $$;
+             CREATE CONSTRAINT TRIGGER die_at_commit AFTER INSERT ON tries
+                 DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION die_at_commit();",
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        let result = transaction!(store, StoreError, |tx| attempt(tx, "00000", 0).await);
+        assert!(
+            matches!(result, Err(StoreError::CommitInDoubt { .. })),
+            "{result:?}"
+        );
+        assert!(result.is_err_and(|e| e.is_unavailable() && !e.is_retryable()));
+        assert_eq!(rows(&store).await, 0, "not run again");
+
+        conn.batch_execute("ALTER SEQUENCE kill_once RESTART")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let result = transaction!(store, StoreError, idempotent = true, |tx| attempt(
+            tx, "00000", 0
+        )
+        .await);
+        assert_eq!(result.ok(), Some(3), "the idempotent one ran again");
+        assert_eq!(rows(&store).await, 1);
     }
 }
