@@ -32,17 +32,18 @@ use herald_proto::v1::{
     RetryPolicy, ScheduleSpec, TaskSpec,
 };
 use herald_tests::{
-    connect_tasks, task_spec, unique_id, ExecutorProcess, FakeProvider, HaCluster, ProviderMode,
-    SchedulerProcess, TaskSpecExt, TestDb,
+    connect_tasks, task_spec, unique_id, ExecutorProcess, FakeProvider, Gate, HaCluster,
+    ProviderMode, SchedulerProcess, TaskSpecExt, TestDb,
 };
 use tonic::transport::Channel;
 
 const QUEUE: &str = "failover";
 /// Upper bound for one run to finish; only a hang ever reaches it.
 const RUN_WAIT: Duration = Duration::from_secs(240);
-/// Lease TTL of the suite's schedulers: short, so leases granted before a failover whose
-/// outcome was lost come back soon.
-const LEASE_TTL: &str = "2s";
+/// Lease TTL of the suite's schedulers: shorter than a failover, so leases whose outcome was
+/// lost come back soon, but not so short that a busy machine's slow reports expire leases after
+/// it (2 s did: thousands of repeats, all explained, and runs twice as long).
+const LEASE_TTL: &str = "5s";
 /// The webhook sender's signing key (the fake provider does not check signatures).
 const SECRET: &str = "whsec_YW4gZXhhbXBsZSBzaWduaW5nIGtleSBvZiAzMiBiISE=";
 
@@ -346,11 +347,21 @@ async fn a_planned_switchover_mid_run_loses_nothing() -> Result<()> {
     create_run(&mut tasks, TOTAL).await?;
 
     provider.wait_for_accepted(TOTAL / 3, RUN_WAIT).await?;
+    // From here sends are held at the provider until the standby is promoted: the executors'
+    // slots stay full, so the rest of the run is leased after the switchover however long the
+    // old primary takes to drain (on a busy machine, long enough to finish the run otherwise).
+    let gate = Gate::new();
+    provider.set_mode(ProviderMode::AcceptAndHold(gate.clone()));
     let old = cluster.primary().await?;
     let promotion = cluster.watch_promotion(&cluster.other(&old)?)?;
-    let new = cluster.switchover().await?;
+    let (new, promoted_at) = tokio::join!(cluster.switchover(), async {
+        let promoted_at = promotion.await;
+        provider.set_mode(ProviderMode::AcceptSlowly(Duration::from_millis(5)));
+        gate.release();
+        promoted_at
+    });
+    let (new, promoted_at) = (new?, promoted_at??);
     ensure!(new != old, "the switchover kept {old} primary");
-    let promoted_at = promotion.await??;
     settle(&cluster, None).await?;
     let summary = check(&cluster, &provider, "planned switchover", promoted_at).await?;
     ensure!(summary.tasks == TOTAL, "{} tasks stored", summary.tasks);
