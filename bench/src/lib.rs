@@ -11,6 +11,8 @@
 //! - **S4 scale**: claim latency and scheduler RSS with many future tasks in the table.
 //! - **S5 accounts**: the S1 drain through a pool of 100 accounts with every limit on, against
 //!   the same drain by queue (limits may cost at most a third).
+//! - **S7 careful pacing**: S5's drain with each account also on a warm-up ramp, human-like gaps
+//!   and a messaging tier, against S5's drain without them (they may cost at most 40 %).
 //!
 //! Every scenario gets a fresh database ([`herald_tests::TestDb`]) and its own scheduler and
 //! executor processes (the real release binaries, the executor with the `noop` sender).
@@ -39,6 +41,8 @@ pub struct Options {
     pub s4: bool,
     /// Run S5 (100 accounts with every limit on, against the same drain by queue).
     pub s5: bool,
+    /// Run S7 (S5 plus warm-up, gaps and tiers, against S5's drain).
+    pub s7: bool,
     /// S1: tasks to drain.
     pub drain_tasks: usize,
     /// S2: tasks to create.
@@ -74,6 +78,7 @@ impl Options {
             s3: true,
             s4: true,
             s5: true,
+            s7: true,
             drain_tasks: 50_000,
             enqueue_tasks: 200_000,
             enqueue_clients: 4,
@@ -121,6 +126,9 @@ pub async fn run(opts: &Options) -> Result<Report> {
     }
     if opts.s5 {
         scenarios::accounts(opts, &mut report).await?;
+    }
+    if opts.s7 {
+        scenarios::careful_pacing(opts, &mut report).await?;
     }
     Ok(report)
 }

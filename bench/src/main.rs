@@ -15,8 +15,8 @@ use herald_bench::{run, Options};
 #[derive(Parser, Debug)]
 #[command(name = "herald-bench")]
 struct Cli {
-    /// Scenarios to run, comma-separated: s1, s2, s3, s4, s5 (default all).
-    #[arg(long, value_delimiter = ',', default_value = "s1,s2,s3,s4,s5")]
+    /// Scenarios to run, comma-separated: s1, s2, s3, s4, s5, s7 (default all).
+    #[arg(long, value_delimiter = ',', default_value = "s1,s2,s3,s4,s5,s7")]
     scenarios: Vec<String>,
     /// Small sizes that finish in seconds (figures are only indicative).
     #[arg(long)]
@@ -77,6 +77,7 @@ fn options(cli: &Cli) -> Result<Options> {
     o.s3 = false;
     o.s4 = false;
     o.s5 = false;
+    o.s7 = false;
     for s in &cli.scenarios {
         match s.trim().to_ascii_lowercase().as_str() {
             "s1" => o.s1 = true,
@@ -84,7 +85,8 @@ fn options(cli: &Cli) -> Result<Options> {
             "s3" => o.s3 = true,
             "s4" => o.s4 = true,
             "s5" => o.s5 = true,
-            other => bail!("unknown scenario {other:?} (expected s1, s2, s3, s4 or s5)"),
+            "s7" => o.s7 = true,
+            other => bail!("unknown scenario {other:?} (expected s1, s2, s3, s4, s5 or s7)"),
         }
     }
     if !cli.scale.is_empty() {

@@ -28,6 +28,7 @@ async fn every_scenario_runs_at_tiny_sizes() {
         "S4 scale 1k",
         "S4 scale 3k",
         "S5 100 accounts",
+        "S7 careful pacing",
     ] {
         assert!(
             report.rows.iter().any(|r| r.scenario == scenario),

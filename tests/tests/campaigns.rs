@@ -247,6 +247,12 @@ async fn local_time_sends_use_each_recipients_zone() -> Result<()> {
     let mut c = client(&s).await?;
     let mut campaign = spec_local(&day.to_string());
     campaign.time_zone = "Europe/Berlin".into();
+    // A send window in each recipient's zone rides along on every task.
+    campaign.send_window = Some(herald_proto::v1::SendWindow {
+        start: "08:00".into(),
+        end: "20:00".into(),
+        ..Default::default()
+    });
     let created = c
         .create_campaign(CreateCampaignRequest {
             campaign: Some(campaign),
@@ -283,6 +289,34 @@ async fn local_time_sends_use_each_recipients_zone() -> Result<()> {
             r.get::<_, String>(0)
         );
     }
+    let windows = conn
+        .query(
+            "SELECT recipient, window_zone, window_start::text, window_end::text
+             FROM herald.tasks WHERE campaign_id = $1 ORDER BY recipient",
+            &[&cid],
+        )
+        .await?;
+    let got: Vec<(String, String, String, String)> = windows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (
+                "berlin".into(),
+                "Europe/Berlin".into(),
+                "08:00:00".into(),
+                "20:00:00".into()
+            ),
+            (
+                "ny".into(),
+                "America/New_York".into(),
+                "08:00:00".into(),
+                "20:00:00".into()
+            ),
+        ]
+    );
     Ok(())
 }
 

@@ -871,3 +871,70 @@ async fn the_providers_standing_sets_the_tier_and_lowers_health_and_bad_input_ch
     assert_eq!(missing.code(), tonic::Code::NotFound);
     Ok(())
 }
+
+#[tokio::test]
+async fn the_tier_and_the_ramp_hold_across_two_replicas_and_two_executors() -> Result<()> {
+    let db = TestDb::new().await?;
+    let conn = db.connect().await?;
+    let s1 = SchedulerProcess::builder(&db)
+        .name("scheduler-1")
+        .spawn()
+        .await?;
+    let s2 = SchedulerProcess::builder(&db)
+        .name("scheduler-2")
+        .spawn()
+        .await?;
+    set_clock(&conn, "2030-03-01T10:00:00Z").await?;
+    let mut accounts = accounts_client(&s1.grpc_url()).await?;
+    for (id, limits) in [
+        (
+            "tiered",
+            AccountLimits {
+                messaging_tier: MessagingTier::Limit250 as i32,
+                ..limits(1000.0)
+            },
+        ),
+        (
+            "ramped",
+            AccountLimits {
+                warm_up: Some(WarmUp {
+                    initial: Some(40),
+                    step: Some(10),
+                    ..Default::default()
+                }),
+                ..limits(1000.0)
+            },
+        ),
+    ] {
+        create_account(&mut accounts, id, id, limits).await?;
+    }
+    let mut tasks = connect_tasks(&s2.grpc_url()).await?;
+    let mut specs: Vec<TaskSpec> = (0..400)
+        .map(|i| pooled("tiered", &format!("+t{i:04}")))
+        .collect();
+    specs.extend((0..100).map(|i| pooled("ramped", &format!("+r{i:04}"))));
+    create_many(&mut tasks, specs).await?;
+    let _e1 = ScriptedExecutor::connect(&s1.grpc_url(), "exec-1", &[], 300).await?;
+    let _e2 = ScriptedExecutor::connect(&s2.grpc_url(), "exec-2", &[], 300).await?;
+
+    let leased = "SELECT count(*) FROM herald.tasks WHERE lease_count > 0";
+    wait_for_count(&conn, leased, 290).await?;
+    // Nothing more can be granted today: both accounts are at their limits.
+    assert_eq!(room(&conn, "tiered").await?.1, 0);
+    assert_eq!(room(&conn, "ramped").await?.0, 0);
+    let per_account: Vec<(String, i64)> = conn
+        .query(
+            "SELECT account_id, count(*) FROM herald.tasks WHERE lease_count > 0
+             GROUP BY 1 ORDER BY 1",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(
+        per_account,
+        vec![("ramped".to_string(), 40), ("tiered".to_string(), 250)]
+    );
+    Ok(())
+}

@@ -248,24 +248,12 @@ fn read_budgets(
         {
             continue;
         }
-        if b.room == 0 {
+        if b.room.room == 0 {
             if let Some(ms) = b.available_in_ms {
                 recheck_ms = Some(recheck_ms.map_or(ms, |r| r.min(ms)));
             }
         }
-        accounts.push(AccountRoom {
-            id: b.id,
-            pool: b.pool,
-            has_recipient_interval: b.has_recipient_interval,
-            high_priority_min: b.high_priority_min,
-            room: b.room,
-            room_low: b.room_low,
-            tier_room: b.tier_room,
-            has_tier: b.has_tier,
-            active: b.active,
-            health: b.health,
-            sticky: b.sticky,
-        });
+        accounts.push(b.room);
     }
     let recheck_in = recheck_ms.map(|ms| Duration::from_micros((ms.max(0.0) * 1000.0) as u64));
     (accounts, recheck_in)

@@ -68,7 +68,9 @@ DECLARE
     v_quiet boolean := false;
     big constant integer := 2147483647;
 BEGIN
-    day_cap := (herald.account_day_cap(a, v_local::date)).cap;
+    -- The ramp's function only for accounts on a ramp: this runs for every account each claim.
+    day_cap := CASE WHEN a.ramp_initial IS NULL AND a.ramp_table IS NULL THEN a.daily_cap
+                    ELSE (herald.account_day_cap(a, v_local::date)).cap END;
     tier_used := a.tier_used;
     tier_recounted := false;
     IF a.tier_limit IS NOT NULL

@@ -13,7 +13,7 @@ use deadpool_postgres::GenericClient;
 use uuid::Uuid;
 
 use super::LeaseRepo;
-use crate::accounts::routing::{Candidate, PairFacts};
+use crate::accounts::routing::{AccountRoom, Candidate, PairFacts};
 use crate::store::sql::{column, statement, Statement};
 use crate::store::tasks::columns::with_columns;
 use crate::store::StoreError;
@@ -100,33 +100,14 @@ pub struct ClaimParams<'a> {
     pub ttl_ms: i64,
 }
 
-/// One account's limits as a claim sees them now (`herald.account_room`).
+/// One account as a claim sees it now (`herald.account_room`): what routing weighs, where
+/// executors hold its credentials, and when time alone gives it room again.
 #[derive(Debug, Clone)]
 pub struct AccountBudget {
-    /// Account id.
-    pub id: String,
-    /// Its pool.
-    pub pool: String,
+    /// Room, health and the rest of what routing weighs.
+    pub room: AccountRoom,
     /// Where executors hold its credentials.
     pub credentials_ref: String,
-    /// Whether sends to one recipient must be spaced.
-    pub has_recipient_interval: bool,
-    /// The lowest priority that may use the high-priority reserve.
-    pub high_priority_min: i16,
-    /// Sends any task may take now.
-    pub room: i32,
-    /// Sends a task below `high_priority_min` may take now.
-    pub room_low: i32,
-    /// New conversations the messaging tier still allows.
-    pub tier_room: i32,
-    /// Whether the account has a messaging tier.
-    pub has_tier: bool,
-    /// Whether the account is active (or back from an offline spell).
-    pub active: bool,
-    /// Health score, 0 to 1.
-    pub health: f64,
-    /// Whether its pool is sticky.
-    pub sticky: bool,
     /// How long until time alone gives room again, in milliseconds (None: only an event
     /// will).
     pub available_in_ms: Option<f64>,
@@ -170,19 +151,21 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
             .iter()
             .map(|r| {
                 Ok(AccountBudget {
-                    id: column(r, "id")?,
-                    pool: column(r, "pool")?,
+                    room: AccountRoom {
+                        id: column(r, "id")?,
+                        pool: column(r, "pool")?,
+                        has_recipient_interval: column::<Option<i64>>(r, "recipient_interval_ms")?
+                            .is_some_and(|ms| ms > 0),
+                        high_priority_min: column(r, "high_priority_min")?,
+                        room: column(r, "room")?,
+                        room_low: column(r, "room_low")?,
+                        tier_room: column(r, "tier_room")?,
+                        has_tier: column(r, "has_tier")?,
+                        active: column(r, "active")?,
+                        health: column(r, "health")?,
+                        sticky: column(r, "sticky")?,
+                    },
                     credentials_ref: column(r, "credentials_ref")?,
-                    has_recipient_interval: column::<Option<i64>>(r, "recipient_interval_ms")?
-                        .is_some_and(|ms| ms > 0),
-                    high_priority_min: column(r, "high_priority_min")?,
-                    room: column(r, "room")?,
-                    room_low: column(r, "room_low")?,
-                    tier_room: column(r, "tier_room")?,
-                    has_tier: column(r, "has_tier")?,
-                    active: column(r, "active")?,
-                    health: column(r, "health")?,
-                    sticky: column(r, "sticky")?,
                     available_in_ms: column(r, "available_in_ms")?,
                 })
             })

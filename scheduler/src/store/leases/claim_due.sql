@@ -17,11 +17,12 @@ WITH due AS MATERIALIZED (
     FROM ({at_each_priority}) AS due
     LIMIT $2
 ),
+-- No join with `due` here: the array is empty unless a window is closed, and the primary-key
+-- probe on it is then all this costs; a join could probe once per due row.
 deferred AS (
     UPDATE herald.tasks t
-    SET run_at = d.defer_to, updated_at = herald.now()
-    FROM due d
-    WHERE t.id = ANY(ARRAY(SELECT id FROM due WHERE defer_to IS NOT NULL)) AND t.id = d.id
+    SET run_at = (SELECT d.defer_to FROM due d WHERE d.id = t.id), updated_at = herald.now()
+    WHERE t.id = ANY(ARRAY(SELECT id FROM due WHERE defer_to IS NOT NULL))
 )
 UPDATE herald.tasks t
 SET state = 'leased',
