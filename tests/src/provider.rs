@@ -35,6 +35,9 @@ pub enum ProviderMode {
     AcceptAndHold(Gate),
     /// Reject with 429 and `Retry-After` (whole seconds): nothing is delivered.
     Throttle(u64),
+    /// Accept; answer at once until this many acceptances in all, then hold each answer until
+    /// the gate opens: stops a run part way without racing it from the test.
+    HoldAfter(usize, Gate),
 }
 
 #[derive(Debug, Default)]
@@ -187,17 +190,19 @@ async fn handle(
             "slow down",
         );
     }
-    {
+    let total = {
         // Counted under the lock so the watched totals never go backwards.
         let mut counts = lock(&shared.counts);
         *counts.accepted.entry(key).or_insert(0) += 1;
         shared.distinct.send_replace(counts.accepted.len());
         shared.accepted_total.send_modify(|c| *c += 1);
-    }
+        *shared.accepted_total.borrow()
+    };
     match mode {
         ProviderMode::AcceptSlowly(delay) => tokio::time::sleep(delay).await,
         ProviderMode::AcceptAndHold(gate) => gate.wait().await,
-        ProviderMode::Accept | ProviderMode::Throttle(_) => {}
+        ProviderMode::HoldAfter(n, gate) if total > n => gate.wait().await,
+        ProviderMode::Accept | ProviderMode::Throttle(_) | ProviderMode::HoldAfter(..) => {}
     }
     (
         StatusCode::OK,
