@@ -62,8 +62,8 @@ pub struct Candidate {
     pub recipient: String,
     /// Priority.
     pub priority: i16,
-    /// Set when its send window is closed now: when it may go instead.
-    pub defer_to: Option<DateTime<Utc>>,
+    /// Whether it has a send window (the claim moves it if the window is closed).
+    pub windowed: bool,
 }
 
 /// What the accounts know of the candidates' recipients, by (account, recipient).
@@ -131,8 +131,8 @@ struct Left {
 }
 
 /// Assigns candidates (in claim order) to accounts: pooled tasks to an account of the pool (see
-/// the module's rules), pinned tasks to their account. Takes at most `limit`. Candidates whose
-/// send window is closed are left out (the claim moves them).
+/// the module's rules), pinned tasks to their account. Takes at most `limit`. The claim has
+/// already taken out candidates whose send window is closed.
 pub fn assign(
     namespace: &str,
     candidates: &[Candidate],
@@ -167,9 +167,6 @@ pub fn assign(
     for c in candidates {
         if out.len() >= limit {
             break;
-        }
-        if c.defer_to.is_some() {
-            continue;
         }
         if c.route == unrouted {
             out.push(Assignment {
@@ -280,7 +277,7 @@ mod tests {
             route: route.into(),
             recipient: recipient.into(),
             priority,
-            defer_to: None,
+            windowed: false,
         }
     }
 
@@ -421,19 +418,5 @@ mod tests {
         let candidates = vec![candidate("ns/p:p", "+1", 5), candidate("ns/p:p", "+2", 5)];
         let out = assign("ns", &candidates, &[sick, well], &PairFacts::default(), 10);
         assert_eq!(accounts_of(&out), vec![Some("b"), Some("a")]);
-    }
-
-    #[test]
-    fn a_closed_window_keeps_a_candidate_out() {
-        let mut c = candidate("ns/p:p", "+1", 5);
-        c.defer_to = Some(Utc::now());
-        let out = assign(
-            "ns",
-            &[c],
-            &[account("a", "p", 5, 5)],
-            &PairFacts::default(),
-            10,
-        );
-        assert!(out.is_empty());
     }
 }

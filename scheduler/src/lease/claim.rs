@@ -30,6 +30,7 @@ use crate::store::leases::claim::{AccountBudget, ClaimParams};
 use crate::store::transaction;
 use crate::store::{Db, Store, StoreError};
 use crate::tasks::model::GrantedLease;
+use uuid::Uuid;
 
 /// How long a namespace seen without accounts keeps the one-statement claim path before the
 /// accounts table is read again, by default. Creating an account ends it at once on every
@@ -203,11 +204,18 @@ async fn claim_in(
         .leases()
         .recipient_facts(req.namespace, &recipients)
         .await?;
-    let deferred: Vec<_> = candidates
+    // Only candidates with a send window are looked at (one statement, and none at all when
+    // no candidate has one).
+    let windowed: Vec<Uuid> = candidates
         .iter()
-        .filter_map(|c| c.defer_to.map(|at| (c.id, at)))
+        .filter(|c| c.windowed)
+        .map(|c| c.id)
         .collect();
-    tx.leases().defer_to_window(&deferred).await?;
+    let deferred = tx.leases().defer_closed_windows(&windowed).await?;
+    let candidates: Vec<Candidate> = candidates
+        .into_iter()
+        .filter(|c| !deferred.contains(&c.id))
+        .collect();
     let limit = usize::try_from(req.limit).unwrap_or(usize::MAX);
     let assigned = routing::assign(req.namespace, &candidates, &accounts, &facts, limit);
     let (assigned, reserved_at) = reserve(tx, req, assigned).await?;

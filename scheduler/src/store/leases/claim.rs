@@ -203,7 +203,7 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
                     route: column(r, "route")?,
                     recipient: column(r, "recipient")?,
                     priority: column(r, "priority")?,
-                    defer_to: column(r, "defer_to")?,
+                    windowed: column(r, "windowed")?,
                 })
             })
             .collect()
@@ -238,18 +238,21 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
         Ok(facts)
     }
 
-    /// Moves tasks whose send window is closed to the given instants.
-    pub async fn defer_to_window(
+    /// Moves those of `windowed` whose send window is closed now to its next opening; returns
+    /// their ids.
+    pub async fn defer_closed_windows(
         &self,
-        deferred: &[(Uuid, DateTime<Utc>)],
-    ) -> Result<(), StoreError> {
-        if deferred.is_empty() {
-            return Ok(());
+        windowed: &[Uuid],
+    ) -> Result<HashSet<Uuid>, StoreError> {
+        if windowed.is_empty() {
+            return Ok(HashSet::new());
         }
-        let ids: Vec<Uuid> = deferred.iter().map(|d| d.0).collect();
-        let at: Vec<DateTime<Utc>> = deferred.iter().map(|d| d.1).collect();
-        DEFER_TO_WINDOW.execute(self.db, &[&ids, &at]).await?;
-        Ok(())
+        DEFER_TO_WINDOW
+            .query(self.db, &[&windowed])
+            .await?
+            .iter()
+            .map(|r| column(r, "id"))
+            .collect()
     }
 
     /// Reserves capacity: high- and low-priority sends, and new conversations, wanted per

@@ -1,7 +1,4 @@
-SELECT t.id, t.route, t.recipient, t.priority, t.run_at,
-       CASE WHEN t.window_start IS NULL THEN NULL
-            ELSE herald.window_defer_to(t.id, t.window_start, t.window_end, t.window_zone,
-                                        t.window_spread_ms, herald.now()) END AS defer_to
+SELECT t.id, t.route, t.recipient, t.priority, t.run_at, t.window_start IS NOT NULL AS windowed
 FROM herald.tasks t
 WHERE t.state = 'scheduled'
   AND t.route = r.route

@@ -4,7 +4,7 @@
 -- highest first) and up to $4 of each pinned-account route in $3 (walked in priority order:
 -- pinned tasks are few). The caller assigns accounts and leases some; the rest stay scheduled
 -- when the transaction ends.
-SELECT c.id, c.route, c.recipient, c.priority, c.run_at, c.defer_to
+SELECT c.id, c.route, c.recipient, c.priority, c.run_at, c.windowed
 FROM (
     SELECT x.*
     FROM unnest($1::text[], $2::integer[]) AS r(route, lim)
@@ -17,10 +17,7 @@ FROM (
     FROM unnest($3::text[], $4::integer[]) AS r(route, lim)
     CROSS JOIN LATERAL (
         SELECT t.id, t.route, t.recipient, t.priority, t.run_at,
-               CASE WHEN t.window_start IS NULL THEN NULL
-                    ELSE herald.window_defer_to(t.id, t.window_start, t.window_end,
-                                                t.window_zone, t.window_spread_ms,
-                                                herald.now()) END AS defer_to
+               t.window_start IS NOT NULL AS windowed
         FROM herald.tasks t
         WHERE t.state = 'scheduled'
           AND t.route = r.route

@@ -11,18 +11,22 @@
 -- planned as a hash join over a sequential scan of the whole table (measured: 79 ms instead of
 -- 10 ms per 512-task claim at 50,000 tasks).
 -- A task whose send window is closed now is not leased but moved to the window's next opening
--- (`defer_to`, from herald.window_defer_to in store/tasks/functions.sql).
+-- (herald.window_defer_to, store/tasks/functions.sql). Only tasks with a window pay for that
+-- function: computing it in the probes above, even behind a CASE, doubled their cost.
 WITH due AS MATERIALIZED (
-    SELECT due.id, due.defer_to
+    SELECT due.id, due.windowed
     FROM ({at_each_priority}) AS due
     LIMIT $2
 ),
--- No join with `due` here: the array is empty unless a window is closed, and the primary-key
--- probe on it is then all this costs; a join could probe once per due row.
 deferred AS (
     UPDATE herald.tasks t
-    SET run_at = (SELECT d.defer_to FROM due d WHERE d.id = t.id), updated_at = herald.now()
-    WHERE t.id = ANY(ARRAY(SELECT id FROM due WHERE defer_to IS NOT NULL))
+    SET run_at = herald.window_defer_to(t.id, t.window_start, t.window_end, t.window_zone,
+                                        t.window_spread_ms, herald.now()),
+        updated_at = herald.now()
+    WHERE t.id = ANY(ARRAY(SELECT id FROM due WHERE windowed))
+      AND herald.window_defer_to(t.id, t.window_start, t.window_end, t.window_zone,
+                                 t.window_spread_ms, herald.now()) IS NOT NULL
+    RETURNING t.id
 )
 UPDATE herald.tasks t
 SET state = 'leased',
@@ -31,7 +35,8 @@ SET state = 'leased',
     leased_at = herald.now(),
     lease_expires_at = herald.now() + $4::bigint * interval '1 millisecond',
     updated_at = herald.now()
-WHERE t.id = ANY(ARRAY(SELECT id FROM due WHERE defer_to IS NULL))
+WHERE t.id = ANY(ARRAY(
+    SELECT id FROM due WHERE NOT windowed OR id NOT IN (SELECT id FROM deferred)))
   -- Holds by the lock taken above; repeated so the update can never lease anything else.
   AND t.state = 'scheduled'
 -- The lease columns come from store/tasks/columns.rs (LEASE_COLUMNS).

@@ -1,6 +1,11 @@
--- Moves locked candidates whose send window is closed to its next opening (the claim computed
--- when: herald.window_defer_to). = ANY($1) pins the update to primary-key lookups.
+-- Moves locked candidates with a send window that is closed now to its next opening
+-- (herald.window_defer_to) and returns them; the rest of $1 are inside their windows.
+-- = ANY($1) pins the update to primary-key lookups.
 UPDATE herald.tasks t
-SET run_at = d.at, updated_at = herald.now()
-FROM unnest($1::uuid[], $2::timestamptz[]) AS d(id, at)
-WHERE t.id = ANY($1::uuid[]) AND t.id = d.id AND t.state = 'scheduled'
+SET run_at = herald.window_defer_to(t.id, t.window_start, t.window_end, t.window_zone,
+                                    t.window_spread_ms, herald.now()),
+    updated_at = herald.now()
+WHERE t.id = ANY($1::uuid[]) AND t.state = 'scheduled'
+  AND herald.window_defer_to(t.id, t.window_start, t.window_end, t.window_zone,
+                             t.window_spread_ms, herald.now()) IS NOT NULL
+RETURNING t.id
