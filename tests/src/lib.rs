@@ -35,6 +35,7 @@ pub mod security;
 mod spec;
 mod webhook;
 
+pub mod accounts;
 pub use db::TestDb;
 pub use grpc::{connect_health, connect_lease, connect_tasks, create_task, wait_for_task_state};
 pub use ha_cluster::HaCluster;

@@ -11,11 +11,11 @@ use chrono::{DateTime, Utc};
 use herald_proto::v1::{
     account_service_client::AccountServiceClient, scheduler_message,
     task_service_client::TaskServiceClient, Account, AccountLimits, AccountState,
-    CreateAccountRequest, CreatePoolRequest, CreateTaskRequest, CreateTasksRequest,
-    DeleteAccountRequest, DeletePoolRequest, GetAccountRequest, GetPoolRequest, GetTaskRequest,
-    ListAccountsRequest, OutcomeClass, Pool, QuietHours, RateLimitScope, TaskSpec, TaskState,
-    UpdateAccountRequest,
+    CreateAccountRequest, CreatePoolRequest, CreateTaskRequest, DeleteAccountRequest,
+    DeletePoolRequest, GetAccountRequest, GetPoolRequest, GetTaskRequest, ListAccountsRequest,
+    OutcomeClass, Pool, QuietHours, RateLimitScope, TaskSpec, TaskState, UpdateAccountRequest,
 };
+use herald_tests::accounts::{accounts_client, create_many, get_account, pooled};
 use herald_tests::lease::{result, ScriptedExecutor};
 use herald_tests::{
     connect_tasks, task_spec, unique_id, wait_for_task_state, SchedulerProcess, TaskSpecExt, TestDb,
@@ -24,12 +24,6 @@ use tonic::transport::Channel;
 use tonic::Code;
 
 const WAIT: Duration = Duration::from_secs(30);
-
-async fn accounts_client(url: &str) -> Result<AccountServiceClient<Channel>> {
-    Ok(AccountServiceClient::new(
-        Channel::from_shared(url.to_owned())?.connect().await?,
-    ))
-}
 
 fn account(id: &str, pool: &str, limits: AccountLimits) -> Account {
     Account {
@@ -56,20 +50,6 @@ async fn create_account(client: &mut AccountServiceClient<Channel>, a: Account) 
         .into_inner())
 }
 
-async fn get_account(client: &mut AccountServiceClient<Channel>, id: &str) -> Result<Account> {
-    Ok(client
-        .get_account(GetAccountRequest { id: id.into() })
-        .await?
-        .into_inner())
-}
-
-fn pooled(pool: &str, recipient: &str) -> TaskSpec {
-    TaskSpec {
-        pool: pool.into(),
-        ..task_spec("q", recipient, "hello")
-    }
-}
-
 fn pinned(account: &str, recipient: &str) -> TaskSpec {
     TaskSpec {
         account_id: account.into(),
@@ -85,17 +65,6 @@ async fn create(client: &mut TaskServiceClient<Channel>, spec: TaskSpec) -> Resu
         .task
         .context("task")?
         .id)
-}
-
-async fn create_many(client: &mut TaskServiceClient<Channel>, specs: Vec<TaskSpec>) -> Result<()> {
-    for chunk in specs.chunks(1000) {
-        client
-            .create_tasks(CreateTasksRequest {
-                tasks: chunk.to_vec(),
-            })
-            .await?;
-    }
-    Ok(())
 }
 
 /// One send as the database recorded it: the account and the lease time (database clock).

@@ -12,14 +12,13 @@ use std::time::Duration;
 use anyhow::{bail, ensure, Context, Result};
 use chrono::{DateTime, Utc};
 use herald_proto::v1::account_service_client::AccountServiceClient;
-use herald_proto::v1::task_service_client::TaskServiceClient;
 use herald_proto::v1::{executor_message, Lease, ReportBatch};
 use herald_proto::v1::{
     scheduler_message, Account, AccountLimits, AccountState, CreateAccountRequest,
-    CreatePoolRequest, CreateTasksRequest, GetAccountRequest, ListAttemptsRequest, MessagingTier,
-    OutcomeClass, Pool, RecordInboundRequest, SendGaps, SendWindow, TaskSpec, TaskState,
-    UpdateAccountRequest, WarmUp,
+    CreatePoolRequest, ListAttemptsRequest, MessagingTier, OutcomeClass, Pool,
+    RecordInboundRequest, SendGaps, SendWindow, TaskSpec, TaskState, UpdateAccountRequest, WarmUp,
 };
+use herald_tests::accounts::{accounts_client, create_many, get_account, pooled};
 use herald_tests::lease::{result, ScriptedExecutor};
 use herald_tests::{connect_tasks, task_spec, SchedulerProcess, TestDb, WebhookReceiver};
 use tonic::transport::Channel;
@@ -40,12 +39,6 @@ async fn set_clock(conn: &tokio_postgres::Client, at: &str) -> Result<()> {
 /// Sets the scheduler's clock to `at`.
 async fn set_clock_to(conn: &tokio_postgres::Client, at: DateTime<Utc>) -> Result<()> {
     set_clock(conn, &at.to_rfc3339()).await
-}
-
-async fn accounts_client(url: &str) -> Result<AccountServiceClient<Channel>> {
-    Ok(AccountServiceClient::new(
-        Channel::from_shared(url.to_owned())?.connect().await?,
-    ))
 }
 
 fn limits(rate: f64) -> AccountLimits {
@@ -74,31 +67,6 @@ async fn create_account(
         })
         .await?
         .into_inner())
-}
-
-async fn get_account(client: &mut AccountServiceClient<Channel>, id: &str) -> Result<Account> {
-    Ok(client
-        .get_account(GetAccountRequest { id: id.into() })
-        .await?
-        .into_inner())
-}
-
-fn pooled(pool: &str, recipient: &str) -> TaskSpec {
-    TaskSpec {
-        pool: pool.into(),
-        ..task_spec("q", recipient, "hello")
-    }
-}
-
-async fn create_many(client: &mut TaskServiceClient<Channel>, specs: Vec<TaskSpec>) -> Result<()> {
-    for chunk in specs.chunks(1000) {
-        client
-            .create_tasks(CreateTasksRequest {
-                tasks: chunk.to_vec(),
-            })
-            .await?;
-    }
-    Ok(())
 }
 
 /// Waits for `n` leases, skipping heartbeats and report acks.
