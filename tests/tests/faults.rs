@@ -577,8 +577,10 @@ async fn a_provider_429_storm_delays_but_never_duplicates() -> Result<()> {
     const TOTAL: usize = 500;
     const STORM: usize = 1_500;
     let db = TestDb::new().await?;
+    // Nothing crashes here, so the suite's short TTL would only let a loaded machine expire
+    // leases mid-send and turn them into (explained) repeats that this test is not about.
     let scheduler = SchedulerProcess::builder(&db)
-        .env("HERALD_LEASE_TTL", LEASE_TTL)
+        .env("HERALD_LEASE_TTL", "30s")
         .spawn()
         .await?;
     let provider = FakeProvider::start().await?;
