@@ -678,7 +678,15 @@ async fn an_account_failing_past_its_threshold_pauses_itself_and_notifies() -> R
     create_many(&mut tasks, specs).await?;
     let mut exec = ScriptedExecutor::connect(&url, "shaky", &[], 20).await?;
     let batch = leases(&mut exec, 20).await?;
-    report(&exec, &batch, OutcomeClass::Transient).await?;
+    // The results only, no credit back: reports are applied while the stream goes on, so
+    // credit sent with them could be spent before the last of them paused the account.
+    exec.send(executor_message::Kind::Report(ReportBatch {
+        results: batch
+            .iter()
+            .map(|l| result(l, OutcomeClass::Transient))
+            .collect(),
+    }))
+    .await?;
 
     let deadline = tokio::time::Instant::now() + WAIT;
     let account = loop {
@@ -712,7 +720,9 @@ async fn an_account_failing_past_its_threshold_pauses_itself_and_notifies() -> R
         }
         seen = delivered.len() + 1;
     }
-    // Paused: the other 20 tasks are not offered.
+    // Paused: the other 20 tasks are not offered, whatever the credit.
+    exec.credit(20).await?;
+    assert_eq!(room(&db.connect().await?, "shaky").await?.0, 0);
     let leased: i64 = db
         .connect()
         .await?
