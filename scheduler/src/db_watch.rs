@@ -165,7 +165,9 @@ async fn check(pg: &tokio_postgres::Config, client: &mut Option<tokio_postgres::
         }
         Ok(Ok(messages)) => {
             let read_only = messages.iter().any(|m| match m {
-                tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0) == Some("on"),
+                tokio_postgres::SimpleQueryMessage::Row(row) => {
+                    row.get("transaction_read_only") == Some("on")
+                }
                 _ => false,
             });
             if read_only {

@@ -140,7 +140,7 @@ impl HaCluster {
             )
             .await?
             .context("no node is primary")?;
-        Ok(row.get(0))
+        Ok(row.get("nodename"))
     }
 
     /// Asks the monitor for a planned switchover and waits until it is over (the former
@@ -197,13 +197,13 @@ impl HaCluster {
                     match c
                         .query_one(
                             "SELECT current_setting('transaction_read_only') = 'off'
-                                    AND NOT pg_is_in_recovery(),
-                                    clock_timestamp()",
+                                    AND NOT pg_is_in_recovery() AS writable,
+                                    clock_timestamp() AS at",
                             &[],
                         )
                         .await
                     {
-                        Ok(row) if row.get::<_, bool>(0) => return Ok(row.get(1)),
+                        Ok(row) if row.get::<_, bool>("writable") => return Ok(row.get("at")),
                         Ok(_) => {}
                         // The connection dropped (the node restarted): open another.
                         Err(_) => client = None,
@@ -225,12 +225,12 @@ impl HaCluster {
         let rows = monitor
             .query(
                 "SELECT format('%s %s %s -> %s: %s', eventtime, nodename, reportedstate,
-                               goalstate, description)
+                               goalstate, description) AS line
                  FROM pgautofailover.event ORDER BY eventid",
                 &[],
             )
             .await?;
-        Ok(rows.iter().map(|r| r.get(0)).collect())
+        Ok(rows.iter().map(|r| r.get("line")).collect())
     }
 
     /// The other node's name.
@@ -363,9 +363,12 @@ impl HaCluster {
             {
                 // The standby counts as synchronous once the primary lists it.
                 let sync: String = client
-                    .query_one("SELECT current_setting('synchronous_standby_names')", &[])
+                    .query_one(
+                        "SELECT current_setting('synchronous_standby_names') AS names",
+                        &[],
+                    )
                     .await?
-                    .get(0);
+                    .get("names");
                 if !sync.is_empty() {
                     return Ok(());
                 }
@@ -401,12 +404,12 @@ impl HaCluster {
         for (node, state) in want {
             let row = monitor
                 .query_opt(
-                    "SELECT reportedstate::text = $2 AND goalstate::text = $2
+                    "SELECT reportedstate::text = $2 AND goalstate::text = $2 AS reached
                      FROM pgautofailover.node WHERE nodename = $1",
                     &[node, state],
                 )
                 .await?;
-            if !row.is_some_and(|r| r.get::<_, bool>(0)) {
+            if !row.is_some_and(|r| r.get::<_, bool>("reached")) {
                 return Ok(false);
             }
         }

@@ -130,9 +130,9 @@ async fn a_connection_killed_mid_report_loses_no_slot() -> Result<()> {
     let attempts: i64 = db
         .connect()
         .await?
-        .query_one("SELECT count(*) FROM herald.attempts", &[])
+        .query_one("SELECT count(*) AS n FROM herald.attempts", &[])
         .await?
-        .get(0);
+        .get("n");
     assert_eq!(attempts, 1, "the batch was applied more than once");
 
     // The executor's own resend (as after a lost stream) is refused: the lease is over.

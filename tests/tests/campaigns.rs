@@ -291,14 +291,22 @@ async fn local_time_sends_use_each_recipients_zone() -> Result<()> {
     }
     let windows = conn
         .query(
-            "SELECT recipient, window_zone, window_start::text, window_end::text
+            "SELECT recipient, window_zone, window_start::text AS window_start,
+                    window_end::text AS window_end
              FROM herald.tasks WHERE campaign_id = $1 ORDER BY recipient",
             &[&cid],
         )
         .await?;
     let got: Vec<(String, String, String, String)> = windows
         .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .map(|r| {
+            (
+                r.get("recipient"),
+                r.get("window_zone"),
+                r.get("window_start"),
+                r.get("window_end"),
+            )
+        })
         .collect();
     assert_eq!(
         got,

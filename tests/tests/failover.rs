@@ -138,22 +138,22 @@ async fn settle(cluster: &HaCluster, campaign: Option<(uuid::Uuid, i64)>) -> Res
                     // A scheduled task already due is a retry waiting its short backoff, or
                     // one not leased yet: the run is not over. Schedule runs created ahead of
                     // their fire time are not due yet.
-                    "SELECT count(*) FROM herald.tasks
+                    "SELECT count(*) AS n FROM herald.tasks
                      WHERE state = 'leased' OR (state = 'scheduled' AND run_at <= now())",
                     &[],
                 )
                 .await?
-                .get(0);
+                .get("n");
             let campaign_left = match campaign {
                 Some((id, recipients)) => {
                     let sent: i64 = conn
                         .query_one(
-                            "SELECT count(*) FROM herald.tasks
+                            "SELECT count(*) AS n FROM herald.tasks
                              WHERE campaign_id = $1 AND state = 'succeeded'",
                             &[&id],
                         )
                         .await?
-                        .get(0);
+                        .get("n");
                     recipients - sent
                 }
                 None => 0,
@@ -203,9 +203,9 @@ async fn check(
     let rows = conn
         .query(
             // The provider-facing key: the client's idempotency key, else the task id.
-            "SELECT COALESCE(t.idempotency_key, t.id::text), t.state::text,
-                    t.state = 'scheduled' AND t.run_at > now(),
-                    count(a.task_id) FILTER (WHERE a.outcome IN (3, 6))
+            "SELECT COALESCE(t.idempotency_key, t.id::text) AS key, t.state::text AS state,
+                    t.state = 'scheduled' AND t.run_at > now() AS not_due,
+                    count(a.task_id) FILTER (WHERE a.outcome IN (3, 6)) AS unreported
              FROM herald.tasks t LEFT JOIN herald.attempts a ON a.task_id = t.id
              GROUP BY t.id",
             &[],
@@ -218,10 +218,10 @@ async fn check(
     };
     let mut known = std::collections::HashSet::new();
     for row in &rows {
-        let key: String = row.get(0);
-        let state: String = row.get(1);
-        let not_due: bool = row.get(2);
-        let unreported: i64 = row.get(3);
+        let key: String = row.get("key");
+        let state: String = row.get("state");
+        let not_due: bool = row.get("not_due");
+        let unreported: i64 = row.get("unreported");
         summary.unreported_attempts += unreported;
         match state.as_str() {
             "succeeded" => summary.succeeded += 1,
@@ -254,13 +254,13 @@ async fn check(
     }
     summary.promotion_to_first_lease = conn
         .query_one(
-            "SELECT extract(epoch FROM min(l) - $1)::float8 FROM (
+            "SELECT extract(epoch FROM min(l) - $1)::float8 AS seconds FROM (
                  SELECT leased_at AS l FROM herald.tasks WHERE leased_at >= $1
                  UNION ALL SELECT leased_at FROM herald.attempts WHERE leased_at >= $1) x",
             &[&promoted_at],
         )
         .await?
-        .get(0);
+        .get("seconds");
     println!(
         "FAILOVER-SUMMARY fault=\"{fault}\" tasks={} succeeded={} not_yet_due={} \
          stuck_leased={} lost={} repeated_deliveries={} unexplained_repeats={} \
@@ -314,29 +314,29 @@ async fn check(
 async fn explain(conn: &tokio_postgres::Client, accepted: &HashMap<String, usize>) -> Result<()> {
     let rows = conn
         .query(
-            "SELECT COALESCE(t.idempotency_key, t.id::text), t.lease_count, t.attempts,
-                    t.state::text, t.executor_id,
+            "SELECT COALESCE(t.idempotency_key, t.id::text) AS key, t.lease_count, t.attempts,
+                    t.state::text AS state, t.executor_id,
                     (SELECT string_agg(format('#%s %s outcome=%s at %s', a.attempt, a.executor_id,
                                               a.outcome, a.leased_at), '; ' ORDER BY a.attempt)
-                     FROM herald.attempts a WHERE a.task_id = t.id)
+                     FROM herald.attempts a WHERE a.task_id = t.id) AS history
              FROM herald.tasks t",
             &[],
         )
         .await?;
     let mut shown = 0;
     for row in &rows {
-        let key: String = row.get(0);
+        let key: String = row.get("key");
         let n = accepted.get(&key).copied().unwrap_or(0);
-        let history: Option<String> = row.get(5);
+        let history: Option<String> = row.get("history");
         if n > 1 && shown < 5 {
             shown += 1;
             eprintln!(
                 "key {key}: accepted {n}, lease_count {}, attempts {}, state {}, executor {:?}, \
                  history: {}",
-                row.get::<_, i32>(1),
-                row.get::<_, i32>(2),
-                row.get::<_, String>(3),
-                row.get::<_, Option<String>>(4),
+                row.get::<_, i32>("lease_count"),
+                row.get::<_, i32>("attempts"),
+                row.get::<_, String>("state"),
+                row.get::<_, Option<String>>("executor_id"),
                 history.unwrap_or_default()
             );
         }
@@ -403,14 +403,17 @@ async fn schedule_runs(cluster: &HaCluster, id: &str) -> Result<BTreeMap<i64, i6
     let conn = cluster.connect().await?;
     let rows = conn
         .query(
-            "SELECT extract(epoch FROM r.fire_time)::bigint,
+            "SELECT extract(epoch FROM r.fire_time)::bigint AS fire_time,
                     (SELECT count(*) FROM herald.tasks t
-                     WHERE t.schedule_id = r.schedule_id AND t.fire_time = r.fire_time)
+                     WHERE t.schedule_id = r.schedule_id AND t.fire_time = r.fire_time) AS tasks
              FROM herald.schedule_runs r WHERE r.schedule_id = $1",
             &[&id],
         )
         .await?;
-    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    Ok(rows
+        .iter()
+        .map(|r| (r.get("fire_time"), r.get("tasks")))
+        .collect())
 }
 
 #[tokio::test]
@@ -546,11 +549,11 @@ async fn the_primary_sigkilled_with_five_thousand_tasks_a_schedule_and_a_campaig
     let conn = cluster.connect().await?;
     let keyed: i64 = conn
         .query_one(
-            "SELECT count(*) FROM herald.tasks WHERE schedule_id IS NULL AND campaign_id IS NULL",
+            "SELECT count(*) AS n FROM herald.tasks WHERE schedule_id IS NULL AND campaign_id IS NULL",
             &[],
         )
         .await?
-        .get(0);
+        .get("n");
     ensure!(
         keyed == (TOTAL + DURING) as i64,
         "{keyed} client tasks stored, {} created",

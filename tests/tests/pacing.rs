@@ -101,7 +101,7 @@ async fn report(exec: &ScriptedExecutor, leases: &[Lease], outcome: OutcomeClass
 async fn wait_for_count(conn: &tokio_postgres::Client, sql: &str, want: i64) -> Result<()> {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        let n: i64 = conn.query_one(sql, &[]).await?.get(0);
+        let n: i64 = conn.query_one(sql, &[]).await?.get("n");
         if n == want {
             return Ok(());
         }
@@ -121,7 +121,7 @@ async fn room(conn: &tokio_postgres::Client, account: &str) -> Result<(i32, i32)
             &[&account],
         )
         .await?;
-    Ok((row.get(0), row.get(1)))
+    Ok((row.get("room"), row.get("tier_room")))
 }
 
 #[tokio::test]
@@ -186,11 +186,11 @@ async fn a_warm_up_ramp_raises_the_daily_cap_day_by_day_over_ten_days() -> Resul
         assert_eq!(room(&conn, "fresh").await?.0, 0, "day {day}: cap reached");
         let leased: i64 = conn
             .query_one(
-                "SELECT count(*) FROM herald.tasks WHERE lease_count > 0",
+                "SELECT count(*) AS n FROM herald.tasks WHERE lease_count > 0",
                 &[],
             )
             .await?
-            .get(0);
+            .get("n");
         assert_eq!(
             leased,
             i64::from(total),
@@ -246,8 +246,8 @@ async fn gaps_are_never_below_the_minimum_and_visibly_irregular() -> Result<()> 
                 &[&granted[0].task_id],
             )
             .await?;
-        let next: DateTime<Utc> = row.get(0);
-        let leased: DateTime<Utc> = row.get(1);
+        let next: DateTime<Utc> = row.get("next_send_at");
+        let leased: DateTime<Utc> = row.get("leased_at");
         drawn_ms.push((next - leased).num_milliseconds());
         if i + 1 < SENDS {
             // Straight to the next permitted instant: nothing may be granted before it.
@@ -261,7 +261,7 @@ async fn gaps_are_never_below_the_minimum_and_visibly_irregular() -> Result<()> 
         )
         .await?
         .iter()
-        .map(|r| r.get(0))
+        .map(|r| r.get("leased_at"))
         .collect();
     times.dedup();
     assert_eq!(times.len(), SENDS, "one send per grant");
@@ -328,7 +328,7 @@ async fn a_send_window_across_midnight_holds_tasks_in_each_recipients_zone() -> 
     // Due now, but outside their windows: moved to each opening, spread over its first 10 min.
     wait_for_count(
         &conn,
-        "SELECT count(*) FROM herald.tasks WHERE run_at > '2030-01-10T12:30:00Z'",
+        "SELECT count(*) AS n FROM herald.tasks WHERE run_at > '2030-01-10T12:30:00Z'",
         20,
     )
     .await?;
@@ -337,15 +337,15 @@ async fn a_send_window_across_midnight_holds_tasks_in_each_recipients_zone() -> 
         async move {
             let rows = conn
                 .query(
-                    "SELECT run_at, state::text, lease_count FROM herald.tasks
+                    "SELECT run_at, state::text AS state, lease_count FROM herald.tasks
                      WHERE window_zone = $1",
                     &[&zone],
                 )
                 .await?;
-            let times: Vec<DateTime<Utc>> = rows.iter().map(|r| r.get(0)).collect();
+            let times: Vec<DateTime<Utc>> = rows.iter().map(|r| r.get("run_at")).collect();
             ensure!(
-                rows.iter()
-                    .all(|r| r.get::<_, &str>(1) == "scheduled" && r.get::<_, i32>(2) == 0),
+                rows.iter().all(|r| r.get::<_, &str>("state") == "scheduled"
+                    && r.get::<_, i32>("lease_count") == 0),
                 "{zone}: leased outside its window"
             );
             anyhow::Ok(times)
@@ -389,12 +389,12 @@ async fn a_send_window_across_midnight_holds_tasks_in_each_recipients_zone() -> 
     report(&exec, &late, OutcomeClass::Ok).await?;
     let waiting: i64 = conn
         .query_one(
-            "SELECT count(*) FROM herald.tasks
+            "SELECT count(*) AS n FROM herald.tasks
              WHERE window_zone = 'America/New_York' AND state = 'scheduled'",
             &[],
         )
         .await?
-        .get(0);
+        .get("n");
     ensure!(waiting == 10, "New York sent early");
 
     set_clock(&conn, "2030-01-11T03:10:00Z").await?;
@@ -424,7 +424,7 @@ async fn a_routed_task_outside_its_window_waits_for_the_opening() -> Result<()> 
     let mut exec = ScriptedExecutor::connect(&url, "routed", &[], 5).await?;
     wait_for_count(
         &conn,
-        "SELECT count(*) FROM herald.tasks WHERE run_at >= '2030-01-10T13:00:00Z'
+        "SELECT count(*) AS n FROM herald.tasks WHERE run_at >= '2030-01-10T13:00:00Z'
            AND run_at < '2030-01-10T13:10:00Z' AND lease_count = 0",
         1,
     )
@@ -486,11 +486,11 @@ async fn the_tier_caps_new_conversations_over_a_rolling_day_and_replies_do_not_c
     assert_eq!(room(&conn, "tiered").await?.1, 0, "the tier is full");
     let waiting: i64 = conn
         .query_one(
-            "SELECT count(*) FROM herald.tasks WHERE state = 'scheduled'",
+            "SELECT count(*) AS n FROM herald.tasks WHERE state = 'scheduled'",
             &[],
         )
         .await?
-        .get(0);
+        .get("n");
     assert_eq!(waiting, 5, "five new recipients wait for the tier");
 
     // A second message to someone already reached today opens no new conversation.
@@ -641,9 +641,9 @@ async fn a_sticky_pool_keeps_each_recipient_on_the_account_that_last_messaged_th
         );
     }
     let pairs: i64 = conn
-        .query_one("SELECT count(*) FROM herald.recipient_sends", &[])
+        .query_one("SELECT count(*) AS n FROM herald.recipient_sends", &[])
         .await?
-        .get(0);
+        .get("n");
     ensure!(pairs == 10, "each recipient is recorded once: {pairs}");
     Ok(())
 }
@@ -727,11 +727,11 @@ async fn an_account_failing_past_its_threshold_pauses_itself_and_notifies() -> R
         .connect()
         .await?
         .query_one(
-            "SELECT count(*) FROM herald.tasks WHERE lease_count > 0",
+            "SELECT count(*) AS n FROM herald.tasks WHERE lease_count > 0",
             &[],
         )
         .await?
-        .get(0);
+        .get("n");
     ensure!(leased == 20, "{leased} leased");
     Ok(())
 }
@@ -766,8 +766,8 @@ async fn every_full_run_of_successes_in_one_batch_raises_the_rate_a_step() -> Re
             &[],
         )
         .await?;
-    assert_eq!(row.get::<_, f64>(0), 75.0);
-    assert_eq!(row.get::<_, i32>(1), 1);
+    assert_eq!(row.get::<_, f64>("effective_rate"), 75.0);
+    assert_eq!(row.get::<_, i32>("success_streak"), 1);
     Ok(())
 }
 
@@ -895,20 +895,20 @@ async fn the_tier_and_the_ramp_hold_across_two_replicas_and_two_executors() -> R
     let _e1 = ScriptedExecutor::connect(&s1.grpc_url(), "exec-1", &[], 300).await?;
     let _e2 = ScriptedExecutor::connect(&s2.grpc_url(), "exec-2", &[], 300).await?;
 
-    let leased = "SELECT count(*) FROM herald.tasks WHERE lease_count > 0";
+    let leased = "SELECT count(*) AS n FROM herald.tasks WHERE lease_count > 0";
     wait_for_count(&conn, leased, 290).await?;
     // Nothing more can be granted today: both accounts are at their limits.
     assert_eq!(room(&conn, "tiered").await?.1, 0);
     assert_eq!(room(&conn, "ramped").await?.0, 0);
     let per_account: Vec<(String, i64)> = conn
         .query(
-            "SELECT account_id, count(*) FROM herald.tasks WHERE lease_count > 0
+            "SELECT account_id, count(*) AS n FROM herald.tasks WHERE lease_count > 0
              GROUP BY 1 ORDER BY 1",
             &[],
         )
         .await?
         .iter()
-        .map(|r| (r.get(0), r.get(1)))
+        .map(|r| (r.get("account_id"), r.get("n")))
         .collect();
     assert_eq!(
         per_account,

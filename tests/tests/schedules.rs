@@ -150,9 +150,12 @@ async fn misfire_policies_after_the_scheduler_was_down_across_5_fire_times() -> 
     .await?;
     let s = SchedulerProcess::spawn(&db).await?;
     let restarted: i64 = conn
-        .query_one("SELECT extract(epoch FROM herald.now())::bigint", &[])
+        .query_one(
+            "SELECT extract(epoch FROM herald.now())::bigint AS now",
+            &[],
+        )
         .await?
-        .get(0);
+        .get("now");
     for id in ["skip", "once", "each"] {
         until("an on-time run after the restart", || async {
             Ok(runs(&db, id).await?.keys().any(|t| *t > restarted + 1))

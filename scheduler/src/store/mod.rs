@@ -427,10 +427,10 @@ mod tests {
         assert_eq!(result.ok(), Some(2));
         assert_eq!(rows(&store).await, 1, "the failed try was rolled back");
         let pids: i64 = conn
-            .query_one("SELECT count(DISTINCT pid) FROM pids", &[])
+            .query_one("SELECT count(DISTINCT pid) AS pids FROM pids", &[])
             .await
             .unwrap_or_else(|e| panic!("{e}"))
-            .get(0);
+            .get("pids");
         assert_eq!(pids, 1, "only the second run's row is kept");
         assert_eq!(
             store.pool_status().size,

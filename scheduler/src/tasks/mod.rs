@@ -4,6 +4,8 @@
 //! holding a lease to say whether it had sent), whether one task or a campaign's.
 
 pub mod model;
+pub mod retry_policy;
+pub mod send_window;
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;

@@ -5,10 +5,12 @@
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, Duration as ChronoDuration, NaiveTime, Utc};
+use chrono::{DateTime, Duration as ChronoDuration, Utc};
 use herald_proto::v1 as pb;
 use uuid::Uuid;
 
+pub use super::retry_policy::{RetryPolicy, MAX_RETRY_DELAY_MS};
+pub use super::send_window::SendWindow;
 use crate::error::Violations;
 use crate::rules;
 
@@ -27,8 +29,6 @@ pub const MAX_AHEAD: ChronoDuration = ChronoDuration::days(366);
 pub const DEFAULT_MAX_ATTEMPTS: i32 = 10;
 /// Default priority.
 pub const DEFAULT_PRIORITY: i32 = 5;
-/// Longest delay a retry policy may ask for.
-pub const MAX_RETRY_DELAY_MS: i64 = 7 * 24 * 3_600_000;
 
 /// A task's lifecycle state; the names match the `herald.task_state` enum in the database.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -168,86 +168,6 @@ impl CancelOutcome {
     }
 }
 
-/// How retries are spaced.
-#[derive(Debug, Clone, PartialEq)]
-pub enum RetryPolicy {
-    /// Capped exponential backoff with jitter.
-    Exponential {
-        /// First delay, in milliseconds.
-        initial_ms: i64,
-        /// Largest delay, in milliseconds.
-        max_ms: i64,
-        /// Growth per attempt.
-        multiplier: f64,
-        /// Randomised fraction of each delay.
-        jitter: f64,
-    },
-    /// Explicit delays in milliseconds, the last repeating.
-    Delays(Vec<i64>),
-}
-
-impl RetryPolicy {
-    /// Default first delay.
-    pub const DEFAULT_INITIAL_MS: i64 = 1_000;
-    /// Default largest delay.
-    pub const DEFAULT_MAX_MS: i64 = 3_600_000;
-    /// Default growth per attempt.
-    pub const DEFAULT_MULTIPLIER: f64 = 2.0;
-    /// Default jitter fraction.
-    pub const DEFAULT_JITTER: f64 = 0.2;
-
-    /// Exponential backoff with every default.
-    pub fn default_exponential() -> Self {
-        RetryPolicy::Exponential {
-            initial_ms: Self::DEFAULT_INITIAL_MS,
-            max_ms: Self::DEFAULT_MAX_MS,
-            multiplier: Self::DEFAULT_MULTIPLIER,
-            jitter: Self::DEFAULT_JITTER,
-        }
-    }
-
-    /// Records what is out of range under `path` (the policy's field path).
-    pub fn check(&self, path: &str, v: &mut Violations) {
-        match self {
-            RetryPolicy::Exponential {
-                initial_ms,
-                max_ms,
-                multiplier,
-                jitter,
-            } => {
-                let path = format!("{path}.exponential");
-                if *initial_ms < 100 {
-                    v.add(format!("{path}.initial"), "must be at least 100ms");
-                }
-                if *max_ms < *initial_ms || *max_ms > MAX_RETRY_DELAY_MS {
-                    v.add(
-                        format!("{path}.max"),
-                        "must be at least initial and at most 7 days",
-                    );
-                }
-                if !(1.0..=10.0).contains(multiplier) {
-                    v.add(format!("{path}.multiplier"), "must be between 1.0 and 10.0");
-                }
-                if !(0.0..=1.0).contains(jitter) {
-                    v.add(format!("{path}.jitter"), "must be between 0.0 and 1.0");
-                }
-            }
-            RetryPolicy::Delays(delays) => {
-                let path = format!("{path}.delays.delays");
-                if delays.is_empty() || delays.len() > 20 {
-                    v.add(path, "must list 1 to 20 delays");
-                    return;
-                }
-                for (i, ms) in delays.iter().enumerate() {
-                    if !(0..=MAX_RETRY_DELAY_MS).contains(ms) {
-                        v.add(format!("{path}[{i}]"), "must be between 0 and 7 days");
-                    }
-                }
-            }
-        }
-    }
-}
-
 /// When a task asks to become due.
 #[derive(Debug, Clone, PartialEq)]
 pub enum When {
@@ -377,97 +297,6 @@ pub struct NewTask {
     pub origin: Origin,
     /// Only sent inside this window of the recipient's day.
     pub send_window: Option<SendWindow>,
-}
-
-/// A recipient-local send window (see task.proto's `SendWindow`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct SendWindow {
-    /// Opening, inclusive, local time.
-    pub start: NaiveTime,
-    /// Closing, exclusive; earlier than start when the window spans midnight.
-    pub end: NaiveTime,
-    /// The recipient's IANA time zone.
-    pub zone: String,
-    /// How long after the opening held tasks are spread over, in milliseconds.
-    pub spread_ms: i64,
-}
-
-impl SendWindow {
-    /// The default spread: half an hour.
-    pub const DEFAULT_SPREAD_MS: i64 = 1_800_000;
-
-    /// A wire window checked under `path`; `default_zone` applies when it names none.
-    pub fn from_wire(
-        w: &pb::SendWindow,
-        default_zone: &str,
-        path: &str,
-        v: &mut Violations,
-    ) -> Option<SendWindow> {
-        let f = |name: &str| format!("{path}.{name}");
-        let start = rules::parse_clock(&w.start);
-        let end = rules::parse_clock(&w.end);
-        if start.is_none() {
-            v.add(f("start"), "must be HH:MM");
-        }
-        if end.is_none() {
-            v.add(f("end"), "must be HH:MM");
-        }
-        if start.is_some() && start == end {
-            v.add(f("end"), "must differ from start");
-        }
-        let zone = match (w.time_zone.as_str(), default_zone) {
-            ("", "") => "UTC",
-            ("", zone) => zone,
-            (zone, _) => zone,
-        };
-        if !rules::is_time_zone(zone) {
-            v.add(f("time_zone"), "is not an IANA time zone name");
-        }
-        let spread_ms = match &w.spread {
-            None => Self::DEFAULT_SPREAD_MS,
-            Some(d) => d
-                .seconds
-                .saturating_mul(1000)
-                .saturating_add(i64::from(d.nanos) / 1_000_000),
-        };
-        if !(0..=86_400_000).contains(&spread_ms) {
-            v.add(f("spread"), "must be between 0 and 24 hours");
-        }
-        Some(SendWindow {
-            start: start?,
-            end: end?,
-            zone: zone.to_owned(),
-            spread_ms,
-        })
-    }
-
-    /// The window stored in a task's columns, if it has one.
-    pub fn from_columns(
-        start: Option<NaiveTime>,
-        end: Option<NaiveTime>,
-        zone: Option<String>,
-        spread_ms: Option<i64>,
-    ) -> Option<SendWindow> {
-        Some(SendWindow {
-            start: start?,
-            end: end?,
-            zone: zone.unwrap_or_else(|| "UTC".into()),
-            spread_ms: spread_ms.unwrap_or(Self::DEFAULT_SPREAD_MS),
-        })
-    }
-
-    /// The window on the wire.
-    pub fn to_wire(&self) -> pb::SendWindow {
-        pb::SendWindow {
-            start: self.start.format("%H:%M").to_string(),
-            end: self.end.format("%H:%M").to_string(),
-            time_zone: self.zone.clone(),
-            spread: Some(prost_types::Duration {
-                seconds: self.spread_ms / 1000,
-                nanos: ((self.spread_ms % 1000) * 1_000_000) as i32,
-            }),
-        }
-    }
 }
 
 impl TaskSpec {

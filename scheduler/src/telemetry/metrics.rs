@@ -215,7 +215,7 @@ async fn refresh_account_gauges(store: &Store) -> Result<(), crate::store::Store
     use crate::store::Db;
     for a in store.conn().await?.accounts().gauges().await? {
         let labels = [("namespace", a.namespace), ("account", a.id)];
-        metrics::gauge!(ACCOUNT_TIER_USED, &labels).set(a.tier_used as f64);
+        metrics::gauge!(ACCOUNT_TIER_USED, &labels).set(f64::from(a.tier_used));
         metrics::gauge!(ACCOUNT_HEALTH, &labels).set(a.health);
         metrics::gauge!(ACCOUNT_TODAY, &labels).set(f64::from(a.today_count));
         if let Some(limit) = a.tier_limit {

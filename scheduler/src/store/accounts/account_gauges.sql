@@ -2,9 +2,7 @@
 -- rolling 24-hour use and limit, health, and today's count against today's cap (warm-up
 -- included). One row per account; accounts are few (dozens to hundreds).
 SELECT a.namespace, a.id,
-       (SELECT count(*) FROM herald.recipient_sends s
-        WHERE s.namespace = a.namespace AND s.account_id = a.id
-          AND s.opened_at > herald.now() - interval '24 hours') AS tier_used,
+       herald.tier_used(a, herald.now()) AS tier_used,
        a.tier_limit,
        herald.account_health(a) AS health,
        CASE WHEN a.day = (herald.now() AT TIME ZONE a.time_zone)::date THEN a.day_count ELSE 0 END

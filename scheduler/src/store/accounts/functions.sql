@@ -37,6 +37,15 @@ BEGIN
 END
 $$;
 
+-- Business-initiated conversations the account opened in the 24 hours before p_now: what its
+-- messaging tier caps. The one count of it (account_room, GetAccount and the gauges use it).
+CREATE OR REPLACE FUNCTION herald.tier_used(a herald.accounts, p_now timestamptz)
+RETURNS integer LANGUAGE sql STABLE AS $$
+    SELECT count(*)::integer FROM herald.recipient_sends s
+    WHERE s.namespace = a.namespace AND s.account_id = a.id
+      AND s.opened_at > p_now - interval '24 hours'
+$$;
+
 -- How healthy an account looks from recent outcomes, 0 to 1: its recent success rate, lowered
 -- while the adaptive rate is below the configured one (the provider is throttling it) and by
 -- the provider's quality rating. Routing prefers healthier accounts.
@@ -75,9 +84,7 @@ BEGIN
     tier_recounted := false;
     IF a.tier_limit IS NOT NULL
        AND (a.tier_counted_at IS NULL OR a.tier_counted_at <= p_now - interval '1 minute') THEN
-        SELECT count(*) INTO tier_used FROM herald.recipient_sends s
-        WHERE s.namespace = a.namespace AND s.account_id = a.id
-          AND s.opened_at > p_now - interval '24 hours';
+        tier_used := herald.tier_used(a, p_now);
         tier_recounted := true;
     END IF;
     tier_room := CASE WHEN a.tier_limit IS NULL THEN big

@@ -29,9 +29,7 @@ const ACCOUNT_COLUMNS: &str = "a.id, a.sender_kind, a.pool, a.time_zone, a.crede
      a.in_flight, a.offline_until, a.state_reason, a.throttled_until, a.created_at, a.updated_at, \
      (herald.account_day_cap(a, (herald.now() AT TIME ZONE a.time_zone)::date)).cap AS today_cap, \
      (herald.account_day_cap(a, (herald.now() AT TIME ZONE a.time_zone)::date)).ramp_day, \
-     (SELECT count(*) FROM herald.recipient_sends s \
-      WHERE s.namespace = a.namespace AND s.account_id = a.id \
-        AND s.opened_at > herald.now() - interval '24 hours')::integer AS tier_used, \
+     herald.tier_used(a, herald.now()) AS tier_used, \
      herald.account_health(a) AS health, a.quality, a.next_send_at";
 
 /// The limit columns: [`AccountLimits`]'s field names.
@@ -95,7 +93,7 @@ pub struct AccountGauges {
     /// Account id.
     pub id: String,
     /// Business-initiated conversations opened in the last 24 hours.
-    pub tier_used: i64,
+    pub tier_used: i32,
     /// The tier's limit, if any.
     pub tier_limit: Option<i32>,
     /// Health, 0 to 1.
