@@ -161,6 +161,11 @@ struct Executor {
 }
 
 async fn spawn_executor(endpoints: Vec<String>) -> Executor {
+    // One send at a time, so a second lease stays Pending.
+    spawn_executor_with_concurrency(endpoints, 1).await
+}
+
+async fn spawn_executor_with_concurrency(endpoints: Vec<String>, concurrency: usize) -> Executor {
     let (started_tx, started) = mpsc::unbounded_channel();
     let release = Arc::new(Semaphore::new(0));
     let routes = SenderRoutes::empty().with_route(
@@ -168,8 +173,7 @@ async fn spawn_executor(endpoints: Vec<String>) -> Executor {
         Route {
             sender: gated_sender(started_tx, release.clone()),
             timeout: None,
-            // One send at a time, so a second lease stays Pending.
-            concurrency: Some(1),
+            concurrency: Some(concurrency),
         },
     );
     let mut config = Config::for_schedulers(endpoints);
@@ -246,6 +250,55 @@ fn expect_credit(frame: Out) -> u32 {
         Out::Credit(c) => c.additional,
         other => panic!("expected credit, got {other:?}"),
     }
+}
+
+#[tokio::test]
+async fn a_paced_lease_waits_for_its_instant_and_a_revoke_stops_it_unsent() {
+    let (endpoint, mut sessions) = fake_scheduler().await;
+    let exec = spawn_executor_with_concurrency(vec![endpoint], 4).await;
+    let mut exec = exec;
+    let mut s = next_session(&mut sessions).await;
+    s.handshake().await;
+
+    // The route has room for both, but the paced one is held for its hour: the other starts.
+    let mut paced = lease("paced", "q");
+    paced.send_after = Some(prost_duration(Duration::from_secs(3600)));
+    let mut soon = lease("soon", "q");
+    soon.send_after = Some(prost_duration(Duration::from_millis(1)));
+    s.send(In::Leases(pb::LeaseBatch {
+        leases: vec![paced, lease("now", "q")],
+    }));
+    assert_eq!(exec.started.recv().await.unwrap(), "now");
+
+    // Still waiting when revoked: stopped before sending, and never reported.
+    s.send(In::Revoke(pb::Revoke {
+        lease: Some(lease_ref("paced")),
+    }));
+    let mut frame = s.next().await;
+    if let Out::Credit(c) = frame {
+        assert_eq!(c.additional, 1);
+        frame = s.next().await;
+    }
+    match frame {
+        Out::RevokeAck(ack) => {
+            assert_eq!(ack.result(), pb::RevokeResult::StoppedBeforeSend)
+        }
+        other => panic!("expected RevokeAck, got {other:?}"),
+    }
+
+    // A short wait ends in a send like any other.
+    s.send(In::Leases(pb::LeaseBatch { leases: vec![soon] }));
+    assert_eq!(exec.started.recv().await.unwrap(), "soon");
+    exec.release.add_permits(2);
+    let mut reported: Vec<String> = Vec::new();
+    while reported.len() < 2 {
+        if let Out::Report(batch) = s.next().await {
+            reported.extend(batch.results.into_iter().map(|r| r.task_id));
+        }
+    }
+    reported.sort();
+    assert_eq!(reported, ["now", "soon"]);
+    finish_shutdown(exec, s, &mut sessions).await;
 }
 
 #[tokio::test]

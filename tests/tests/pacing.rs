@@ -293,6 +293,109 @@ async fn gaps_are_never_below_the_minimum_and_visibly_irregular() -> Result<()> 
     Ok(())
 }
 
+#[tokio::test]
+async fn fast_gaps_grant_several_paced_sends_per_claim_each_held_until_its_instant() -> Result<()> {
+    const SENDS: usize = 24;
+    let db = TestDb::new().await?;
+    let conn = db.connect().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let url = scheduler.grpc_url();
+    let mut accounts = accounts_client(&url).await?;
+    let ms = |ms: i32| prost_types::Duration {
+        seconds: 0,
+        nanos: ms * 1_000_000,
+    };
+    create_account(
+        &mut accounts,
+        "quick",
+        "p",
+        AccountLimits {
+            gaps: Some(SendGaps {
+                min: Some(ms(100)),
+                max: Some(ms(250)),
+            }),
+            ..limits(1000.0)
+        },
+    )
+    .await?;
+    let mut tasks = connect_tasks(&url).await?;
+    let specs = (0..SENDS)
+        .map(|i| pooled("p", &format!("+1555{i:04}")))
+        .collect();
+    create_many(&mut tasks, specs).await?;
+    let mut exec = ScriptedExecutor::connect(&url, "paced", &[], SENDS as u32).await?;
+
+    // Batch by batch: a claim grants the sends whose drawn instants fit the one-second horizon.
+    let mut batches: Vec<Vec<Lease>> = Vec::new();
+    while batches.iter().map(Vec::len).sum::<usize>() < SENDS {
+        match exec.next_within(WAIT).await.context("waiting for leases")? {
+            scheduler_message::Kind::Leases(batch) => batches.push(batch.leases),
+            scheduler_message::Kind::Heartbeat(_) | scheduler_message::Kind::ReportAcks(_) => {}
+            other => bail!("expected leases, got {other:?}"),
+        }
+    }
+    ensure!(
+        batches.iter().any(|b| b.len() > 1),
+        "gaps of 100-250 ms were granted one send per claim: {:?}",
+        batches.iter().map(Vec::len).collect::<Vec<_>>()
+    );
+    let instant = |l: &Lease| -> Result<DateTime<Utc>> {
+        let t = l.leased_at.clone().context("lease without leased_at")?;
+        DateTime::from_timestamp(t.seconds, t.nanos as u32).context("leased_at out of range")
+    };
+    let wait_ms = |l: &Lease| {
+        l.send_after
+            .map_or(0, |d| d.seconds * 1000 + i64::from(d.nanos) / 1_000_000)
+    };
+    for batch in &batches {
+        // The first send of a claim goes at once; each later one is held until its own
+        // instant, which lies a drawn gap after the one before and within the horizon.
+        let mut sorted: Vec<&Lease> = batch.iter().collect();
+        sorted.sort_by_key(|l| instant(l).ok());
+        ensure!(
+            wait_ms(sorted[0]) == 0,
+            "a claim's first send waits: {:?}",
+            sorted[0]
+        );
+        for pair in sorted.windows(2) {
+            let gap = (instant(pair[1])? - instant(pair[0])?).num_milliseconds();
+            ensure!((100..=250).contains(&gap), "paced instants {gap} ms apart");
+            ensure!(
+                wait_ms(pair[1]) > wait_ms(pair[0]),
+                "a later instant does not wait longer: {:?} then {:?}",
+                pair[0].send_after,
+                pair[1].send_after
+            );
+            ensure!(
+                wait_ms(pair[1]) <= 1000,
+                "held beyond the horizon: {:?}",
+                pair[1].send_after
+            );
+        }
+    }
+    // Across claims too, no two grants closer than the minimum.
+    let mut times: Vec<DateTime<Utc>> = conn
+        .query(
+            "SELECT leased_at FROM herald.tasks WHERE lease_count > 0 ORDER BY leased_at",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| r.get("leased_at"))
+        .collect();
+    times.dedup();
+    ensure!(times.len() == SENDS, "one instant per send: {times:?}");
+    let gaps: Vec<i64> = times
+        .windows(2)
+        .map(|w| (w[1] - w[0]).num_milliseconds())
+        .collect();
+    ensure!(
+        gaps.iter().all(|&g| g >= 100),
+        "a gap below 100 ms: {gaps:?}"
+    );
+    Ok(())
+}
+
 fn windowed(recipient: &str, zone: &str) -> TaskSpec {
     TaskSpec {
         send_window: Some(SendWindow {

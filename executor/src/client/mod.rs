@@ -616,6 +616,7 @@ impl LeaseClient {
         let queue = lease.queue.clone();
         let account = lease.account_id.clone();
         let traceparent = lease.traceparent.clone();
+        let send_at = positive(lease.send_after).map(|d| tokio::time::Instant::now() + d);
         // A lease naming an account goes to that account's sender; the queue only decides
         // for leases without one.
         let sender = if lease.credentials_ref.is_empty() {
@@ -647,6 +648,7 @@ impl LeaseClient {
             cancel,
             account,
             traceparent,
+            send_at,
         };
         tokio::spawn(worker::run(job, self.done_tx.clone()));
     }

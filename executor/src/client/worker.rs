@@ -35,6 +35,8 @@ pub(crate) struct Job {
     pub(crate) account: String,
     /// The lease's W3C `traceparent`: the send span joins that trace.
     pub(crate) traceparent: String,
+    /// Not before: a paced send (the lease's `send_after` from its arrival).
+    pub(crate) send_at: Option<tokio::time::Instant>,
 }
 
 pub(crate) async fn run(job: Job, done: mpsc::UnboundedSender<Done>) {
@@ -73,6 +75,14 @@ async fn send(job: Job) -> Option<pb::AttemptResult> {
             return Some(result(&job.key, SystemTime::now(), Err(error)));
         }
     };
+    // A paced send waits for its instant, unless the lease is stopped first.
+    if let Some(at) = job.send_at {
+        tokio::select! {
+            biased;
+            () = job.cancel.cancelled() => return None,
+            () = tokio::time::sleep_until(at) => {}
+        }
+    }
     // Pending: wait until the route accepts one more send, unless the lease is stopped first.
     let waiting_since = Instant::now();
     let ready = tokio::select! {

@@ -218,19 +218,12 @@ async fn claim_in(
         .collect();
     let limit = usize::try_from(req.limit).unwrap_or(usize::MAX);
     let assigned = routing::assign(req.namespace, &candidates, &accounts, &facts, limit);
-    let (assigned, reserved_at) = reserve(tx, req, assigned).await?;
-    let assigned = mark_recipients(tx, req, &accounts, assigned, &reserved_at).await?;
-    // A routed lease is granted at its reservation's instant; the rest at the lease's.
+    let (assigned, granted_at) = reserve(tx, req, assigned).await?;
+    let assigned = mark_recipients(tx, req, &accounts, assigned, &granted_at).await?;
+    // A routed lease is granted at its reserved instant; the rest at the lease's.
     let leasing: Vec<_> = assigned
         .iter()
-        .map(|a| {
-            let at = a
-                .account
-                .as_ref()
-                .and_then(|acc| reserved_at.get(acc))
-                .copied();
-            (a.id, a.account.as_deref(), at)
-        })
+        .map(|a| (a.id, a.account.as_deref(), granted_at.get(&a.id).copied()))
         .collect();
     let leases = tx.leases().lease_assigned(&req.params(), &leasing).await?;
     let claimed = Claimed {
@@ -299,13 +292,14 @@ async fn lock_candidates(
 
 /// Reserves capacity for the assigned tasks; accounts grant at most their room (and their
 /// tier's room for new conversations) at this instant. Keeps the assignments that got a slot,
-/// gives back the slots of those dropped for want of tier room, and returns each account's
-/// reservation instant.
+/// gives back the slots of those dropped for want of tier room, and returns the instant each
+/// kept routed task is granted at: its account's reservation instant, or for an account with
+/// human-like gaps the next of its paced instants, in the order the tasks were assigned.
 async fn reserve(
     tx: &Transaction<'_>,
     req: &ClaimRequest<'_>,
     mut assigned: Vec<Assignment>,
-) -> Result<(Vec<Assignment>, HashMap<String, DateTime<Utc>>), StoreError> {
+) -> Result<(Vec<Assignment>, HashMap<Uuid, DateTime<Utc>>), StoreError> {
     let mut wanted: BTreeMap<&str, (i32, i32, i32)> = BTreeMap::new();
     for a in &assigned {
         if let Some(acc) = a.account.as_deref() {
@@ -321,10 +315,10 @@ async fn reserve(
         }
     }
     let reservations = tx.leases().reserve(req.namespace, &wanted).await?;
-    let mut reserved_at = HashMap::new();
+    let mut instants: HashMap<String, Instants> = HashMap::new();
     let mut granted: HashMap<String, (i32, i32, i32)> = HashMap::new();
     for r in reservations {
-        reserved_at.insert(r.account.clone(), r.at);
+        instants.insert(r.account.clone(), Instants::new(r.at, r.times));
         granted.insert(r.account, (r.high, r.low, r.new));
     }
     let mut unused: Vec<String> = Vec::new();
@@ -351,11 +345,42 @@ async fn reserve(
             .release_slots(req.namespace, &unused, true)
             .await?;
     }
-    Ok((assigned, reserved_at))
+    let granted_at = assigned
+        .iter()
+        .filter_map(|a| {
+            let at = instants.get_mut(a.account.as_deref()?)?.next();
+            Some((a.id, at))
+        })
+        .collect();
+    Ok((assigned, granted_at))
 }
 
-/// Records recipient sends where the account tracks them (spacing, tier, sticky pool), at the
-/// reservation's instant
+/// The instants an account's reservation grants its sends at, handed out in order.
+struct Instants {
+    at: DateTime<Utc>,
+    paced: std::vec::IntoIter<DateTime<Utc>>,
+}
+
+impl Instants {
+    fn new(at: DateTime<Utc>, paced: Option<Vec<DateTime<Utc>>>) -> Self {
+        Instants {
+            at,
+            paced: paced.unwrap_or_default().into_iter(),
+        }
+    }
+
+    /// The next send's instant: a paced account has one per granted send (a task dropped
+    /// after the reservation leaves its instant unused), any other its reservation's instant.
+    fn next(&mut self) -> DateTime<Utc> {
+        if let Some(t) = self.paced.next() {
+            self.at = t;
+        }
+        self.at
+    }
+}
+
+/// Records recipient sends where the account tracks them (spacing, tier, sticky pool), at each
+/// task's granted instant
 /// (reservations on one account are serialised by its row lock, so these times are in order); a
 /// pair another claim just took comes back refused, its task is dropped and its account slot
 /// given back.
@@ -364,7 +389,7 @@ async fn mark_recipients(
     req: &ClaimRequest<'_>,
     accounts: &[AccountRoom],
     mut assigned: Vec<Assignment>,
-    reserved_at: &HashMap<String, DateTime<Utc>>,
+    granted_at: &HashMap<Uuid, DateTime<Utc>>,
 ) -> Result<Vec<Assignment>, StoreError> {
     let spaced: HashSet<&str> = accounts
         .iter()
@@ -377,7 +402,7 @@ async fn mark_recipients(
         .iter()
         .filter_map(|a| {
             let acc = a.account.as_deref()?;
-            let at = reserved_at.get(acc)?;
+            let at = granted_at.get(&a.id)?;
             (spaced.contains(acc) && seen.insert((acc, a.recipient.as_str()))).then_some((
                 acc,
                 a.recipient.as_str(),

@@ -640,6 +640,9 @@ pub struct GrantedLease {
     pub credentials_ref: Option<String>,
     /// The W3C `traceparent` recorded when the task was created.
     pub trace_parent: Option<String>,
+    /// How long after the grant the executor waits before sending: a paced send's instant lies
+    /// ahead of the claim (human-like gaps); zero for every other lease.
+    pub send_after: std::time::Duration,
 }
 
 #[cfg(test)]

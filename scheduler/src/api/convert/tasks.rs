@@ -270,6 +270,7 @@ pub fn lease(l: &GrantedLease) -> Result<pb::Lease, StoreError> {
         account_id: l.account_id.clone().unwrap_or_default(),
         credentials_ref: l.credentials_ref.clone().unwrap_or_default(),
         traceparent: l.trace_parent.clone().unwrap_or_default(),
+        send_after: (!l.send_after.is_zero()).then(|| super::duration(l.send_after)),
     })
 }
 

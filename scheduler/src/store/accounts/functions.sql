@@ -6,8 +6,25 @@
 
 DROP FUNCTION IF EXISTS herald.account_room(herald.accounts, timestamptz);
 DROP FUNCTION IF EXISTS herald.reserve_capacity(text, text[], integer[], integer[], timestamptz);
+DROP FUNCTION IF EXISTS herald.reserve_capacity(text, text[], integer[], integer[], integer[],
+    timestamptz);
 DROP FUNCTION IF EXISTS herald.account_feedback(text, text[], integer[], integer[], integer[],
     integer[], bigint[], integer[], text[], timestamptz);
+
+-- How far ahead a claim plans an account's paced sends (human-like gaps): the sends it grants
+-- fall at drawn instants from now to now plus this, and the executor holds each until its
+-- instant (the lease's send_after). Short, so a pause or a cancel still stops most of what is
+-- planned, and long enough that fast gaps are not limited to one send per claim.
+CREATE OR REPLACE FUNCTION herald.pacing_horizon() RETURNS interval
+LANGUAGE sql IMMUTABLE AS $$ SELECT interval '1 second' $$;
+
+-- One human-like gap for account a: its minimum plus a uniform random part up to its maximum.
+CREATE OR REPLACE FUNCTION herald.draw_gap(a herald.accounts) RETURNS interval
+LANGUAGE sql VOLATILE AS $$
+    SELECT (a.gap_min_ms + floor(random() * (greatest(coalesce(a.gap_max_ms, a.gap_min_ms)
+                                                     - a.gap_min_ms, 0) + 1)))
+           * interval '1 millisecond'
+$$;
 
 -- An account's daily cap on local day p_day: the configured daily_cap, lowered by the warm-up
 -- ramp while it lasts. ramp_day is the day of the ramp (1 on its start, which is the day the
@@ -102,9 +119,11 @@ BEGIN
     room := least(floor(tokens)::integer,
                   coalesce(day_cap - day_used, big),
                   coalesce(a.max_in_flight - a.in_flight, big));
-    -- Human-like gaps: one send per grant, the next not before next_send_at.
+    -- Human-like gaps: at most as many sends as the minimum gap fits in the pacing horizon
+    -- (reserve_capacity draws the actual gaps and may grant fewer), none before next_send_at.
     IF a.gap_min_ms IS NOT NULL THEN
-        room := least(room, 1);
+        room := least(room, 1 + floor(extract(epoch FROM herald.pacing_horizon()) * 1000
+                                      / greatest(a.gap_min_ms, 1))::integer);
     END IF;
     room_low := least(room,
         coalesce(floor(a.max_in_flight * (1 - a.high_priority_reserve))::integer - a.in_flight,
@@ -155,12 +174,15 @@ $$;
 -- transaction's start), so reservations on one account happen in clock order and the bucket's
 -- clock never runs backwards; tests pass p_now to drive the clock (across midnight, say).
 -- out_at is the reservation's time: the lease's grant time. p_new counts the tasks that would
--- open a new conversation (the messaging tier); out_new how many of them may.
+-- open a new conversation (the messaging tier); out_new how many of them may. An account with
+-- human-like gaps grants its sends at drawn instants from out_at to out_at plus the pacing
+-- horizon, each a gap after the one before (out_times, one per granted send; NULL for other
+-- accounts), and its next_send_at moves a gap past the last.
 CREATE OR REPLACE FUNCTION herald.reserve_capacity(
     p_namespace text, p_ids text[], p_high integer[], p_low integer[], p_new integer[],
     p_now timestamptz DEFAULT NULL
 ) RETURNS TABLE (out_account text, out_high integer, out_low integer, out_new integer,
-                 out_at timestamptz)
+                 out_at timestamptz, out_times timestamptz[])
 LANGUAGE plpgsql AS $$
 DECLARE
     a herald.accounts%ROWTYPE;
@@ -170,6 +192,8 @@ DECLARE
     v_low integer;
     v_new integer;
     v_now timestamptz;
+    v_times timestamptz[];
+    v_next timestamptz;
 BEGIN
     -- Callers pass ids sorted, so concurrent claims lock account rows in one order.
     FOR i IN 1 .. coalesce(array_length(p_ids, 1), 0) LOOP
@@ -183,15 +207,25 @@ BEGIN
         r := herald.account_room(a, v_now);
         v_low := greatest(0, least(p_low[i], r.room_low));
         v_high := greatest(0, least(p_high[i], r.room - v_low));
+        v_times := NULL;
+        v_next := a.next_send_at;
+        IF a.gap_min_ms IS NOT NULL AND v_high + v_low > 0 THEN
+            -- Room is granted only once next_send_at has passed, so the first send is now;
+            -- each further one a drawn gap later, while it falls within the horizon.
+            v_times := ARRAY[v_now];
+            v_next := v_now + herald.draw_gap(a);
+            WHILE cardinality(v_times) < v_high + v_low
+                  AND v_next <= v_now + herald.pacing_horizon() LOOP
+                v_times := v_times || v_next;
+                v_next := v_next + herald.draw_gap(a);
+            END LOOP;
+            -- Fewer instants than room: high priority keeps its sends first.
+            v_high := least(v_high, cardinality(v_times));
+            v_low := cardinality(v_times) - v_high;
+        END IF;
         v_new := greatest(0, least(coalesce(p_new[i], 0), r.tier_room, v_high + v_low));
         UPDATE herald.accounts SET
-            -- The next gap is drawn when a send is granted: minimum plus a uniform random part.
-            next_send_at = CASE
-                WHEN a.gap_min_ms IS NOT NULL AND v_high + v_low > 0
-                THEN v_now + (a.gap_min_ms + floor(random() * (greatest(coalesce(a.gap_max_ms,
-                          a.gap_min_ms) - a.gap_min_ms, 0) + 1)))
-                          * interval '1 millisecond'
-                ELSE a.next_send_at END,
+            next_send_at = v_next,
             tier_used = r.tier_used + v_new,
             tier_counted_at = CASE WHEN r.tier_recounted THEN v_now ELSE a.tier_counted_at END,
             tokens = r.tokens - (v_high + v_low),
@@ -208,6 +242,7 @@ BEGIN
         out_low := v_low;
         out_new := v_new;
         out_at := v_now;
+        out_times := v_times;
         RETURN NEXT;
     END LOOP;
 END

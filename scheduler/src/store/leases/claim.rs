@@ -126,6 +126,9 @@ pub struct Reservation {
     pub new: i32,
     /// The reservation's instant: the grant time of its leases.
     pub at: DateTime<Utc>,
+    /// For an account with human-like gaps, the paced instant of each granted send (the first
+    /// is `at`); None otherwise, when every send is granted at `at`.
+    pub times: Option<Vec<DateTime<Utc>>>,
 }
 
 impl<C: GenericClient> LeaseRepo<'_, C> {
@@ -280,6 +283,7 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
                     low: column(r, "out_low")?,
                     new: column(r, "out_new")?,
                     at: column(r, "out_at")?,
+                    times: column(r, "out_times")?,
                 })
             })
             .collect()

@@ -24,11 +24,14 @@ pub const TASK_COLUMNS: &str = "t.id, t.queue, t.recipient, t.content, t.labels,
      t.account_id, t.window_start, t.window_end, t.window_zone, t.window_spread_ms";
 
 /// What a lease returns of its task (`t` is `herald.tasks`); the statements add `account_id`
-/// and `credentials_ref`. Decoded by [`GrantedLease::from_row`].
+/// and `credentials_ref`. Decoded by [`GrantedLease::from_row`]. `send_after_ms` is how far in
+/// the future the grant instant lies (a paced send; 0 for the rest).
 pub const LEASE_COLUMNS: &str = "t.id AS task_id, t.lease_count AS attempt, t.queue, \
      t.recipient, t.content, COALESCE(t.idempotency_key, t.id::text) AS idempotency_key, \
      t.run_at, t.leased_at, t.lease_expires_at AS expires_at, t.attempts AS attempts_before, \
-     t.max_attempts, t.labels, t.trace_parent";
+     t.max_attempts, t.labels, t.trace_parent, \
+     greatest(ceil(extract(epoch FROM t.leased_at - herald.clock()) * 1000), 0)::bigint \
+     AS send_after_ms";
 
 /// Columns a new task is inserted with, as `unnest` inputs: (name, SQL type). Parameters
 /// `$2`… follow this order (`$1` is the namespace); `insert_tasks.sql` computes the rest.
@@ -326,6 +329,9 @@ impl FromRow for GrantedLease {
             account_id: column(r, "account_id")?,
             credentials_ref: column(r, "credentials_ref")?,
             trace_parent: column(r, "trace_parent")?,
+            send_after: std::time::Duration::from_millis(
+                u64::try_from(column::<i64>(r, "send_after_ms")?).unwrap_or(0),
+            ),
         })
     }
 }
