@@ -22,7 +22,7 @@ use self::model::{
 use crate::clock::Clock;
 use crate::error::{Error, Violations};
 use crate::lease::events::Event;
-use crate::store::tasks::{CancelResult, Created, InsertError, TaskFilter};
+use crate::store::tasks::{CancelResult, Created, InsertError, Inserted, TaskFilter};
 use crate::store::transaction;
 use crate::store::{Db, Store};
 use crate::templates::Renderer;
@@ -118,17 +118,25 @@ impl Tasks {
             created
         })?;
         let tasks = prepared.unwrap_or_default();
-        let ids: Vec<Uuid> = created.iter().map(Created::id).collect();
-        let mut records: HashMap<Uuid, TaskRecord> = self
-            .store
-            .conn()
-            .await?
-            .tasks()
-            .get_many(namespace, &ids)
-            .await?
-            .into_iter()
-            .map(|r| (r.id, r))
+        let Inserted { created, inserted } = created;
+        // The insert returned what it stored; only tasks a key resolved to are read.
+        let existing: Vec<Uuid> = created
+            .iter()
+            .filter(|c| matches!(c, Created::Existing(_)))
+            .map(Created::id)
             .collect();
+        let mut records: HashMap<Uuid, TaskRecord> =
+            inserted.into_iter().map(|r| (r.id, r)).collect();
+        if !existing.is_empty() {
+            let read = self
+                .store
+                .conn()
+                .await?
+                .tasks()
+                .get_many(namespace, &existing)
+                .await?;
+            records.extend(read.into_iter().map(|r| (r.id, r)));
+        }
         // A batch may name one task twice (the same key twice): the last answer takes the
         // record, earlier ones get a copy.
         let mut left: HashMap<Uuid, usize> = HashMap::new();
@@ -338,7 +346,7 @@ pub async fn insert(
     namespace: &str,
     tasks: &[NewTask],
     path: PathOf<'_>,
-) -> Result<Vec<Created>, Error> {
+) -> Result<Inserted, Error> {
     db.tasks()
         .insert(namespace, tasks)
         .await

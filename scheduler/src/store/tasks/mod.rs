@@ -23,7 +23,7 @@ repository!(
 static INSERT_TASKS: LazyLock<Statement> = LazyLock::new(|| {
     Statement::built(
         "insert_tasks",
-        columns::insert_statement(include_str!("insert_tasks.sql")),
+        with_columns(&columns::insert_statement(include_str!("insert_tasks.sql"))),
     )
 });
 static GET_TASKS: LazyLock<Statement> =
@@ -47,6 +47,17 @@ pub enum Created {
     New(Uuid),
     /// The idempotency key named an existing task created by the same request.
     Existing(Uuid),
+}
+
+/// What a batch insert did: one [`Created`] per task in order, and the stored record of each
+/// task it inserted (as the insert returned it; tasks an idempotency key resolved to are not
+/// read).
+#[derive(Debug, Default)]
+pub struct Inserted {
+    /// One per task of the batch, in order.
+    pub created: Vec<Created>,
+    /// The tasks inserted, as stored.
+    pub inserted: Vec<TaskRecord>,
 }
 
 impl Created {
@@ -149,7 +160,7 @@ impl<C: GenericClient> TaskRepo<'_, C> {
         &self,
         namespace: &str,
         tasks: &[NewTask],
-    ) -> Result<Vec<Created>, InsertError> {
+    ) -> Result<Inserted, InsertError> {
         let existing = self.resolve_keys(namespace, tasks).await?;
         let mut fresh = InsertArrays::default();
         let mut any = false;
@@ -159,27 +170,24 @@ impl<C: GenericClient> TaskRepo<'_, C> {
                 any = true;
             }
         }
+        let mut inserted: Vec<TaskRecord> = Vec::new();
         if any {
-            let rows = INSERT_TASKS
-                .query(self.db, &fresh.params(&namespace))
+            inserted = INSERT_TASKS
+                .fetch(self.db, &fresh.params(&namespace))
                 .await?;
-            let mut earliest: Option<DateTime<Utc>> = None;
-            for row in &rows {
-                let at: DateTime<Utc> = column(row, "run_at")?;
-                earliest = Some(earliest.map_or(at, |e| e.min(at)));
-            }
-            if let Some(at) = earliest {
+            if let Some(at) = inserted.iter().map(|t| t.run_at).min() {
                 announce_due(self.db, at).await?;
             }
         }
-        Ok(tasks
+        let created = tasks
             .iter()
             .enumerate()
             .map(|(i, t)| match existing.get(&i) {
                 Some(id) => Created::Existing(*id),
                 None => Created::New(t.id),
             })
-            .collect())
+            .collect();
+        Ok(Inserted { created, inserted })
     }
 
     /// The index of each task whose key was already bound, with the task it resolves to.
