@@ -14,7 +14,7 @@ use herald_proto::v1::{
     content, Content, CountTasksRequest, ListFailuresRequest, OutcomeClass, SendDurationsRequest,
     StatsGroupBy, StatsWindow, SuccessRatesRequest, TaskState, TemplateContent, TriggerLagRequest,
 };
-use herald_tests::{SchedulerProcess, TestDb};
+use herald_tests::{SchedulerProcess, TaskSpecExt, TestDb};
 use prost::Message;
 use tonic::transport::Channel;
 use tonic::{Code, Status};
@@ -620,6 +620,27 @@ async fn failure_list_pages_and_filters() -> Result<()> {
         seen == expected,
         "pages ({pages}) gave {seen:?}, expected {expected:?}"
     );
+    // A list whose last page is full ends there: no token pointing at an empty page.
+    let first_half = list(ListFailuresRequest {
+        window: window.clone(),
+        page_size: 4,
+        ..Default::default()
+    })
+    .await?;
+    ensure!(first_half.failures.len() == 4 && !first_half.next_page_token.is_empty());
+    let last_half = list(ListFailuresRequest {
+        window: window.clone(),
+        page_size: 4,
+        page_token: first_half.next_page_token,
+        ..Default::default()
+    })
+    .await?;
+    ensure!(
+        last_half.failures.len() == 4 && last_half.next_page_token.is_empty(),
+        "the last full page ({} failures) points to another: {:?}",
+        last_half.failures.len(),
+        last_half.next_page_token
+    );
 
     // Each entry traces back to its input.
     let first = list(ListFailuresRequest {
@@ -783,4 +804,61 @@ async fn invalid_requests_name_the_field() -> Result<()> {
         "queue",
     )?;
     Ok(())
+}
+
+/// The live-task gauge as /metrics renders it: the value of `herald_tasks{state,queue}`.
+fn live_gauge(body: &str, state: &str, queue: &str) -> Option<f64> {
+    let series = format!("herald_tasks{{state=\"{state}\",queue=\"{queue}\"}} ");
+    body.lines()
+        .find_map(|l| l.strip_prefix(series.as_str()))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+#[tokio::test]
+async fn the_live_task_gauge_is_present_from_the_first_scrape_and_counts_new_tasks_at_once(
+) -> Result<()> {
+    let db = TestDb::new().await?;
+    // No periodic refresh during the test: what a scrape shows, the scrape counted.
+    let scheduler = SchedulerProcess::builder(&db)
+        .env("HERALD_METRICS_REFRESH", "1h")
+        .spawn()
+        .await?;
+    let scrape = || async {
+        let body = reqwest::get(format!("{}/metrics", scheduler.http_url()))
+            .await?
+            .error_for_status()?
+            .text()
+            .await?;
+        anyhow::Ok(body)
+    };
+    let first = scrape().await?;
+    for state in ["scheduled", "leased"] {
+        ensure!(
+            live_gauge(&first, state, "") == Some(0.0),
+            "herald_tasks{{state=\"{state}\"}} missing from the first scrape:\n{first}"
+        );
+    }
+
+    let mut tasks = herald_tests::connect_tasks(&scheduler.grpc_url()).await?;
+    for i in 0..3 {
+        let spec = herald_tests::task_spec("gauged", &format!("+1555000{i}"), "hi")
+            .with_delay(std::time::Duration::from_secs(3600));
+        tasks
+            .create_task(herald_proto::v1::CreateTaskRequest { task: Some(spec) })
+            .await?;
+    }
+    // A scrape recounts once the last count is a second old; the periodic refresh is an hour
+    // away, so only the scrapes can count them.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let body = scrape().await?;
+        if live_gauge(&body, "scheduled", "gauged") == Some(3.0) {
+            return Ok(());
+        }
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "three new tasks never counted by a scrape:\n{body}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
 }

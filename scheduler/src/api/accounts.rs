@@ -128,15 +128,12 @@ impl AccountService for AccountApi {
             .await
             .map_err(Error::from)?
             .accounts()
-            .list(&ns, pool, after.as_deref(), limit)
+            .list(&ns, pool, after.as_deref(), limit + 1)
             .await
             .map_err(Error::from)?;
-        let next_page_token = match records.last() {
-            Some(last) if records.len() as i64 == limit => {
-                convert::page_token(last.spec.id.as_bytes())
-            }
-            _ => String::new(),
-        };
+        let (records, next_page_token) = crate::store::sql::page(records, limit, |last| {
+            convert::page_token(last.spec.id.as_bytes())
+        });
         Ok(Response::new(pb::ListAccountsResponse {
             accounts: records.iter().map(wire::account).collect(),
             next_page_token,

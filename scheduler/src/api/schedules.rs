@@ -90,12 +90,8 @@ impl ScheduleService for ScheduleApi {
         let ns = namespace_of(&request)?;
         let req = request.into_inner();
         let limit = page_size(req.page_size, 100);
-        let rows = self.schedules.list(&ns, &req.page_token, limit).await?;
-        let next_page_token = if rows.len() as i64 == limit {
-            rows.last().map(|s| s.id.clone()).unwrap_or_default()
-        } else {
-            String::new()
-        };
+        let rows = self.schedules.list(&ns, &req.page_token, limit + 1).await?;
+        let (rows, next_page_token) = crate::store::sql::page(rows, limit, |s| s.id.clone());
         Ok(Response::new(pb::ListSchedulesResponse {
             schedules: rows.iter().map(schedule).collect::<Result<_, _>>()?,
             next_page_token,

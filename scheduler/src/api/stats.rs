@@ -396,15 +396,19 @@ impl StatsService for StatsApi {
             .await
             .map_err(Error::from)?
             .stats()
-            .list_failures(&ns, &window, &filter)
+            .list_failures(
+                &ns,
+                &window,
+                &FailureFilter {
+                    limit: filter.limit + 1,
+                    ..filter.clone()
+                },
+            )
             .await
             .map_err(Error::from)?;
-        let next_page_token = match records.last() {
-            Some(last) if records.len() as i64 == filter.limit => {
-                encode_failure_token(last.finished_at, last.id)
-            }
-            _ => String::new(),
-        };
+        let (records, next_page_token) = crate::store::sql::page(records, filter.limit, |last| {
+            encode_failure_token(last.finished_at, last.id)
+        });
         Ok(Response::new(pb::ListFailuresResponse {
             failures: records.iter().map(failure).collect::<Result<_, _>>()?,
             next_page_token,

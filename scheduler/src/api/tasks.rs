@@ -188,13 +188,14 @@ impl TaskService for TaskApi {
     ) -> Result<Response<pb::ListTasksResponse>, Status> {
         let ns = namespace_of(&request)?;
         let filter = filter(request.get_ref())?;
-        let records = self.tasks.list(&ns, &filter).await?;
-        let next_page_token = match records.last() {
-            Some(last) if records.len() as i64 == filter.limit => {
-                convert::page_token(last.id.as_bytes())
-            }
-            _ => String::new(),
+        let probe = TaskFilter {
+            limit: filter.limit + 1,
+            ..filter.clone()
         };
+        let records = self.tasks.list(&ns, &probe).await?;
+        let (records, next_page_token) = crate::store::sql::page(records, filter.limit, |last| {
+            convert::page_token(last.id.as_bytes())
+        });
         let tasks = records
             .iter()
             .map(wire::task)

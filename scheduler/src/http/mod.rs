@@ -31,7 +31,7 @@ async fn metrics(State(store): State<Store>) -> impl axum::response::IntoRespons
             axum::http::header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        crate::telemetry::metrics::render(&store),
+        crate::telemetry::metrics::render(&store).await,
     )
 }
 

@@ -167,3 +167,16 @@ pub async fn notify(
     NOTIFY.execute(client, &[&channel, &payload]).await?;
     Ok(())
 }
+
+/// One page of a list read with `limit + 1` rows: at most `limit` of them, and the token made
+/// from the last kept row only when another row followed, so a list ends on its last page
+/// instead of on an empty one after it.
+pub fn page<T>(mut rows: Vec<T>, limit: i64, token: impl Fn(&T) -> String) -> (Vec<T>, String) {
+    let keep = usize::try_from(limit.max(0)).unwrap_or(usize::MAX);
+    if rows.len() <= keep {
+        return (rows, String::new());
+    }
+    rows.truncate(keep);
+    let next = rows.last().map(token).unwrap_or_default();
+    (rows, next)
+}

@@ -5,7 +5,7 @@
 //! histograms up once and observes every lease's lag in one loop, allocating nothing per task.
 
 use std::collections::HashSet;
-use std::sync::OnceLock;
+use std::sync::{LazyLock, OnceLock};
 use std::time::Duration;
 
 use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
@@ -152,9 +152,11 @@ fn describe() {
     );
 }
 
-/// Renders every metric in the Prometheus text format, after sampling the pool.
-pub fn render(store: &Store) -> String {
+/// Renders every metric in the Prometheus text format, after sampling the pool and recounting
+/// live tasks when their count is older than a second.
+pub async fn render(store: &Store) -> String {
     let handle = install();
+    refresh_live_counts(store, SCRAPE_FRESHNESS).await;
     let status = store.pool_status();
     let in_use = status.size.saturating_sub(status.available);
     metrics::gauge!(DB_POOL, "state" => "in_use").set(in_use as f64);
@@ -236,26 +238,8 @@ async fn refresh_account_gauges(store: &Store) -> Result<(), crate::store::Store
 /// never read. With a million live tasks that is a few hundred milliseconds of one connection
 /// every 15 s per replica. Finished tasks are counted by [`TASKS_FINISHED`] instead.
 pub async fn refresh_task_counts(store: Store, every: Duration, stop: CancellationToken) {
-    let mut seen: HashSet<(String, String)> = HashSet::new();
     loop {
-        match live_task_counts(&store).await {
-            Ok(rows) => {
-                let now: HashSet<(String, String)> = rows
-                    .iter()
-                    .map(|(s, q, _)| (s.clone(), q.clone()))
-                    .collect();
-                // A queue that emptied must read 0, not its last value.
-                for (state, queue) in seen.difference(&now) {
-                    metrics::gauge!(TASKS, "state" => state.clone(), "queue" => queue.clone())
-                        .set(0.0);
-                }
-                for (state, queue, n) in rows {
-                    metrics::gauge!(TASKS, "state" => state, "queue" => queue).set(n as f64);
-                }
-                seen = now;
-            }
-            Err(e) => tracing::warn!(error = %e, "cannot count tasks for metrics"),
-        }
+        refresh_live_counts(&store, Duration::ZERO).await;
         if let Err(e) = refresh_account_gauges(&store).await {
             tracing::warn!(error = %e, "cannot read account figures for metrics");
         }
@@ -264,4 +248,54 @@ pub async fn refresh_task_counts(store: Store, every: Duration, stop: Cancellati
             _ = tokio::time::sleep(every) => {}
         }
     }
+}
+
+/// How old the live task counts may be when /metrics is scraped: a scrape recounts when they
+/// are older, so tasks created since the last periodic refresh show at once.
+const SCRAPE_FRESHNESS: Duration = Duration::from_secs(1);
+
+/// The live counts' bookkeeping: the (state, queue) series set last time (a queue that
+/// empties must read 0, not its last value) and when they were counted.
+#[derive(Default)]
+struct LiveCounts {
+    seen: HashSet<(String, String)>,
+    counted_at: Option<std::time::Instant>,
+}
+
+static LIVE_COUNTS: LazyLock<tokio::sync::Mutex<LiveCounts>> = LazyLock::new(Default::default);
+
+/// Sets [`TASKS`] from a fresh count unless the last one is younger than `fresh_for`. One
+/// count at a time: concurrent scrapes wait for it and use it.
+async fn refresh_live_counts(store: &Store, fresh_for: Duration) {
+    let mut live = LIVE_COUNTS.lock().await;
+    if live.counted_at.is_some_and(|at| at.elapsed() < fresh_for) {
+        return;
+    }
+    let rows = match live_task_counts(store).await {
+        Ok(rows) => rows,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot count tasks for metrics");
+            return;
+        }
+    };
+    let now: HashSet<(String, String)> = rows
+        .iter()
+        .map(|(s, q, _)| (s.clone(), q.clone()))
+        .collect();
+    for (state, queue) in live.seen.difference(&now) {
+        metrics::gauge!(TASKS, "state" => state.clone(), "queue" => queue.clone()).set(0.0);
+    }
+    // Present from the first scrape: a state no queue has a live task in reads 0 under the
+    // empty queue label (0 adds nothing to a sum over queues).
+    for state in ["scheduled", "leased"] {
+        let empty = !now.iter().any(|(s, _)| s == state);
+        if empty {
+            metrics::gauge!(TASKS, "state" => state, "queue" => "").set(0.0);
+        }
+    }
+    for (state, queue, n) in rows {
+        metrics::gauge!(TASKS, "state" => state, "queue" => queue).set(n as f64);
+    }
+    live.seen = now;
+    live.counted_at = Some(std::time::Instant::now());
 }

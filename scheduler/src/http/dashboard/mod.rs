@@ -344,13 +344,15 @@ async fn failures(
     };
     let db = tasks.store().conn().await?;
     let today = db.stats().resolve_window(&WindowSpec::Today, &tz).await?;
-    let rows = db.stats().list_failures(ns, &today, &filter).await?;
-    let next = match rows.last() {
-        Some(last) if rows.len() as i64 == filter.limit => {
-            Some(encode_failure_token(last.finished_at, last.id))
-        }
-        _ => None,
+    let probe = FailureFilter {
+        limit: filter.limit + 1,
+        ..filter.clone()
     };
+    let rows = db.stats().list_failures(ns, &today, &probe).await?;
+    let (rows, next) = crate::store::sql::page(rows, filter.limit, |last| {
+        encode_failure_token(last.finished_at, last.id)
+    });
+    let next = (!next.is_empty()).then_some(next);
     Ok(Json(json!({
         "today": window_json(&today),
         "failures": rows.iter().map(failure_json).collect::<Vec<_>>(),
