@@ -340,7 +340,7 @@ async fn fast_gaps_grant_several_paced_sends_per_claim_each_held_until_its_insta
         batches.iter().map(Vec::len).collect::<Vec<_>>()
     );
     let instant = |l: &Lease| -> Result<DateTime<Utc>> {
-        let t = l.leased_at.clone().context("lease without leased_at")?;
+        let t = l.leased_at.context("lease without leased_at")?;
         DateTime::from_timestamp(t.seconds, t.nanos as u32).context("leased_at out of range")
     };
     let wait_ms = |l: &Lease| {
