@@ -179,6 +179,9 @@ fn spawn_dispatcher(
     }))
 }
 
+/// How many reports queued-up batches are gathered into, at most, before one is applied.
+const MAX_GATHERED_REPORTS: usize = 2048;
+
 /// Handles the executor's frames other than Credit, in the order they arrived; on an error,
 /// ends the stream with it and tells the reader to stop.
 async fn handle_frames(
@@ -188,9 +191,33 @@ async fn handle_frames(
     mut frames: mpsc::Receiver<FromExecutor>,
     failed: CancellationToken,
 ) {
-    while let Some(frame) = frames.recv().await {
+    // A frame read while gathering reports, handled next.
+    let mut next: Option<FromExecutor> = None;
+    loop {
+        let frame = match next.take() {
+            Some(frame) => frame,
+            None => match frames.recv().await {
+                Some(frame) => frame,
+                None => return,
+            },
+        };
         let result = match frame {
-            FromExecutor::Reports(batch) => handle_reports(&ctx, &namespace, &tx, batch).await,
+            FromExecutor::Reports(mut batch) => {
+                // Report batches that queued up behind this one are applied with it: the
+                // account feedback costs per account and batch, not per report, so a busy
+                // database gets fewer, larger batches instead of falling further behind.
+                while batch.len() < MAX_GATHERED_REPORTS {
+                    match frames.try_recv() {
+                        Ok(FromExecutor::Reports(more)) => batch.extend(more),
+                        Ok(other) => {
+                            next = Some(other);
+                            break;
+                        }
+                        Err(_) => break,
+                    }
+                }
+                handle_reports(&ctx, &namespace, &tx, batch).await
+            }
             FromExecutor::Extend(leases) => handle_extend(&ctx, &namespace, &tx, leases).await,
             FromExecutor::RevokeAck {
                 lease,
