@@ -1019,3 +1019,67 @@ async fn the_tier_and_the_ramp_hold_across_two_replicas_and_two_executors() -> R
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn retention_forgets_recipient_pairs_nothing_depends_on_any_more() -> Result<()> {
+    let db = TestDb::new().await?;
+    let conn = db.connect().await?;
+    let scheduler = SchedulerProcess::builder(&db)
+        .env("HERALD_TASK_RETENTION", "1h")
+        .env("HERALD_RETENTION_INTERVAL", "100ms")
+        .spawn()
+        .await?;
+    let mut accounts = accounts_client(&scheduler.grpc_url()).await?;
+    create_account(&mut accounts, "plain", "p", limits(10.0)).await?;
+    create_account(
+        &mut accounts,
+        "spaced",
+        "p",
+        AccountLimits {
+            recipient_interval: Some(prost_types::Duration {
+                seconds: 3 * 3600,
+                nanos: 0,
+            }),
+            ..limits(10.0)
+        },
+    )
+    .await?;
+    // (account, recipient, last sent, blocked until, conversation opened, last inbound), as
+    // offsets from now; NULL where absent, -infinity for a pair only an inbound message made.
+    conn.batch_execute(
+        "INSERT INTO herald.recipient_sends
+             (namespace, account_id, recipient, last_sent_at, blocked_until, opened_at, inbound_at)
+         VALUES
+           ('default', 'plain', 'stale', now() - interval '2 hours', NULL, NULL, NULL),
+           ('default', 'plain', 'stale-inbound', '-infinity', NULL, NULL, now() - interval '25 hours'),
+           ('default', 'plain', 'recent', now() - interval '10 minutes', NULL, NULL, NULL),
+           ('default', 'plain', 'blocked', now() - interval '2 hours', now() + interval '1 hour', NULL, NULL),
+           ('default', 'plain', 'in-tier', now() - interval '2 hours', NULL, now() - interval '2 hours', NULL),
+           ('default', 'plain', 'window-open', '-infinity', NULL, NULL, now() - interval '1 hour'),
+           ('default', 'spaced', 'within-interval', now() - interval '2 hours', NULL, NULL, NULL)",
+    )
+    .await?;
+    wait_for_count(
+        &conn,
+        "SELECT count(*) AS n FROM herald.recipient_sends WHERE recipient LIKE 'stale%'",
+        0,
+    )
+    .await?;
+    let kept: BTreeSet<String> = conn
+        .query("SELECT recipient FROM herald.recipient_sends", &[])
+        .await?
+        .iter()
+        .map(|r| r.get("recipient"))
+        .collect();
+    let expected: BTreeSet<String> = [
+        "recent",
+        "blocked",
+        "in-tier",
+        "window-open",
+        "within-interval",
+    ]
+    .map(String::from)
+    .into();
+    ensure!(kept == expected, "kept {kept:?}, expected {expected:?}");
+    Ok(())
+}

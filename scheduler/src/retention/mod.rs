@@ -1,4 +1,5 @@
-//! The retention job: prunes finished tasks and forgets idempotency keys past their retention.
+//! The retention job: prunes finished tasks and forgets idempotency keys and recipient pairs
+//! past their retention.
 //! Safe on every replica at once (SKIP LOCKED); it runs on a fixed interval because nothing
 //! waits on it.
 
@@ -24,10 +25,15 @@ pub async fn run(
         loop {
             match prune(&store, task_retention, key_retention).await {
                 Ok(p) => {
-                    if p.tasks > 0 || p.keys > 0 {
-                        tracing::info!(tasks = p.tasks, keys = p.keys, "pruned");
+                    if p.tasks > 0 || p.keys > 0 || p.recipients > 0 {
+                        tracing::info!(
+                            tasks = p.tasks,
+                            keys = p.keys,
+                            recipients = p.recipients,
+                            "pruned"
+                        );
                     }
-                    if (p.tasks as i64) < BATCH {
+                    if (p.tasks as i64) < BATCH && (p.recipients as i64) < BATCH {
                         break;
                     }
                 }

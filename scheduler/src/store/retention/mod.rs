@@ -1,4 +1,5 @@
-//! The retention repository: pruning finished tasks and idempotency keys past their retention.
+//! The retention repository: pruning finished tasks, idempotency keys and recipient pairs past
+//! their retention.
 
 use std::time::Duration;
 
@@ -14,6 +15,7 @@ repository!(
 
 const PRUNE_TASKS: Statement = statement!("prune_tasks");
 const FORGET_KEYS: Statement = statement!("forget_keys");
+const FORGET_RECIPIENTS: Statement = statement!("forget_recipients");
 
 /// What one pruning pass removed.
 #[derive(Debug, Default, Clone, Copy)]
@@ -22,12 +24,15 @@ pub struct Pruned {
     pub tasks: u64,
     /// Idempotency keys forgotten.
     pub keys: u64,
+    /// (account, recipient) pairs forgotten.
+    pub recipients: u64,
 }
 
 impl<C: GenericClient> RetentionRepo<'_, C> {
     /// Deletes up to `batch` tasks that ended more than `task_retention` ago, with their
     /// attempts; their idempotency keys start their own retention from the task's end. Then
-    /// forgets keys whose retention is over.
+    /// forgets keys whose retention is over, and up to `batch` recipient pairs nothing needs
+    /// (see `forget_recipients.sql`).
     pub async fn prune(
         &self,
         task_retention: Duration,
@@ -41,6 +46,13 @@ impl<C: GenericClient> RetentionRepo<'_, C> {
             .await?;
         let tasks = u64::try_from(column::<i64>(&row, "pruned")?).unwrap_or(0);
         let keys = FORGET_KEYS.execute(self.db, &[]).await?;
-        Ok(Pruned { tasks, keys })
+        let recipients = FORGET_RECIPIENTS
+            .execute(self.db, &[&task_ms, &batch])
+            .await?;
+        Ok(Pruned {
+            tasks,
+            keys,
+            recipients,
+        })
     }
 }
