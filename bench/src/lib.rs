@@ -11,6 +11,8 @@
 //! - **S4 scale**: claim latency and scheduler RSS with many future tasks in the table.
 //! - **S5 accounts**: the S1 drain through a pool of 100 accounts with every limit on, against
 //!   the same drain by queue (limits may cost at most a third).
+//! - **S6 soak**: steady mixed traffic with a transaction held open through the middle;
+//!   throughput, grant lateness and table size before, during and after it.
 //! - **S7 careful pacing**: S5's drain with each account also on a warm-up ramp, human-like gaps
 //!   and a messaging tier, against S5's drain without them (they may cost at most 40 %).
 //!
@@ -19,6 +21,7 @@
 
 mod report;
 mod scenarios;
+mod soak;
 mod sql;
 mod stack;
 
@@ -41,6 +44,8 @@ pub struct Options {
     pub s4: bool,
     /// Run S5 (100 accounts with every limit on, against the same drain by queue).
     pub s5: bool,
+    /// Run S6 (the soak).
+    pub s6: bool,
     /// Run S7 (S5 plus warm-up, gaps and tiers, against S5's drain).
     pub s7: bool,
     /// S1: tasks to drain.
@@ -67,6 +72,11 @@ pub struct Options {
     pub claim_batch: u32,
     /// Plain-SQL baseline: concurrent drain workers.
     pub baseline_workers: usize,
+    /// S6: the phase unit (before: one unit; the held transaction: two; after: two); 150 s in
+    /// a full run, so the soak takes twelve and a half minutes.
+    pub soak_unit: Duration,
+    /// S6: creates per second; None for half of S1's rate in the same run (5,000 without S1).
+    pub soak_rate: Option<f64>,
 }
 
 impl Options {
@@ -78,6 +88,7 @@ impl Options {
             s3: true,
             s4: true,
             s5: true,
+            s6: true,
             s7: true,
             drain_tasks: 50_000,
             enqueue_tasks: 200_000,
@@ -91,6 +102,8 @@ impl Options {
             max_in_flight: 2_048,
             claim_batch: 512,
             baseline_workers: 2,
+            soak_unit: Duration::from_secs(150),
+            soak_rate: None,
         }
     }
 
@@ -104,6 +117,7 @@ impl Options {
             scale_sizes: vec![10_000, 100_000],
             scale_due: 1_000,
             scale_probes: 10,
+            soak_unit: Duration::from_secs(4),
             ..Self::full()
         }
     }
@@ -112,8 +126,9 @@ impl Options {
 /// Runs the selected scenarios and returns the report.
 pub async fn run(opts: &Options) -> Result<Report> {
     let mut report = Report::new(opts);
+    let mut s1_rate = None;
     if opts.s1 {
-        scenarios::drain(opts, &mut report).await?;
+        s1_rate = Some(scenarios::drain(opts, &mut report).await?);
     }
     if opts.s2 {
         scenarios::enqueue(opts, &mut report).await?;
@@ -126,6 +141,9 @@ pub async fn run(opts: &Options) -> Result<Report> {
     }
     if opts.s5 {
         scenarios::accounts(opts, &mut report).await?;
+    }
+    if opts.s6 {
+        soak::soak(opts, s1_rate, &mut report).await?;
     }
     if opts.s7 {
         scenarios::careful_pacing(opts, &mut report).await?;

@@ -11,12 +11,13 @@ use anyhow::{bail, Context, Result};
 use clap::Parser;
 use herald_bench::{run, Options};
 
-/// herald's benchmark: S1 drain, S2 enqueue, S3 precision, S4 scale, with plain-SQL baselines.
+/// herald's benchmark: S1 drain, S2 enqueue, S3 precision, S4 scale, S5 accounts, S6 soak, S7
+/// careful pacing, with same-run baselines.
 #[derive(Parser, Debug)]
 #[command(name = "herald-bench")]
 struct Cli {
-    /// Scenarios to run, comma-separated: s1, s2, s3, s4, s5, s7 (default all).
-    #[arg(long, value_delimiter = ',', default_value = "s1,s2,s3,s4,s5,s7")]
+    /// Scenarios to run, comma-separated: s1, s2, s3, s4, s5, s6, s7 (default all).
+    #[arg(long, value_delimiter = ',', default_value = "s1,s2,s3,s4,s5,s6,s7")]
     scenarios: Vec<String>,
     /// Small sizes that finish in seconds (figures are only indicative).
     #[arg(long)]
@@ -48,6 +49,12 @@ struct Cli {
     /// Plain-SQL drain baseline: concurrent workers.
     #[arg(long)]
     baseline_workers: Option<usize>,
+    /// S6: seconds per phase unit (before 1, held transaction 2, after 2; default 150).
+    #[arg(long)]
+    soak_unit: Option<u64>,
+    /// S6: creates per second (default: half of S1's rate when S1 runs too, else 5000).
+    #[arg(long)]
+    soak_rate: Option<f64>,
     /// Where to write the JSON results.
     #[arg(long, default_value = "target/bench/results.json")]
     out: PathBuf,
@@ -77,6 +84,7 @@ fn options(cli: &Cli) -> Result<Options> {
     o.s3 = false;
     o.s4 = false;
     o.s5 = false;
+    o.s6 = false;
     o.s7 = false;
     for s in &cli.scenarios {
         match s.trim().to_ascii_lowercase().as_str() {
@@ -85,8 +93,9 @@ fn options(cli: &Cli) -> Result<Options> {
             "s3" => o.s3 = true,
             "s4" => o.s4 = true,
             "s5" => o.s5 = true,
+            "s6" => o.s6 = true,
             "s7" => o.s7 = true,
-            other => bail!("unknown scenario {other:?} (expected s1, s2, s3, s4, s5 or s7)"),
+            other => bail!("unknown scenario {other:?} (expected s1 to s7)"),
         }
     }
     if !cli.scale.is_empty() {
@@ -118,6 +127,12 @@ fn options(cli: &Cli) -> Result<Options> {
     }
     if let Some(v) = cli.baseline_workers {
         o.baseline_workers = v.max(1);
+    }
+    if let Some(v) = cli.soak_unit {
+        o.soak_unit = std::time::Duration::from_secs(v.max(1));
+    }
+    if cli.soak_rate.is_some() {
+        o.soak_rate = cli.soak_rate;
     }
     if let Some(v) = cli.claim_batch {
         o.claim_batch = v;

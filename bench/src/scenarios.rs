@@ -65,7 +65,8 @@ async fn create_via_api(
 }
 
 /// S1: tasks due now, created before the executor connects; tasks/s until all SUCCEEDED.
-pub(crate) async fn drain(opts: &Options, report: &mut Report) -> Result<()> {
+/// Returns herald's rate.
+pub(crate) async fn drain(opts: &Options, report: &mut Report) -> Result<f64> {
     let n = opts.drain_tasks;
 
     // Baseline first, on its own database of the same cluster and schema.
@@ -127,7 +128,7 @@ pub(crate) async fn drain(opts: &Options, report: &mut Report) -> Result<()> {
         opts.baseline_workers
     ));
     stack::stop_executor(executor).await?;
-    Ok(())
+    Ok(rate)
 }
 
 /// S2: tasks/s through CreateTasks batches from concurrent clients, against COPY.

@@ -18,6 +18,8 @@ async fn every_scenario_runs_at_tiny_sizes() {
         scale_due: 100,
         scale_probes: 3,
         max_in_flight: 64,
+        soak_unit: Duration::from_secs(1),
+        soak_rate: Some(200.0),
         ..Options::quick()
     };
     let report = run(&opts).await.expect("benchmark run");
@@ -28,6 +30,7 @@ async fn every_scenario_runs_at_tiny_sizes() {
         "S4 scale 1k",
         "S4 scale 3k",
         "S5 100 accounts",
+        "S6 soak",
         "S7 careful pacing",
     ] {
         assert!(

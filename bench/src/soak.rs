@@ -1,0 +1,346 @@
+//! S6, the soak: steady mixed traffic for a while, with a transaction held open on the database
+//! through the middle of it, as a report, a backup or an analyst's session would. It shows what
+//! hours of traffic do to the hot tables and what a long transaction (which stops VACUUM from
+//! reclaiming anything newer than its snapshot) does to throughput, lateness and size.
+//!
+//! Three phases: *before* (one unit), *during* (two units, the transaction held), *after* (two
+//! units). Tasks are created all along at a fixed rate, each due within a second of its
+//! creation; a fifth fail their first attempt (the `noop` sender's `fail_first_attempts`) and
+//! succeed when retried. Finished tasks are pruned a minute after they end, so without the held
+//! transaction the tables reach a steady size. Figures per phase: throughput (tasks finished,
+//! from the scheduler's `herald_tasks_finished_total`), grant lateness p99 (interpolated from
+//! the scheduler's `herald_trigger_lag_seconds` buckets, as Prometheus' histogram_quantile
+//! does: cheap enough not to disturb what it measures) and the size of `herald.tasks` and
+//! `herald.attempts` with their indexes at the phase's end.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{Context, Result};
+use herald_proto::v1::{retry_policy, task_spec, CreateTasksRequest, ExponentialBackoff};
+use herald_proto::v1::{RetryPolicy, TaskSpec};
+use herald_tests::{connect_tasks, task_spec, ExecutorProcess, SchedulerProcess, TestDb};
+
+use crate::report::Report;
+use crate::sql::QUEUE;
+use crate::Options;
+
+/// Create rate when S1 did not run in the same invocation (half of S1's rate is the default).
+const FALLBACK_RATE: f64 = 5_000.0;
+
+/// How often the creators send a batch.
+const TICK: Duration = Duration::from_millis(100);
+
+/// At most this long of traffic before the first phase.
+const WARM_UP: Duration = Duration::from_secs(5);
+
+/// Concurrent creating clients.
+const CREATORS: usize = 2;
+
+/// One phase's figures.
+#[derive(Debug, Clone, Copy)]
+struct Phase {
+    throughput: f64,
+    lateness_p99_ms: f64,
+    size_mib: f64,
+}
+
+/// What the scheduler's /metrics says at one instant: tasks finished, and the trigger-lag
+/// histogram's cumulative bucket counts by upper bound (seconds; +Inf last).
+#[derive(Debug, Clone, Default)]
+struct Scrape {
+    finished: f64,
+    lag_buckets: BTreeMap<u64, f64>,
+}
+
+/// Runs S6. `s1_rate` is S1's herald drain rate from this run, if it ran.
+pub(crate) async fn soak(opts: &Options, s1_rate: Option<f64>, report: &mut Report) -> Result<()> {
+    let rate = opts
+        .soak_rate
+        .or(s1_rate.map(|r| r / 2.0))
+        .unwrap_or(FALLBACK_RATE);
+    let unit = opts.soak_unit;
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::builder(&db)
+        .env("RUST_LOG", "warn")
+        .env("HERALD_CLAIM_BATCH", opts.claim_batch.to_string())
+        .env("HERALD_TASK_RETENTION", "1m")
+        .env("HERALD_RETENTION_INTERVAL", "5s")
+        .spawn()
+        .await
+        .context("starting the scheduler")?;
+    let executor = ExecutorProcess::builder(&[scheduler.grpc_url()])
+        .config_toml("[default]\nsender = \"noop\"\nfail_first_attempts = 0.2\n")
+        .env("RUST_LOG", "warn")
+        .env("HERALD_MAX_IN_FLIGHT", opts.max_in_flight.to_string())
+        .spawn()
+        .await
+        .context("starting the executor")?;
+    let client = db.connect().await?;
+    let metrics_url = format!("{}/metrics", scheduler.http_url());
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let created = Arc::new(AtomicU64::new(0));
+    let mut creators = Vec::new();
+    for c in 0..CREATORS {
+        creators.push(tokio::spawn(create_steadily(
+            scheduler.grpc_url(),
+            rate / CREATORS as f64,
+            c,
+            stop.clone(),
+            created.clone(),
+        )));
+    }
+
+    let started = Instant::now();
+    // Let the first tasks come due and the flow settle before measuring.
+    tokio::time::sleep(unit.min(WARM_UP)).await;
+    let first = scrape(&metrics_url).await?;
+    tokio::time::sleep(unit).await;
+    let before_end = scrape(&metrics_url).await?;
+    let before = phase(&first, &before_end, unit, size_mib(&client).await?);
+
+    // A snapshot held open: REPEATABLE READ takes it at the first statement and keeps it.
+    let (holder, holder_conn) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls).await?;
+    let holder_task = tokio::spawn(holder_conn);
+    holder
+        .batch_execute(
+            "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM herald.accounts;",
+        )
+        .await
+        .context("opening the held transaction")?;
+    tokio::time::sleep(unit * 2).await;
+    let during_end = scrape(&metrics_url).await?;
+    let during = phase(&before_end, &during_end, unit * 2, size_mib(&client).await?);
+    holder.batch_execute("COMMIT").await?;
+    drop(holder);
+    holder_task.abort();
+
+    tokio::time::sleep(unit * 2).await;
+    let after_end = scrape(&metrics_url).await?;
+    let after = phase(&during_end, &after_end, unit * 2, size_mib(&client).await?);
+
+    stop.store(true, Ordering::Relaxed);
+    for c in creators {
+        c.await??;
+    }
+    let offered = created.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64();
+    add_rows(report, rate, offered, &before, &during, &after);
+    report.note(format!(
+        "S6: {:.0} s per phase unit (before 1, held 2, after 2), {rate:.0} creates/s asked, \
+         {offered:.0}/s made; a fifth retried once; finished tasks pruned after 1 min",
+        unit.as_secs_f64()
+    ));
+    crate::stack::stop_executor(executor).await?;
+    Ok(())
+}
+
+/// Creates tasks at `rate` per second until `stop`, each due within a second, in one batch per
+/// tick; client `c` of [`CREATORS`].
+async fn create_steadily(
+    url: String,
+    rate: f64,
+    c: usize,
+    stop: Arc<AtomicBool>,
+    created: Arc<AtomicU64>,
+) -> Result<()> {
+    let mut tasks = connect_tasks(&url).await?;
+    let mut tick = tokio::time::interval(TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let per_tick = (rate * TICK.as_secs_f64()).round().max(1.0) as usize;
+    let mut n: u64 = 0;
+    while !stop.load(Ordering::Relaxed) {
+        tick.tick().await;
+        let now = SystemTime::now();
+        for chunk_start in (0..per_tick).step_by(1000) {
+            let specs: Vec<TaskSpec> = (chunk_start..per_tick.min(chunk_start + 1000))
+                .map(|i| {
+                    n += 1;
+                    // Due times spread over the next second, the same way every run.
+                    let offset = Duration::from_millis((n * 7919 + i as u64) % 1000);
+                    let mut spec = task_spec(QUEUE, &format!("soak-{c}-{n}"), "soak message");
+                    spec.when = Some(task_spec::When::RunAt((now + offset).into()));
+                    spec.retry_policy = Some(RetryPolicy {
+                        strategy: Some(retry_policy::Strategy::Exponential(ExponentialBackoff {
+                            initial: Some(prost_types::Duration {
+                                seconds: 0,
+                                nanos: 200_000_000,
+                            }),
+                            ..Default::default()
+                        })),
+                    });
+                    spec
+                })
+                .collect();
+            let count = specs.len() as u64;
+            tasks
+                .create_tasks(CreateTasksRequest { tasks: specs })
+                .await
+                .context("CreateTasks")?;
+            created.fetch_add(count, Ordering::Relaxed);
+        }
+    }
+    Ok(())
+}
+
+/// The figures of the phase between two scrapes.
+fn phase(from: &Scrape, to: &Scrape, length: Duration, size_mib: f64) -> Phase {
+    let deltas: BTreeMap<u64, f64> = to
+        .lag_buckets
+        .iter()
+        .map(|(le, n)| (*le, n - from.lag_buckets.get(le).copied().unwrap_or(0.0)))
+        .collect();
+    Phase {
+        throughput: (to.finished - from.finished) / length.as_secs_f64(),
+        lateness_p99_ms: quantile(&deltas, 0.99) * 1000.0,
+        size_mib,
+    }
+}
+
+/// The q-quantile of a cumulative histogram (upper bound in microseconds → count), by linear
+/// interpolation inside the bucket it falls in; the last finite bound if it falls in +Inf.
+fn quantile(buckets: &BTreeMap<u64, f64>, q: f64) -> f64 {
+    let Some(total) = buckets.values().copied().reduce(f64::max) else {
+        return f64::NAN;
+    };
+    if total <= 0.0 {
+        return f64::NAN;
+    }
+    let rank = q * total;
+    let (mut lower, mut below) = (0.0, 0.0);
+    for (le, count) in buckets {
+        let upper = *le as f64 / 1e6;
+        if *count >= rank {
+            if *le == u64::MAX {
+                return lower;
+            }
+            let share = if *count > below {
+                (rank - below) / (count - below)
+            } else {
+                0.0
+            };
+            return lower + (upper - lower) * share;
+        }
+        (lower, below) = (upper, *count);
+    }
+    lower
+}
+
+/// Reads tasks finished and the trigger-lag buckets from the scheduler's /metrics.
+async fn scrape(url: &str) -> Result<Scrape> {
+    let body = reqwest::get(url)
+        .await
+        .context("scraping the scheduler")?
+        .error_for_status()?
+        .text()
+        .await?;
+    let mut out = Scrape::default();
+    for line in body.lines() {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let Ok(value) = value.parse::<f64>() else {
+            continue;
+        };
+        if series.starts_with("herald_tasks_finished_total") {
+            out.finished += value;
+        } else if let Some(labels) = series.strip_prefix("herald_trigger_lag_seconds_bucket{") {
+            let le = labels
+                .split(',')
+                .find_map(|l| l.trim_end_matches('}').strip_prefix("le=\""))
+                .map(|v| v.trim_end_matches('"'));
+            let bound = match le {
+                Some("+Inf") => u64::MAX,
+                Some(v) => (v.parse::<f64>().unwrap_or(f64::INFINITY) * 1e6) as u64,
+                None => continue,
+            };
+            *out.lag_buckets.entry(bound).or_default() += value;
+        }
+    }
+    Ok(out)
+}
+
+/// `herald.tasks` and `herald.attempts` with their indexes and TOAST, in MiB.
+async fn size_mib(client: &tokio_postgres::Client) -> Result<f64> {
+    let bytes: i64 = client
+        .query_one(
+            "SELECT pg_total_relation_size('herald.tasks')
+                    + pg_total_relation_size('herald.attempts')",
+            &[],
+        )
+        .await?
+        .get(0);
+    Ok(bytes as f64 / (1024.0 * 1024.0))
+}
+
+fn add_rows(report: &mut Report, rate: f64, offered: f64, b: &Phase, d: &Phase, a: &Phase) {
+    const S: &str = "S6 soak";
+    report.add(S, "creates/s (asked)", rate, "", None);
+    report.add(S, "creates/s (made)", offered, "", None);
+    for (name, p) in [("before", b), ("held", d), ("after", a)] {
+        report.add(
+            S,
+            &format!("throughput {name} (tasks/s)"),
+            p.throughput,
+            "",
+            None,
+        );
+    }
+    let kept = d.throughput / b.throughput;
+    report.add(
+        S,
+        "throughput held / before",
+        kept,
+        ">= 0.7",
+        Some(kept >= 0.7),
+    );
+    for (name, p) in [("before", b), ("held", d), ("after", a)] {
+        report.add(
+            S,
+            &format!("grant lateness p99 {name} (ms)"),
+            p.lateness_p99_ms,
+            "<= 20 ms",
+            Some(p.lateness_p99_ms <= 20.0),
+        );
+    }
+    for (name, p) in [("before", b), ("held", d), ("after", a)] {
+        report.add(
+            S,
+            &format!("tasks+attempts size {name} (MiB)"),
+            p.size_mib,
+            "",
+            None,
+        );
+    }
+    let grown = a.size_mib / b.size_mib;
+    report.add(
+        S,
+        "size after / before",
+        grown,
+        "<= 1.5",
+        Some(grown <= 1.5),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_interpolate_inside_the_bucket() {
+        // 100 observations: 50 under 5 ms, 40 more under 10 ms, 10 more under 25 ms.
+        let buckets: BTreeMap<u64, f64> = [
+            (5_000, 50.0),
+            (10_000, 90.0),
+            (25_000, 100.0),
+            (u64::MAX, 100.0),
+        ]
+        .into();
+        assert!((quantile(&buckets, 0.5) - 0.005).abs() < 1e-9);
+        // The 99th falls 9/10 of the way through the 10-25 ms bucket.
+        assert!((quantile(&buckets, 0.99) - 0.0235).abs() < 1e-9);
+        assert!(quantile(&BTreeMap::new(), 0.99).is_nan());
+    }
+}
