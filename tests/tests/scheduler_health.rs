@@ -25,6 +25,36 @@ async fn scheduler_reports_serving() -> Result<()> {
     Ok(())
 }
 
+#[tokio::test]
+async fn the_churning_tables_get_their_own_vacuum_settings() -> Result<()> {
+    let db = TestDb::new().await?;
+    let _scheduler = SchedulerProcess::spawn(&db).await?;
+    let conn = db.connect().await?;
+    let options = |table: &'static str| {
+        let conn = &conn;
+        async move {
+            let row = conn
+                .query_one(
+                    "SELECT coalesce(array_to_string(reloptions, ','), '') AS o FROM pg_class
+                     WHERE oid = ('herald.' || $1)::regclass",
+                    &[&table],
+                )
+                .await?;
+            anyhow::Ok(row.get::<_, String>("o"))
+        }
+    };
+    // Half-empty account pages keep the constant updates of a few rows HOT.
+    assert!(options("accounts").await?.contains("fillfactor=50"));
+    for table in ["tasks", "attempts", "recipient_sends"] {
+        let o = options(table).await?;
+        assert!(
+            o.contains("autovacuum_vacuum_scale_factor=0.0") && o.contains("cost_delay=0"),
+            "{table}: {o}"
+        );
+    }
+    Ok(())
+}
+
 /// Every name health answers for: the server and each herald service it serves.
 const SERVED: [&str; 8] = [
     "",
