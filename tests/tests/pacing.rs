@@ -200,27 +200,35 @@ async fn a_warm_up_ramp_raises_the_daily_cap_day_by_day_over_ten_days() -> Resul
     Ok(())
 }
 
-#[tokio::test]
-async fn gaps_are_never_below_the_minimum_and_visibly_irregular() -> Result<()> {
-    const SENDS: usize = 30;
+/// A pool `p` of one account `id` with gaps of `min_ms`-`max_ms`, `sends` tasks due in it, and a
+/// scripted executor with credit for all of them.
+async fn gapped_pool(
+    id: &str,
+    min_ms: i64,
+    max_ms: i64,
+    sends: usize,
+) -> Result<(
+    TestDb,
+    tokio_postgres::Client,
+    SchedulerProcess,
+    ScriptedExecutor,
+)> {
     let db = TestDb::new().await?;
     let conn = db.connect().await?;
     let scheduler = SchedulerProcess::spawn(&db).await?;
     let url = scheduler.grpc_url();
     let mut accounts = accounts_client(&url).await?;
+    let ms = |ms: i64| prost_types::Duration {
+        seconds: ms / 1000,
+        nanos: (ms % 1000) as i32 * 1_000_000,
+    };
     let gaps = SendGaps {
-        min: Some(prost_types::Duration {
-            seconds: 3,
-            nanos: 0,
-        }),
-        max: Some(prost_types::Duration {
-            seconds: 12,
-            nanos: 0,
-        }),
+        min: Some(ms(min_ms)),
+        max: Some(ms(max_ms)),
     };
     create_account(
         &mut accounts,
-        "human",
+        id,
         "p",
         AccountLimits {
             gaps: Some(gaps),
@@ -229,11 +237,18 @@ async fn gaps_are_never_below_the_minimum_and_visibly_irregular() -> Result<()> 
     )
     .await?;
     let mut tasks = connect_tasks(&url).await?;
-    let specs = (0..SENDS)
+    let specs = (0..sends)
         .map(|i| pooled("p", &format!("+1555{i:04}")))
         .collect();
     create_many(&mut tasks, specs).await?;
-    let mut exec = ScriptedExecutor::connect(&url, "gaps", &[], SENDS as u32).await?;
+    let exec = ScriptedExecutor::connect(&url, id, &[], sends as u32).await?;
+    Ok((db, conn, scheduler, exec))
+}
+
+#[tokio::test]
+async fn gaps_are_never_below_the_minimum_and_visibly_irregular() -> Result<()> {
+    const SENDS: usize = 30;
+    let (_db, conn, _scheduler, mut exec) = gapped_pool("human", 3_000, 12_000, SENDS).await?;
 
     let mut drawn_ms = Vec::new();
     for i in 0..SENDS {
@@ -296,34 +311,7 @@ async fn gaps_are_never_below_the_minimum_and_visibly_irregular() -> Result<()> 
 #[tokio::test]
 async fn fast_gaps_grant_several_paced_sends_per_claim_each_held_until_its_instant() -> Result<()> {
     const SENDS: usize = 24;
-    let db = TestDb::new().await?;
-    let conn = db.connect().await?;
-    let scheduler = SchedulerProcess::spawn(&db).await?;
-    let url = scheduler.grpc_url();
-    let mut accounts = accounts_client(&url).await?;
-    let ms = |ms: i32| prost_types::Duration {
-        seconds: 0,
-        nanos: ms * 1_000_000,
-    };
-    create_account(
-        &mut accounts,
-        "quick",
-        "p",
-        AccountLimits {
-            gaps: Some(SendGaps {
-                min: Some(ms(100)),
-                max: Some(ms(250)),
-            }),
-            ..limits(1000.0)
-        },
-    )
-    .await?;
-    let mut tasks = connect_tasks(&url).await?;
-    let specs = (0..SENDS)
-        .map(|i| pooled("p", &format!("+1555{i:04}")))
-        .collect();
-    create_many(&mut tasks, specs).await?;
-    let mut exec = ScriptedExecutor::connect(&url, "paced", &[], SENDS as u32).await?;
+    let (_db, conn, _scheduler, mut exec) = gapped_pool("quick", 100, 250, SENDS).await?;
 
     // Batch by batch: a claim grants the sends whose drawn instants fit the one-second horizon.
     let mut batches: Vec<Vec<Lease>> = Vec::new();
