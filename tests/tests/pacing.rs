@@ -245,6 +245,26 @@ async fn gapped_pool(
     Ok((db, conn, scheduler, exec))
 }
 
+/// The gaps between consecutive grant instants of every leased task, in ms, after checking
+/// that each of the `sends` tasks got an instant of its own.
+async fn grant_gaps_ms(conn: &tokio_postgres::Client, sends: usize) -> Result<Vec<i64>> {
+    let mut times: Vec<DateTime<Utc>> = conn
+        .query(
+            "SELECT leased_at FROM herald.tasks WHERE lease_count > 0 ORDER BY leased_at",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| r.get("leased_at"))
+        .collect();
+    times.dedup();
+    ensure!(times.len() == sends, "one instant per send: {times:?}");
+    Ok(times
+        .windows(2)
+        .map(|w| (w[1] - w[0]).num_milliseconds())
+        .collect())
+}
+
 #[tokio::test]
 async fn gaps_are_never_below_the_minimum_and_visibly_irregular() -> Result<()> {
     const SENDS: usize = 30;
@@ -269,21 +289,7 @@ async fn gaps_are_never_below_the_minimum_and_visibly_irregular() -> Result<()> 
             set_clock_to(&conn, next).await?;
         }
     }
-    let mut times: Vec<DateTime<Utc>> = conn
-        .query(
-            "SELECT leased_at FROM herald.tasks WHERE lease_count > 0 ORDER BY leased_at",
-            &[],
-        )
-        .await?
-        .iter()
-        .map(|r| r.get("leased_at"))
-        .collect();
-    times.dedup();
-    assert_eq!(times.len(), SENDS, "one send per grant");
-    let actual: Vec<i64> = times
-        .windows(2)
-        .map(|w| (w[1] - w[0]).num_milliseconds())
-        .collect();
+    let actual = grant_gaps_ms(&conn, SENDS).await?;
     assert!(
         actual.iter().all(|&g| g >= 3_000),
         "a gap below the 3 s minimum: {actual:?}"
@@ -362,21 +368,7 @@ async fn fast_gaps_grant_several_paced_sends_per_claim_each_held_until_its_insta
         }
     }
     // Across claims too, no two grants closer than the minimum.
-    let mut times: Vec<DateTime<Utc>> = conn
-        .query(
-            "SELECT leased_at FROM herald.tasks WHERE lease_count > 0 ORDER BY leased_at",
-            &[],
-        )
-        .await?
-        .iter()
-        .map(|r| r.get("leased_at"))
-        .collect();
-    times.dedup();
-    ensure!(times.len() == SENDS, "one instant per send: {times:?}");
-    let gaps: Vec<i64> = times
-        .windows(2)
-        .map(|w| (w[1] - w[0]).num_milliseconds())
-        .collect();
+    let gaps = grant_gaps_ms(&conn, SENDS).await?;
     ensure!(
         gaps.iter().all(|&g| g >= 100),
         "a gap below 100 ms: {gaps:?}"
