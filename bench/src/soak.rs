@@ -73,7 +73,8 @@ pub(crate) async fn soak(opts: &Options, s1_rate: Option<f64>, report: &mut Repo
         .context("starting the scheduler")?;
     let executor = ExecutorProcess::builder(&[scheduler.grpc_url()])
         .config_toml("[default]\nsender = \"noop\"\nfail_first_attempts = 0.2\n")
-        .env("RUST_LOG", "warn")
+        // Errors only: every planned failure logs a warning, a thousand lines a second.
+        .env("RUST_LOG", "error")
         .env("HERALD_MAX_IN_FLIGHT", opts.max_in_flight.to_string())
         .spawn()
         .await
