@@ -258,7 +258,7 @@ async fn leases_go_to_the_account_named_by_credentials_ref() {
     let ok = session.report(lease("t-ok", "wa")).await;
     assert_eq!(ok.outcome(), pb::OutcomeClass::Ok, "{ok:?}");
     assert!(ok.provider_message_id.starts_with("wamid."), "{ok:?}");
-    assert_eq!(wa.requests()[0].body["biz_opaque_callback_data"], "t-ok");
+    assert_eq!(wa.requests()[0].body["biz_opaque_callback_data"], "t-ok/1");
 
     wa.respond_next(Scripted::Code(131056));
     let pair = session.report(lease("t-pair", "wa")).await;

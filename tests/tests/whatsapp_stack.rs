@@ -120,7 +120,7 @@ async fn a_locked_number_goes_offline_and_its_message_goes_out_through_the_other
     assert_eq!(sent[0].authorization.as_deref(), Some("Bearer token-two"));
     assert_eq!(sent[0].body["to"], "16505551234");
     assert_eq!(sent[0].body["text"]["body"], "Your order has shipped");
-    assert_eq!(sent[0].body["biz_opaque_callback_data"], id.as_str());
+    assert_eq!(sent[0].body["biz_opaque_callback_data"], format!("{id}/1"));
 
     let wa1 = accounts
         .get_account(GetAccountRequest { id: "wa-1".into() })

@@ -3,6 +3,7 @@
 //! here, outside any one stream, so they survive a reconnect or a Drain.
 
 mod backoff;
+pub(crate) mod events;
 mod inflight;
 mod worker;
 
