@@ -9,10 +9,10 @@ use anyhow::{ensure, Context, Result};
 use herald_proto::v1::account_service_client::AccountServiceClient;
 use herald_proto::v1::task_service_client::TaskServiceClient;
 use herald_proto::v1::{
-    Account, AccountLimits, AccountState, CreateAccountRequest, CreateTaskRequest, Delivery,
-    DeliveryState, GetTaskRequest, MessagingTier, Task, TaskSpec, TaskState,
+    AccountState, CreateAccountRequest, CreateTaskRequest, Delivery, DeliveryState, GetTaskRequest,
+    MessagingTier, Task, TaskSpec, TaskState,
 };
-use herald_tests::accounts::{accounts_client, get_account};
+use herald_tests::accounts::{accounts_client, get_account, whatsapp_account};
 use herald_tests::fakes::whatsapp::{
     hub_signature, status_value, webhook_body, Callback, CallbackPlan, FakeWhatsApp,
 };
@@ -54,16 +54,7 @@ impl Stack {
         let mut accounts = accounts_client(&scheduler.grpc_url()).await?;
         accounts
             .create_account(CreateAccountRequest {
-                account: Some(Account {
-                    id: "wa-1".into(),
-                    sender_kind: "whatsapp_cloud".into(),
-                    pool: "wa".into(),
-                    limits: Some(AccountLimits {
-                        rate_per_second: 100.0,
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                }),
+                account: Some(whatsapp_account("wa-1", "wa", 100.0)),
             })
             .await?;
         let fake = FakeWhatsApp::start(PHONE_ID, "token").await?;
@@ -147,6 +138,12 @@ async fn executor(scheduler_url: &str, fake: &FakeWhatsApp) -> Result<ExecutorPr
         .await
 }
 
+/// The `messages` value of one status of `task`'s message `wamid`, as Meta would post it.
+fn status_of(task: &Task, wamid: &str, status: Callback) -> serde_json::Value {
+    let data = format!("{}/1", task.id);
+    status_value(PHONE_ID, wamid, status, &task.recipient, Some(&data))
+}
+
 fn webhook_url(executor: &ExecutorProcess) -> Result<String> {
     Ok(format!(
         "{}/whatsapp/webhook",
@@ -207,17 +204,7 @@ async fn a_bad_or_missing_signature_is_401_and_records_nothing() -> Result<()> {
         .wait_task(&task.id, |t| state(t) == DeliveryState::Accepted)
         .await?;
     let wamid = stack.wamid(&task)?;
-    let body = webhook_body(
-        WABA,
-        "messages",
-        status_value(
-            PHONE_ID,
-            &wamid,
-            Callback::Read,
-            "16505550001",
-            Some(&format!("{}/1", task.id)),
-        ),
-    );
+    let body = webhook_body(WABA, "messages", status_of(&task, &wamid, Callback::Read));
     let bytes = serde_json::to_vec(&body)?;
     let url = webhook_url(&stack.executor)?;
     let http = reqwest::Client::new();
@@ -409,7 +396,7 @@ async fn a_late_failure_ends_the_task_failed_with_the_code() -> Result<()> {
         .wait_task(&task.id, |t| t.state() == TaskState::Failed)
         .await?;
     assert!(task.last_error.contains("131047"), "{}", task.last_error);
-    let delivery = task.delivery.context("delivery")?;
+    let delivery = task.delivery.clone().context("delivery")?;
     assert_eq!(delivery.state(), DeliveryState::FailedAfterAcceptance);
     assert_eq!(delivery.error_code, 131047);
     assert!(
@@ -419,17 +406,8 @@ async fn a_late_failure_ends_the_task_failed_with_the_code() -> Result<()> {
     );
     assert!(delivery.failed_at.is_some() && delivery.accepted_at.is_some());
     // A late delivered (out of order) cannot revive it.
-    let body = webhook_body(
-        WABA,
-        "messages",
-        status_value(
-            PHONE_ID,
-            &delivery.provider_message_id,
-            Callback::Delivered,
-            "16505550007",
-            Some(&format!("{}/1", task.id)),
-        ),
-    );
+    let late = status_of(&task, &delivery.provider_message_id, Callback::Delivered);
+    let body = webhook_body(WABA, "messages", late);
     assert_eq!(stack.fake.post_webhook(&body).await?, 200);
     let task = stack.task(&task.id).await?;
     assert_eq!(task.state(), TaskState::Failed);
@@ -450,20 +428,8 @@ async fn a_batch_posted_while_the_scheduler_is_down_is_applied_after_it_returns(
     stack.scheduler.wait().await?;
 
     // Meta's batch: a delivered and a read, in one webhook.
-    let mut value = status_value(
-        PHONE_ID,
-        &wamid,
-        Callback::Delivered,
-        "16505550008",
-        Some(&format!("{}/1", task.id)),
-    );
-    let read = status_value(
-        PHONE_ID,
-        &wamid,
-        Callback::Read,
-        "16505550008",
-        Some(&format!("{}/1", task.id)),
-    );
+    let mut value = status_of(&task, &wamid, Callback::Delivered);
+    let read = status_of(&task, &wamid, Callback::Read);
     let statuses = value["statuses"].as_array_mut().context("statuses")?;
     statuses.push(read["statuses"][0].clone());
     let body = webhook_body(WABA, "messages", value);

@@ -16,8 +16,10 @@
 //!   ACCOUNT_RECONNECTED (or a DISABLED_UPDATE whose ban state is REINSTATE) resumes them.
 
 use herald_proto::v1 as pb;
+use pb::provider_event::Kind;
 use serde_json::Value;
 
+use crate::client::truncate as cut;
 use crate::senders::whatsapp::{parse_callback_data, WhatsAppNumber};
 
 /// One configured WhatsApp number and the credentials_ref (account table) it belongs to.
@@ -117,18 +119,6 @@ fn text(v: &Value) -> Option<String> {
     (!s.is_empty()).then_some(s)
 }
 
-/// `s` cut to at most `max` bytes on a character boundary.
-fn cut(mut s: String, max: usize) -> String {
-    if s.len() > max {
-        let mut end = max;
-        while !s.is_char_boundary(end) {
-            end -= 1;
-        }
-        s.truncate(end);
-    }
-    s
-}
-
 /// A Unix-seconds timestamp (Meta sends strings).
 fn timestamp(v: &Value) -> Option<prost_types::Timestamp> {
     let seconds: i64 = text(v)?.parse().ok()?;
@@ -154,16 +144,20 @@ fn of_waba<'a>(numbers: &'a [ConfiguredNumber], waba: Option<&str>) -> Vec<&'a s
         .collect()
 }
 
+impl Events {
+    fn push(&mut self, kind: Kind, field: &'static str, label: &'static str) {
+        self.events.push(Parsed {
+            event: pb::ProviderEvent { kind: Some(kind) },
+            field,
+            kind: label,
+        });
+    }
+}
+
 fn messages(value: &Value, numbers: &[ConfiguredNumber], out: &mut Events) {
     for status in array(&value["statuses"]) {
         match delivery(status) {
-            Some((event, kind)) => out.events.push(Parsed {
-                event: pb::ProviderEvent {
-                    kind: Some(pb::provider_event::Kind::Delivery(event)),
-                },
-                field: "messages",
-                kind,
-            }),
+            Some((event, kind)) => out.push(Kind::Delivery(event), "messages", kind),
             None => out.ignored += 1,
         }
     }
@@ -175,17 +169,15 @@ fn messages(value: &Value, numbers: &[ConfiguredNumber], out: &mut Events) {
         text(&value["metadata"]["phone_number_id"]).and_then(|id| by_phone_number_id(numbers, &id));
     for message in inbound {
         match (account, text(&message["from"])) {
-            (Some(account), Some(sender)) => out.events.push(Parsed {
-                event: pb::ProviderEvent {
-                    kind: Some(pb::provider_event::Kind::Inbound(pb::InboundMessageEvent {
-                        credentials_ref: account.to_owned(),
-                        sender,
-                        received_at: timestamp(&message["timestamp"]),
-                    })),
-                },
-                field: "messages",
-                kind: "inbound",
-            }),
+            (Some(account), Some(sender)) => out.push(
+                Kind::Inbound(pb::InboundMessageEvent {
+                    credentials_ref: account.to_owned(),
+                    sender,
+                    received_at: timestamp(&message["timestamp"]),
+                }),
+                "messages",
+                "inbound",
+            ),
             _ => out.ignored += 1,
         }
     }
@@ -293,19 +285,12 @@ fn standing(
         out.ignored += 1;
     }
     for account in accounts {
-        out.events.push(Parsed {
-            event: pb::ProviderEvent {
-                kind: Some(pb::provider_event::Kind::Standing(
-                    pb::AccountStandingEvent {
-                        credentials_ref: account.to_owned(),
-                        quality: quality.clone(),
-                        tier: tier as i32,
-                    },
-                )),
-            },
-            field,
-            kind: "standing",
-        });
+        let standing = pb::AccountStandingEvent {
+            credentials_ref: account.to_owned(),
+            quality: quality.clone(),
+            tier: tier as i32,
+        };
+        out.push(Kind::Standing(standing), field, "standing");
     }
 }
 
@@ -357,19 +342,13 @@ fn account_update(
         out.ignored += 1;
     }
     for account in accounts {
-        out.events.push(Parsed {
-            event: pb::ProviderEvent {
-                kind: Some(pb::provider_event::Kind::Availability(
-                    pb::AccountAvailabilityEvent {
-                        credentials_ref: account.to_owned(),
-                        available,
-                        reason: reason.clone(),
-                    },
-                )),
-            },
-            field: "account_update",
-            kind: if available { "resumed" } else { "paused" },
-        });
+        let availability = pb::AccountAvailabilityEvent {
+            credentials_ref: account.to_owned(),
+            available,
+            reason: reason.clone(),
+        };
+        let label = if available { "resumed" } else { "paused" };
+        out.push(Kind::Availability(availability), "account_update", label);
     }
 }
 

@@ -25,6 +25,7 @@ use tracing::{debug, info, instrument, warn};
 use crate::routes::BuiltRoutes;
 use crate::senders::{Content, SendError, SendRequest};
 use inflight::{InFlight, LeaseKey};
+pub(crate) use worker::truncate;
 use worker::{Done, Job};
 
 /// Most results in one ReportBatch (and leases in one Extend).

@@ -49,6 +49,17 @@ fn text(v: &mut Violations, path: String, value: &str, max: usize, optional: boo
     value.to_owned()
 }
 
+/// An event's `credentials_ref`, checked.
+fn credentials_ref(v: &mut Violations, path: &str, value: &str) -> String {
+    text(
+        v,
+        format!("{path}.credentials_ref"),
+        value,
+        MAX_REF_BYTES,
+        false,
+    )
+}
+
 fn time(
     v: &mut Violations,
     path: String,
@@ -117,13 +128,7 @@ fn event(e: &pb::ProviderEvent, path: &str, v: &mut Violations) -> Option<Provid
             let tier = (s.tier != pb::MessagingTier::Unspecified as i32)
                 .then(|| tier_limit(s.tier, &format!("{path}.tier"), v));
             ProviderEvent::Standing {
-                credentials_ref: text(
-                    v,
-                    format!("{path}.credentials_ref"),
-                    &s.credentials_ref,
-                    MAX_REF_BYTES,
-                    false,
-                ),
+                credentials_ref: credentials_ref(v, &path, &s.credentials_ref),
                 quality,
                 tier,
             }
@@ -131,13 +136,7 @@ fn event(e: &pb::ProviderEvent, path: &str, v: &mut Violations) -> Option<Provid
         Kind::Availability(a) => {
             let path = format!("{path}.availability");
             ProviderEvent::Availability {
-                credentials_ref: text(
-                    v,
-                    format!("{path}.credentials_ref"),
-                    &a.credentials_ref,
-                    MAX_REF_BYTES,
-                    false,
-                ),
+                credentials_ref: credentials_ref(v, &path, &a.credentials_ref),
                 available: a.available,
                 reason: text(
                     v,
@@ -151,13 +150,7 @@ fn event(e: &pb::ProviderEvent, path: &str, v: &mut Violations) -> Option<Provid
         Kind::Inbound(m) => {
             let path = format!("{path}.inbound");
             ProviderEvent::Inbound {
-                credentials_ref: text(
-                    v,
-                    format!("{path}.credentials_ref"),
-                    &m.credentials_ref,
-                    MAX_REF_BYTES,
-                    false,
-                ),
+                credentials_ref: credentials_ref(v, &path, &m.credentials_ref),
                 sender: text(
                     v,
                     format!("{path}.sender"),
