@@ -71,7 +71,8 @@ impl Stack {
         })
     }
 
-    /// Creates a text task to `recipient` through the pool and waits until it succeeded.
+    /// Creates a text task to `recipient` through the pool and waits until it has ended
+    /// (SUCCEEDED once accepted; a failure webhook may already have made it FAILED).
     async fn send(&mut self, recipient: &str) -> Result<Task> {
         let id = self
             .tasks
@@ -86,7 +87,10 @@ impl Stack {
             .task
             .context("task")?
             .id;
-        wait_for_task_state(&mut self.tasks, &id, TaskState::Succeeded, WAIT).await
+        self.wait_task(&id, |t| {
+            matches!(t.state(), TaskState::Succeeded | TaskState::Failed)
+        })
+        .await
     }
 
     async fn task(&mut self, id: &str) -> Result<Task> {
@@ -412,6 +416,29 @@ async fn a_late_failure_ends_the_task_failed_with_the_code() -> Result<()> {
     let task = stack.task(&task.id).await?;
     assert_eq!(task.state(), TaskState::Failed);
     assert_eq!(state(&task), DeliveryState::FailedAfterAcceptance);
+
+    // A late failure that limits one recipient (131049, the per-user marketing limit) also
+    // leaves that recipient alone on the account, as the send's own answer would.
+    stack.fake.plan_callbacks(
+        "16505550011",
+        CallbackPlan::after(&[Callback::Failed(131049)]),
+    );
+    let limited = stack.send("16505550011").await?;
+    stack
+        .wait_task(&limited.id, |t| t.state() == TaskState::Failed)
+        .await?;
+    let blocked: bool = stack
+        .db
+        .connect()
+        .await?
+        .query_one(
+            "SELECT blocked_until > herald.now() AS blocked FROM herald.recipient_sends \
+             WHERE account_id = 'wa-1' AND recipient = '16505550011'",
+            &[],
+        )
+        .await?
+        .get("blocked");
+    assert!(blocked, "131049 did not back the recipient off");
     Ok(())
 }
 
