@@ -207,6 +207,8 @@ pub async fn run_with_webhook(
         // The HTTP server only ends on its own if it fails.
         result = &mut http => result,
     };
+    // Also when the HTTP server failed on its own: the webhook must not outlive the executor.
+    http_stop.cancel();
     if let Some(server) = webhook_server {
         let _ = server.await;
     }
