@@ -13,9 +13,12 @@
 //!   and the layers every route gets.
 //! - `client`: the lease stream session (Hello/Welcome, leases, reports, credit, extension,
 //!   revoke, drain) and reconnection; in-flight leases outlive any one stream.
+//! - [`callbacks`]: the WhatsApp webhook endpoint (`[whatsapp_webhook]`): status callbacks
+//!   and account events, verified and forwarded to the scheduler (`client/events.rs`).
 //! - `http`: `/healthz` and `/metrics`; [`telemetry`]: logs, OTLP traces and the metrics.
 //! - [`run`]: ties them together; shutdown is a parameter.
 
+pub mod callbacks;
 pub mod config;
 pub mod credentials;
 pub mod routes;
@@ -51,11 +54,45 @@ pub enum ExecutorError {
 }
 
 /// Runs the executor until `shutdown` resolves and in-flight sends are reported (or
-/// `config.shutdown_grace` runs out). `http_listener` serves `/healthz` and `/metrics`.
+/// `config.shutdown_grace` runs out). `http_listener` serves `/healthz` and `/metrics`; the
+/// WhatsApp webhook, when the config file has `[whatsapp_webhook]`, listens on its own address.
 pub async fn run(
     config: Config,
     routes: SenderRoutes,
     http_listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ExecutorError> {
+    run_with_webhook(config, routes, http_listener, None, shutdown).await
+}
+
+/// Binds the `[whatsapp_webhook]` table's address (`routes.whatsapp_webhook()`), if any.
+pub async fn bind_webhook(
+    webhook: Option<&callbacks::WhatsAppWebhook>,
+) -> Result<Option<tokio::net::TcpListener>, ExecutorError> {
+    let Some(webhook) = webhook else {
+        return Ok(None);
+    };
+    let listener = tokio::net::TcpListener::bind(webhook.listen)
+        .await
+        .map_err(|e| {
+            ExecutorError::Http(std::io::Error::new(
+                e.kind(),
+                format!(
+                    "cannot listen on {} for the WhatsApp webhook: {e}",
+                    webhook.listen
+                ),
+            ))
+        })?;
+    Ok(Some(listener))
+}
+
+/// [`run`], with the WhatsApp webhook on `webhook_listener` (bound with [`bind_webhook`], so
+/// the caller knows its address); None binds the configured address here.
+pub async fn run_with_webhook(
+    config: Config,
+    routes: SenderRoutes,
+    http_listener: tokio::net::TcpListener,
+    webhook_listener: Option<tokio::net::TcpListener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ExecutorError> {
     let endpoints = config.endpoints();
@@ -99,6 +136,12 @@ pub async fn run(
         }
     }
 
+    let webhook = routes.whatsapp_webhook().cloned();
+    let webhook_listener = match webhook_listener {
+        Some(l) => Some(l),
+        None => bind_webhook(webhook.as_ref()).await?,
+    };
+    let numbers = routes.whatsapp_numbers().to_vec();
     let routes_any_account = routes.sends_for_any_account();
     let built = routes.build(senders::RouteLimits {
         timeout: config.send_timeout,
@@ -118,6 +161,23 @@ pub async fn run(
     let server = axum::serve(http_listener, http::router(stats.clone()))
         .with_graceful_shutdown(http_stop.clone().cancelled_owned());
     let http = tokio::spawn(async move { server.await });
+    // Meta's webhook on its own listener (it is the one exposed to the internet); it stops
+    // with the HTTP server, after the lease client has reported what is in flight.
+    let webhook_server = match (webhook, webhook_listener) {
+        (Some(settings), Some(listener)) => {
+            let forwarder = client::events::EventForwarder::new(&endpoints, connection.clone());
+            info!(path = %settings.path, addr = ?listener.local_addr().ok(), "whatsapp webhook listening");
+            let app = callbacks::router(settings, numbers, forwarder);
+            let server = axum::serve(listener, app)
+                .with_graceful_shutdown(http_stop.clone().cancelled_owned());
+            Some(tokio::spawn(async move {
+                if let Err(e) = server.await {
+                    tracing::error!(error = %e, "whatsapp webhook server failed");
+                }
+            }))
+        }
+        _ => None,
+    };
 
     info!(
         executor_id = %config.executor_id,
@@ -147,6 +207,11 @@ pub async fn run(
         // The HTTP server only ends on its own if it fails.
         result = &mut http => result,
     };
+    // Also when the HTTP server failed on its own: the webhook must not outlive the executor.
+    http_stop.cancel();
+    if let Some(server) = webhook_server {
+        let _ = server.await;
+    }
     info!("executor stopped");
     match http_result {
         Ok(Ok(())) => Ok(()),

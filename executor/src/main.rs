@@ -1,5 +1,6 @@
 //! The `herald-executor` binary: parses the command line, loads the sender routes, binds the
-//! HTTP listener, prints `READY http=<addr>` and runs until SIGTERM/SIGINT (a second signal
+//! HTTP listener (and the WhatsApp webhook's, when configured), prints
+//! `READY http=<addr> [whatsapp_webhook=<addr>]` and runs until SIGTERM/SIGINT (a second signal
 //! exits at once).
 
 use std::io::Write as _;
@@ -25,11 +26,19 @@ async fn main() -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", config.http_addr))?;
     let addr = listener.local_addr().context("listener has no address")?;
+    let webhook = herald_executor::bind_webhook(routes.whatsapp_webhook()).await?;
     {
         let mut out = std::io::stdout().lock();
-        writeln!(out, "READY http={addr}").context("cannot write to stdout")?;
+        match &webhook {
+            Some(w) => {
+                let webhook_addr = w.local_addr().context("webhook listener has no address")?;
+                writeln!(out, "READY http={addr} whatsapp_webhook={webhook_addr}")
+            }
+            None => writeln!(out, "READY http={addr}"),
+        }
+        .context("cannot write to stdout")?;
         out.flush().context("cannot flush stdout")?;
     }
-    herald_executor::run(config, routes, listener, shutdown).await?;
+    herald_executor::run_with_webhook(config, routes, listener, webhook, shutdown).await?;
     Ok(())
 }

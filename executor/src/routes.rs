@@ -22,6 +22,11 @@
 //!
 //! [accounts."*"]                     # optional: every account without its own table
 //! sender = "log"
+//!
+//! [whatsapp_webhook]                 # optional: Meta's status callbacks (crate::callbacks)
+//! listen = "0.0.0.0:7073"
+//! verify_token = { env = "WA_VERIFY_TOKEN" }
+//! app_secret = { env = "WA_APP_SECRET" }
 //! ```
 //!
 //! Every table has the same shape: `sender` names a kind (`herald_proto::SenderKind`), the
@@ -36,9 +41,12 @@ use std::time::Duration;
 
 use herald_proto::SenderKind;
 
+use crate::callbacks::whatsapp::ConfiguredNumber;
+use crate::callbacks::WhatsAppWebhook;
 pub use crate::senders::config::ConfigError;
-use crate::senders::config::{BuildContext, Source};
+use crate::senders::config::{inline_table, BuildContext, Source};
 use crate::senders::log::LogSender;
+use crate::senders::whatsapp::WhatsAppNumber;
 use crate::senders::{layered, BoxSender, RouteLimits, Sender, SenderConfig};
 
 /// The name of the catch-all account table, `[accounts."*"]`: it sends for every
@@ -77,6 +85,10 @@ pub struct SenderRoutes {
     accounts: BTreeMap<String, Route>,
     /// `[accounts."*"]`: the sender of every account without its own table.
     any_account: Option<Route>,
+    /// `[whatsapp_webhook]`: where Meta's webhooks are received.
+    whatsapp_webhook: Option<WhatsAppWebhook>,
+    /// The `whatsapp_cloud` account tables' numbers, for the webhook to map events to accounts.
+    whatsapp_numbers: Vec<ConfiguredNumber>,
 }
 
 impl std::fmt::Debug for SenderRoutes {
@@ -86,6 +98,7 @@ impl std::fmt::Debug for SenderRoutes {
             .field("default", &self.default.is_some())
             .field("accounts", &self.accounts.keys().collect::<Vec<_>>())
             .field("any_account", &self.any_account.is_some())
+            .field("whatsapp_webhook", &self.whatsapp_webhook.is_some())
             .finish()
     }
 }
@@ -161,6 +174,16 @@ impl SenderRoutes {
         !self.accounts.is_empty() || self.any_account.is_some()
     }
 
+    /// The `[whatsapp_webhook]` table, when the file has one.
+    pub fn whatsapp_webhook(&self) -> Option<&WhatsAppWebhook> {
+        self.whatsapp_webhook.as_ref()
+    }
+
+    /// The WhatsApp numbers of the account tables (not the catch-all's, which has no name).
+    pub fn whatsapp_numbers(&self) -> &[ConfiguredNumber] {
+        &self.whatsapp_numbers
+    }
+
     /// The queues with their own route.
     pub fn queues(&self) -> Vec<String> {
         self.routes.keys().cloned().collect()
@@ -203,7 +226,14 @@ impl SenderRoutes {
         for (key, item) in root.iter() {
             let span = item_span(root, key, item);
             match key {
-                "default" => routes.default = Some(route(&mut cx, "[default]".into(), span, item)?),
+                "default" => {
+                    routes.default = Some(route(&mut cx, "[default]".into(), span, item)?.0)
+                }
+                "whatsapp_webhook" => {
+                    cx.enter("[whatsapp_webhook]".into(), span);
+                    let table = inline_table(&cx, item)?;
+                    routes.whatsapp_webhook = Some(WhatsAppWebhook::parse(&cx, table)?);
+                }
                 "queues" | "accounts" => {
                     let tables = item.as_table_like().ok_or_else(|| {
                         source.invalid(span.clone(), format!("`{key}` must hold tables"))
@@ -214,7 +244,7 @@ impl SenderRoutes {
                             return Err(source.invalid(span, format!("{key} name must not be empty")));
                         }
                         if key == "queues" {
-                            let route = route(&mut cx, format!("queue {name}"), span, table)?;
+                            let (route, _) = route(&mut cx, format!("queue {name}"), span, table)?;
                             routes = routes.with_route(name, route);
                         } else {
                             let what = if name == ANY_ACCOUNT {
@@ -222,7 +252,13 @@ impl SenderRoutes {
                             } else {
                                 format!("account {name}")
                             };
-                            let route = route(&mut cx, what, span, table)?;
+                            let (route, number) = route(&mut cx, what, span, table)?;
+                            if let Some(number) = number.filter(|_| name != ANY_ACCOUNT) {
+                                routes.whatsapp_numbers.push(ConfiguredNumber {
+                                    credentials_ref: name.to_owned(),
+                                    number,
+                                });
+                            }
                             routes = routes.with_account(name, route);
                         }
                     }
@@ -231,7 +267,7 @@ impl SenderRoutes {
                     return Err(source.invalid(
                         span,
                         format!(
-                            "unknown key `{other}`: the file holds `[default]`, `[queues.NAME]` and `[accounts.NAME]` tables"
+                            "unknown key `{other}`: the file holds `[default]`, `[queues.NAME]`, `[accounts.NAME]` and `[whatsapp_webhook]` tables"
                         ),
                     ))
                 }
@@ -300,19 +336,16 @@ fn item_span(table: &dyn toml_edit::TableLike, key: &str, item: &toml_edit::Item
 }
 
 /// Builds one table's route: `sender` picks the kind from the registry, `timeout` and
-/// `concurrency` are read here, and the rest goes to the kind's settings.
+/// `concurrency` are read here, and the rest goes to the kind's settings. A `whatsapp_cloud`
+/// table also gives its number's identity in webhooks.
 fn route(
     cx: &mut BuildContext<'_>,
     what: String,
     span: Range<usize>,
     item: &toml_edit::Item,
-) -> Result<Route, ConfigError> {
+) -> Result<(Route, Option<WhatsAppNumber>), ConfigError> {
     cx.enter(what, span);
-    let mut settings = match item {
-        toml_edit::Item::Table(t) => t.clone().into_inline_table(),
-        toml_edit::Item::Value(toml_edit::Value::InlineTable(t)) => t.clone(),
-        _ => return Err(cx.invalid_table("must be a table")),
-    };
+    let mut settings = inline_table(cx, item)?;
     let kind = match settings.remove("sender") {
         None => {
             return Err(cx.invalid_table(format!(
@@ -363,12 +396,17 @@ fn route(
             )
         }
     };
-    let sender = SenderConfig::parse(cx, kind, settings)?.build(cx)?;
-    Ok(Route {
-        sender,
-        timeout,
-        concurrency,
-    })
+    let config = SenderConfig::parse(cx, kind, settings)?;
+    let number = config.whatsapp_number();
+    let sender = config.build(cx)?;
+    Ok((
+        Route {
+            sender,
+            timeout,
+            concurrency,
+        },
+        number,
+    ))
 }
 
 #[cfg(test)]
@@ -681,6 +719,50 @@ secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
         .unwrap();
         assert_eq!(routes.queues(), ["silent", "wa"]);
         assert_eq!(routes.routes["silent"].concurrency, Some(8));
+    }
+
+    #[test]
+    fn whatsapp_webhook_table_and_the_numbers_it_maps() {
+        let src = "[accounts.wa]\nsender = \"whatsapp_cloud\"\nphone_number_id = \"1065\"\n\
+                   access_token = \"t\"\nwaba_id = \"W1\"\ndisplay_phone_number = \"+1 555 0100\"\n\n\
+                   [whatsapp_webhook]\nlisten = \"127.0.0.1:0\"\nverify_token = \"v\"\n\
+                   app_secret = { env = \"APP_SECRET\" }\n";
+        let routes = parse(src, &[("APP_SECRET", "s3cret-app")]).unwrap();
+        let webhook = routes.whatsapp_webhook().unwrap();
+        assert_eq!(webhook.path, crate::callbacks::DEFAULT_PATH);
+        assert_eq!(webhook.app_secret.expose(), "s3cret-app");
+        assert!(!format!("{routes:?} {webhook:?}").contains("s3cret"));
+        let numbers = routes.whatsapp_numbers();
+        assert_eq!(numbers.len(), 1);
+        assert_eq!(numbers[0].credentials_ref, "wa");
+        assert_eq!(numbers[0].number.phone_number_id, "1065");
+        assert_eq!(numbers[0].number.waba_id.as_deref(), Some("W1"));
+        assert_eq!(
+            numbers[0].number.display_phone_number.as_deref(),
+            Some("15550100")
+        );
+
+        let (line, message) = error_of(
+            "[whatsapp_webhook]\nlisten = \"nowhere\"\nverify_token = \"v\"\napp_secret = \"s\"\n",
+        );
+        assert_eq!(line, 2);
+        assert!(message.contains("`listen` must be an address"), "{message}");
+        let (_, message) =
+            error_of("[whatsapp_webhook]\nlisten = \"127.0.0.1:0\"\nverify_token = \"v\"\n");
+        assert!(
+            message.contains("[whatsapp_webhook]: whatsapp_webhook: missing field `app_secret`"),
+            "{message}"
+        );
+        let (line, message) = error_of(
+            "[whatsapp_webhook]\nlisten = \"127.0.0.1:0\"\nverify_token = \"v\"\napp_secret = { env = \"NOPE\" }\n",
+        );
+        assert_eq!(line, 4);
+        assert!(message.contains("NOPE"), "{message}");
+        let (line, message) = error_of(
+            "[whatsapp_webhook]\nlisten = \"127.0.0.1:0\"\npath = \"hook\"\nverify_token = \"v\"\napp_secret = \"s\"\n",
+        );
+        assert_eq!(line, 3);
+        assert!(message.contains("`path` must start with /"), "{message}");
     }
 
     #[test]

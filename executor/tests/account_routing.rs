@@ -115,6 +115,15 @@ impl LeaseService for Fake {
             .map_err(|_| Status::unavailable("test over"))?;
         Ok(Response::new(UnboundedReceiverStream::new(rx)))
     }
+
+    async fn record_provider_events(
+        &self,
+        _request: Request<pb::RecordProviderEventsRequest>,
+    ) -> Result<Response<pb::RecordProviderEventsResponse>, Status> {
+        Err(Status::unimplemented(
+            "provider events are not part of this fake",
+        ))
+    }
 }
 
 async fn next(inbound: &mut Streaming<pb::ExecutorMessage>) -> Out {
@@ -249,7 +258,7 @@ async fn leases_go_to_the_account_named_by_credentials_ref() {
     let ok = session.report(lease("t-ok", "wa")).await;
     assert_eq!(ok.outcome(), pb::OutcomeClass::Ok, "{ok:?}");
     assert!(ok.provider_message_id.starts_with("wamid."), "{ok:?}");
-    assert_eq!(wa.requests()[0].body["biz_opaque_callback_data"], "t-ok");
+    assert_eq!(wa.requests()[0].body["biz_opaque_callback_data"], "t-ok/1");
 
     wa.respond_next(Scripted::Code(131056));
     let pair = session.report(lease("t-pair", "wa")).await;

@@ -88,6 +88,15 @@ impl LeaseService for Fake {
             .map_err(|_| Status::unavailable("test over"))?;
         Ok(Response::new(UnboundedReceiverStream::new(rx)))
     }
+
+    async fn record_provider_events(
+        &self,
+        _request: Request<pb::RecordProviderEventsRequest>,
+    ) -> Result<Response<pb::RecordProviderEventsResponse>, Status> {
+        Err(Status::unimplemented(
+            "provider events are not part of this fake",
+        ))
+    }
 }
 
 async fn fake_scheduler() -> (String, mpsc::UnboundedReceiver<Session>) {

@@ -45,7 +45,7 @@ async fn text_message_shape_and_wamid() {
     assert_eq!(r.body["type"], "text");
     assert_eq!(r.body["to"], "+16505551234");
     assert_eq!(r.body["text"]["body"], "Hello");
-    assert_eq!(r.body["biz_opaque_callback_data"], "task-42");
+    assert_eq!(r.body["biz_opaque_callback_data"], "task-42/1");
     assert_eq!(
         receipt.provider_message_id.as_deref(),
         Some("wamid.fake00000001")

@@ -7,7 +7,8 @@
 //!   stream's framing) and [`http`] (probes, `/metrics`, the dashboard), both behind [`auth`].
 //! - Domains: [`tasks`] (create, cancel, retry: every task is made here), [`lease`] (the lease
 //!   engine: sessions, dispatch, claims, reports, sweeps, slot reconciliation), [`accounts`]
-//!   (limits, routing, feedback), [`schedule`], [`campaigns`], [`templates`], [`stats`]; shared
+//!   (limits, routing, feedback), [`callbacks`] (what providers report after a send:
+//!   delivery states, account events), [`schedule`], [`campaigns`], [`templates`], [`stats`]; shared
 //!   field [`rules`] and the service [`error`].
 //! - [`store`]: PostgreSQL, one repository per aggregate with its SQL in named `.sql` files,
 //!   and the migrations.
@@ -17,6 +18,7 @@
 pub mod accounts;
 pub mod api;
 pub mod auth;
+pub mod callbacks;
 pub mod campaigns;
 pub mod clock;
 pub mod config;

@@ -3,7 +3,7 @@
 use anyhow::Result;
 use herald_proto::v1::account_service_client::AccountServiceClient;
 use herald_proto::v1::task_service_client::TaskServiceClient;
-use herald_proto::v1::{Account, CreateTasksRequest, GetAccountRequest, TaskSpec};
+use herald_proto::v1::{Account, AccountLimits, CreateTasksRequest, GetAccountRequest, TaskSpec};
 use tonic::transport::Channel;
 
 use crate::task_spec;
@@ -44,4 +44,18 @@ pub async fn create_many(
             .await?;
     }
     Ok(())
+}
+
+/// A WhatsApp Cloud account `id` in `pool`, sending at `rate` per second.
+pub fn whatsapp_account(id: &str, pool: &str, rate: f64) -> Account {
+    Account {
+        id: id.into(),
+        sender_kind: "whatsapp_cloud".into(),
+        pool: pool.into(),
+        limits: Some(AccountLimits {
+            rate_per_second: rate,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
 }

@@ -161,6 +161,8 @@ impl SchedulerBuilder {
 pub struct ExecutorProcess {
     process: ManagedProcess,
     http_addr: String,
+    /// The WhatsApp webhook's address, when the config file has `[whatsapp_webhook]`.
+    webhook_addr: Option<String>,
     // Kept alive so the config file outlives the process reading it.
     _config_dir: Option<TempDir>,
 }
@@ -195,6 +197,15 @@ impl ExecutorProcess {
     /// The HTTP (metrics, health) base URL, as `http://127.0.0.1:PORT`.
     pub fn http_url(&self) -> String {
         format!("http://{}", self.http_addr)
+    }
+
+    /// The WhatsApp webhook's base URL, `http://127.0.0.1:PORT` (the executor printed it as
+    /// `whatsapp_webhook=` in its READY line); an error without `[whatsapp_webhook]`.
+    pub fn whatsapp_webhook_url(&self) -> Result<String> {
+        self.webhook_addr
+            .as_ref()
+            .map(|addr| format!("http://{addr}"))
+            .context("the executor has no [whatsapp_webhook] table")
     }
 
     /// The process id.
@@ -281,6 +292,7 @@ impl ExecutorBuilder {
         Ok(ExecutorProcess {
             process,
             http_addr,
+            webhook_addr: ready.get("whatsapp_webhook").cloned(),
             _config_dir: config_dir,
         })
     }

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use anyhow::Result;
 use herald_proto::v1::account_service_client::AccountServiceClient;
-use herald_proto::v1::{Account, AccountLimits, CreateAccountRequest, TaskSpec, TaskState};
+use herald_proto::v1::{CreateAccountRequest, TaskSpec, TaskState};
+use herald_tests::accounts::whatsapp_account;
 use herald_tests::{
     connect_tasks, create_task, task_spec, unique_id, wait_for_task_state, ExecutorProcess,
     SchedulerProcess, TestDb,
@@ -58,16 +59,7 @@ async fn script_servers_executor_sends_for_accounts_created_through_the_api() ->
         .await?;
     let account = AccountServiceClient::new(channel)
         .create_account(CreateAccountRequest {
-            account: Some(Account {
-                id: "wa-1".into(),
-                sender_kind: "whatsapp_cloud".into(),
-                pool: "wa".into(),
-                limits: Some(AccountLimits {
-                    rate_per_second: 10.0,
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
+            account: Some(whatsapp_account("wa-1", "wa", 10.0)),
         })
         .await?
         .into_inner();

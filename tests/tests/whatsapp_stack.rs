@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use herald_proto::v1::{
-    account_service_client::AccountServiceClient, Account, AccountLimits, AccountState,
-    CreateAccountRequest, CreateTaskRequest, GetAccountRequest, ListAttemptsRequest, OutcomeClass,
-    TaskSpec, TaskState,
+    account_service_client::AccountServiceClient, AccountState, CreateAccountRequest,
+    CreateTaskRequest, GetAccountRequest, ListAttemptsRequest, OutcomeClass, TaskSpec, TaskState,
 };
+use herald_tests::accounts::whatsapp_account;
 use herald_tests::fakes::whatsapp::{FakeWhatsApp, Scripted};
 use herald_tests::{
     connect_tasks, task_spec, wait_for_task_state, ExecutorProcess, SchedulerProcess, TestDb,
@@ -17,19 +17,6 @@ use herald_tests::{
 use tonic::transport::Channel;
 
 const WAIT: Duration = Duration::from_secs(30);
-
-fn whatsapp_account(id: &str, rate: f64) -> Account {
-    Account {
-        id: id.into(),
-        sender_kind: "whatsapp_cloud".into(),
-        pool: "wa".into(),
-        limits: Some(AccountLimits {
-            rate_per_second: rate,
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
 
 fn account_table(id: &str, fake: &FakeWhatsApp, phone: &str, token_var: &str) -> String {
     format!(
@@ -50,8 +37,8 @@ async fn a_locked_number_goes_offline_and_its_message_goes_out_through_the_other
     );
     // wa-1 has the more room, so it is tried first.
     for a in [
-        whatsapp_account("wa-1", 80.0),
-        whatsapp_account("wa-2", 20.0),
+        whatsapp_account("wa-1", "wa", 80.0),
+        whatsapp_account("wa-2", "wa", 20.0),
     ] {
         accounts
             .create_account(CreateAccountRequest { account: Some(a) })
@@ -120,7 +107,8 @@ async fn a_locked_number_goes_offline_and_its_message_goes_out_through_the_other
     assert_eq!(sent[0].authorization.as_deref(), Some("Bearer token-two"));
     assert_eq!(sent[0].body["to"], "16505551234");
     assert_eq!(sent[0].body["text"]["body"], "Your order has shipped");
-    assert_eq!(sent[0].body["biz_opaque_callback_data"], id.as_str());
+    // The fencing token of the lease that sent it: the second (the first went to wa-1).
+    assert_eq!(sent[0].body["biz_opaque_callback_data"], format!("{id}/2"));
 
     let wa1 = accounts
         .get_account(GetAccountRequest { id: "wa-1".into() })

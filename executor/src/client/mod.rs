@@ -3,6 +3,7 @@
 //! here, outside any one stream, so they survive a reconnect or a Drain.
 
 mod backoff;
+pub(crate) mod events;
 mod inflight;
 mod worker;
 
@@ -24,6 +25,7 @@ use tracing::{debug, info, instrument, warn};
 use crate::routes::BuiltRoutes;
 use crate::senders::{Content, SendError, SendRequest};
 use inflight::{InFlight, LeaseKey};
+pub(crate) use worker::truncate;
 use worker::{Done, Job};
 
 /// Most results in one ReportBatch (and leases in one Extend).

@@ -151,7 +151,7 @@ fn result(
 }
 
 /// Cuts `s` to at most `max` bytes on a character boundary.
-fn truncate(mut s: String, max: usize) -> String {
+pub(crate) fn truncate(mut s: String, max: usize) -> String {
     if s.len() > max {
         let mut end = max;
         while !s.is_char_boundary(end) {

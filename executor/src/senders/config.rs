@@ -253,8 +253,29 @@ pub(crate) fn parse_settings<T: DeserializeOwned>(
     kind: &str,
     settings: toml_edit::InlineTable,
 ) -> Result<T, ConfigError> {
+    parse_table(cx, &format!("{kind} sender"), settings)
+}
+
+/// Reads `T` from a table's settings; `label` prefixes the messages (`webhook sender`).
+pub(crate) fn parse_table<T: DeserializeOwned>(
+    cx: &BuildContext<'_>,
+    label: &str,
+    settings: toml_edit::InlineTable,
+) -> Result<T, ConfigError> {
     T::deserialize(toml_edit::Value::InlineTable(settings).into_deserializer()).map_err(|e| {
         let span = e.span().unwrap_or_else(|| cx.table.clone());
-        cx.invalid(span, format!("{kind} sender: {}", e.message().trim()))
+        cx.invalid(span, format!("{label}: {}", e.message().trim()))
     })
+}
+
+/// A table of the file as an inline table (`[name]` and `name = { ... }` alike).
+pub(crate) fn inline_table(
+    cx: &BuildContext<'_>,
+    item: &toml_edit::Item,
+) -> Result<toml_edit::InlineTable, ConfigError> {
+    match item {
+        toml_edit::Item::Table(t) => Ok(t.clone().into_inline_table()),
+        toml_edit::Item::Value(toml_edit::Value::InlineTable(t)) => Ok(t.clone()),
+        _ => Err(cx.invalid_table("must be a table")),
+    }
 }

@@ -91,6 +91,16 @@ registry! {
     Noop(noop::NoopConfig) = Noop,
 }
 
+impl SenderConfig {
+    /// The WhatsApp number's identity in webhooks, for a `whatsapp_cloud` table.
+    pub(crate) fn whatsapp_number(&self) -> Option<whatsapp::WhatsAppNumber> {
+        match self {
+            SenderConfig::WhatsappCloud(c) => Some(c.number()),
+            _ => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

@@ -8,8 +8,9 @@
 //!   numeric order of their keys `"1"`, `"2"`, … (WhatsApp's positional parameters); other keys,
 //!   gaps or an empty language are PERMANENT before anything is sent.
 //!
-//! Our task id travels as `biz_opaque_callback_data`, which Meta echoes in status webhooks;
-//! the returned wamid is the provider message id. Errors are classified by `error.code` first,
+//! The lease's fencing token travels as `biz_opaque_callback_data` (`<task id>/<attempt>`),
+//! which Meta echoes in status webhooks (`crate::callbacks`); the returned wamid is the provider
+//! message id. Errors are classified by `error.code` first,
 //! by HTTP status when the body has no code (see [`classify_code`], [`classify_status`]).
 
 use std::fmt;
@@ -54,6 +55,41 @@ pub struct WhatsAppConfig {
     base_url: Option<Spanned<String>>,
     /// The Graph API version; [`DEFAULT_API_VERSION`] when absent.
     api_version: Option<Spanned<String>>,
+    /// The WhatsApp Business Account (WABA) id the number belongs to: account-level webhooks
+    /// (`account_update`) name only it. Optional.
+    waba_id: Option<Spanned<String>>,
+    /// The number as Meta writes it (digits, e.g. `15550783881`): quality updates name it.
+    /// Optional.
+    display_phone_number: Option<Spanned<String>>,
+}
+
+/// Who one configured WhatsApp number is in Meta's webhooks, for the webhook endpoint to map
+/// events to herald accounts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WhatsAppNumber {
+    /// The business phone number's id (`value.metadata.phone_number_id` of `messages`).
+    pub phone_number_id: String,
+    /// The WABA id (`entry[].id`), when configured.
+    pub waba_id: Option<String>,
+    /// The number's digits (`display_phone_number`), when configured.
+    pub display_phone_number: Option<String>,
+}
+
+impl WhatsAppConfig {
+    /// The number's identity in webhooks.
+    pub(crate) fn number(&self) -> WhatsAppNumber {
+        let text = |v: &Option<Spanned<String>>| {
+            v.as_ref()
+                .map(|v| v.get_ref().trim().to_owned())
+                .filter(|v| !v.is_empty())
+        };
+        WhatsAppNumber {
+            phone_number_id: self.phone_number_id.get_ref().trim().to_owned(),
+            waba_id: text(&self.waba_id),
+            display_phone_number: text(&self.display_phone_number)
+                .map(|n| n.chars().filter(char::is_ascii_digit).collect()),
+        }
+    }
 }
 
 impl BuildSender for WhatsAppConfig {
@@ -204,11 +240,29 @@ pub fn message_body(req: &SendRequest) -> Result<Value, SendError> {
             body["template"] = template;
         }
     }
-    // Echoed back in status webhooks, so a delivery report finds its task.
-    if !req.task_id.is_empty() && req.task_id.chars().count() <= MAX_CALLBACK_DATA_CHARS {
-        body["biz_opaque_callback_data"] = json!(req.task_id);
+    // Echoed back in status webhooks, so a delivery report finds its task even before (or
+    // without) the send's report naming the wamid.
+    let data = callback_data(&req.task_id, req.attempt);
+    if !req.task_id.is_empty() && data.chars().count() <= MAX_CALLBACK_DATA_CHARS {
+        body["biz_opaque_callback_data"] = json!(data);
     }
     Ok(body)
+}
+
+/// `biz_opaque_callback_data` of a send: the lease's fencing token, `<task id>/<attempt>`.
+pub fn callback_data(task_id: &str, attempt: i32) -> String {
+    format!("{task_id}/{attempt}")
+}
+
+/// The task id and attempt of a status webhook's `biz_opaque_callback_data`, as
+/// [`callback_data`] wrote it (attempt 0 when absent, as older sends wrote the task id alone).
+pub fn parse_callback_data(data: &str) -> Option<(&str, i32)> {
+    let data = data.trim();
+    let (task, attempt) = match data.rsplit_once('/') {
+        Some((task, attempt)) => (task, attempt.parse().ok()?),
+        None => (data, 0),
+    };
+    (!task.is_empty()).then_some((task, attempt))
 }
 
 /// The variables' values in the order of their keys `"1"`, `"2"`, … `"n"`.

@@ -23,6 +23,17 @@ pub const RATE_LIMIT_WAIT: &str = "herald_rate_limit_wait_seconds";
 pub const RESULTS_UNACKED: &str = "herald_executor_results_unacked";
 /// Gauge: 1 while a lease stream is open.
 pub const CONNECTED: &str = "herald_executor_connected";
+/// Counter `{provider}`: webhook POSTs received from providers (WhatsApp status callbacks and
+/// account events), before any check.
+pub const CALLBACKS_RECEIVED: &str = "herald_callbacks_received_total";
+/// Counter `{provider, reason}`: webhook POSTs refused: `signature` (bad or missing, 401),
+/// `payload` (not a webhook body, 400) or `unrecorded` (the scheduler did not record the
+/// events, 503: the provider delivers them again).
+pub const CALLBACKS_REJECTED: &str = "herald_callbacks_rejected_total";
+/// Counter `{provider, field, kind}`: webhook events the scheduler recorded, by the webhook's
+/// field (`messages`, `account_update`, `phone_number_quality_update`, …) and kind (`sent`,
+/// `delivered`, `read`, `failed`, `inbound`, `standing`, `paused`, `resumed`).
+pub const CALLBACKS_APPLIED: &str = "herald_callbacks_applied_total";
 
 const WAIT_BUCKETS: &[f64] = &[
     0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
@@ -63,6 +74,15 @@ pub(crate) fn install() -> &'static PrometheusHandle {
             "Results not yet acknowledged by a scheduler."
         );
         describe_gauge!(CONNECTED, "1 while a lease stream is open.");
+        describe_counter!(CALLBACKS_RECEIVED, "Provider webhook POSTs received.");
+        describe_counter!(
+            CALLBACKS_REJECTED,
+            "Provider webhook POSTs refused (bad signature, bad payload, not recorded)."
+        );
+        describe_counter!(
+            CALLBACKS_APPLIED,
+            "Provider webhook events recorded by the scheduler, by field and kind."
+        );
         handle
     })
 }

@@ -74,6 +74,17 @@ impl LeaseService for LeaseApi {
         let outgoing: Outgoing = ReceiverStream::new(out_rx).map(to_wire);
         Ok(Response::new(outgoing))
     }
+
+    async fn record_provider_events(
+        &self,
+        request: Request<pb::RecordProviderEventsRequest>,
+    ) -> Result<Response<pb::RecordProviderEventsResponse>, Status> {
+        let namespace = namespace_of(&request)?;
+        let events = convert::callbacks::events(request.get_ref())?;
+        let applied = crate::callbacks::record(&self.ctx.store, &namespace, &events).await?;
+        tracing::debug!(events = events.len(), applied, "provider events recorded");
+        Ok(Response::new(pb::RecordProviderEventsResponse { applied }))
+    }
 }
 
 /// Forwards the executor's frames to its session until the stream ends or breaks the

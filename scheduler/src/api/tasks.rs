@@ -179,7 +179,14 @@ impl TaskService for TaskApi {
         let ns = namespace_of(&request)?;
         let id = task_id("id", &request.get_ref().id)?;
         let record = self.tasks.get(&ns, id).await?;
-        Ok(Response::new(wire::task(&record).map_err(Error::from)?))
+        let mut task = wire::task(&record).map_err(Error::from)?;
+        task.delivery = self
+            .tasks
+            .deliveries(&ns, &[id])
+            .await?
+            .get(&id)
+            .map(convert::callbacks::delivery);
+        Ok(Response::new(task))
     }
 
     async fn list_tasks(
@@ -196,10 +203,16 @@ impl TaskService for TaskApi {
         let (records, next_page_token) = crate::store::sql::page(records, filter.limit, |last| {
             convert::page_token(last.id.as_bytes())
         });
+        let ids: Vec<Uuid> = records.iter().map(|r| r.id).collect();
+        let deliveries = self.tasks.deliveries(&ns, &ids).await?;
         let tasks = records
             .iter()
-            .map(wire::task)
-            .collect::<Result<_, _>>()
+            .map(|r| {
+                let mut task = wire::task(r)?;
+                task.delivery = deliveries.get(&r.id).map(convert::callbacks::delivery);
+                Ok(task)
+            })
+            .collect::<Result<_, crate::store::StoreError>>()
             .map_err(Error::from)?;
         Ok(Response::new(pb::ListTasksResponse {
             tasks,

@@ -95,6 +95,14 @@ pub async fn apply(
     // Idempotent: every write is fenced by the lease token, so a second run after a commit
     // that did happen matches no lease and answers each report refused, with the task's state.
     let (applied, current) = transaction!(store, StoreError, idempotent = true, |tx| {
+        // Before the tasks move: a webhook reporting on one of these messages waits, or is
+        // waited for, so neither misses the other (see lock_messages.sql).
+        let sent: Vec<&str> = reports
+            .iter()
+            .filter(|r| r.outcome == Outcome::Ok)
+            .filter_map(|r| r.provider_message_id.as_deref())
+            .collect();
+        tx.deliveries().lock_messages(namespace, &sent).await?;
         let applied = if reports.is_empty() {
             Vec::new()
         } else {
@@ -104,6 +112,7 @@ pub async fn apply(
             applied.iter().map(|a| (a.task_id, a.attempt)).collect();
         let (feedback, blocks) = feedback_of(&applied, &reports);
         tx.leases().block_recipients(&blocks).await?;
+        crate::callbacks::on_accepted(tx, namespace, &accepted(&applied, &reports)).await?;
         let freed = tx.accounts().apply_feedback(namespace, &feedback).await?;
         announce(tx, &applied, freed).await?;
         let refused: Vec<Uuid> = batch
@@ -151,6 +160,23 @@ fn verdicts(
         .map(|a| (a.state, a.attempt))
         .collect();
     BatchOutcome { verdicts, finished }
+}
+
+/// The applied sends the provider accepted with a message id, for the delivery reports that
+/// follow (or came first).
+fn accepted(applied: &[Applied], reports: &[&AttemptReport]) -> Vec<(Uuid, String)> {
+    let ids: HashMap<(Uuid, i32), &str> = reports
+        .iter()
+        .filter(|r| r.outcome == Outcome::Ok)
+        .filter_map(|r| Some(((r.task_id, r.attempt), r.provider_message_id.as_deref()?)))
+        .collect();
+    applied
+        .iter()
+        .filter_map(|a| {
+            let id = ids.get(&(a.task_id, a.attempt))?;
+            Some((a.task_id, (*id).to_owned()))
+        })
+        .collect()
 }
 
 /// What the applied reports tell each account, and the recipients to leave alone.

@@ -9,6 +9,7 @@
 pub mod accounts;
 pub mod campaigns;
 pub mod connection;
+pub mod deliveries;
 mod error;
 pub mod leases;
 pub mod migrate;
@@ -219,6 +220,10 @@ pub trait Db: GenericClient + Sized {
     /// Sending accounts and pools.
     fn accounts(&self) -> accounts::AccountRepo<'_, Self> {
         accounts::AccountRepo::new(self)
+    }
+    /// Providers' delivery reports and the deliveries folded from them.
+    fn deliveries(&self) -> deliveries::DeliveryRepo<'_, Self> {
+        deliveries::DeliveryRepo::new(self)
     }
     /// Stored message templates.
     fn templates(&self) -> templates::TemplateRepo<'_, Self> {

@@ -201,6 +201,21 @@ impl Tasks {
             .await?)
     }
 
+    /// The deliveries of the tasks among `ids` that have one (docs/api.md, "Delivery").
+    pub async fn deliveries(
+        &self,
+        namespace: &str,
+        ids: &[Uuid],
+    ) -> Result<HashMap<Uuid, crate::callbacks::Delivery>, Error> {
+        Ok(self
+            .store
+            .conn()
+            .await?
+            .deliveries()
+            .of_tasks(namespace, ids)
+            .await?)
+    }
+
     /// Every attempt of a task, oldest first.
     pub async fn attempts(&self, namespace: &str, id: Uuid) -> Result<Vec<AttemptRecord>, Error> {
         let conn = self.store.conn().await?;

@@ -1,13 +1,20 @@
 //! A fake WhatsApp Cloud API: `POST /{version}/{phone_number_id}/messages` with
 //! `Authorization: Bearer <token>`, answering `{"messaging_product","contacts","messages":[{"id":
 //! "wamid…"}]}` or Graph's error envelope (providers.md §1.2–§1.5, §1.8).
+//!
+//! Like Meta, it can then POST status webhooks signed with the app secret
+//! (`X-Hub-Signature-256`, providers.md §1.7) to a configured URL: per recipient, a
+//! [`CallbackPlan`] of statuses (delivered, read, read without delivered, duplicates, a late
+//! `failed` with a chosen code), posted after the answer or before it (a status that beats the
+//! send's own report), with or without the callback data. A webhook answered with anything but
+//! 200 is kept and posted again by [`FakeWhatsApp::redeliver`], as Meta retries.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -139,6 +146,109 @@ struct Shared {
     script: Mutex<VecDeque<Scripted>>,
     requests: Mutex<Vec<WaRequest>>,
     next_id: AtomicU64,
+    callbacks: Mutex<Option<CallbackTarget>>,
+    plans: Mutex<std::collections::HashMap<String, CallbackPlan>>,
+    /// Every status webhook posted, with the answer (0: no answer).
+    posted: Mutex<Vec<(u16, Value)>>,
+    /// Bodies answered with anything but 200, for [`FakeWhatsApp::redeliver`].
+    undelivered: Mutex<Vec<Value>>,
+    http: reqwest::Client,
+}
+
+/// Where status webhooks go and the secret that signs them.
+#[derive(Debug, Clone)]
+struct CallbackTarget {
+    url: String,
+    app_secret: String,
+}
+
+/// One status webhook of a plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Callback {
+    /// `sent`.
+    Sent,
+    /// `delivered`.
+    Delivered,
+    /// `read`.
+    Read,
+    /// `failed` with this error code.
+    Failed(i64),
+}
+
+/// The status webhooks the fake posts for each message accepted for one recipient.
+#[derive(Debug, Clone)]
+pub struct CallbackPlan {
+    /// The statuses, one webhook each, posted in this order.
+    pub statuses: Vec<Callback>,
+    /// Post them (and wait for the answers) before answering the send, so they reach herald
+    /// before the send's own report.
+    pub before_response: bool,
+    /// Echo the send's `biz_opaque_callback_data` (Meta does); false leaves only the wamid.
+    pub with_callback_data: bool,
+}
+
+impl CallbackPlan {
+    /// `statuses` after the answer, with the callback data.
+    pub fn after(statuses: &[Callback]) -> Self {
+        CallbackPlan {
+            statuses: statuses.to_vec(),
+            before_response: false,
+            with_callback_data: true,
+        }
+    }
+}
+
+/// `sha256=<hex HMAC-SHA256(secret, body)>`, the `X-Hub-Signature-256` of a webhook body.
+pub fn hub_signature(secret: &str, body: &[u8]) -> String {
+    use hmac::Mac as _;
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes())
+        .expect("HMAC takes keys of any length");
+    mac.update(body);
+    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+}
+
+/// A webhook body holding one change of `field` for the WABA `waba_id`.
+pub fn webhook_body(waba_id: &str, field: &str, value: Value) -> Value {
+    json!({"object": "whatsapp_business_account", "entry": [{
+        "id": waba_id, "time": 1750000000,
+        "changes": [{ "field": field, "value": value }]
+    }]})
+}
+
+/// The `messages` value of one status of message `wamid` sent from `phone_number_id`.
+pub fn status_value(
+    phone_number_id: &str,
+    wamid: &str,
+    status: Callback,
+    recipient: &str,
+    callback_data: Option<&str>,
+) -> Value {
+    let mut s = json!({
+        "id": wamid, "timestamp": "1750000000", "recipient_id": recipient,
+        "status": match status {
+            Callback::Sent => "sent",
+            Callback::Delivered => "delivered",
+            Callback::Read => "read",
+            Callback::Failed(_) => "failed",
+        },
+        "pricing": {"billable": true, "pricing_model": "PMP", "category": "utility", "type": "regular"}
+    });
+    if let Callback::Failed(code) = status {
+        let title = ERROR_ROWS
+            .iter()
+            .find(|(c, _, _)| *c == code)
+            .map_or("Unknown error", |r| r.2);
+        s["errors"] = json!([{ "code": code, "title": title, "message": title,
+            "error_data": { "details": format!("{title} (fake)") } }]);
+    }
+    if let Some(data) = callback_data {
+        s["biz_opaque_callback_data"] = json!(data);
+    }
+    json!({
+        "messaging_product": "whatsapp",
+        "metadata": { "display_phone_number": "15550783881", "phone_number_id": phone_number_id },
+        "statuses": [s]
+    })
 }
 
 /// The fake server. Stops when dropped.
@@ -161,6 +271,11 @@ impl FakeWhatsApp {
             script: Mutex::new(VecDeque::new()),
             requests: Mutex::new(Vec::new()),
             next_id: AtomicU64::new(1),
+            callbacks: Mutex::new(None),
+            plans: Mutex::new(std::collections::HashMap::new()),
+            posted: Mutex::new(Vec::new()),
+            undelivered: Mutex::new(Vec::new()),
+            http: reqwest::Client::new(),
         });
         let app = axum::Router::new()
             .route("/{version}/{phone}/messages", post(messages))
@@ -188,6 +303,100 @@ impl FakeWhatsApp {
     /// Every request so far.
     pub fn requests(&self) -> Vec<WaRequest> {
         lock(&self.shared.requests).clone()
+    }
+
+    /// Posts status webhooks to `url`, signed with `app_secret`.
+    pub fn send_callbacks_to(&self, url: &str, app_secret: &str) {
+        *lock(&self.shared.callbacks) = Some(CallbackTarget {
+            url: url.to_owned(),
+            app_secret: app_secret.to_owned(),
+        });
+    }
+
+    /// Every message accepted for `recipient` from now on is followed by `plan`'s webhooks.
+    pub fn plan_callbacks(&self, recipient: &str, plan: CallbackPlan) {
+        lock(&self.shared.plans).insert(recipient.to_owned(), plan);
+    }
+
+    /// Every status webhook posted so far, with the answer it got (0: none).
+    pub fn posted(&self) -> Vec<(u16, Value)> {
+        lock(&self.shared.posted).clone()
+    }
+
+    /// Waits until `n` status webhooks have been answered, or fails after `timeout`.
+    pub async fn wait_posted(&self, n: usize, timeout: std::time::Duration) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let posted = self.posted().len();
+            if posted >= n {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                bail!("{posted} of {n} status webhooks answered after {timeout:?}");
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Signs and posts `body` to the webhook URL as Meta would; returns the HTTP status. A
+    /// body not answered 200 is kept for [`Self::redeliver`].
+    pub async fn post_webhook(&self, body: &Value) -> Result<u16> {
+        post_signed(&self.shared, body).await
+    }
+
+    /// Posts again every webhook that was not answered 200 (Meta retries for 7 days); returns
+    /// the answers. Those still refused are kept.
+    pub async fn redeliver(&self) -> Result<Vec<u16>> {
+        let pending = std::mem::take(&mut *lock(&self.shared.undelivered));
+        let mut answers = Vec::new();
+        for body in pending {
+            answers.push(post_signed(&self.shared, &body).await?);
+        }
+        Ok(answers)
+    }
+}
+
+/// Signs and posts one webhook body; records it and keeps it for redelivery unless it got 200.
+async fn post_signed(shared: &Shared, body: &Value) -> Result<u16> {
+    let Some(target) = lock(&shared.callbacks).clone() else {
+        bail!("no callback URL configured (send_callbacks_to)");
+    };
+    let bytes = serde_json::to_vec(body)?;
+    let answer = shared
+        .http
+        .post(&target.url)
+        .header("content-type", "application/json")
+        .header(
+            "x-hub-signature-256",
+            hub_signature(&target.app_secret, &bytes),
+        )
+        .body(bytes)
+        .send()
+        .await
+        .map(|r| r.status().as_u16())
+        .unwrap_or(0);
+    if answer != 200 {
+        lock(&shared.undelivered).push(body.clone());
+    }
+    lock(&shared.posted).push((answer, body.clone()));
+    Ok(answer)
+}
+
+/// Posts `plan`'s webhooks for message `wamid` to `to`, in order.
+async fn post_plan(
+    shared: Arc<Shared>,
+    plan: CallbackPlan,
+    wamid: String,
+    to: String,
+    data: Option<String>,
+) {
+    for status in &plan.statuses {
+        let data = data.as_deref().filter(|_| plan.with_callback_data);
+        let value = status_value(&shared.phone_number_id, &wamid, *status, &to, data);
+        let body = webhook_body("waba-fake", "messages", value);
+        if let Err(e) = post_signed(&shared, &body).await {
+            eprintln!("fake whatsapp: cannot post a status webhook: {e}");
+        }
     }
 }
 
@@ -220,6 +429,22 @@ async fn messages(
         &headers,
         &parsed,
     );
+    // An accepted message whose recipient has a plan: its status webhooks.
+    if let (200, Answer::Json(v)) = (status, &answer) {
+        let to = parsed["to"].as_str().unwrap_or_default().to_owned();
+        let plan = lock(&shared.plans).get(&to).cloned();
+        if let (Some(plan), Some(wamid)) = (plan, v["messages"][0]["id"].as_str()) {
+            let data = parsed["biz_opaque_callback_data"]
+                .as_str()
+                .map(str::to_owned);
+            let posting = post_plan(shared.clone(), plan.clone(), wamid.to_owned(), to, data);
+            if plan.before_response {
+                posting.await;
+            } else {
+                tokio::spawn(posting);
+            }
+        }
+    }
     lock(&shared.requests).push(WaRequest {
         path: format!("/{version}/{phone}/messages"),
         authorization,

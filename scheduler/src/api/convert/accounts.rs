@@ -119,6 +119,7 @@ fn limits(l: &pb::AccountLimits, path: &str, v: &mut Violations) -> AccountLimit
 pub fn tier_limit(tier: i32, path: &str, v: &mut Violations) -> Option<i32> {
     match pb::MessagingTier::try_from(tier) {
         Ok(pb::MessagingTier::Unspecified) => None,
+        Ok(pb::MessagingTier::Limit50) => Some(50),
         Ok(pb::MessagingTier::Limit250) => Some(250),
         Ok(pb::MessagingTier::Limit1k) => Some(1_000),
         Ok(pb::MessagingTier::Limit2k) => Some(2_000),
@@ -135,6 +136,7 @@ pub fn tier_limit(tier: i32, path: &str, v: &mut Violations) -> Option<i32> {
 fn tier_to_wire(limit: Option<i32>) -> pb::MessagingTier {
     match limit {
         None => pb::MessagingTier::Unspecified,
+        Some(50) => pb::MessagingTier::Limit50,
         Some(250) => pb::MessagingTier::Limit250,
         Some(1_000) => pb::MessagingTier::Limit1k,
         Some(2_000) => pb::MessagingTier::Limit2k,

@@ -233,6 +233,8 @@ pub fn task(t: &TaskRecord) -> Result<pb::Task, StoreError> {
         pool: t.pool.clone().unwrap_or_default(),
         account_id: t.account_id.clone().unwrap_or_default(),
         send_window: t.send_window.as_ref().map(|w| w.to_wire()),
+        // Read separately (api/tasks.rs): reports are their own aggregate.
+        delivery: None,
     })
 }
 

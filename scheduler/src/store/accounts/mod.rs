@@ -69,6 +69,9 @@ const ENSURE_POOL: Statement = statement!("ensure_pool");
 const RECORD_INBOUND: Statement = statement!("record_inbound");
 const ACCOUNT_GAUGES: Statement = statement!("account_gauges");
 const RECORD_STANDING: Statement = statement!("record_standing");
+const ACCOUNTS_BY_REF: Statement = statement!("accounts_by_ref");
+const PROVIDER_PAUSE: Statement = statement!("provider_pause");
+const PROVIDER_RESUME: Statement = statement!("provider_resume");
 const DELETE_ACCOUNT: Statement = statement!("delete_account");
 const INSERT_POOL: Statement = statement!("insert_pool");
 const UPDATE_POOL: Statement = statement!("update_pool");
@@ -335,6 +338,49 @@ impl<C: GenericClient> AccountRepo<'_, C> {
         let tier = tier_limit.flatten();
         let changed = RECORD_STANDING
             .execute(self.db, &[&namespace, &account, &quality, &set_tier, &tier])
+            .await?;
+        Ok(changed > 0)
+    }
+
+    /// The ids of the accounts whose credentials executors hold under `credentials_ref`.
+    pub async fn ids_by_credentials_ref(
+        &self,
+        namespace: &str,
+        credentials_ref: &str,
+    ) -> Result<Vec<String>, StoreError> {
+        ACCOUNTS_BY_REF
+            .query(self.db, &[&namespace, &credentials_ref])
+            .await?
+            .iter()
+            .map(|r| column(r, "id"))
+            .collect()
+    }
+
+    /// Pauses the account because its provider took it out of service, raising
+    /// `account.paused`; false when it was already paused (or does not exist).
+    pub async fn provider_pause(
+        &self,
+        namespace: &str,
+        account: &str,
+        reason: &str,
+    ) -> Result<bool, StoreError> {
+        let rows = PROVIDER_PAUSE
+            .query(self.db, &[&namespace, &account, &reason])
+            .await?;
+        Ok(!rows.is_empty())
+    }
+
+    /// Makes the account active again when a provider's pause, whose reason starts with
+    /// `pause_prefix`, is what holds it; false otherwise.
+    pub async fn provider_resume(
+        &self,
+        namespace: &str,
+        account: &str,
+        reason: &str,
+        pause_prefix: &str,
+    ) -> Result<bool, StoreError> {
+        let changed = PROVIDER_RESUME
+            .execute(self.db, &[&namespace, &account, &reason, &pause_prefix])
             .await?;
         Ok(changed > 0)
     }

@@ -1,0 +1,349 @@
+//! What providers report back after a send, as executors forward it from the providers'
+//! webhooks (`LeaseService.RecordProviderEvents`): delivery reports about sent messages
+//! (accepted, delivered, read, failed after acceptance), an account's standing (quality rating,
+//! messaging tier) and availability (disabled, restricted, reconnected), and inbound messages.
+//!
+//! A batch is recorded in one transaction, so the executor answers the provider 200 only once
+//! all of it is durable. Every event is idempotent: delivery reports are kept once per
+//! (message id, state) and a task's delivery is folded from them when read (the furthest state,
+//! the first time of each), so repeats, reports out of order and reports that come before the
+//! send's own report all end in the same answer. A report that comes before its task is known
+//! is tied to it when the send's report names the message id ([`on_accepted`]).
+
+use std::collections::HashSet;
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use crate::error::Error;
+use crate::store::deliveries::Recorded;
+use crate::store::tasks::announce_due_now;
+use crate::store::transaction;
+use crate::store::{Db, Store, StoreError};
+
+/// How far a sent message got, by its provider's reports; ordered, and a delivery only moves
+/// up. A failure after acceptance is final (it outranks everything).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DeliveryState {
+    /// The provider accepted the message (the send's answer, or WhatsApp's `sent`).
+    Accepted,
+    /// The message reached the recipient's device.
+    Delivered,
+    /// The recipient opened it.
+    Read,
+    /// The provider accepted it and later reported it could not deliver it.
+    FailedAfterAcceptance,
+}
+
+impl DeliveryState {
+    /// The stored code (herald.v1.DeliveryState's number).
+    pub fn code(self) -> i16 {
+        match self {
+            DeliveryState::Accepted => 1,
+            DeliveryState::Delivered => 2,
+            DeliveryState::Read => 3,
+            DeliveryState::FailedAfterAcceptance => 4,
+        }
+    }
+
+    /// The state of a stored code.
+    pub fn from_code(code: i16) -> Option<Self> {
+        match code {
+            1 => Some(DeliveryState::Accepted),
+            2 => Some(DeliveryState::Delivered),
+            3 => Some(DeliveryState::Read),
+            4 => Some(DeliveryState::FailedAfterAcceptance),
+            _ => None,
+        }
+    }
+}
+
+/// A task's delivery, folded from its reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    /// The furthest state reached.
+    pub state: DeliveryState,
+    /// The provider's message id: the accepted send's, else the first report's.
+    pub provider_message_id: String,
+    /// When the provider accepted the message.
+    pub accepted_at: Option<DateTime<Utc>>,
+    /// When it was delivered.
+    pub delivered_at: Option<DateTime<Utc>>,
+    /// When it was read.
+    pub read_at: Option<DateTime<Utc>>,
+    /// When the failure was reported.
+    pub failed_at: Option<DateTime<Utc>>,
+    /// The failure's provider error code.
+    pub error_code: Option<i64>,
+    /// The failure's provider error text.
+    pub error: Option<String>,
+}
+
+/// One delivery report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusReport {
+    /// The provider's message id.
+    pub provider_message_id: String,
+    /// The state reported.
+    pub state: DeliveryState,
+    /// The task named by the send's callback data, if any.
+    pub task_id: Option<Uuid>,
+    /// When it happened (None: now).
+    pub occurred_at: Option<DateTime<Utc>>,
+    /// A failure's provider error code.
+    pub error_code: Option<i64>,
+    /// A failure's provider error text.
+    pub error: Option<String>,
+}
+
+/// One event a provider reported. Account events name the account by its `credentials_ref`
+/// (what executors know it by) and apply to every account of the namespace with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProviderEvent {
+    /// A delivery report.
+    Delivery(StatusReport),
+    /// The provider's view of the account's standing.
+    Standing {
+        /// The account's credentials_ref.
+        credentials_ref: String,
+        /// The quality rating (None keeps it).
+        quality: Option<String>,
+        /// The tier's limit (None keeps it; Some(None): no limit).
+        tier: Option<Option<i32>>,
+    },
+    /// The provider took the account out of service (`available` false) or gave it back.
+    Availability {
+        /// The account's credentials_ref.
+        credentials_ref: String,
+        /// Whether the account may send.
+        available: bool,
+        /// The provider's event and details.
+        reason: String,
+    },
+    /// A recipient wrote to the account: its customer-service window opens.
+    Inbound {
+        /// The account's credentials_ref.
+        credentials_ref: String,
+        /// Who wrote.
+        sender: String,
+        /// When (None: now).
+        received_at: Option<DateTime<Utc>>,
+    },
+}
+
+/// The start of the state reason of an account its provider paused; only such a pause is
+/// lifted when the provider reconnects the account.
+pub const PROVIDER_PAUSE_PREFIX: &str = "paused by the provider: ";
+
+/// How long a recipient is left alone on its account after a late failure that is a limit on
+/// that recipient (as the sender's own classification does on a send's answer).
+pub const RECIPIENT_LIMIT_BACKOFF_MS: i64 = 3_600_000;
+
+/// Provider error codes of a late failure that limit one recipient: WhatsApp's per-user
+/// marketing limit (131049) and pair rate limit (131056).
+const RECIPIENT_LIMIT_CODES: &[i64] = &[131_049, 131_056];
+
+/// Records one provider webhook delivery's events for `namespace` in one transaction; returns
+/// how many changed something.
+pub async fn record(
+    store: &Store,
+    namespace: &str,
+    events: &[ProviderEvent],
+) -> Result<u32, Error> {
+    let reports: Vec<StatusReport> = events
+        .iter()
+        .filter_map(|e| match e {
+            ProviderEvent::Delivery(r) => Some(r.clone()),
+            _ => None,
+        })
+        .collect();
+    // Idempotent: reports are keyed, and every account change sets a value or keeps the latest.
+    let ids: Vec<&str> = reports
+        .iter()
+        .map(|r| r.provider_message_id.as_str())
+        .collect();
+    let applied = transaction!(store, Error, idempotent = true, |tx| {
+        tx.deliveries().lock_messages(namespace, &ids).await?;
+        let recorded = tx.deliveries().record(namespace, &reports).await?;
+        let mut applied = u32::try_from(recorded.len()).unwrap_or(u32::MAX);
+        settle(tx, namespace, recorded, &[]).await?;
+        let mut woke = false;
+        for event in events {
+            let (n, resumed) = account_event(tx, namespace, event).await?;
+            applied = applied.saturating_add(n);
+            woke |= resumed;
+        }
+        if woke {
+            announce_due_now(tx).await?;
+        }
+        Ok::<_, Error>(applied)
+    })?;
+    Ok(applied)
+}
+
+/// Called in a report batch's transaction for the sends it recorded as accepted, with the
+/// message id each returned: records the acceptance, ties reports that came before it, and
+/// ends a task whose message already failed. The batch must have locked those message ids
+/// before applying the reports (`DeliveryRepo::lock_messages`).
+pub async fn on_accepted(
+    db: &impl Db,
+    namespace: &str,
+    accepted: &[(Uuid, String)],
+) -> Result<(), StoreError> {
+    if accepted.is_empty() {
+        return Ok(());
+    }
+    let reports: Vec<StatusReport> = accepted
+        .iter()
+        .map(|(task, id)| StatusReport {
+            provider_message_id: id.clone(),
+            state: DeliveryState::Accepted,
+            task_id: Some(*task),
+            occurred_at: None,
+            error_code: None,
+            error: None,
+        })
+        .collect();
+    let recorded = db.deliveries().record(namespace, &reports).await?;
+    // Every accepted task: a failure reported before its send's report ends it now.
+    let tasks: Vec<Uuid> = accepted.iter().map(|(t, _)| *t).collect();
+    let pairs: Vec<Recorded> = recorded
+        .into_iter()
+        .chain(accepted.iter().map(|(task, id)| Recorded {
+            provider_message_id: id.clone(),
+            state: DeliveryState::Accepted,
+            task_id: Some(*task),
+        }))
+        .collect();
+    settle(db, namespace, pairs, &tasks).await
+}
+
+/// After reports were recorded: ties the reports of the same messages recorded without a task
+/// to it, ends the tasks whose message failed after acceptance (among those reports' tasks and
+/// `also`), and leaves alone the recipients of failures that limit one recipient.
+async fn settle(
+    db: &impl Db,
+    namespace: &str,
+    recorded: Vec<Recorded>,
+    also: &[Uuid],
+) -> Result<(), StoreError> {
+    let mut pairs: Vec<(String, Uuid)> = recorded
+        .iter()
+        .filter_map(|r| r.task_id.map(|t| (r.provider_message_id.clone(), t)))
+        .collect();
+    pairs.sort();
+    pairs.dedup_by(|a, b| a.0 == b.0);
+    let linked = db.deliveries().link(namespace, &pairs).await?;
+    let mut failed: HashSet<Uuid> = also.iter().copied().collect();
+    failed.extend(
+        recorded
+            .iter()
+            .chain(&linked)
+            .filter(|r| r.state == DeliveryState::FailedAfterAcceptance)
+            .filter_map(|r| r.task_id),
+    );
+    let failed: Vec<Uuid> = failed.into_iter().collect();
+    let ended = db.deliveries().fail_delivered(namespace, &failed).await?;
+    let blocks: Vec<(Uuid, i64)> = ended
+        .iter()
+        .filter(|(_, code)| code.is_some_and(|c| RECIPIENT_LIMIT_CODES.contains(&c)))
+        .map(|(task, _)| (*task, RECIPIENT_LIMIT_BACKOFF_MS))
+        .collect();
+    db.leases().block_recipients(&blocks).await?;
+    for (task, code) in &ended {
+        tracing::info!(task_id = %task, code = ?code, "task failed after acceptance");
+    }
+    Ok(())
+}
+
+/// Applies one account event to every account with its credentials_ref; returns how many
+/// accounts it changed and whether one was made active again.
+async fn account_event(
+    db: &impl Db,
+    namespace: &str,
+    event: &ProviderEvent,
+) -> Result<(u32, bool), StoreError> {
+    let credentials_ref = match event {
+        ProviderEvent::Delivery(_) => return Ok((0, false)),
+        ProviderEvent::Standing {
+            credentials_ref, ..
+        }
+        | ProviderEvent::Availability {
+            credentials_ref, ..
+        }
+        | ProviderEvent::Inbound {
+            credentials_ref, ..
+        } => credentials_ref,
+    };
+    let accounts = db.accounts();
+    let ids = accounts
+        .ids_by_credentials_ref(namespace, credentials_ref)
+        .await?;
+    if ids.is_empty() {
+        tracing::info!(%credentials_ref, "provider event for no account of the namespace");
+    }
+    let (mut changed, mut resumed) = (0u32, false);
+    for id in &ids {
+        let did = match event {
+            ProviderEvent::Delivery(_) => false,
+            ProviderEvent::Standing { quality, tier, .. } => {
+                accounts
+                    .record_standing(namespace, id, quality.as_deref(), *tier)
+                    .await?
+            }
+            ProviderEvent::Availability {
+                available: false,
+                reason,
+                ..
+            } => {
+                let reason = format!("{PROVIDER_PAUSE_PREFIX}{reason}");
+                let paused = accounts.provider_pause(namespace, id, &reason).await?;
+                if paused {
+                    tracing::warn!(account = %id, %reason, "provider took the account out of service");
+                }
+                paused
+            }
+            ProviderEvent::Availability {
+                available: true,
+                reason,
+                ..
+            } => {
+                let reason = format!("resumed by the provider: {reason}");
+                let back = accounts
+                    .provider_resume(namespace, id, &reason, PROVIDER_PAUSE_PREFIX)
+                    .await?;
+                if back {
+                    tracing::info!(account = %id, "provider gave the account back");
+                }
+                resumed |= back;
+                back
+            }
+            ProviderEvent::Inbound {
+                sender,
+                received_at,
+                ..
+            } => accounts
+                .record_inbound(namespace, id, sender, *received_at)
+                .await?
+                .is_some(),
+        };
+        changed += u32::from(did);
+    }
+    Ok((changed, resumed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn states_are_ordered_and_round_trip() {
+        use DeliveryState::*;
+        assert!(Accepted < Delivered && Delivered < Read && Read < FailedAfterAcceptance);
+        for s in [Accepted, Delivered, Read, FailedAfterAcceptance] {
+            assert_eq!(DeliveryState::from_code(s.code()), Some(s));
+        }
+        assert_eq!(DeliveryState::from_code(0), None);
+        assert_eq!(DeliveryState::from_code(5), None);
+    }
+}

@@ -1,0 +1,18 @@
+-- Ends the SUCCEEDED tasks among $2 (namespace $1) whose message the provider reported failed
+-- after accepting it: FAILED, with the provider's code and text as the last error. The trigger
+-- on tasks raises `task.failed`. A task not yet SUCCEEDED (its report has not come) is left for
+-- the report, which calls this again; one already FAILED matches nothing, so a repeat is
+-- harmless. Returns the tasks ended, with the code.
+UPDATE herald.tasks t
+SET state = 'failed',
+    last_error = format('delivery failed after acceptance: %s',
+                        concat_ws(' ', 'error ' || f.error_code::text, f.error)),
+    updated_at = herald.now()
+FROM (
+    SELECT DISTINCT ON (e.task_id) e.task_id, e.error_code, e.error
+    FROM herald.delivery_events e
+    WHERE e.task_id = ANY($2::uuid[]) AND e.namespace = $1 AND e.state = 4
+    ORDER BY e.task_id, e.occurred_at
+) f
+WHERE t.id = f.task_id AND t.namespace = $1 AND t.state = 'succeeded'
+RETURNING t.id, f.error_code

@@ -1,0 +1,162 @@
+//! The delivery repository: providers' reports about messages after accepting them
+//! (`herald.delivery_events`, migration V12), kept once per (message id, state) and folded into
+//! a task's delivery when read.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::GenericClient;
+use tokio_postgres::Row;
+use uuid::Uuid;
+
+use super::sql::{column, statement, Statement};
+use super::{repository, StoreError};
+use crate::callbacks::{Delivery, DeliveryState, StatusReport};
+
+repository!(
+    /// Delivery reports and the deliveries folded from them.
+    DeliveryRepo
+);
+
+const LOCK_MESSAGES: Statement = statement!("lock_messages");
+const RECORD_EVENTS: Statement = statement!("record_events");
+const LINK_EVENTS: Statement = statement!("link_events");
+const FAIL_DELIVERED: Statement = statement!("fail_delivered");
+const TASK_DELIVERIES: Statement = statement!("task_deliveries");
+
+/// A report that was recorded, or tied to its task, by this transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recorded {
+    /// The provider's message id.
+    pub provider_message_id: String,
+    /// The state it reports.
+    pub state: DeliveryState,
+    /// Its task, when known.
+    pub task_id: Option<Uuid>,
+}
+
+fn recorded(rows: &[Row]) -> Result<Vec<Recorded>, StoreError> {
+    rows.iter()
+        .map(|r| {
+            let code: i16 = column(r, "state")?;
+            Ok(Recorded {
+                provider_message_id: column(r, "provider_message_id")?,
+                state: DeliveryState::from_code(code).ok_or_else(|| {
+                    StoreError::Corrupt(format!("delivery_events.state {code} is not a state"))
+                })?,
+                task_id: column(r, "task_id")?,
+            })
+        })
+        .collect()
+}
+
+impl<C: GenericClient> DeliveryRepo<'_, C> {
+    /// Waits for, then holds until the transaction ends, the lock of each provider message id:
+    /// every transaction that records reports about a message or the send that returned it
+    /// takes it first, so each sees what the other committed.
+    pub async fn lock_messages(
+        &self,
+        namespace: &str,
+        provider_message_ids: &[&str],
+    ) -> Result<(), StoreError> {
+        if provider_message_ids.is_empty() {
+            return Ok(());
+        }
+        LOCK_MESSAGES
+            .query_one(self.db, &[&namespace, &provider_message_ids])
+            .await?;
+        Ok(())
+    }
+
+    /// Records reports of `namespace`; returns those that were new or newly tied to a task.
+    pub async fn record(
+        &self,
+        namespace: &str,
+        reports: &[StatusReport],
+    ) -> Result<Vec<Recorded>, StoreError> {
+        if reports.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<&str> = reports
+            .iter()
+            .map(|r| r.provider_message_id.as_str())
+            .collect();
+        let states: Vec<i16> = reports.iter().map(|r| r.state.code()).collect();
+        let tasks: Vec<Option<Uuid>> = reports.iter().map(|r| r.task_id).collect();
+        let at: Vec<Option<DateTime<Utc>>> = reports.iter().map(|r| r.occurred_at).collect();
+        let codes: Vec<Option<i64>> = reports.iter().map(|r| r.error_code).collect();
+        let errors: Vec<Option<&str>> = reports.iter().map(|r| r.error.as_deref()).collect();
+        let rows = RECORD_EVENTS
+            .query(
+                self.db,
+                &[&ids, &states, &tasks, &at, &codes, &errors, &namespace],
+            )
+            .await?;
+        recorded(&rows)
+    }
+
+    /// Ties reports recorded without a task to the task now known for their message id.
+    pub async fn link(
+        &self,
+        namespace: &str,
+        pairs: &[(String, Uuid)],
+    ) -> Result<Vec<Recorded>, StoreError> {
+        if pairs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<&str> = pairs.iter().map(|p| p.0.as_str()).collect();
+        let tasks: Vec<Uuid> = pairs.iter().map(|p| p.1).collect();
+        let rows = LINK_EVENTS
+            .query(self.db, &[&namespace, &ids, &tasks])
+            .await?;
+        recorded(&rows)
+    }
+
+    /// Ends the SUCCEEDED tasks among `tasks` whose message failed after acceptance; returns
+    /// them with the provider's error code.
+    pub async fn fail_delivered(
+        &self,
+        namespace: &str,
+        tasks: &[Uuid],
+    ) -> Result<Vec<(Uuid, Option<i64>)>, StoreError> {
+        if tasks.is_empty() {
+            return Ok(Vec::new());
+        }
+        FAIL_DELIVERED
+            .query(self.db, &[&namespace, &tasks])
+            .await?
+            .iter()
+            .map(|r| Ok((column(r, "id")?, column(r, "error_code")?)))
+            .collect()
+    }
+
+    /// The deliveries of the tasks among `ids` that have one.
+    pub async fn of_tasks(
+        &self,
+        namespace: &str,
+        ids: &[Uuid],
+    ) -> Result<HashMap<Uuid, Delivery>, StoreError> {
+        if ids.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let rows = TASK_DELIVERIES.query(self.db, &[&ids, &namespace]).await?;
+        let mut out = HashMap::with_capacity(rows.len());
+        for r in &rows {
+            let code: i16 = column(r, "state")?;
+            let delivery = Delivery {
+                state: DeliveryState::from_code(code).ok_or_else(|| {
+                    StoreError::Corrupt(format!("delivery_events.state {code} is not a state"))
+                })?,
+                provider_message_id: column(r, "provider_message_id")?,
+                accepted_at: column(r, "accepted_at")?,
+                delivered_at: column(r, "delivered_at")?,
+                read_at: column(r, "read_at")?,
+                failed_at: column(r, "failed_at")?,
+                error_code: column(r, "error_code")?,
+                error: column(r, "error")?,
+            };
+            out.insert(column(r, "task_id")?, delivery);
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,17 @@
+-- The delivery of each task among $1 (namespace $2), folded from its reports: the furthest
+-- state any report reached, the first time of each state, the failure's code and text, and
+-- the message id (the accepted send's, else the first report's).
+SELECT e.task_id,
+       max(e.state) AS state,
+       (array_agg(e.provider_message_id ORDER BY e.state, e.recorded_at))[1]
+           AS provider_message_id,
+       min(e.occurred_at) FILTER (WHERE e.state = 1) AS accepted_at,
+       min(e.occurred_at) FILTER (WHERE e.state = 2) AS delivered_at,
+       min(e.occurred_at) FILTER (WHERE e.state = 3) AS read_at,
+       min(e.occurred_at) FILTER (WHERE e.state = 4) AS failed_at,
+       (array_agg(e.error_code ORDER BY e.occurred_at) FILTER (WHERE e.state = 4))[1]
+           AS error_code,
+       (array_agg(e.error ORDER BY e.occurred_at) FILTER (WHERE e.state = 4))[1] AS error
+FROM herald.delivery_events e
+WHERE e.task_id = ANY($1::uuid[]) AND e.namespace = $2
+GROUP BY e.task_id

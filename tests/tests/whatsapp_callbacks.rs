@@ -1,0 +1,606 @@
+//! Delivery truth end to end: the fake WhatsApp API accepts a message and then, like Meta,
+//! posts signed status webhooks to the real executor's webhook endpoint, which forwards them to
+//! the real scheduler; GetTask shows how far each message got, and account webhooks move the
+//! account (docs/senders.md#status-callbacks).
+
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
+use herald_proto::v1::account_service_client::AccountServiceClient;
+use herald_proto::v1::task_service_client::TaskServiceClient;
+use herald_proto::v1::{
+    AccountState, CreateAccountRequest, CreateTaskRequest, Delivery, DeliveryState, GetTaskRequest,
+    MessagingTier, Task, TaskSpec, TaskState,
+};
+use herald_tests::accounts::{accounts_client, get_account, whatsapp_account};
+use herald_tests::fakes::whatsapp::{
+    hub_signature, status_value, webhook_body, Callback, CallbackPlan, FakeWhatsApp,
+};
+use herald_tests::{
+    connect_tasks, task_spec, wait_for_task_state, ExecutorProcess, SchedulerProcess, TestDb,
+    WebhookReceiver,
+};
+use serde_json::json;
+use tonic::transport::Channel;
+
+const WAIT: Duration = Duration::from_secs(30);
+const PHONE_ID: &str = "1065";
+const WABA: &str = "waba-1";
+const APP_SECRET: &str = "meta-app-secret";
+const VERIFY_TOKEN: &str = "let-me-in";
+
+/// The scheduler, a WhatsApp account `wa-1` and the executor with its webhook, in front of a
+/// fake Cloud API that posts its status webhooks to that executor.
+struct Stack {
+    db: TestDb,
+    scheduler: SchedulerProcess,
+    executor: ExecutorProcess,
+    fake: FakeWhatsApp,
+    tasks: TaskServiceClient<Channel>,
+    accounts: AccountServiceClient<Channel>,
+}
+
+impl Stack {
+    async fn start() -> Result<Self> {
+        Self::start_with(|b| b).await
+    }
+
+    /// With the scheduler builder adjusted by `scheduler` (a notification URL, say).
+    async fn start_with(
+        scheduler: impl FnOnce(herald_tests::SchedulerBuilder) -> herald_tests::SchedulerBuilder,
+    ) -> Result<Self> {
+        let db = TestDb::new().await?;
+        let scheduler = scheduler(SchedulerProcess::builder(&db)).spawn().await?;
+        let mut accounts = accounts_client(&scheduler.grpc_url()).await?;
+        accounts
+            .create_account(CreateAccountRequest {
+                account: Some(whatsapp_account("wa-1", "wa", 100.0)),
+            })
+            .await?;
+        let fake = FakeWhatsApp::start(PHONE_ID, "token").await?;
+        let executor = executor(&scheduler.grpc_url(), &fake).await?;
+        fake.send_callbacks_to(&webhook_url(&executor)?, APP_SECRET);
+        let tasks = connect_tasks(&scheduler.grpc_url()).await?;
+        Ok(Stack {
+            db,
+            scheduler,
+            executor,
+            fake,
+            tasks,
+            accounts,
+        })
+    }
+
+    /// Creates a text task to `recipient` through the pool and waits until it has ended
+    /// (SUCCEEDED once accepted; a failure webhook may already have made it FAILED).
+    async fn send(&mut self, recipient: &str) -> Result<Task> {
+        let id = self
+            .tasks
+            .create_task(CreateTaskRequest {
+                task: Some(TaskSpec {
+                    pool: "wa".into(),
+                    ..task_spec("orders", recipient, "Your order has shipped")
+                }),
+            })
+            .await?
+            .into_inner()
+            .task
+            .context("task")?
+            .id;
+        self.wait_task(&id, |t| {
+            matches!(t.state(), TaskState::Succeeded | TaskState::Failed)
+        })
+        .await
+    }
+
+    async fn task(&mut self, id: &str) -> Result<Task> {
+        Ok(self
+            .tasks
+            .get_task(GetTaskRequest { id: id.into() })
+            .await?
+            .into_inner())
+    }
+
+    /// Polls GetTask until `done` holds for the task, or fails after WAIT.
+    async fn wait_task(&mut self, id: &str, done: impl Fn(&Task) -> bool) -> Result<Task> {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let task = self.task(id).await?;
+            if done(&task) {
+                return Ok(task);
+            }
+            ensure!(
+                tokio::time::Instant::now() < deadline,
+                "task never got there: {task:?}\nexecutor: {}",
+                self.executor.stderr_tail()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The wamid the fake returned for the only message sent to `recipient`.
+    fn wamid(&self, task: &Task) -> Result<String> {
+        let delivery = task.delivery.as_ref().context("no delivery")?;
+        Ok(delivery.provider_message_id.clone())
+    }
+}
+
+/// The executor with `wa-1`'s table and the webhook on an ephemeral port.
+async fn executor(scheduler_url: &str, fake: &FakeWhatsApp) -> Result<ExecutorProcess> {
+    let config = format!(
+        "[accounts.wa-1]\nsender = \"whatsapp_cloud\"\nphone_number_id = \"{PHONE_ID}\"\n\
+         access_token = \"token\"\nbase_url = \"{}\"\nwaba_id = \"{WABA}\"\n\
+         display_phone_number = \"+1 555 078 3881\"\n\n\
+         [whatsapp_webhook]\nlisten = \"127.0.0.1:0\"\nverify_token = \"{VERIFY_TOKEN}\"\n\
+         app_secret = {{ env = \"WA_APP_SECRET\" }}\n",
+        fake.base_url()
+    );
+    ExecutorProcess::builder(&[scheduler_url])
+        .config_toml(config)
+        .env("WA_APP_SECRET", APP_SECRET)
+        .spawn()
+        .await
+}
+
+/// The `messages` value of one status of `task`'s message `wamid`, as Meta would post it.
+fn status_of(task: &Task, wamid: &str, status: Callback) -> serde_json::Value {
+    let data = format!("{}/1", task.id);
+    status_value(PHONE_ID, wamid, status, &task.recipient, Some(&data))
+}
+
+fn webhook_url(executor: &ExecutorProcess) -> Result<String> {
+    Ok(format!(
+        "{}/whatsapp/webhook",
+        executor.whatsapp_webhook_url()?
+    ))
+}
+
+fn state(task: &Task) -> DeliveryState {
+    task.delivery
+        .as_ref()
+        .map_or(DeliveryState::Unspecified, Delivery::state)
+}
+
+/// The executor's counter `name` with all of `labels`, summed.
+async fn counter(executor: &ExecutorProcess, name: &str, labels: &[&str]) -> Result<f64> {
+    let text = reqwest::get(format!("{}/metrics", executor.http_url()))
+        .await?
+        .text()
+        .await?;
+    Ok(text
+        .lines()
+        .filter(|l| l.starts_with(name) && labels.iter().all(|want| l.contains(want)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum())
+}
+
+#[tokio::test]
+async fn the_handshake_echoes_the_challenge_for_the_right_token_only() -> Result<()> {
+    let stack = Stack::start().await?;
+    let url = webhook_url(&stack.executor)?;
+    let http = reqwest::Client::new();
+    let get = |mode: &str, token: &str| {
+        http.get(&url)
+            .query(&[
+                ("hub.mode", mode),
+                ("hub.verify_token", token),
+                ("hub.challenge", "1158201444"),
+            ])
+            .send()
+    };
+    let ok = get("subscribe", VERIFY_TOKEN).await?;
+    assert_eq!(ok.status().as_u16(), 200);
+    assert_eq!(ok.text().await?, "1158201444");
+    assert_eq!(get("subscribe", "wrong").await?.status().as_u16(), 403);
+    assert_eq!(
+        get("unsubscribe", VERIFY_TOKEN).await?.status().as_u16(),
+        403
+    );
+    assert_eq!(http.get(&url).send().await?.status().as_u16(), 403);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_bad_or_missing_signature_is_401_and_records_nothing() -> Result<()> {
+    let mut stack = Stack::start().await?;
+    let task = stack.send("16505550001").await?;
+    let task = stack
+        .wait_task(&task.id, |t| state(t) == DeliveryState::Accepted)
+        .await?;
+    let wamid = stack.wamid(&task)?;
+    let body = webhook_body(WABA, "messages", status_of(&task, &wamid, Callback::Read));
+    let bytes = serde_json::to_vec(&body)?;
+    let url = webhook_url(&stack.executor)?;
+    let http = reqwest::Client::new();
+    for signature in [
+        None,
+        Some(hub_signature("not-the-app-secret", &bytes)),
+        Some(hub_signature(APP_SECRET, b"another body")),
+        Some("sha256=nothex".to_owned()),
+    ] {
+        let mut request = http
+            .post(&url)
+            .header("content-type", "application/json")
+            .body(bytes.clone());
+        if let Some(s) = &signature {
+            request = request.header("x-hub-signature-256", s);
+        }
+        assert_eq!(
+            request.send().await?.status().as_u16(),
+            401,
+            "{signature:?}"
+        );
+    }
+    let rows: i64 = stack
+        .db
+        .connect()
+        .await?
+        .query_one(
+            "SELECT count(*) AS n FROM herald.delivery_events WHERE state <> 1",
+            &[],
+        )
+        .await?
+        .get("n");
+    assert_eq!(rows, 0, "a refused webhook recorded something");
+    assert_eq!(state(&stack.task(&task.id).await?), DeliveryState::Accepted);
+    let rejected = counter(
+        &stack.executor,
+        "herald_callbacks_rejected_total",
+        &["reason=\"signature\""],
+    )
+    .await?;
+    assert_eq!(rejected, 4.0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn delivered_and_read_show_on_the_task_with_their_times() -> Result<()> {
+    let mut stack = Stack::start().await?;
+    stack.fake.plan_callbacks(
+        "16505550002",
+        CallbackPlan::after(&[Callback::Sent, Callback::Delivered, Callback::Read]),
+    );
+    let task = stack.send("16505550002").await?;
+    let task = stack
+        .wait_task(&task.id, |t| state(t) == DeliveryState::Read)
+        .await?;
+    let delivery = task.delivery.clone().context("delivery")?;
+    assert!(delivery.provider_message_id.starts_with("wamid."));
+    assert!(delivery.accepted_at.is_some());
+    assert_eq!(
+        delivery.delivered_at.map(|t| t.seconds),
+        Some(1_750_000_000)
+    );
+    assert_eq!(delivery.read_at.map(|t| t.seconds), Some(1_750_000_000));
+    assert_eq!(delivery.failed_at, None);
+    assert_eq!(task.state(), TaskState::Succeeded);
+    // The send carried the fencing token for Meta to echo.
+    let sent = stack.fake.requests();
+    assert_eq!(
+        sent[0].body["biz_opaque_callback_data"],
+        format!("{}/1", task.id)
+    );
+    stack.fake.wait_posted(3, WAIT).await?;
+    let applied = counter(
+        &stack.executor,
+        "herald_callbacks_applied_total",
+        &["field=\"messages\"", "kind=\"read\""],
+    )
+    .await?;
+    assert_eq!(applied, 1.0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn out_of_order_and_repeated_statuses_keep_the_furthest_state() -> Result<()> {
+    let mut stack = Stack::start().await?;
+    use Callback::*;
+    stack.fake.plan_callbacks(
+        "16505550003",
+        CallbackPlan::after(&[Read, Delivered, Read, Delivered, Sent]),
+    );
+    // Read without delivered (Meta may skip it when both happen at once).
+    stack
+        .fake
+        .plan_callbacks("16505550004", CallbackPlan::after(&[Read, Read]));
+    let shuffled = stack.send("16505550003").await?;
+    let read_only = stack.send("16505550004").await?;
+    stack.fake.wait_posted(7, WAIT).await?;
+    assert!(
+        stack.fake.posted().iter().all(|(status, _)| *status == 200),
+        "{:?}",
+        stack.fake.posted()
+    );
+
+    let task = stack.task(&shuffled.id).await?;
+    let delivery = task.delivery.clone().context("delivery")?;
+    assert_eq!(delivery.state(), DeliveryState::Read, "{delivery:?}");
+    assert!(delivery.delivered_at.is_some() && delivery.read_at.is_some());
+    let task = stack.task(&read_only.id).await?;
+    let delivery = task.delivery.clone().context("delivery")?;
+    assert_eq!(delivery.state(), DeliveryState::Read);
+    assert_eq!(delivery.delivered_at, None);
+    // Each (wamid, status) once.
+    let rows: i64 = stack
+        .db
+        .connect()
+        .await?
+        .query_one(
+            "SELECT count(*) AS n FROM herald.delivery_events WHERE task_id = $1::text::uuid",
+            &[&shuffled.id],
+        )
+        .await?
+        .get("n");
+    assert_eq!(rows, 3, "accepted, delivered, read");
+    Ok(())
+}
+
+#[tokio::test]
+async fn statuses_that_come_before_the_sends_report_are_matched() -> Result<()> {
+    let mut stack = Stack::start().await?;
+    // Posted and recorded before the fake answers the send: the scheduler does not know the
+    // wamid yet, and this one carries no callback data either.
+    stack.fake.plan_callbacks(
+        "16505550005",
+        CallbackPlan {
+            statuses: vec![Callback::Delivered],
+            before_response: true,
+            with_callback_data: false,
+        },
+    );
+    // A failure that beats the report: the task must not stay SUCCEEDED.
+    stack.fake.plan_callbacks(
+        "16505550006",
+        CallbackPlan {
+            statuses: vec![Callback::Failed(131026)],
+            before_response: true,
+            with_callback_data: true,
+        },
+    );
+    let early = stack.send("16505550005").await?;
+    let task = stack
+        .wait_task(&early.id, |t| state(t) == DeliveryState::Delivered)
+        .await?;
+    assert_eq!(task.state(), TaskState::Succeeded);
+    assert!(stack.fake.posted().iter().all(|(status, _)| *status == 200));
+
+    let id = stack
+        .tasks
+        .create_task(CreateTaskRequest {
+            task: Some(TaskSpec {
+                pool: "wa".into(),
+                ..task_spec("orders", "16505550006", "hello")
+            }),
+        })
+        .await?
+        .into_inner()
+        .task
+        .context("task")?
+        .id;
+    let failed = wait_for_task_state(&mut stack.tasks, &id, TaskState::Failed, WAIT).await?;
+    assert!(
+        failed.last_error.contains("131026"),
+        "{}",
+        failed.last_error
+    );
+    assert_eq!(state(&failed), DeliveryState::FailedAfterAcceptance);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_late_failure_ends_the_task_failed_with_the_code() -> Result<()> {
+    let mut stack = Stack::start().await?;
+    stack.fake.plan_callbacks(
+        "16505550007",
+        CallbackPlan::after(&[Callback::Sent, Callback::Failed(131047)]),
+    );
+    let task = stack.send("16505550007").await?;
+    // SUCCEEDED first (the send was accepted), then FAILED when the webhook says so.
+    let task = stack
+        .wait_task(&task.id, |t| t.state() == TaskState::Failed)
+        .await?;
+    assert!(task.last_error.contains("131047"), "{}", task.last_error);
+    let delivery = task.delivery.clone().context("delivery")?;
+    assert_eq!(delivery.state(), DeliveryState::FailedAfterAcceptance);
+    assert_eq!(delivery.error_code, 131047);
+    assert!(
+        delivery.error.contains("Re-engagement"),
+        "{}",
+        delivery.error
+    );
+    assert!(delivery.failed_at.is_some() && delivery.accepted_at.is_some());
+    // A late delivered (out of order) cannot revive it.
+    let late = status_of(&task, &delivery.provider_message_id, Callback::Delivered);
+    let body = webhook_body(WABA, "messages", late);
+    assert_eq!(stack.fake.post_webhook(&body).await?, 200);
+    let task = stack.task(&task.id).await?;
+    assert_eq!(task.state(), TaskState::Failed);
+    assert_eq!(state(&task), DeliveryState::FailedAfterAcceptance);
+
+    // A late failure that limits one recipient (131049, the per-user marketing limit) also
+    // leaves that recipient alone on the account, as the send's own answer would.
+    stack.fake.plan_callbacks(
+        "16505550011",
+        CallbackPlan::after(&[Callback::Failed(131049)]),
+    );
+    let limited = stack.send("16505550011").await?;
+    stack
+        .wait_task(&limited.id, |t| t.state() == TaskState::Failed)
+        .await?;
+    let blocked: bool = stack
+        .db
+        .connect()
+        .await?
+        .query_one(
+            "SELECT blocked_until > herald.now() AS blocked FROM herald.recipient_sends \
+             WHERE account_id = 'wa-1' AND recipient = '16505550011'",
+            &[],
+        )
+        .await?
+        .get("blocked");
+    assert!(blocked, "131049 did not back the recipient off");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_batch_posted_while_the_scheduler_is_down_is_applied_after_it_returns() -> Result<()> {
+    let mut stack = Stack::start().await?;
+    let task = stack.send("16505550008").await?;
+    let task = stack
+        .wait_task(&task.id, |t| state(t) == DeliveryState::Accepted)
+        .await?;
+    let wamid = stack.wamid(&task)?;
+    let addr = stack.scheduler.grpc_addr().to_owned();
+    stack.scheduler.kill()?;
+    stack.scheduler.wait().await?;
+
+    // Meta's batch: a delivered and a read, in one webhook.
+    let mut value = status_of(&task, &wamid, Callback::Delivered);
+    let read = status_of(&task, &wamid, Callback::Read);
+    let statuses = value["statuses"].as_array_mut().context("statuses")?;
+    statuses.push(read["statuses"][0].clone());
+    let body = webhook_body(WABA, "messages", value);
+    let answer = stack.fake.post_webhook(&body).await?;
+    assert!(
+        (500..600).contains(&answer),
+        "answered {answer} while the scheduler was down"
+    );
+
+    // The scheduler comes back on the same address; Meta delivers the batch again.
+    stack.scheduler = SchedulerProcess::builder(&stack.db)
+        .env("HERALD_GRPC_ADDR", &addr)
+        .spawn()
+        .await?;
+    assert_eq!(stack.fake.redeliver().await?, vec![200]);
+    let task = stack.task(&task.id).await?;
+    assert_eq!(state(&task), DeliveryState::Read, "{task:?}");
+    assert!(task.delivery.context("delivery")?.delivered_at.is_some());
+    let unrecorded = counter(
+        &stack.executor,
+        "herald_callbacks_rejected_total",
+        &["reason=\"unrecorded\""],
+    )
+    .await?;
+    assert_eq!(unrecorded, 1.0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn quality_and_tier_updates_show_in_get_account() -> Result<()> {
+    let mut stack = Stack::start().await?;
+    // The older form (current_limit) beside the portfolio one, which wins.
+    let body = webhook_body(
+        WABA,
+        "phone_number_quality_update",
+        json!({"display_phone_number": "15550783881", "event": "DOWNGRADE",
+               "current_limit": "TIER_1K", "max_daily_conversations_per_business": "TIER_2K",
+               "quality_rating": "YELLOW"}),
+    );
+    assert_eq!(stack.fake.post_webhook(&body).await?, 200);
+    let account = get_account(&mut stack.accounts, "wa-1").await?;
+    assert_eq!(
+        account.limits.context("limits")?.messaging_tier(),
+        MessagingTier::Limit2k
+    );
+    assert_eq!(account.status.context("status")?.quality, "yellow");
+
+    // The old form alone, and a value herald does not know (informational: nothing changes).
+    let body = webhook_body(
+        WABA,
+        "phone_number_quality_update",
+        json!({"display_phone_number": "15550783881", "event": "UPGRADE", "current_limit": "TIER_50"}),
+    );
+    assert_eq!(stack.fake.post_webhook(&body).await?, 200);
+    let body = webhook_body(
+        WABA,
+        "phone_number_quality_update",
+        json!({"display_phone_number": "15550783881", "event": "UPGRADE", "current_limit": "TIER_7"}),
+    );
+    assert_eq!(stack.fake.post_webhook(&body).await?, 200);
+    let account = get_account(&mut stack.accounts, "wa-1").await?;
+    assert_eq!(
+        account.limits.context("limits")?.messaging_tier(),
+        MessagingTier::Limit50
+    );
+
+    // An inbound message opens the customer-service window (as RecordInbound does).
+    let body = webhook_body(
+        WABA,
+        "messages",
+        json!({"messaging_product": "whatsapp",
+               "metadata": {"display_phone_number": "15550783881", "phone_number_id": PHONE_ID},
+               "contacts": [{"profile": {"name": "Sheena"}, "wa_id": "16505550009"}],
+               "messages": [{"from": "16505550009", "id": "wamid.IN", "timestamp": "1749416383",
+                             "type": "text", "text": {"body": "hi"}}]}),
+    );
+    assert_eq!(stack.fake.post_webhook(&body).await?, 200);
+    let inbound: Option<chrono::DateTime<chrono::Utc>> = stack
+        .db
+        .connect()
+        .await?
+        .query_one(
+            "SELECT inbound_at FROM herald.recipient_sends \
+             WHERE account_id = 'wa-1' AND recipient = '16505550009'",
+            &[],
+        )
+        .await?
+        .get("inbound_at");
+    assert_eq!(inbound.map(|t| t.timestamp()), Some(1_749_416_383));
+    Ok(())
+}
+
+#[tokio::test]
+async fn account_updates_pause_with_a_notification_and_reconnected_resumes() -> Result<()> {
+    let notify = WebhookReceiver::start().await?;
+    let notify_url = format!("{}/notify", notify.url());
+    let mut stack = Stack::start_with(|b| {
+        b.env("HERALD_NOTIFY_URL", &notify_url).env(
+            "HERALD_NOTIFY_SECRET",
+            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        )
+    })
+    .await?;
+    let body = webhook_body(
+        WABA,
+        "account_update",
+        json!({"event": "DISABLED_UPDATE",
+               "ban_info": {"waba_ban_state": "DISABLE", "waba_ban_date": "2025-06-01"}}),
+    );
+    assert_eq!(stack.fake.post_webhook(&body).await?, 200);
+    // Meta delivers it again: still one pause, one notification.
+    assert_eq!(stack.fake.post_webhook(&body).await?, 200);
+    let account = get_account(&mut stack.accounts, "wa-1").await?;
+    assert_eq!(account.state(), AccountState::Paused);
+    let reason = account.status.context("status")?.state_reason;
+    assert!(
+        reason.starts_with("paused by the provider: account_update DISABLED_UPDATE"),
+        "{reason}"
+    );
+
+    let delivered = notify.wait_for_requests(1, WAIT).await?;
+    let event: serde_json::Value = serde_json::from_slice(&delivered[0].body)?;
+    assert_eq!(event["type"], "account.paused");
+    assert_eq!(event["data"]["account_id"], "wa-1");
+    assert!(event["data"]["reason"]
+        .as_str()
+        .is_some_and(|r| r.contains("DISABLED_UPDATE")));
+
+    let body = webhook_body(
+        WABA,
+        "account_update",
+        json!({"event": "ACCOUNT_RECONNECTED"}),
+    );
+    assert_eq!(stack.fake.post_webhook(&body).await?, 200);
+    let account = get_account(&mut stack.accounts, "wa-1").await?;
+    assert_eq!(account.state(), AccountState::Active);
+    // Back in rotation: a task goes out through it.
+    stack.send("16505550010").await?;
+    let paused_events = notify
+        .requests()
+        .iter()
+        .filter_map(|r| serde_json::from_slice::<serde_json::Value>(&r.body).ok())
+        .filter(|e| e["type"] == "account.paused")
+        .count();
+    assert_eq!(paused_events, 1);
+    Ok(())
+}
