@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import json
 import subprocess
 import time
 import urllib.request
@@ -526,3 +527,25 @@ def test_smoke_rendered_manifests_start_and_report_serving(database, tmp_path, s
         if executor:
             assert executor.stop() == 0, executor.log_tail()
         assert scheduler.stop() == 0, scheduler.log_tail()
+
+
+@chart
+def test_whatsapp_webhook_values_open_the_port_to_the_ingress_only():
+    """With executor.ports.whatsappWebhook set, the port is on the executor pods, its Service and
+    its NetworkPolicy (from the configured peers only); without it, none of them mentions it."""
+    objects, _ = render(load_values(CHART / "ci" / "whatsapp-webhook-values.yaml"))
+    pod = one(objects, "Deployment", "herald-executor")["spec"]["template"]["spec"]
+    ports = {p["name"]: p["containerPort"] for p in pod["containers"][0]["ports"]}
+    assert ports["whatsapp-hook"] == 8443
+    service = one(objects, "Service", "herald-executor")["spec"]["ports"]
+    assert {"name": "whatsapp-hook", "port": 8443, "targetPort": "whatsapp-hook",
+            "protocol": "TCP", "appProtocol": "http"} in service
+    rules = one(objects, "NetworkPolicy", "herald-executor")["spec"]["ingress"]
+    hook = [r for r in rules if r["ports"][0]["port"] == "whatsapp-hook"]
+    assert len(hook) == 1
+    assert hook[0]["from"] == [{"namespaceSelector": {"matchLabels": {
+        "kubernetes.io/metadata.name": "ingress-nginx"}}}]
+
+    plain, _ = render({"networkPolicy": {"enabled": True}})
+    assert "whatsapp-hook" not in json.dumps(plain)
+    assert one(plain, "NetworkPolicy", "herald-executor")["spec"]["ingress"] == []
