@@ -204,18 +204,20 @@ pub async fn on_accepted(
             error: None,
         })
         .collect();
-    let recorded = db.deliveries().record(namespace, &reports).await?;
-    // Every accepted task: a failure reported before its send's report ends it now.
+    // What it returns is among `accepted` already: every accepted send is settled below.
+    db.deliveries().record(namespace, &reports).await?;
+    // Every accepted task: reports that came before its send's are tied to it, and a failure
+    // among them ends it now.
     let tasks: Vec<Uuid> = accepted.iter().map(|(t, _)| *t).collect();
-    let pairs: Vec<Recorded> = recorded
-        .into_iter()
-        .chain(accepted.iter().map(|(task, id)| Recorded {
+    let sends: Vec<Recorded> = accepted
+        .iter()
+        .map(|(task, id)| Recorded {
             provider_message_id: id.clone(),
             state: DeliveryState::Accepted,
             task_id: Some(*task),
-        }))
+        })
         .collect();
-    settle(db, namespace, pairs, &tasks).await
+    settle(db, namespace, sends, &tasks).await
 }
 
 /// After reports were recorded: ties the reports of the same messages recorded without a task

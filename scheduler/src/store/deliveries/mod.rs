@@ -35,15 +35,19 @@ pub struct Recorded {
     pub task_id: Option<Uuid>,
 }
 
+/// The row's `state` column as a state.
+fn state(r: &Row) -> Result<DeliveryState, StoreError> {
+    let code: i16 = column(r, "state")?;
+    DeliveryState::from_code(code)
+        .ok_or_else(|| StoreError::Corrupt(format!("delivery_events.state {code} is not a state")))
+}
+
 fn recorded(rows: &[Row]) -> Result<Vec<Recorded>, StoreError> {
     rows.iter()
         .map(|r| {
-            let code: i16 = column(r, "state")?;
             Ok(Recorded {
                 provider_message_id: column(r, "provider_message_id")?,
-                state: DeliveryState::from_code(code).ok_or_else(|| {
-                    StoreError::Corrupt(format!("delivery_events.state {code} is not a state"))
-                })?,
+                state: state(r)?,
                 task_id: column(r, "task_id")?,
             })
         })
@@ -142,11 +146,8 @@ impl<C: GenericClient> DeliveryRepo<'_, C> {
         let rows = TASK_DELIVERIES.query(self.db, &[&ids, &namespace]).await?;
         let mut out = HashMap::with_capacity(rows.len());
         for r in &rows {
-            let code: i16 = column(r, "state")?;
             let delivery = Delivery {
-                state: DeliveryState::from_code(code).ok_or_else(|| {
-                    StoreError::Corrupt(format!("delivery_events.state {code} is not a state"))
-                })?,
+                state: state(r)?,
                 provider_message_id: column(r, "provider_message_id")?,
                 accepted_at: column(r, "accepted_at")?,
                 delivered_at: column(r, "delivered_at")?,
