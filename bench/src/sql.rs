@@ -18,6 +18,7 @@ pub(crate) const QUEUE: &str = "bench";
 pub(crate) fn content_bytes() -> Vec<u8> {
     Content {
         body: Some(content::Body::Text("benchmark message".to_owned())),
+        ..Default::default()
     }
     .encode_to_vec()
 }

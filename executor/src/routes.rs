@@ -23,6 +23,9 @@
 //! [accounts."*"]                     # optional: every account without its own table
 //! sender = "log"
 //!
+//! [media]                            # optional: fetching media links (senders::media)
+//! allowed_networks = ["10.1.2.0/24"] # non-public networks fetches may reach (none by default)
+//!
 //! [whatsapp_webhook]                 # optional: Meta's status callbacks (crate::callbacks)
 //! listen = "0.0.0.0:7073"
 //! verify_token = { env = "WA_VERIFY_TOKEN" }
@@ -44,8 +47,9 @@ use herald_proto::SenderKind;
 use crate::callbacks::whatsapp::ConfiguredNumber;
 use crate::callbacks::WhatsAppWebhook;
 pub use crate::senders::config::ConfigError;
-use crate::senders::config::{inline_table, BuildContext, Source};
+use crate::senders::config::{inline_table, parse_table, BuildContext, Source};
 use crate::senders::log::LogSender;
+use crate::senders::media::MediaConfig;
 use crate::senders::whatsapp::WhatsAppNumber;
 use crate::senders::{layered, BoxSender, RouteLimits, Sender, SenderConfig};
 
@@ -223,12 +227,21 @@ impl SenderRoutes {
         let mut cx = BuildContext::new(source, env);
         let mut routes = SenderRoutes::empty();
         let root = doc.as_table();
+        // `[media]` first: the senders built below share its fetcher, wherever it sits.
+        if let Some(item) = root.get("media") {
+            cx.enter("[media]".into(), item_span(root, "media", item));
+            let table = inline_table(&cx, item)?;
+            let media: MediaConfig = parse_table(&cx, "media settings", table)?;
+            let fetcher = media.build(&cx)?;
+            cx.set_media(fetcher);
+        }
         for (key, item) in root.iter() {
             let span = item_span(root, key, item);
             match key {
                 "default" => {
                     routes.default = Some(route(&mut cx, "[default]".into(), span, item)?.0)
                 }
+                "media" => {}
                 "whatsapp_webhook" => {
                     cx.enter("[whatsapp_webhook]".into(), span);
                     let table = inline_table(&cx, item)?;
@@ -267,7 +280,7 @@ impl SenderRoutes {
                     return Err(source.invalid(
                         span,
                         format!(
-                            "unknown key `{other}`: the file holds `[default]`, `[queues.NAME]`, `[accounts.NAME]` and `[whatsapp_webhook]` tables"
+                            "unknown key `{other}`: the file holds `[default]`, `[queues.NAME]`, `[accounts.NAME]`, `[media]` and `[whatsapp_webhook]` tables"
                         ),
                     ))
                 }

@@ -148,6 +148,7 @@ fn lease(task_id: &str, credentials_ref: &str) -> pb::Lease {
         recipient: "16505551234".into(),
         content: Some(pb::Content {
             body: Some(pb::content::Body::Text("hi".into())),
+            ..Default::default()
         }),
         idempotency_key: format!("idem-{task_id}"),
         account_id: format!("id-{credentials_ref}"),

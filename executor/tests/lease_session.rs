@@ -149,6 +149,7 @@ fn lease(task_id: &str, queue: &str) -> pb::Lease {
         recipient: "someone".into(),
         content: Some(pb::Content {
             body: Some(pb::content::Body::Text("hi".into())),
+            ..Default::default()
         }),
         idempotency_key: format!("idem-{task_id}"),
         ..Default::default()

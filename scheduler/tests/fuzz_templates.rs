@@ -87,7 +87,9 @@ fn template_content(id: &str, variables: BTreeMap<String, String>) -> pb::Conten
             template_id: id.into(),
             language: String::new(),
             variables,
+            ..Default::default()
         })),
+        ..Default::default()
     }
 }
 

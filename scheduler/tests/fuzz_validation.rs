@@ -85,13 +85,14 @@ fn content() -> impl Strategy<Value = Option<pb::Content>> {
             template_id: id,
             language,
             variables: vars,
+            ..Default::default()
         }
     });
     prop_oneof![
         1 => Just(None),
-        1 => Just(Some(pb::Content { body: None })),
-        4 => text_body.prop_map(|t| Some(pb::Content { body: Some(pb::content::Body::Text(t)) })),
-        2 => template.prop_map(|t| Some(pb::Content { body: Some(pb::content::Body::Template(t)) })),
+        1 => Just(Some(pb::Content { body: None, ..Default::default() })),
+        4 => text_body.prop_map(|t| Some(pb::Content { body: Some(pb::content::Body::Text(t)), ..Default::default() })),
+        2 => template.prop_map(|t| Some(pb::Content { body: Some(pb::content::Body::Template(t)), ..Default::default() })),
     ]
 }
 
@@ -442,7 +443,7 @@ proptest! {
             3 => prop_oneof![3 => Just("Hi {{ name }}".to_string()), 2 => text()]
                 .prop_map(|body| Some(pb::template::Kind::Text(pb::TextTemplate { body }))),
             2 => (short_text(), short_text(), prop::collection::vec(short_text(), 0..4))
-                .prop_map(|(name, language, parameters)| Some(pb::template::Kind::Provider(pb::ProviderTemplate { name, language, parameters }))),
+                .prop_map(|(name, language, parameters)| Some(pb::template::Kind::Provider(pb::ProviderTemplate { name, language, parameters, ..Default::default() }))),
         ],
     ) {
         let t = pb::Template { id, description, kind, ..Default::default() };
@@ -501,6 +502,7 @@ fn huge_schedule_durations_are_out_of_range() {
         recipients: vec!["+15550001".into()],
         content: Some(pb::Content {
             body: Some(pb::content::Body::Text("hi".into())),
+            ..Default::default()
         }),
         jitter: huge(),
         stagger: huge(),
@@ -529,6 +531,7 @@ fn huge_campaign_durations_are_out_of_range() {
         queue: "default".into(),
         content: Some(pb::Content {
             body: Some(pb::content::Body::Text("hi".into())),
+            ..Default::default()
         }),
         window: huge(),
         spacing: huge(),
@@ -551,6 +554,7 @@ fn local_times_at_chronos_limits_are_refused() {
             recipient: "+15550001".into(),
             content: Some(pb::Content {
                 body: Some(pb::content::Body::Text("hi".into())),
+                ..Default::default()
             }),
             local_time: local.into(),
             local_time_zone: zone.into(),
@@ -574,6 +578,7 @@ fn timestamps_outside_protobufs_range_are_not_valid() {
             recipient: "+15550001".into(),
             content: Some(pb::Content {
                 body: Some(pb::content::Body::Text("hi".into())),
+                ..Default::default()
             }),
             expire_at: Some(prost_types::Timestamp { seconds, nanos: 0 }),
             ..Default::default()

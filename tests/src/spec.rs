@@ -18,6 +18,7 @@ pub fn task_spec(queue: &str, recipient: &str, text: &str) -> TaskSpec {
         recipient: recipient.to_owned(),
         content: Some(Content {
             body: Some(content::Body::Text(text.to_owned())),
+            ..Default::default()
         }),
         ..TaskSpec::default()
     }

@@ -27,6 +27,7 @@ fn spec() -> CampaignSpec {
         queue: QUEUE.into(),
         content: Some(Content {
             body: Some(content::Body::Text("we launched".into())),
+            ..Default::default()
         }),
         ..Default::default()
     }

@@ -392,6 +392,7 @@ fn every_second(id: &str) -> ScheduleSpec {
         recipients: vec!["ops-a".into(), "ops-b".into()],
         content: Some(Content {
             body: Some(content::Body::Text("heartbeat".into())),
+            ..Default::default()
         }),
         max_attempts: Some(100),
         ..Default::default()
@@ -449,6 +450,7 @@ async fn the_primary_sigkilled_with_five_thousand_tasks_a_schedule_and_a_campaig
                 queue: QUEUE.into(),
                 content: Some(Content {
                     body: Some(content::Body::Text("announcement".into())),
+                    ..Default::default()
                 }),
                 ..Default::default()
             }),

@@ -159,6 +159,7 @@ async fn a_campaign_whose_tasks_all_ended_notifies_finished_once() -> Result<()>
                 queue: "hooks".into(),
                 content: Some(Content {
                     body: Some(herald_proto::v1::content::Body::Text("we're live".into())),
+                    ..Default::default()
                 }),
                 ..Default::default()
             }),

@@ -32,6 +32,7 @@ fn every(seconds: u32, id: &str, misfire: MisfirePolicy, recipients: &[&str]) ->
         recipients: recipients.iter().map(|r| (*r).to_string()).collect(),
         content: Some(Content {
             body: Some(content::Body::Text("daily report".into())),
+            ..Default::default()
         }),
         ..Default::default()
     }

@@ -629,6 +629,7 @@ async fn oversized_messages_big_batches_and_busy_schedules_are_refused() -> Resu
                 recipients: vec!["+15550302".into()],
                 content: Some(pb::Content {
                     body: Some(pb::content::Body::Text("tick".into())),
+                    ..Default::default()
                 }),
                 ..Default::default()
             }),

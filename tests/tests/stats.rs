@@ -93,7 +93,11 @@ fn content_bytes(template: Option<&str>) -> Vec<u8> {
         }),
         None => content::Body::Text("hello".into()),
     };
-    Content { body: Some(body) }.encode_to_vec()
+    Content {
+        body: Some(body),
+        ..Default::default()
+    }
+    .encode_to_vec()
 }
 
 async fn seed(db: &tokio_postgres::Client, seeds: &[Seed]) -> Result<Vec<Uuid>> {

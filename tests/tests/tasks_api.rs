@@ -154,6 +154,7 @@ fn duration(seconds: i64, nanos: i32) -> prost_types::Duration {
 fn text(body: &str) -> Option<Content> {
     Some(Content {
         body: Some(content::Body::Text(body.to_owned())),
+        ..Default::default()
     })
 }
 
@@ -198,6 +199,7 @@ async fn create_then_get_round_trips_every_field() -> Result<()> {
             ("name".to_owned(), "Ada Lovelace".to_owned()),
             ("order".to_owned(), "42-ß".to_owned()),
         ]),
+        ..Default::default()
     };
     let delays = vec![duration(30, 0), duration(120, 0), duration(1, 500_000_000)];
     let key = unique_id("round-trip");
@@ -206,6 +208,7 @@ async fn create_then_get_round_trips_every_field() -> Result<()> {
         recipient: "+4915112345678".to_owned(),
         content: Some(Content {
             body: Some(content::Body::Template(template.clone())),
+            ..Default::default()
         }),
         when: Some(task_spec::When::RunAt(run_at.into())),
         priority: Some(8),
@@ -354,7 +357,12 @@ async fn create_task_rejects_each_bad_field_and_writes_nothing() -> Result<()> {
         ),
         (
             "content without a body",
-            with(&|s| s.content = Some(Content { body: None })),
+            with(&|s| {
+                s.content = Some(Content {
+                    body: None,
+                    ..Default::default()
+                })
+            }),
             "task.content",
         ),
         (

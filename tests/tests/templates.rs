@@ -37,7 +37,9 @@ fn uses(id: &str, vars: &[(&str, &str)]) -> Content {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect::<BTreeMap<_, _>>(),
+            ..Default::default()
         })),
+        ..Default::default()
     }
 }
 
@@ -149,6 +151,7 @@ async fn provider_templates_map_variables_to_positional_parameters() -> Result<(
                 name: "order_update".into(),
                 language: "en_US".into(),
                 parameters: vec!["name".into(), "order".into()],
+                ..Default::default()
             })),
             ..Default::default()
         }),
@@ -346,6 +349,7 @@ async fn a_schedules_stored_template_is_rendered_at_every_run() -> Result<()> {
                     name: "order_update".into(),
                     language: "en_US".into(),
                     parameters: vec!["name".into()],
+                    ..Default::default()
                 })),
                 ..Default::default()
             }),

@@ -102,6 +102,8 @@ pub(crate) struct BuildContext<'a> {
     source: Source<'a>,
     env: &'a dyn Fn(&str) -> Option<String>,
     client: Option<reqwest::Client>,
+    /// The media fetcher of the file's `[media]` table, or the public-only default.
+    media: Option<super::media::MediaFetcher>,
     /// The table in messages: `account wa-main`, `queue hooks`, `[default]`.
     what: String,
     /// The table's own span, for errors about the table as a whole (a missing setting).
@@ -115,6 +117,7 @@ impl<'a> BuildContext<'a> {
             source,
             env,
             client: None,
+            media: None,
             what: String::new(),
             table: 0..0,
         }
@@ -144,6 +147,25 @@ impl<'a> BuildContext<'a> {
     /// An error about the table as a whole, at its first line.
     pub(crate) fn invalid_table(&self, message: impl std::fmt::Display) -> ConfigError {
         self.invalid(self.table.clone(), message)
+    }
+
+    /// Sets the media fetcher built from the file's `[media]` table.
+    pub(crate) fn set_media(&mut self, media: super::media::MediaFetcher) {
+        self.media = Some(media);
+    }
+
+    /// The media fetcher every sender of the file shares: the `[media]` table's, or one that
+    /// reaches public addresses only.
+    pub(crate) fn media(&mut self) -> Result<super::media::MediaFetcher, ConfigError> {
+        match &self.media {
+            Some(m) => Ok(m.clone()),
+            None => {
+                let m =
+                    super::media::MediaFetcher::public_only().map_err(|e| self.invalid_table(e))?;
+                self.media = Some(m.clone());
+                Ok(m)
+            }
+        }
     }
 
     /// The shared HTTP client of every sender built from the file (one connection pool).

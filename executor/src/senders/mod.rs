@@ -17,6 +17,7 @@ pub(crate) mod config;
 pub mod http;
 pub mod limiter;
 pub mod log;
+pub mod media;
 pub mod noop;
 mod request;
 mod service;

@@ -7,8 +7,10 @@ use std::time::{Duration, SystemTime};
 
 use herald_proto::v1 as pb;
 
-/// What to send: final text or a template reference.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// What to send. Plain text and body-only templates have their own variants (most sends,
+/// and what every sender understands); anything richer travels as the wire's content, which
+/// each channel's content module maps (`whatsapp/content.rs`, `wecom/content.rs`).
+#[derive(Clone, Debug, PartialEq)]
 pub enum Content {
     /// Final text, sent as is.
     Text(String),
@@ -21,10 +23,15 @@ pub enum Content {
         /// Values for the template's variables, by name.
         variables: BTreeMap<String, String>,
     },
+    /// Any other body (media, location, interactive, markdown, cards, news), or text or a
+    /// template with options the variants above cannot say (a link preview, a template's
+    /// header or buttons).
+    Rich(pb::Content),
 }
 
 impl Content {
-    /// The content's size in bytes (text, or template id plus variables), for logs.
+    /// The content's size in bytes (text, or template id plus variables; the encoded size of
+    /// rich content), for logs.
     pub fn len(&self) -> usize {
         match self {
             Content::Text(t) => t.len(),
@@ -40,6 +47,7 @@ impl Content {
                         .map(|(k, v)| k.len() + v.len())
                         .sum::<usize>()
             }
+            Content::Rich(c) => prost::Message::encoded_len(c),
         }
     }
 
@@ -50,13 +58,43 @@ impl Content {
 
     /// Converts the wire content; `None` when the lease carried no body.
     pub fn from_proto(content: Option<pb::Content>) -> Option<Self> {
-        match content?.body? {
-            pb::content::Body::Text(t) => Some(Content::Text(t)),
-            pb::content::Body::Template(t) => Some(Content::Template {
-                template_id: t.template_id,
-                language: t.language,
-                variables: t.variables.into_iter().collect(),
-            }),
+        let content = content?;
+        match content.body.as_ref()? {
+            pb::content::Body::Text(_) if content.link_preview => Some(Content::Rich(content)),
+            pb::content::Body::Text(t) => Some(Content::Text(t.clone())),
+            pb::content::Body::Template(t) if t.header.is_none() && t.buttons.is_empty() => {
+                Some(Content::Template {
+                    template_id: t.template_id.clone(),
+                    language: t.language.clone(),
+                    variables: t.variables.clone().into_iter().collect(),
+                })
+            }
+            _ => Some(Content::Rich(content)),
+        }
+    }
+
+    /// The wire content: the one form the channels' content modules map.
+    pub fn to_proto(&self) -> pb::Content {
+        match self {
+            Content::Text(t) => pb::Content {
+                body: Some(pb::content::Body::Text(t.clone())),
+                link_preview: false,
+            },
+            Content::Template {
+                template_id,
+                language,
+                variables,
+            } => pb::Content {
+                body: Some(pb::content::Body::Template(pb::TemplateContent {
+                    template_id: template_id.clone(),
+                    language: language.clone(),
+                    variables: variables.clone().into_iter().collect(),
+                    header: None,
+                    buttons: Vec::new(),
+                })),
+                link_preview: false,
+            },
+            Content::Rich(c) => c.clone(),
         }
     }
 }

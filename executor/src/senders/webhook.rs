@@ -5,6 +5,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use base64::Engine as _;
 use herald_outbound::signing::{WEBHOOK_ID, WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP};
 use http::StatusCode;
 use serde::Deserialize;
@@ -67,6 +68,13 @@ pub fn body(req: &SendRequest) -> serde_json::Value {
             "language": language,
             "variables": variables,
         }}),
+        // Rich bodies have no JSON form of their own here (prost types carry no serde): the
+        // encoded `herald.v1.Content`, which a receiver decodes with herald's protos.
+        Content::Rich(c) => json!({
+            "body": c.body.as_ref().map(herald_proto::content::body_name).unwrap_or("none"),
+            "protobuf_base64": base64::engine::general_purpose::STANDARD
+                .encode(prost::Message::encode_to_vec(c)),
+        }),
     };
     json!({
         "type": "herald.message",

@@ -192,11 +192,11 @@ impl Campaigns {
         check_spec(&spec, self.tasks.clock().now()).into_result(())?;
         let conn = self.tasks.store().conn().await?;
         if !spec.pool.is_empty() {
-            let (pools, _) = conn
+            let found = conn
                 .accounts()
                 .existing_targets(namespace, &[spec.pool.as_str()], &[])
                 .await?;
-            if !pools.contains(&spec.pool) {
+            if !found.pools.contains_key(&spec.pool) {
                 return Err(Error::invalid(
                     "campaign.pool",
                     format!("pool {} does not exist", spec.pool),

@@ -13,6 +13,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 use herald_proto::v1 as pb;
+use herald_proto::SenderKind;
 use tokio::sync::broadcast;
 use uuid::Uuid;
 
@@ -428,22 +429,44 @@ async fn check_targets(
     if pools.is_empty() && accounts.is_empty() {
         return Ok(());
     }
-    let (found_pools, found_accounts) = db
+    let found = db
         .accounts()
         .existing_targets(namespace, &pools, &accounts)
         .await?;
     let mut v = Violations::default();
     for (i, t) in tasks.iter().enumerate() {
-        match &t.target {
-            Target::Pool(p) if !found_pools.contains(p) => v.add(
-                format!("{}.pool", path(i)),
-                format!("pool {p} does not exist"),
-            ),
-            Target::Account(a) if !found_accounts.contains(a) => v.add(
-                format!("{}.account_id", path(i)),
-                format!("account {a} does not exist"),
-            ),
-            _ => {}
+        let kinds = match &t.target {
+            Target::Pool(p) => match found.pools.get(p) {
+                Some(kinds) => kinds,
+                None => {
+                    v.add(
+                        format!("{}.pool", path(i)),
+                        format!("pool {p} does not exist"),
+                    );
+                    continue;
+                }
+            },
+            Target::Account(a) => match found.accounts.get(a) {
+                Some(kinds) => kinds,
+                None => {
+                    v.add(
+                        format!("{}.account_id", path(i)),
+                        format!("account {a} does not exist"),
+                    );
+                    continue;
+                }
+            },
+            _ => continue,
+        };
+        // The content must suit every channel the task may go out through. A kind this build
+        // does not know (stored by a newer one) is not checked.
+        let content_path = format!("{}.content", path(i));
+        for kind in kinds.iter().filter_map(|k| k.parse::<SenderKind>().ok()) {
+            let problems = herald_proto::content::check_for(&t.content, &content_path, kind);
+            if let Some(p) = problems.into_iter().next() {
+                v.add(p.field, p.description);
+                break;
+            }
         }
     }
     v.into_result(())

@@ -478,48 +478,43 @@ fn local_time(
     }
 }
 
-/// Checks content; returns Some(template id if any) when valid.
+/// Checks content's shape (the rules shared with the executor, `herald_proto::content`);
+/// returns Some(template id if any) when valid. Whether the target's channel can send it is
+/// checked once the target is known ([`crate::tasks::prepare`]).
 fn content(c: Option<&pb::Content>, path: &str, v: &mut Violations) -> Option<Option<String>> {
-    match c.and_then(|c| c.body.as_ref()) {
-        None => {
-            v.add(path, "is required: set text or template");
-            None
+    let Some(c) = c else {
+        v.add(path, "is required: set one body (text, template, media, …)");
+        return None;
+    };
+    let before = v.len();
+    for violation in herald_proto::content::check(c, path) {
+        v.add(violation.field, violation.description);
+    }
+    if let Some(pb::content::Body::Template(t)) = &c.body {
+        if t.template_id.is_empty() || t.template_id.chars().count() > 200 {
+            v.add(
+                format!("{path}.template.template_id"),
+                "must be 1 to 200 characters",
+            );
         }
-        Some(pb::content::Body::Text(text)) => {
-            if text.is_empty() {
-                v.add(format!("{path}.text"), "must not be empty");
-                None
-            } else if text.len() > MAX_CONTENT_BYTES {
-                v.add(format!("{path}.text"), "must be at most 65536 bytes");
-                None
-            } else {
-                Some(None)
-            }
+        if t.language.len() > 35 {
+            v.add(
+                format!("{path}.template.language"),
+                "must be at most 35 characters",
+            );
         }
-        Some(pb::content::Body::Template(t)) => {
-            let before = v.len();
-            if t.template_id.is_empty() || t.template_id.chars().count() > 200 {
-                v.add(
-                    format!("{path}.template.template_id"),
-                    "must be 1 to 200 characters",
-                );
-            }
-            if t.language.len() > 35 {
-                v.add(
-                    format!("{path}.template.language"),
-                    "must be at most 35 characters",
-                );
-            }
-            let size: usize = t.variables.iter().map(|(k, v)| k.len() + v.len()).sum();
-            if size > MAX_CONTENT_BYTES {
-                v.add(
-                    format!("{path}.template.variables"),
-                    "must be at most 65536 bytes in total",
-                );
-            }
-            (v.len() == before).then(|| Some(t.template_id.clone()))
+        let size: usize = t.variables.iter().map(|(k, v)| k.len() + v.len()).sum();
+        if size > MAX_CONTENT_BYTES {
+            v.add(
+                format!("{path}.template.variables"),
+                "must be at most 65536 bytes in total",
+            );
         }
     }
+    (v.len() == before).then(|| match &c.body {
+        Some(pb::content::Body::Template(t)) => Some(t.template_id.clone()),
+        _ => None,
+    })
 }
 
 /// Decodes stored content (a `herald.v1.Content`); None when it does not decode.
@@ -655,6 +650,7 @@ mod tests {
             recipient: "+15550001".into(),
             content: Some(pb::Content {
                 body: Some(pb::content::Body::Text("hi".into())),
+                ..Default::default()
             }),
             ..Default::default()
         }
@@ -743,6 +739,7 @@ mod tests {
         let mut s = spec();
         s.content = Some(pb::Content {
             body: Some(pb::content::Body::Text("x".repeat(MAX_CONTENT_BYTES + 1))),
+            ..Default::default()
         });
         s.when = Some(When::At(Utc::now() - ChronoDuration::days(2)));
         assert_eq!(check(&s), vec!["task.content.text", "task.run_at"]);

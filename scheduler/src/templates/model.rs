@@ -1,6 +1,7 @@
 //! What a stored template is, and the rules it must meet when stored.
 
 use chrono::{DateTime, Utc};
+use herald_proto::v1 as pb;
 
 use crate::error::Violations;
 use crate::rules;
@@ -24,7 +25,50 @@ pub enum TemplateKind {
         language: String,
         /// Variable names in parameter order.
         parameters: Vec<String>,
+        /// Fixed header and button parameters, sent unless a task gives its own.
+        components: Components,
     },
+}
+
+/// A provider template's fixed header and button parameters.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Components {
+    /// The header's parameter.
+    pub header: Option<pb::TemplateHeader>,
+    /// The buttons' parameters.
+    pub buttons: Vec<pb::TemplateButton>,
+}
+
+impl Components {
+    /// Whether there is nothing fixed.
+    pub fn is_empty(&self) -> bool {
+        self.header.is_none() && self.buttons.is_empty()
+    }
+
+    /// The shared rules' violations of these components (`herald_proto::content`), under
+    /// `path` (e.g. `template.provider`).
+    pub fn violations(&self, path: &str) -> Vec<herald_proto::content::Violation> {
+        let content = pb::Content {
+            body: Some(pb::content::Body::Template(pb::TemplateContent {
+                // Only the components are checked here; the name has its own rule.
+                template_id: "t".into(),
+                header: self.header.clone(),
+                buttons: self.buttons.clone(),
+                ..Default::default()
+            })),
+            ..Default::default()
+        };
+        let prefix = format!("{path}.template.");
+        herald_proto::content::check(&content, path)
+            .into_iter()
+            .map(|mut v| {
+                if let Some(rest) = v.field.strip_prefix(&prefix) {
+                    v.field = format!("{path}.{rest}");
+                }
+                v
+            })
+            .collect()
+    }
 }
 
 /// A stored template.
@@ -87,7 +131,11 @@ impl TemplateSpec {
                 name,
                 language,
                 parameters,
+                components,
             }) => {
+                for violation in components.violations(&f("provider")) {
+                    v.add(violation.field, violation.description);
+                }
                 if name.is_empty() || name.len() > 512 {
                     v.add(f("provider.name"), "must be 1 to 512 characters");
                 }

@@ -159,6 +159,7 @@ impl Renderer {
                     }
                     Ok(text) => Some(pb::Content {
                         body: Some(pb::content::Body::Text(text)),
+                        ..Default::default()
                     }),
                     Err(e) => {
                         v.add(format!("{field}.template"), format!("cannot render: {e}"));
@@ -170,6 +171,7 @@ impl Renderer {
                 name,
                 language,
                 parameters,
+                components,
             } => {
                 let variables: BTreeMap<String, String> = parameters
                     .iter()
@@ -190,7 +192,15 @@ impl Renderer {
                             t.language.clone()
                         },
                         variables,
+                        // The task's own header and buttons win over the stored ones.
+                        header: t.header.clone().or_else(|| components.header.clone()),
+                        buttons: if t.buttons.is_empty() {
+                            components.buttons.clone()
+                        } else {
+                            t.buttons.clone()
+                        },
                     })),
+                    ..Default::default()
                 })
             }
         }
@@ -226,7 +236,9 @@ mod tests {
                     .iter()
                     .map(|(k, v)| (k.to_string(), v.to_string()))
                     .collect(),
+                ..Default::default()
             })),
+            ..Default::default()
         }
     }
 
@@ -244,6 +256,7 @@ mod tests {
                     name: "order_update".into(),
                     language: "en_US".into(),
                     parameters: vec!["name".into(), "order".into()],
+                    components: Default::default(),
                 },
             ),
         ])
@@ -325,6 +338,7 @@ mod tests {
         assert_eq!(renderer().render(&raw, "c", &mut v), Some(raw.clone()));
         let text = pb::Content {
             body: Some(pb::content::Body::Text("hi".into())),
+            ..Default::default()
         };
         assert_eq!(renderer().render(&text, "c", &mut v), Some(text.clone()));
         assert!(v.is_empty());

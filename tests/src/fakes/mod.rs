@@ -3,8 +3,11 @@
 //! credentials and the request body like the real API, records every request, and can be told
 //! to answer any error row of the provider's classification table.
 
+pub mod media;
 pub mod wecom;
+pub mod wecom_media;
 pub mod whatsapp;
+pub mod whatsapp_content;
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 

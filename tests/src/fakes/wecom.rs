@@ -1,6 +1,7 @@
 //! A fake WeCom API: `GET /cgi-bin/gettoken`, `POST /cgi-bin/message/send?access_token=…` and
-//! the group robot's `POST /cgi-bin/webhook/send?key=…` (providers.md §2). Every answer is
-//! HTTP 200 with `errcode`, as WeCom does, unless scripted otherwise.
+//! the group robot's `POST /cgi-bin/webhook/send?key=…` (providers.md §2), with the media
+//! uploads and rich message types of [`super::wecom_media`]. Every answer is HTTP 200 with
+//! `errcode`, as WeCom does, unless scripted otherwise.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -9,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use axum::extract::{Query, State};
+use axum::extract::{Multipart, Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bytes::Bytes;
@@ -18,6 +19,7 @@ use serde_json::{json, Value};
 use tokio::task::JoinHandle;
 
 use super::lock;
+use super::wecom_media::{MediaStore, Upload};
 
 /// Every errcode of providers.md §2.5 with an errmsg like WeCom's (unverified texts are made
 /// up; senders must branch on errcode only).
@@ -121,6 +123,7 @@ struct Shared {
     sends: Mutex<Vec<WeComRequest>>,
     robot: Mutex<Vec<WeComRequest>>,
     delivered_bodies: Mutex<Vec<Value>>,
+    media: MediaStore,
 }
 
 /// The fake server. Stops when dropped.
@@ -159,11 +162,14 @@ impl FakeWeCom {
             sends: Mutex::new(Vec::new()),
             robot: Mutex::new(Vec::new()),
             delivered_bodies: Mutex::new(Vec::new()),
+            media: MediaStore::default(),
         });
         let app = axum::Router::new()
             .route("/cgi-bin/gettoken", get(gettoken))
             .route("/cgi-bin/message/send", post(send))
             .route("/cgi-bin/webhook/send", post(robot))
+            .route("/cgi-bin/media/upload", post(app_upload))
+            .route("/cgi-bin/webhook/upload_media", post(robot_upload))
             .with_state(shared.clone());
         let server = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -239,6 +245,11 @@ impl FakeWeCom {
     /// Every robot request so far.
     pub fn robot_requests(&self) -> Vec<WeComRequest> {
         lock(&self.shared.robot).clone()
+    }
+
+    /// Every accepted media upload so far (application and robot).
+    pub fn uploads(&self) -> Vec<Upload> {
+        self.shared.media.uploads()
     }
 }
 
@@ -340,8 +351,46 @@ fn check_send(shared: &Shared, body: &Value) -> Result<(), i64> {
                 Err(40058)
             }
         }
-        _ => Err(40008),
+        Some(other) => shared.media.check_app(other, body).unwrap_or(Err(40008)),
+        None => Err(40008),
     }
+}
+
+/// The token of `q`'s `access_token`: None when valid, else the errcode WeCom answers.
+fn token_error(shared: &Shared, q: &HashMap<String, String>) -> Option<i64> {
+    let state = match q.get("access_token").map(String::as_str) {
+        None | Some("") => return Some(41001),
+        Some(t) => lock(&shared.tokens).get(t).copied(),
+    };
+    match state {
+        Some(TokenState::Valid) => None,
+        Some(TokenState::Expired) => Some(42001),
+        Some(TokenState::Invalidated) | None => Some(40014),
+    }
+}
+
+async fn app_upload(
+    State(shared): State<Arc<Shared>>,
+    Query(q): Query<HashMap<String, String>>,
+    form: Multipart,
+) -> Response {
+    if let Some(code) = token_error(&shared, &q) {
+        return axum::Json(err(code)).into_response();
+    }
+    let media_type = q.get("type").cloned().unwrap_or_default();
+    axum::Json(shared.media.upload(&media_type, false, form).await).into_response()
+}
+
+async fn robot_upload(
+    State(shared): State<Arc<Shared>>,
+    Query(q): Query<HashMap<String, String>>,
+    form: Multipart,
+) -> Response {
+    if q.get("key") != Some(&shared.robot_key) {
+        return axum::Json(err(93000)).into_response();
+    }
+    let media_type = q.get("type").cloned().unwrap_or_default();
+    axum::Json(shared.media.upload(&media_type, true, form).await).into_response()
 }
 
 async fn send(
@@ -441,7 +490,8 @@ async fn robot(
                 }
             }),
             Some("markdown") => check_content(&body, "markdown", 4096),
-            _ => Err(40008),
+            Some(other) => shared.media.check_robot(other, &body).unwrap_or(Err(40008)),
+            None => Err(40008),
         };
         if let Err(code) = checked {
             return Ok(err(code));

@@ -1,6 +1,8 @@
 //! A fake WhatsApp Cloud API: `POST /{version}/{phone_number_id}/messages` with
 //! `Authorization: Bearer <token>`, answering `{"messaging_product","contacts","messages":[{"id":
-//! "wamid…"}]}` or Graph's error envelope (providers.md §1.2–§1.5, §1.8).
+//! "wamid…"}]}` or Graph's error envelope (providers.md §1.2–§1.5, §1.8). Every content type
+//! herald sends is accepted with its documented shape, and malformed ones are refused as Meta
+//! does ([`super::whatsapp_content`]).
 //!
 //! Like Meta, it can then POST status webhooks signed with the app secret
 //! (`X-Hub-Signature-256`, providers.md §1.7) to a configured URL: per recipient, a
@@ -23,7 +25,7 @@ use http::{HeaderMap, StatusCode};
 use serde_json::{json, Value};
 use tokio::task::JoinHandle;
 
-use super::lock;
+use super::{lock, whatsapp_content};
 
 /// Every error code of providers.md §1.5 with the HTTP status the table gives it (400 where
 /// the table says "n/a") and its title.
@@ -544,10 +546,9 @@ fn check(
         "type",
         "context",
         "biz_opaque_callback_data",
-        "text",
-        "template",
     ];
-    if let Some(unknown) = obj.keys().find(|k| !TOP.contains(&k.as_str())) {
+    let known = |k: &str| TOP.contains(&k) || whatsapp_content::TYPES.contains(&k);
+    if let Some(unknown) = obj.keys().find(|k| !known(k)) {
         return Err(error(
             400,
             100,
@@ -588,7 +589,7 @@ fn check(
     }
     let kind = obj.get("type").and_then(Value::as_str).unwrap_or("text");
     // The object named by `type` must be there, and no other message object.
-    for other in ["text", "template"] {
+    for other in whatsapp_content::TYPES.iter().copied() {
         if other != kind && obj.contains_key(other) {
             return Err(error(
                 400,
@@ -649,27 +650,13 @@ fn check(
                         "Param template['components'] must be an array",
                     ));
                 };
-                for c in components {
-                    if !matches!(c["type"].as_str(), Some("header" | "body" | "button")) {
-                        return Err(error(
-                            400,
-                            100,
-                            "Param template['components'][]['type'] is invalid",
-                        ));
-                    }
-                    for p in c["parameters"].as_array().into_iter().flatten() {
-                        if p["type"].as_str() == Some("text")
-                            && p["text"].as_str().is_none_or(str::is_empty)
-                        {
-                            return Err(error(
-                                400,
-                                100,
-                                "Param text of a text parameter must not be empty",
-                            ));
-                        }
-                    }
-                }
+                whatsapp_content::template_components(components)
+                    .map_err(|(status, code, message)| error(status, code, &message))?;
             }
+        }
+        kind if whatsapp_content::TYPES.contains(&kind) => {
+            whatsapp_content::check(kind, obj)
+                .map_err(|(status, code, message)| error(status, code, &message))?;
         }
         other => {
             return Err(error(

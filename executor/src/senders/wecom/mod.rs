@@ -11,9 +11,11 @@
 //! Outcomes beyond [`errcode::classify`]: `invaliduser` naming every recipient is PERMANENT;
 //! naming some is OK for the message, with the rejected users in the attempt's note.
 
+mod content;
 pub mod errcode;
 pub mod robot;
 mod token;
+mod upload;
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -27,6 +29,7 @@ use tracing::{debug, instrument, warn, Span};
 use super::config::{BuildContext, BuildSender, ConfigError, DurationSpec};
 use super::http::transport_error;
 use super::limiter::{KeyedLimiter, WindowLimit};
+use super::media::MediaFetcher;
 use super::{BoxSender, Content, OutcomeClass, SendError, SendReceipt, SendRequest, Sender};
 use crate::credentials::{Secret, SecretRef};
 use token::TokenCache;
@@ -165,6 +168,7 @@ impl BuildSender for WeComConfig {
             duplicate_check_interval,
             card,
             member_limits: default_member_limits(),
+            media: cx.media()?,
         };
         let sender =
             WeComSender::new(cx.http_client()?, settings).map_err(|e| cx.invalid_table(e))?;
@@ -202,6 +206,8 @@ pub struct WeComSettings {
     pub card: CardDefaults,
     /// Per-member limits kept by the executor.
     pub member_limits: Vec<WindowLimit>,
+    /// Fetches media links for upload (the file's `[media]` policy).
+    pub media: MediaFetcher,
 }
 
 impl fmt::Debug for WeComSettings {
@@ -265,6 +271,8 @@ pub struct WeComSender {
     send_url: reqwest::Url,
     tokens: TokenCache,
     members: KeyedLimiter,
+    media: upload::Media,
+    upload_url: reqwest::Url,
 }
 
 impl WeComSender {
@@ -279,12 +287,16 @@ impl WeComSender {
             settings.corp_secret.clone(),
         );
         let members = KeyedLimiter::new(settings.member_limits.clone());
+        let upload_url = api_url(&settings.base_url, &["cgi-bin", "media", "upload"])?;
+        let media = upload::Media::new(client.clone(), settings.media.clone());
         Ok(WeComSender {
             client,
             settings,
             send_url,
             tokens,
             members,
+            media,
+            upload_url,
         })
     }
 }
@@ -299,9 +311,17 @@ pub fn recipients(touser: &str) -> Vec<&str> {
 }
 
 /// The text of `content`, or PERMANENT for a template (WeCom has no templates of ours: the
-/// scheduler renders them first) or empty text (WeCom's 44004).
+/// scheduler renders them first) or empty text (WeCom's 44004). Rich content is mapped by
+/// [`content`] instead.
 pub(crate) fn text_of<'a>(content: &'a Content, what: &str) -> Result<&'a str, SendError> {
     match content {
+        Content::Rich(c) => Err(SendError::permanent(format!(
+            "{what}: expected text, got a {} body",
+            c.body
+                .as_ref()
+                .map(herald_proto::content::body_name)
+                .unwrap_or("missing")
+        ))),
         Content::Template { template_id, .. } => Err(SendError::permanent(format!(
             "wecom needs rendered text; got template {template_id} ({what})"
         ))),
@@ -341,11 +361,39 @@ struct SendResponse {
 }
 
 impl WeComSender {
-    /// The request body (without the token, which goes in the query).
-    fn body(&self, req: &SendRequest) -> Result<Value, SendError> {
+    /// The request body (without the token, which goes in the query). Rich content's media
+    /// links are fetched and uploaded here (cached per account).
+    async fn body(&self, req: &SendRequest) -> Result<Value, SendError> {
         let s = &self.settings;
-        let text = text_of(&req.content, "wecom application message")?;
         let mut body = json!({ "touser": req.recipient, "agentid": s.agent_id });
+        if let Content::Rich(rich) = &req.content {
+            let needs_upload = matches!(
+                &rich.body,
+                Some(herald_proto::v1::content::Body::Media(m))
+                    if matches!(m.source, Some(herald_proto::v1::media::Source::Link(_)))
+            );
+            let token = if needs_upload {
+                Some(self.tokens.get().await?)
+            } else {
+                None
+            };
+            let upload_url = |wtype: &str| -> Result<reqwest::Url, SendError> {
+                let mut url = self.upload_url.clone();
+                let token = token.as_ref().ok_or_else(|| {
+                    SendError::permanent("wecom media upload without an access token")
+                })?;
+                url.query_pairs_mut()
+                    .append_pair("access_token", token.expose())
+                    .append_pair("type", wtype);
+                Ok(url)
+            };
+            let (msgtype, object) = content::app_message(rich, &self.media, upload_url).await?;
+            body["msgtype"] = json!(msgtype);
+            body[msgtype] = object;
+            self.duplicate_check(req, &mut body);
+            return Ok(body);
+        }
+        let text = text_of(&req.content, "wecom application message")?;
         match s.message_type {
             MessageType::Text => {
                 check_len(text, MAX_TEXT_BYTES, "wecom text")?;
@@ -387,16 +435,20 @@ impl WeComSender {
                 body["textcard"] = card;
             }
         }
-        // WeCom's duplicate check is its only idempotency: an identical request within the
-        // interval is not delivered again. Set on every attempt that may follow a delivered
-        // one (see `SendRequest::is_retry`).
+        self.duplicate_check(req, &mut body);
+        Ok(body)
+    }
+
+    /// WeCom's duplicate check is its only idempotency: an identical request within the
+    /// interval is not delivered again. Set on every attempt that may follow a delivered one
+    /// (see `SendRequest::is_retry`).
+    fn duplicate_check(&self, req: &SendRequest, body: &mut Value) {
         if req.is_retry() {
             body["enable_duplicate_check"] = json!(1);
-            if let Some(interval) = s.duplicate_check_interval {
+            if let Some(interval) = self.settings.duplicate_check_interval {
                 body["duplicate_check_interval"] = json!(interval.as_secs());
             }
         }
-        Ok(body)
     }
 
     async fn post(&self, token: &Secret, body: &Value) -> Result<SendResponse, SendError> {
@@ -414,7 +466,7 @@ impl Sender for WeComSender {
         if users.is_empty() {
             return Err(SendError::permanent("wecom recipient (touser) is empty"));
         }
-        let body = self.body(&req)?;
+        let body = self.body(&req).await?;
         // `@all` cannot be counted per member; the limits cover named members only.
         if !users.contains(&"@all") {
             let keys: Vec<String> = users.iter().map(|u| u.to_lowercase()).collect();

@@ -13,11 +13,16 @@ use serde_json::{json, Value};
 use toml::Spanned;
 use tracing::{instrument, Span};
 
-use super::{check_len, errcode, recipients, text_of, MessageType, MAX_TEXT_BYTES};
+use super::{
+    check_len, content, errcode, recipients, text_of, upload, MessageType, MAX_TEXT_BYTES,
+};
 use crate::credentials::{Secret, SecretRef};
 use crate::senders::config::{BuildContext, BuildSender, ConfigError};
 use crate::senders::limiter::{KeyedLimiter, WindowLimit};
-use crate::senders::{BoxSender, OutcomeClass, SendError, SendReceipt, SendRequest, Sender};
+use crate::senders::media::MediaFetcher;
+use crate::senders::{
+    BoxSender, Content, OutcomeClass, SendError, SendReceipt, SendRequest, Sender,
+};
 
 /// Robot markdown limit (bytes).
 pub const MAX_ROBOT_MARKDOWN_BYTES: usize = 4096;
@@ -75,6 +80,7 @@ impl BuildSender for RobotConfig {
             endpoint,
             message_type,
             limits: default_robot_limits(),
+            media: cx.media()?,
         };
         let sender =
             RobotSender::new(cx.http_client()?, settings).map_err(|e| cx.invalid(span, e))?;
@@ -118,6 +124,8 @@ pub struct RobotSettings {
     pub message_type: MessageType,
     /// Limits kept by the executor for this robot.
     pub limits: Vec<WindowLimit>,
+    /// Fetches media links (the file's `[media]` policy).
+    pub media: MediaFetcher,
 }
 
 /// The robot's webhook URL cannot be built.
@@ -131,6 +139,9 @@ pub struct RobotSender {
     url: Secret,
     message_type: MessageType,
     limiter: KeyedLimiter,
+    media: upload::Media,
+    /// `…/webhook/upload_media?key=KEY` (the send URL's sibling), for documents.
+    upload_url: Secret,
 }
 
 impl fmt::Debug for RobotSender {
@@ -172,15 +183,42 @@ impl RobotSender {
                 url
             }
         };
+        // The upload endpoint sits beside the send endpoint and takes the same key.
+        let upload_url = {
+            let mut u = reqwest::Url::parse(url.expose())
+                .map_err(|e| InvalidRobot(format!("webhook URL: {e}")))?;
+            let path = u.path().to_owned();
+            let sibling = match path.strip_suffix("/send") {
+                Some(dir) => format!("{dir}/upload_media"),
+                None => format!("{}/upload_media", path.trim_end_matches('/')),
+            };
+            u.set_path(&sibling);
+            Secret::new(u.to_string())
+        };
+        let media = upload::Media::new(client.clone(), settings.media);
         Ok(RobotSender {
             client,
             url,
+            media,
+            upload_url,
             message_type: settings.message_type,
             limiter: KeyedLimiter::new(settings.limits),
         })
     }
 
-    fn body(&self, req: &SendRequest) -> Result<Value, SendError> {
+    async fn body(&self, req: &SendRequest) -> Result<Value, SendError> {
+        if let Content::Rich(rich) = &req.content {
+            let upload_url = |wtype: &str| -> Result<reqwest::Url, SendError> {
+                let mut u = reqwest::Url::parse(self.upload_url.expose())
+                    .map_err(|e| SendError::permanent(format!("robot upload URL: {e}")))?;
+                u.query_pairs_mut().append_pair("type", wtype);
+                Ok(u)
+            };
+            let (msgtype, object) = content::robot_message(rich, &self.media, upload_url).await?;
+            let mut body = json!({ "msgtype": msgtype });
+            body[msgtype] = object;
+            return Ok(body);
+        }
         let text = text_of(&req.content, "wecom robot message")?;
         Ok(match self.message_type {
             MessageType::Markdown => {
@@ -204,7 +242,7 @@ impl RobotSender {
 impl Sender for RobotSender {
     #[instrument(name = "wecom_robot_send", skip_all, fields(task_id = %req.task_id, attempt = req.attempt, account = %req.account_id, errcode))]
     async fn send(&self, req: SendRequest) -> Result<SendReceipt, SendError> {
-        let body = self.body(&req)?;
+        let body = self.body(&req).await?;
         if let Err(over) = self
             .limiter
             .try_acquire(&["robot".to_owned()], tokio::time::Instant::now())

@@ -3,7 +3,7 @@
 use herald_proto::v1 as pb;
 
 use super::timestamp;
-use crate::templates::model::{TemplateKind, TemplateRecord, TemplateSpec};
+use crate::templates::model::{Components, TemplateKind, TemplateRecord, TemplateSpec};
 
 /// A wire template as a domain definition.
 pub fn template_spec(t: &pb::Template) -> TemplateSpec {
@@ -18,6 +18,10 @@ pub fn template_spec(t: &pb::Template) -> TemplateSpec {
                 name: p.name.clone(),
                 language: p.language.clone(),
                 parameters: p.parameters.clone(),
+                components: Components {
+                    header: p.header.clone(),
+                    buttons: p.buttons.clone(),
+                },
             },
         }),
     }
@@ -36,10 +40,13 @@ pub fn template(r: &TemplateRecord) -> pb::Template {
                 name,
                 language,
                 parameters,
+                components,
             } => pb::template::Kind::Provider(pb::ProviderTemplate {
                 name: name.clone(),
                 language: language.clone(),
                 parameters: parameters.clone(),
+                header: components.header.clone(),
+                buttons: components.buttons.clone(),
             }),
         }),
         variables: r.variables.clone(),

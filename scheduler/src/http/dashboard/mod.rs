@@ -299,6 +299,18 @@ fn content_summary(bytes: &[u8]) -> String {
                 vars.join(", ")
             )
         }
+        Some(pb::content::Body::Markdown(text)) => text,
+        Some(pb::content::Body::Media(m)) => {
+            let kind = m.kind().as_str_name();
+            let source = match m.source {
+                Some(pb::media::Source::Link(link)) => link,
+                Some(pb::media::Source::MediaId(id)) => format!("media id {id}"),
+                None => String::new(),
+            };
+            format!("{kind} {source} {}", m.caption)
+        }
+        // The other bodies by name: the table shows one line.
+        Some(other) => herald_proto::content::body_name(&other).to_owned(),
         None => "(content unreadable)".to_string(),
     }
 }

@@ -19,6 +19,15 @@ repository!(
     AccountRepo
 );
 
+/// Existing task targets and the sender kinds (as stored) each may send through.
+#[derive(Debug, Default)]
+pub struct Targets {
+    /// Pool name → the kinds of its accounts.
+    pub pools: std::collections::HashMap<String, Vec<String>>,
+    /// Account id → its kind.
+    pub accounts: std::collections::HashMap<String, Vec<String>>,
+}
+
 /// What an account read selects (`a` is `herald.accounts`); decoded by
 /// [`AccountRecord::from_row`].
 const ACCOUNT_COLUMNS: &str = "a.id, a.sender_kind, a.pool, a.time_zone, a.credentials_ref, \
@@ -461,27 +470,28 @@ impl<C: GenericClient> AccountRepo<'_, C> {
         Ok(())
     }
 
-    /// Which of `pools` and `accounts` exist, for validating task targets.
+    /// Which of `pools` and `accounts` exist, with the sender kinds each may send through
+    /// (a pool's: those of its accounts), for validating task targets and their content.
     pub async fn existing_targets(
         &self,
         namespace: &str,
         pools: &[&str],
         accounts: &[&str],
-    ) -> Result<(Vec<String>, Vec<String>), StoreError> {
-        let names = |rows: Vec<Row>, col: &str| -> Result<Vec<String>, StoreError> {
-            rows.iter().map(|r| column(r, col)).collect()
-        };
-        let pools = names(
-            EXISTING_POOLS.query(self.db, &[&namespace, &pools]).await?,
-            "name",
-        )?;
-        let accounts = names(
-            EXISTING_ACCOUNTS
-                .query(self.db, &[&namespace, &accounts])
-                .await?,
-            "id",
-        )?;
-        Ok((pools, accounts))
+    ) -> Result<Targets, StoreError> {
+        let mut found = Targets::default();
+        for r in EXISTING_POOLS.query(self.db, &[&namespace, &pools]).await? {
+            found
+                .pools
+                .insert(column(&r, "name")?, column(&r, "kinds")?);
+        }
+        for r in EXISTING_ACCOUNTS
+            .query(self.db, &[&namespace, &accounts])
+            .await?
+        {
+            let kind: String = column(&r, "sender_kind")?;
+            found.accounts.insert(column(&r, "id")?, vec![kind]);
+        }
+        Ok(found)
     }
 
     /// Applies a batch's feedback in one statement; true when an account that was at its

@@ -8,7 +8,9 @@ use tokio_postgres::Row;
 
 use super::sql::{column, statement, FromRow, Statement};
 use super::{repository, StoreError, WriteError};
-use crate::templates::model::{TemplateKind, TemplateRecord};
+use herald_proto::v1 as pb;
+
+use crate::templates::model::{Components, TemplateKind, TemplateRecord};
 
 repository!(
     /// Stored message templates.
@@ -17,7 +19,7 @@ repository!(
 
 /// What a template read selects; decoded by [`TemplateRecord::from_row`].
 const TEMPLATE_COLUMNS: &str = "id, description, kind, body, provider_name, provider_language, \
-     parameters, variables, created_at, updated_at";
+     parameters, provider_components, variables, created_at, updated_at";
 
 fn expand(name: &'static str, sql: &str) -> Statement {
     Statement::built(name, sql.replace("{template_columns}", TEMPLATE_COLUMNS))
@@ -40,6 +42,8 @@ struct Columns<'a> {
     name: Option<&'a str>,
     language: Option<&'a str>,
     parameters: &'a [String],
+    /// A provider template's fixed components, encoded (none when it has none).
+    components: Option<Vec<u8>>,
 }
 
 impl<'a> Columns<'a> {
@@ -51,17 +55,26 @@ impl<'a> Columns<'a> {
                 name: None,
                 language: None,
                 parameters: &[],
+                components: None,
             },
             TemplateKind::Provider {
                 name,
                 language,
                 parameters,
+                components,
             } => Columns {
                 kind: "provider",
                 body: None,
                 name: Some(name),
                 language: Some(language),
                 parameters,
+                components: (!components.is_empty()).then(|| {
+                    prost::Message::encode_to_vec(&pb::TemplateContent {
+                        header: components.header.clone(),
+                        buttons: components.buttons.clone(),
+                        ..Default::default()
+                    })
+                }),
             },
         }
     }
@@ -71,7 +84,7 @@ impl<'a> Columns<'a> {
         &'p self,
         namespace: &'p &str,
         t: &'p TemplateRecord,
-    ) -> [&'p (dyn ToSql + Sync); 9] {
+    ) -> [&'p (dyn ToSql + Sync); 10] {
         [
             namespace,
             &t.id,
@@ -82,6 +95,7 @@ impl<'a> Columns<'a> {
             &self.language,
             &self.parameters,
             &t.variables,
+            &self.components,
         ]
     }
 }
@@ -96,11 +110,28 @@ impl FromRow for TemplateRecord {
             "text" => TemplateKind::Text {
                 body: text("body")?,
             },
-            "provider" => TemplateKind::Provider {
-                name: text("provider_name")?,
-                language: text("provider_language")?,
-                parameters: column(r, "parameters")?,
-            },
+            "provider" => {
+                let encoded: Option<Vec<u8>> = column(r, "provider_components")?;
+                let components = match encoded {
+                    None => Components::default(),
+                    Some(bytes) => {
+                        let t: pb::TemplateContent = prost::Message::decode(bytes.as_slice())
+                            .map_err(|e| {
+                                StoreError::Corrupt(format!("template components: {e}"))
+                            })?;
+                        Components {
+                            header: t.header,
+                            buttons: t.buttons,
+                        }
+                    }
+                };
+                TemplateKind::Provider {
+                    name: text("provider_name")?,
+                    language: text("provider_language")?,
+                    parameters: column(r, "parameters")?,
+                    components,
+                }
+            }
             other => return Err(StoreError::Corrupt(format!("template kind {other:?}"))),
         };
         Ok(TemplateRecord {

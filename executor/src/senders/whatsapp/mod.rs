@@ -1,12 +1,10 @@
 //! The `whatsapp_cloud` sender: one business phone number of the WhatsApp Business Cloud API
 //! (`POST {base_url}/{api_version}/{phone_number_id}/messages` with a bearer token).
 //!
-//! Mapping of a task's content (docs/senders.md has the full table):
-//! - text → `type: "text"`, `text.body` (at most 4096 characters, checked before sending);
-//! - template → `type: "template"`, `template.name` = template id, `template.language.code` =
-//!   language, and one `body` component whose `text` parameters are the variables in the
-//!   numeric order of their keys `"1"`, `"2"`, … (WhatsApp's positional parameters); other keys,
-//!   gaps or an empty language are PERMANENT before anything is sent.
+//! A task's content is mapped by [`content`] (text, templates with header, body and button
+//! parameters, media, location, interactive; docs/senders.md has the table). A template's
+//! variables are its body's positional parameters `"1"`, `"2"`, …; other keys, gaps or an
+//! empty language are PERMANENT before anything is sent.
 //!
 //! The lease's fencing token travels as `biz_opaque_callback_data` (`<task id>/<attempt>`),
 //! which Meta echoes in status webhooks (`crate::callbacks`); the returned wamid is the provider
@@ -22,17 +20,17 @@ use serde_json::{json, Value};
 use toml::Spanned;
 use tracing::{debug, instrument, warn, Span};
 
+pub mod content;
+
 use super::config::{BuildContext, BuildSender, ConfigError};
 use super::http::{excerpt, retry_after as retry_after_header, transport_error};
-use super::{BoxSender, Content, OutcomeClass, SendError, SendReceipt, SendRequest, Sender};
+use super::{BoxSender, OutcomeClass, SendError, SendReceipt, SendRequest, Sender};
 use crate::credentials::{Secret, SecretRef};
 
 /// Meta's Graph API host.
 pub const DEFAULT_BASE_URL: &str = "https://graph.facebook.com";
 /// The Graph API version used unless the account sets `api_version`.
 pub const DEFAULT_API_VERSION: &str = "v23.0";
-/// `text.body` limit of the Cloud API (schema `TextMessage`: maxLength 4096).
-pub const MAX_TEXT_CHARS: usize = 4096;
 /// `biz_opaque_callback_data` limit (changelog: raised from 256 to 512 characters).
 const MAX_CALLBACK_DATA_CHARS: usize = 512;
 /// Meta's pair limit is one message per 6 s to the same user; wait at least that long.
@@ -200,46 +198,9 @@ pub fn message_body(req: &SendRequest) -> Result<Value, SendError> {
         "recipient_type": "individual",
         "to": req.recipient,
     });
-    match &req.content {
-        Content::Text(text) => {
-            if text.is_empty() {
-                return Err(SendError::permanent("whatsapp text message is empty"));
-            }
-            let chars = text.chars().count();
-            if chars > MAX_TEXT_CHARS {
-                return Err(SendError::permanent(format!(
-                    "whatsapp text is {chars} characters; the Cloud API accepts at most {MAX_TEXT_CHARS}"
-                )));
-            }
-            body["type"] = json!("text");
-            body["text"] = json!({ "preview_url": false, "body": text });
-        }
-        Content::Template {
-            template_id,
-            language,
-            variables,
-        } => {
-            if template_id.is_empty() {
-                return Err(SendError::permanent("whatsapp template has no name"));
-            }
-            if language.is_empty() {
-                return Err(SendError::permanent(format!(
-                    "whatsapp template {template_id} needs a language code (e.g. en_US)"
-                )));
-            }
-            let mut template = json!({ "name": template_id, "language": { "code": language } });
-            let params = positional_parameters(variables)?;
-            if !params.is_empty() {
-                let parameters: Vec<Value> = params
-                    .into_iter()
-                    .map(|text| json!({ "type": "text", "text": text }))
-                    .collect();
-                template["components"] = json!([{ "type": "body", "parameters": parameters }]);
-            }
-            body["type"] = json!("template");
-            body["template"] = template;
-        }
-    }
+    let (kind, object) = content::message(&req.content)?;
+    body["type"] = json!(kind);
+    body[kind] = object;
     // Echoed back in status webhooks, so a delivery report finds its task even before (or
     // without) the send's report naming the wamid.
     let data = callback_data(&req.task_id, req.attempt);
@@ -266,7 +227,7 @@ pub fn parse_callback_data(data: &str) -> Option<(&str, i32)> {
 }
 
 /// The variables' values in the order of their keys `"1"`, `"2"`, … `"n"`.
-fn positional_parameters(
+pub(crate) fn positional_parameters(
     variables: &std::collections::BTreeMap<String, String>,
 ) -> Result<Vec<&str>, SendError> {
     let mut numbered = Vec::with_capacity(variables.len());
@@ -454,6 +415,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
+    use crate::senders::Content;
 
     fn req(content: Content) -> SendRequest {
         SendRequest {
