@@ -109,6 +109,20 @@ pub struct Config {
     #[arg(long, env = "HERALD_MAX_MESSAGE_BYTES", default_value_t = 4 * 1024 * 1024,
           value_parser = clap::value_parser!(u32).range(1024..=(64 * 1024 * 1024)))]
     pub max_message_bytes: u32,
+    /// Replies that opt their sender out (comma-separated; compared to the whole reply, trimmed,
+    /// in any case): the sender goes on the namespace's suppression list.
+    #[arg(
+        long,
+        env = "HERALD_OPT_OUT_KEYWORDS",
+        value_delimiter = ',',
+        default_value = "STOP,UNSUBSCRIBE,退订"
+    )]
+    pub opt_out_keywords: Vec<String>,
+    /// How long a task whose WhatsApp lease ran out without a report (the executor may have
+    /// crashed after Meta accepted the message) waits for a status callback naming it before
+    /// it is sent again. A callback in that time ends it SUCCEEDED without a second message.
+    #[arg(long, env = "HERALD_UNKNOWN_OUTCOME_GRACE", default_value = "2m", value_parser = humantime::parse_duration)]
+    pub unknown_outcome_grace: Duration,
 }
 
 impl Config {
@@ -146,6 +160,11 @@ impl Config {
             metrics_auth: false,
             max_message_bytes: 4 * 1024 * 1024,
             min_schedule_period: Duration::from_secs(1),
+            opt_out_keywords: crate::suppressions::DEFAULT_OPT_OUT_KEYWORDS
+                .iter()
+                .map(|k| k.to_string())
+                .collect(),
+            unknown_outcome_grace: Duration::from_secs(120),
         }
     }
 }

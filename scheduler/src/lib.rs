@@ -8,7 +8,8 @@
 //! - Domains: [`tasks`] (create, cancel, retry: every task is made here), [`lease`] (the lease
 //!   engine: sessions, dispatch, claims, reports, sweeps, slot reconciliation), [`accounts`]
 //!   (limits, routing, feedback), [`callbacks`] (what providers report after a send:
-//!   delivery states, account events), [`schedule`], [`campaigns`], [`templates`], [`stats`]; shared
+//!   delivery states, account events, opt-out replies), [`suppressions`] (recipients never
+//!   messaged), [`schedule`], [`campaigns`], [`templates`], [`stats`]; shared
 //!   field [`rules`] and the service [`error`].
 //! - [`store`]: PostgreSQL, one repository per aggregate with its SQL in named `.sql` files,
 //!   and the migrations.
@@ -32,6 +33,7 @@ pub mod schedule;
 pub mod server;
 pub mod stats;
 pub mod store;
+pub mod suppressions;
 pub mod tasks;
 pub mod telemetry;
 pub mod templates;

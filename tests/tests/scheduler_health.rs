@@ -56,7 +56,7 @@ async fn the_churning_tables_get_their_own_vacuum_settings() -> Result<()> {
 }
 
 /// Every name health answers for: the server and each herald service it serves.
-const SERVED: [&str; 8] = [
+const SERVED: [&str; 9] = [
     "",
     "herald.v1.TaskService",
     "herald.v1.TemplateService",
@@ -65,6 +65,7 @@ const SERVED: [&str; 8] = [
     "herald.v1.CampaignService",
     "herald.v1.LeaseService",
     "herald.v1.StatsService",
+    "herald.v1.SuppressionService",
 ];
 
 async fn statuses(url: &str) -> Result<Vec<(&'static str, ServingStatus)>> {

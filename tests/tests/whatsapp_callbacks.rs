@@ -7,10 +7,15 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use herald_proto::v1::account_service_client::AccountServiceClient;
+use herald_proto::v1::campaign_service_client::CampaignServiceClient;
+use herald_proto::v1::stats_service_client::StatsServiceClient;
+use herald_proto::v1::suppression_service_client::SuppressionServiceClient;
 use herald_proto::v1::task_service_client::TaskServiceClient;
 use herald_proto::v1::{
-    AccountState, CreateAccountRequest, CreateTaskRequest, Delivery, DeliveryState, GetTaskRequest,
-    MessagingTier, Task, TaskSpec, TaskState,
+    content, AccountState, CampaignRecipient, CampaignSpec, CheckSuppressionsRequest, Content,
+    CreateAccountRequest, CreateCampaignRequest, CreateTaskRequest, Delivery, DeliveryCounts,
+    DeliveryState, DeliveryStatsRequest, EndReason, GetCampaignRequest, GetTaskRequest,
+    ListTasksRequest, MessagingTier, StatsWindow, SuppressionReason, Task, TaskSpec, TaskState,
 };
 use herald_tests::accounts::{accounts_client, get_account, whatsapp_account};
 use herald_tests::fakes::whatsapp::{
@@ -163,7 +168,12 @@ fn state(task: &Task) -> DeliveryState {
 
 /// The executor's counter `name` with all of `labels`, summed.
 async fn counter(executor: &ExecutorProcess, name: &str, labels: &[&str]) -> Result<f64> {
-    let text = reqwest::get(format!("{}/metrics", executor.http_url()))
+    metric(&executor.http_url(), name, labels).await
+}
+
+/// The counter `name` with all of `labels`, summed, from the `/metrics` under `base`.
+async fn metric(base: &str, name: &str, labels: &[&str]) -> Result<f64> {
+    let text = reqwest::get(format!("{base}/metrics"))
         .await?
         .text()
         .await?;
@@ -400,6 +410,10 @@ async fn a_late_failure_ends_the_task_failed_with_the_code() -> Result<()> {
         .wait_task(&task.id, |t| t.state() == TaskState::Failed)
         .await?;
     assert!(task.last_error.contains("131047"), "{}", task.last_error);
+    assert_eq!(
+        (task.end_reason(), task.end_code),
+        (EndReason::FailedAfterAcceptance, 131047)
+    );
     let delivery = task.delivery.clone().context("delivery")?;
     assert_eq!(delivery.state(), DeliveryState::FailedAfterAcceptance);
     assert_eq!(delivery.error_code, 131047);
@@ -602,5 +616,410 @@ async fn account_updates_pause_with_a_notification_and_reconnected_resumes() -> 
         .filter(|e| e["type"] == "account.paused")
         .count();
     assert_eq!(paused_events, 1);
+    Ok(())
+}
+
+/// A `messages` webhook value: `from` wrote `text` to the account.
+fn reply_from(from: &str, text: &str) -> serde_json::Value {
+    json!({"messaging_product": "whatsapp",
+           "metadata": {"display_phone_number": "15550783881", "phone_number_id": PHONE_ID},
+           "contacts": [{"profile": {"name": "Sheena"}, "wa_id": from}],
+           "messages": [{"from": from, "id": format!("wamid.IN-{from}"), "timestamp": "1749416383",
+                         "type": "text", "text": {"body": text}}]})
+}
+
+#[tokio::test]
+async fn an_opt_out_reply_suppresses_the_sender_and_its_queued_task_is_never_sent() -> Result<()> {
+    let mut stack = Stack::start().await?;
+    // Queued for in an hour: one to the recipient who will opt out, one to another.
+    let queue = |recipient: &str| TaskSpec {
+        pool: "wa".into(),
+        when: Some(herald_proto::v1::task_spec::When::Delay(
+            prost_types::Duration {
+                seconds: 3600,
+                nanos: 0,
+            },
+        )),
+        ..task_spec("promo", recipient, "Spring sale")
+    };
+    let mut ids = Vec::new();
+    for recipient in ["16505550031", "16505550032"] {
+        let task = stack
+            .tasks
+            .create_task(CreateTaskRequest {
+                task: Some(queue(recipient)),
+            })
+            .await?
+            .into_inner()
+            .task
+            .context("task")?;
+        ids.push(task.id);
+    }
+
+    // "Stop" (any case, trimmed) opts out; a sentence that contains the word does not.
+    let body = webhook_body(WABA, "messages", reply_from("16505550031", " Stop "));
+    assert_eq!(stack.fake.post_webhook(&body).await?, 200);
+    let body = webhook_body(
+        WABA,
+        "messages",
+        reply_from("16505550032", "stop sending at night"),
+    );
+    assert_eq!(stack.fake.post_webhook(&body).await?, 200);
+
+    let mut suppressions = SuppressionServiceClient::connect(stack.scheduler.grpc_url()).await?;
+    let listed = suppressions
+        .check_suppressions(CheckSuppressionsRequest {
+            recipients: vec!["16505550031".into(), "16505550032".into()],
+        })
+        .await?
+        .into_inner()
+        .suppressions;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(
+        (listed[0].recipient.as_str(), listed[0].reason()),
+        ("16505550031", SuppressionReason::OptOut)
+    );
+    // Both replies are kept, minimally.
+    let replies: Vec<(String, String, Option<String>)> = stack
+        .db
+        .connect()
+        .await?
+        .query(
+            "SELECT sender, kind, body FROM herald.inbound_messages \
+             WHERE credentials_ref = 'wa-1' ORDER BY sender",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| (r.get("sender"), r.get("kind"), r.get("body")))
+        .collect();
+    assert_eq!(
+        replies,
+        [
+            ("16505550031".into(), "text".into(), Some(" Stop ".into())),
+            (
+                "16505550032".into(),
+                "text".into(),
+                Some("stop sending at night".into())
+            ),
+        ]
+    );
+
+    // An hour later both are due: the claim ends the opted-out one instead of sending it.
+    stack
+        .db
+        .connect()
+        .await?
+        .execute("SELECT herald.set_test_clock(interval '61 minutes')", &[])
+        .await?;
+    let sent = stack
+        .wait_task(&ids[1], |t| t.state() == TaskState::Succeeded)
+        .await?;
+    assert_eq!(sent.end_reason(), EndReason::Sent);
+    let skipped = stack
+        .wait_task(&ids[0], |t| t.state() == TaskState::Cancelled)
+        .await?;
+    assert_eq!(
+        (skipped.end_reason(), skipped.lease_count),
+        (EndReason::Suppressed, 0)
+    );
+    let to_opted_out = stack
+        .fake
+        .requests()
+        .iter()
+        .filter(|r| r.body["to"] == "16505550031")
+        .count();
+    assert_eq!(
+        to_opted_out, 0,
+        "a message went to the recipient who opted out"
+    );
+
+    // A new task to them is created already ended, with the reason.
+    let later = stack
+        .tasks
+        .create_task(CreateTaskRequest {
+            task: Some(TaskSpec {
+                pool: "wa".into(),
+                ..task_spec("promo", "+16505550031", "Last chance")
+            }),
+        })
+        .await?
+        .into_inner()
+        .task
+        .context("task")?;
+    assert_eq!(
+        (later.state(), later.end_reason()),
+        (TaskState::Cancelled, EndReason::Suppressed)
+    );
+    Ok(())
+}
+
+/// A status of `task`'s message stamped `seconds_after` whole seconds after its acceptance
+/// (WhatsApp's timestamps are whole seconds: the first whole second after the acceptance, plus
+/// `seconds_after`).
+fn status_after(task: &Task, status: Callback, seconds_after: i64) -> Result<serde_json::Value> {
+    let delivery = task.delivery.as_ref().context("no delivery")?;
+    let accepted = delivery.accepted_at.as_ref().context("not accepted")?;
+    let mut value = status_of(task, &delivery.provider_message_id, status);
+    value["statuses"][0]["timestamp"] = json!((accepted.seconds + 1 + seconds_after).to_string());
+    Ok(value)
+}
+
+#[tokio::test]
+async fn delivery_stats_and_campaign_progress_count_each_state_and_time_delivery() -> Result<()> {
+    let mut stack = Stack::start().await?;
+    let url = stack.scheduler.grpc_url();
+    let recipients = ["16505550041", "16505550042", "16505550043", "16505550044"];
+    let mut campaigns = CampaignServiceClient::connect(url.clone()).await?;
+    let campaign = campaigns
+        .create_campaign(CreateCampaignRequest {
+            campaign: Some(CampaignSpec {
+                name: "numbers".into(),
+                queue: "numbers".into(),
+                pool: "wa".into(),
+                content: Some(Content {
+                    body: Some(content::Body::Text("Spring sale".into())),
+                }),
+                ..CampaignSpec::default()
+            }),
+            recipients: recipients
+                .iter()
+                .map(|r| CampaignRecipient {
+                    recipient: (*r).into(),
+                    ..CampaignRecipient::default()
+                })
+                .collect(),
+        })
+        .await?
+        .into_inner();
+    // Every message accepted by its send's answer (no status is planned).
+    let listed = stack
+        .tasks
+        .list_tasks(ListTasksRequest {
+            queue: "numbers".into(),
+            ..ListTasksRequest::default()
+        })
+        .await?
+        .into_inner()
+        .tasks;
+    let mut tasks = Vec::new();
+    for r in recipients {
+        let id = listed
+            .iter()
+            .find(|t| t.recipient == r)
+            .context("campaign task")?
+            .id
+            .clone();
+        tasks.push(
+            stack
+                .wait_task(&id, |t| state(t) == DeliveryState::Accepted)
+                .await?,
+        );
+    }
+
+    // Delivered 10, 20 and 60 s after acceptance (the first also read), the last one failed.
+    let posts = [
+        status_after(&tasks[0], Callback::Delivered, 10)?,
+        status_after(&tasks[0], Callback::Read, 15)?,
+        status_after(&tasks[1], Callback::Delivered, 20)?,
+        status_after(&tasks[2], Callback::Delivered, 60)?,
+        status_after(&tasks[3], Callback::Failed(131026), 5)?,
+        // A repeat: recorded once, not applied again.
+        status_after(&tasks[1], Callback::Delivered, 20)?,
+    ];
+    for value in posts {
+        assert_eq!(
+            stack
+                .fake
+                .post_webhook(&webhook_body(WABA, "messages", value))
+                .await?,
+            200
+        );
+    }
+    stack
+        .wait_task(&tasks[3].id, |t| t.state() == TaskState::Failed)
+        .await?;
+
+    let want = || DeliveryCounts {
+        accepted: 4,
+        delivered: 3,
+        read: 1,
+        failed_after_acceptance: 1,
+    };
+    let mut stats = StatsServiceClient::connect(url).await?;
+    let answer = stats
+        .delivery_stats(DeliveryStatsRequest {
+            window: Some(StatsWindow {
+                last: Some(prost_types::Duration {
+                    seconds: 3600,
+                    nanos: 0,
+                }),
+                ..StatsWindow::default()
+            }),
+            queue: "numbers".into(),
+        })
+        .await?
+        .into_inner();
+    assert_eq!(answer.counts, Some(want()));
+    let latency = answer.latency.context("latency")?;
+    assert_eq!(latency.count, 3);
+    // Each delivery took its whole seconds plus the part of a second before the first whole
+    // one: (n, n + 1] seconds. Over 10, 20 and 60: the median is 20, p95 and p99 are 60.
+    let within = |ms: i64, s: i64| ms > s * 1000 && ms <= (s + 1) * 1000;
+    assert!(within(latency.p50_ms, 20), "{latency:?}");
+    assert!(within(latency.p95_ms, 60), "{latency:?}");
+    assert!(within(latency.p99_ms, 60), "{latency:?}");
+    // Another queue's window has none of them.
+    let other = stats
+        .delivery_stats(DeliveryStatsRequest {
+            window: None,
+            queue: "orders".into(),
+        })
+        .await?
+        .into_inner();
+    assert_eq!(other.counts.map(|c| c.accepted), Some(0));
+
+    // The campaign's progress shows the same.
+    let progress = campaigns
+        .get_campaign(GetCampaignRequest {
+            id: campaign.id.clone(),
+        })
+        .await?
+        .into_inner()
+        .progress
+        .context("progress")?;
+    assert_eq!(progress.delivery, Some(want()));
+
+    // The scheduler counts the events it recorded and those that changed something.
+    let base = stack.scheduler.http_url();
+    let recorded = metric(
+        &base,
+        "herald_provider_events_total",
+        &["kind=\"delivery\""],
+    )
+    .await?;
+    let applied = metric(&base, "herald_provider_events_applied_total", &[]).await?;
+    assert_eq!((recorded, applied), (6.0, 5.0));
+    Ok(())
+}
+
+/// Waits until the fake has recorded a message to `recipient`.
+async fn wait_for_request(fake: &FakeWhatsApp, recipient: &str) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !fake.requests().iter().any(|r| r.body["to"] == recipient) {
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "no message to {recipient} reached the fake"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
+/// Messages the fake accepted for `recipient`.
+fn messages_to(fake: &FakeWhatsApp, recipient: &str) -> usize {
+    fake.requests()
+        .iter()
+        .filter(|r| r.body["to"] == recipient && r.status == 200)
+        .count()
+}
+
+#[tokio::test]
+async fn an_executor_killed_after_meta_accepted_sends_once_a_callback_settles_it() -> Result<()> {
+    // Short leases, so the kill is noticed quickly; a long grace, so only a callback (not the
+    // clock) can settle the task before the test ends.
+    let mut stack = Stack::start_with(|b| {
+        b.env("HERALD_LEASE_TTL", "2s")
+            .env("HERALD_UNKNOWN_OUTCOME_GRACE", "1h")
+    })
+    .await?;
+    let recipient = "16505550051";
+    // Meta accepts the message, but the executor never hears back: it is killed while waiting.
+    stack.fake.hold_answers();
+    let id = stack
+        .tasks
+        .create_task(CreateTaskRequest {
+            task: Some(TaskSpec {
+                pool: "wa".into(),
+                ..task_spec("orders", recipient, "Your order has shipped")
+            }),
+        })
+        .await?
+        .into_inner()
+        .task
+        .context("task")?
+        .id;
+    wait_for_request(&stack.fake, recipient).await?;
+    stack.executor.kill()?;
+    stack.executor.wait().await?;
+
+    // The lease runs out unreported: the attempt is charged and the task waits for a callback
+    // (due again only after the grace), instead of being leased again at once.
+    let waiting = stack
+        .wait_task(&id, |t| {
+            t.state() == TaskState::Scheduled && t.attempts == 1
+        })
+        .await?;
+    let due_in = waiting.run_at.context("run_at")?.seconds - chrono::Utc::now().timestamp();
+    assert!(
+        due_in > 3000,
+        "due again in {due_in} s, not after the grace"
+    );
+
+    // A new executor takes over the webhook; Meta's `sent` status names the task.
+    stack.executor = executor(&stack.scheduler.grpc_url(), &stack.fake).await?;
+    stack
+        .fake
+        .send_callbacks_to(&webhook_url(&stack.executor)?, APP_SECRET);
+    let wamid = "wamid.fake00000001";
+    let body = webhook_body(WABA, "messages", status_of(&waiting, wamid, Callback::Sent));
+    assert_eq!(stack.fake.post_webhook(&body).await?, 200);
+    let task = stack
+        .wait_task(&id, |t| t.state() == TaskState::Succeeded)
+        .await?;
+    assert_eq!(task.end_reason(), EndReason::Sent);
+    let delivery = task.delivery.clone().context("delivery")?;
+    assert_eq!(
+        (delivery.state(), delivery.provider_message_id.as_str()),
+        (DeliveryState::Accepted, wamid)
+    );
+    stack.fake.release_answers();
+    assert_eq!(messages_to(&stack.fake, recipient), 1, "sent twice");
+    Ok(())
+}
+
+#[tokio::test]
+async fn without_a_callback_the_task_is_sent_again_after_the_grace() -> Result<()> {
+    let mut stack = Stack::start_with(|b| {
+        b.env("HERALD_LEASE_TTL", "2s")
+            .env("HERALD_UNKNOWN_OUTCOME_GRACE", "1s")
+    })
+    .await?;
+    let recipient = "16505550052";
+    stack.fake.hold_answers();
+    let id = stack
+        .tasks
+        .create_task(CreateTaskRequest {
+            task: Some(TaskSpec {
+                pool: "wa".into(),
+                ..task_spec("orders", recipient, "Your order has shipped")
+            }),
+        })
+        .await?
+        .into_inner()
+        .task
+        .context("task")?
+        .id;
+    wait_for_request(&stack.fake, recipient).await?;
+    stack.executor.kill()?;
+    stack.executor.wait().await?;
+    stack.fake.release_answers();
+    // Nothing says the first send went out: after the grace a new executor sends it again.
+    stack.executor = executor(&stack.scheduler.grpc_url(), &stack.fake).await?;
+    let task = stack
+        .wait_task(&id, |t| t.state() == TaskState::Succeeded)
+        .await?;
+    assert_eq!(task.lease_count, 2);
+    assert_eq!(messages_to(&stack.fake, recipient), 2);
     Ok(())
 }

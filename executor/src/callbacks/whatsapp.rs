@@ -174,12 +174,29 @@ fn messages(value: &Value, numbers: &[ConfiguredNumber], out: &mut Events) {
                     credentials_ref: account.to_owned(),
                     sender,
                     received_at: timestamp(&message["timestamp"]),
+                    r#type: text(&message["type"]).map_or_else(String::new, |t| cut(t, 64)),
+                    text: reply_text(message).map_or_else(String::new, |t| cut(t, MAX_REPLY)),
                 }),
                 "messages",
                 "inbound",
             ),
             _ => out.ignored += 1,
         }
+    }
+}
+
+/// Longest reply text forwarded (the scheduler's limit).
+const MAX_REPLY: usize = 4096;
+
+/// What a reply said, by its type: a text's body, a quick-reply button's text, an interactive
+/// reply's title. None for media and the rest.
+fn reply_text(message: &Value) -> Option<String> {
+    match message["type"].as_str()? {
+        "text" => text(&message["text"]["body"]),
+        "button" => text(&message["button"]["text"]),
+        "interactive" => text(&message["interactive"]["button_reply"]["title"])
+            .or_else(|| text(&message["interactive"]["list_reply"]["title"])),
+        _ => None,
     }
 }
 
@@ -440,6 +457,7 @@ mod tests {
             (m.credentials_ref.as_str(), m.sender.as_str()),
             ("wa-2", "1650")
         );
+        assert_eq!((m.r#type.as_str(), m.text.as_str()), ("text", ""));
         assert_eq!(parse(change("messages", value("9999"))).ignored, 1);
     }
 

@@ -142,6 +142,7 @@ fn result(
                 });
             }
             out.error = truncate(error.message, MAX_ERROR_BYTES);
+            out.error_code = error.code.unwrap_or_default();
             out.retry_after = error
                 .retry_after
                 .and_then(|d| prost_types::Duration::try_from(d).ok());

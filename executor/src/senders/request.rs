@@ -201,6 +201,9 @@ pub struct SendError {
     /// The failure concerns this recipient only (WhatsApp's pair rate limit 131056): other
     /// recipients of the same account are unaffected, so the account must not be slowed.
     pub recipient_scoped: bool,
+    /// The provider's numeric error code (WhatsApp `error.code`, WeCom `errcode`), when it gave
+    /// one: the scheduler keeps it as the task's end code and tells invalid recipients by it.
+    pub code: Option<i64>,
 }
 
 /// Prefix of the error text of a recipient-scoped failure, until `AttemptResult` carries the
@@ -215,6 +218,7 @@ impl SendError {
             retry_after: None,
             message: message.into(),
             recipient_scoped: false,
+            code: None,
         }
     }
 
@@ -240,6 +244,12 @@ impl SendError {
     /// A failure that will not go away by retrying.
     pub fn permanent(message: impl Into<String>) -> Self {
         Self::new(OutcomeClass::Permanent, message)
+    }
+
+    /// Sets the provider's error code.
+    pub fn with_code(mut self, code: i64) -> Self {
+        self.code = Some(code);
+        self
     }
 
     /// Sets the provider's retry hint.

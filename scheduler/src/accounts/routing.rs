@@ -64,6 +64,8 @@ pub struct Candidate {
     pub priority: i16,
     /// Whether it has a send window (the claim moves it if the window is closed).
     pub windowed: bool,
+    /// Whether its recipient is on the suppression list (the claim ends it instead).
+    pub suppressed: bool,
 }
 
 /// What the accounts know of the candidates' recipients, by (account, recipient).
@@ -278,6 +280,7 @@ mod tests {
             recipient: recipient.into(),
             priority,
             windowed: false,
+            suppressed: false,
         }
     }
 

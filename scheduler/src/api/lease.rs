@@ -81,7 +81,14 @@ impl LeaseService for LeaseApi {
     ) -> Result<Response<pb::RecordProviderEventsResponse>, Status> {
         let namespace = namespace_of(&request)?;
         let events = convert::callbacks::events(request.get_ref())?;
-        let applied = crate::callbacks::record(&self.ctx.store, &namespace, &events).await?;
+        let applied = crate::callbacks::record(
+            &self.ctx.store,
+            &namespace,
+            &events,
+            &self.ctx.settings.opt_out_keywords,
+        )
+        .await?;
+        crate::telemetry::metrics::provider_events(events.iter().map(|e| e.kind()), applied);
         tracing::debug!(events = events.len(), applied, "provider events recorded");
         Ok(Response::new(pb::RecordProviderEventsResponse { applied }))
     }
@@ -232,6 +239,7 @@ fn attempt_report(r: &pb::AttemptResult) -> Option<AttemptReport> {
         retry_after_ms,
         started_at: r.started_at.as_ref().and_then(convert::from_timestamp),
         recipient_scoped: r.rate_limit_scope == pb::RateLimitScope::Recipient as i32,
+        error_code: (r.error_code != 0).then_some(r.error_code),
     })
 }
 

@@ -9,5 +9,6 @@ pub mod lease;
 pub mod schedules;
 pub mod stats;
 pub mod status;
+pub mod suppressions;
 pub mod tasks;
 pub mod templates;

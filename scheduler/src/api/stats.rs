@@ -245,6 +245,14 @@ impl StatsService for StatsApi {
             failed: c.failed,
             cancelled: c.cancelled,
             expired: c.expired,
+            end_reasons: c
+                .by_reason
+                .iter()
+                .map(|(reason, tasks)| pb::EndReasonCount {
+                    reason: convert::tasks::end_reason(*reason) as i32,
+                    tasks: *tasks,
+                })
+                .collect(),
         }))
     }
 
@@ -282,6 +290,35 @@ impl StatsService for StatsApi {
             start: Some(convert::timestamp(window.start)),
             end: Some(convert::timestamp(window.end)),
             rates: rates.iter().map(rate).collect(),
+        }))
+    }
+
+    async fn delivery_stats(
+        &self,
+        request: Request<pb::DeliveryStatsRequest>,
+    ) -> Result<Response<pb::DeliveryStatsResponse>, Status> {
+        let ns = namespace_of(&request)?;
+        let req = request.into_inner();
+        let (window, queue, ()) = self
+            .scope(req.window.as_ref(), &req.queue, |_| Some(()))
+            .await?;
+        let (counts, latency) = self
+            .db()
+            .await?
+            .stats()
+            .delivery_stats(&ns, &window, queue.as_deref())
+            .await
+            .map_err(Error::from)?;
+        Ok(Response::new(pb::DeliveryStatsResponse {
+            start: Some(convert::timestamp(window.start)),
+            end: Some(convert::timestamp(window.end)),
+            counts: Some(convert::delivery_counts(&counts)),
+            latency: Some(pb::DeliveryLatency {
+                count: latency.count,
+                p50_ms: latency.p50_ms,
+                p95_ms: latency.p95_ms,
+                p99_ms: latency.p99_ms,
+            }),
         }))
     }
 

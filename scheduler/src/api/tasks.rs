@@ -85,6 +85,12 @@ fn filter(req: &pb::ListTasksRequest) -> Result<TaskFilter, Error> {
             None => v.add(format!("states[{i}]"), "is not a task state"),
         }
     }
+    for (i, r) in req.end_reasons.iter().enumerate() {
+        match wire::end_reason_from_wire(*r) {
+            Some(reason) => filter.end_reasons.push(reason),
+            None => v.add(format!("end_reasons[{i}]"), "is not an end reason"),
+        }
+    }
     if !req.queue.is_empty() {
         match rules::name_problem(&req.queue) {
             Some(p) => v.add("queue", p),

@@ -17,9 +17,11 @@ use uuid::Uuid;
 
 use crate::error::Error;
 use crate::store::deliveries::Recorded;
+use crate::store::suppressions::InboundMessage;
 use crate::store::tasks::announce_due_now;
 use crate::store::transaction;
 use crate::store::{Db, Store, StoreError};
+use crate::suppressions::{is_opt_out, SuppressionReason};
 
 /// How far a sent message got, by its provider's reports; ordered, and a delivery only moves
 /// up. A failure after acceptance is final (it outranks everything).
@@ -96,6 +98,18 @@ pub struct StatusReport {
     pub error: Option<String>,
 }
 
+impl ProviderEvent {
+    /// The event's kind, for metrics: delivery, standing, availability or inbound.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ProviderEvent::Delivery(_) => "delivery",
+            ProviderEvent::Standing { .. } => "standing",
+            ProviderEvent::Availability { .. } => "availability",
+            ProviderEvent::Inbound { .. } => "inbound",
+        }
+    }
+}
+
 /// One event a provider reported. Account events name the account by its `credentials_ref`
 /// (what executors know it by) and apply to every account of the namespace with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,6 +142,10 @@ pub enum ProviderEvent {
         sender: String,
         /// When (None: now).
         received_at: Option<DateTime<Utc>>,
+        /// The provider's message type ("text", "button", ...).
+        kind: String,
+        /// Its text, when it had one.
+        text: Option<String>,
     },
 }
 
@@ -149,6 +167,7 @@ pub async fn record(
     store: &Store,
     namespace: &str,
     events: &[ProviderEvent],
+    opt_out_keywords: &[String],
 ) -> Result<u32, Error> {
     let reports: Vec<StatusReport> = events
         .iter()
@@ -166,12 +185,20 @@ pub async fn record(
         tx.deliveries().lock_messages(namespace, &ids).await?;
         let recorded = tx.deliveries().record(namespace, &reports).await?;
         let mut applied = u32::try_from(recorded.len()).unwrap_or(u32::MAX);
+        // A task waiting after its WhatsApp lease ran out unreported: its message went out.
+        // Before settling, so that a failure among the reports then ends it FAILED.
+        let named: Vec<Uuid> = recorded.iter().filter_map(|r| r.task_id).collect();
+        for task in tx.deliveries().accept_awaiting(namespace, &named).await? {
+            tracing::info!(task_id = %task, "a status callback showed the unreported send went out");
+        }
         settle(tx, namespace, recorded, &[]).await?;
         let mut woke = false;
         for event in events {
             let (n, resumed) = account_event(tx, namespace, event).await?;
             applied = applied.saturating_add(n);
             woke |= resumed;
+            let opted_out = reply(tx, namespace, event, opt_out_keywords).await?;
+            applied = applied.saturating_add(u32::from(opted_out));
         }
         if woke {
             announce_due_now(tx).await?;
@@ -179,6 +206,54 @@ pub async fn record(
         Ok::<_, Error>(applied)
     })?;
     Ok(applied)
+}
+
+/// Stores a reply (once per event, under the credentials_ref the account is known by to the
+/// executor) and, when its text is an opt-out keyword, lists the sender on the namespace's
+/// suppression list. Returns whether the sender was newly listed. Not a reply: nothing.
+/// A webhook delivered twice stores the reply twice; the listing stays one entry.
+async fn reply(
+    db: &impl Db,
+    namespace: &str,
+    event: &ProviderEvent,
+    opt_out_keywords: &[String],
+) -> Result<bool, StoreError> {
+    let ProviderEvent::Inbound {
+        credentials_ref,
+        sender,
+        received_at,
+        kind,
+        text,
+    } = event
+    else {
+        return Ok(false);
+    };
+    let suppressions = db.suppressions();
+    suppressions
+        .record_inbound(
+            namespace,
+            &InboundMessage {
+                credentials_ref,
+                sender,
+                kind,
+                body: text.as_deref(),
+                received_at: *received_at,
+            },
+        )
+        .await?;
+    let Some(text) = text.as_deref().filter(|t| is_opt_out(t, opt_out_keywords)) else {
+        return Ok(false);
+    };
+    let note = format!("replied {:?} to {credentials_ref}", text.trim());
+    let listed = suppressions
+        .add(namespace, &[sender], SuppressionReason::OptOut, &note)
+        .await?;
+    let added = listed.iter().any(|(_, new)| *new);
+    if added {
+        crate::telemetry::metrics::opted_out();
+        tracing::info!(%credentials_ref, "recipient opted out by reply; suppressed");
+    }
+    Ok(added)
 }
 
 /// Called in a report batch's transaction for the sends it recorded as accepted, with the

@@ -39,6 +39,8 @@ pub struct Progress {
     pub pool_rate: f64,
     /// The database's now.
     pub now: Option<DateTime<Utc>>,
+    /// How far its accepted messages got.
+    pub delivery: crate::stats::DeliveryCounts,
 }
 
 /// What AddRecipients did.

@@ -193,6 +193,27 @@ async fn claim_in(
         };
         return Ok((claimed, true));
     }
+    // Recipients put on the suppression list after their task was queued: the task ends
+    // SUPPRESSED here instead of being leased (one statement, only when there are any).
+    let listed: Vec<Uuid> = candidates
+        .iter()
+        .filter(|c| c.suppressed)
+        .map(|c| c.id)
+        .collect();
+    let candidates: Vec<Candidate> = if listed.is_empty() {
+        candidates
+    } else {
+        let ended: HashSet<Uuid> = tx
+            .suppressions()
+            .suppress_tasks(&listed)
+            .await?
+            .into_iter()
+            .collect();
+        candidates
+            .into_iter()
+            .filter(|c| !ended.contains(&c.id))
+            .collect()
+    };
     let recipients: Vec<&str> = candidates
         .iter()
         .filter(|c| c.route != req.unrouted())
@@ -286,7 +307,10 @@ async fn lock_candidates(
         .chain(pinned.iter())
         .map(|(route, _)| route.clone())
         .collect();
-    let candidates = tx.leases().candidates(&wide, &pinned, req.queues).await?;
+    let candidates = tx
+        .leases()
+        .candidates(req.namespace, &wide, &pinned, req.queues)
+        .await?;
     Ok((candidates, open_routes))
 }
 

@@ -32,6 +32,8 @@ pub struct LeaseSettings {
     pub claim_batch: u32,
     /// This replica's name.
     pub scheduler_id: String,
+    /// Replies that put their sender on the suppression list.
+    pub opt_out_keywords: Vec<String>,
 }
 
 /// The lease protocol version this scheduler speaks.

@@ -39,6 +39,8 @@ pub struct AttemptReport {
     pub started_at: Option<DateTime<Utc>>,
     /// For RateLimited: only this recipient was throttled, not the account.
     pub recipient_scoped: bool,
+    /// The provider's error code, when the executor reported one.
+    pub error_code: Option<i64>,
 }
 
 /// One entry of a report batch: the lease it is about, and the report when it is one that can

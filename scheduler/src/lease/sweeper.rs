@@ -13,11 +13,13 @@ use crate::store::{Db, Store, StoreError};
 /// Rows handled per statement.
 const BATCH: i64 = 1_000;
 
-/// Runs until `shutdown`.
-pub async fn run(store: Store, max_sleep: Duration, shutdown: CancellationToken) {
+/// Runs until `shutdown`. A WhatsApp task whose lease ran out unreported waits `grace` for a
+/// status callback before it is due again (store/leases/expire_leases.sql).
+pub async fn run(store: Store, max_sleep: Duration, grace: Duration, shutdown: CancellationToken) {
+    let grace_ms = i64::try_from(grace.as_millis()).unwrap_or(i64::MAX);
     let mut error_backoff = Duration::from_millis(100);
     loop {
-        let swept = sweep_once(&store).await;
+        let swept = sweep_once(&store, grace_ms).await;
         if swept.is_ok() {
             // Back at full speed once the database answers again.
             error_backoff = Duration::from_millis(100);
@@ -55,11 +57,11 @@ async fn next_sweep_ms(store: &Store) -> Result<Option<f64>, StoreError> {
 
 /// One sweep; Some(true) when a batch was full and more may be waiting. Lapsed leases and their
 /// account slots change in one transaction.
-async fn sweep_once(store: &Store) -> Result<Option<bool>, StoreError> {
+async fn sweep_once(store: &Store, grace_ms: i64) -> Result<Option<bool>, StoreError> {
     // Idempotent: only leases still leased and past their expiry are taken.
     let leases = transaction!(store, StoreError, idempotent = true, |tx| tx
         .leases()
-        .expire_leases(BATCH)
+        .expire_leases(BATCH, grace_ms)
         .await)?;
     let deadlines_passed = store.conn().await?.leases().expire_deadlines(BATCH).await?;
     // Campaigns whose last task ended are finished here, each once, with its notification. A

@@ -25,15 +25,19 @@ pub async fn run(
         loop {
             match prune(&store, task_retention, key_retention).await {
                 Ok(p) => {
-                    if p.tasks > 0 || p.keys > 0 || p.recipients > 0 {
+                    if p.tasks > 0 || p.keys > 0 || p.recipients > 0 || p.replies > 0 {
                         tracing::info!(
                             tasks = p.tasks,
                             keys = p.keys,
                             recipients = p.recipients,
+                            replies = p.replies,
                             "pruned"
                         );
                     }
-                    if (p.tasks as i64) < BATCH && (p.recipients as i64) < BATCH {
+                    if (p.tasks as i64) < BATCH
+                        && (p.recipients as i64) < BATCH
+                        && (p.replies as i64) < BATCH
+                    {
                         break;
                     }
                 }

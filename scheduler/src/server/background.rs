@@ -35,6 +35,7 @@ pub(super) fn start(replica: &Replica, config: &Config, notifier: Option<Notifie
     jobs.spawn(sweeper::run(
         store.clone(),
         config.lease_ttl.min(Duration::from_secs(1)),
+        config.unknown_outcome_grace,
         stop.clone(),
     ));
     jobs.spawn(reconcile::run(

@@ -9,6 +9,7 @@ use herald_proto::v1::campaign_service_server::CampaignServiceServer;
 use herald_proto::v1::lease_service_server::LeaseServiceServer;
 use herald_proto::v1::schedule_service_server::ScheduleServiceServer;
 use herald_proto::v1::stats_service_server::StatsServiceServer;
+use herald_proto::v1::suppression_service_server::SuppressionServiceServer;
 use herald_proto::v1::task_service_server::TaskServiceServer;
 use herald_proto::v1::template_service_server::TemplateServiceServer;
 use tokio::net::TcpListener;
@@ -24,6 +25,7 @@ use crate::api::campaigns::CampaignApi;
 use crate::api::lease::LeaseApi;
 use crate::api::schedules::ScheduleApi;
 use crate::api::stats::StatsApi;
+use crate::api::suppressions::SuppressionApi;
 use crate::api::tasks::TaskApi;
 use crate::api::templates::TemplateApi;
 use crate::auth::layer::{AuthLayer, AuthPolicy};
@@ -89,6 +91,10 @@ where
         )
         .add_service(
             TemplateServiceServer::new(TemplateApi::new(tasks.clone()))
+                .max_decoding_message_size(max),
+        )
+        .add_service(
+            SuppressionServiceServer::new(SuppressionApi::new(replica.store.clone()))
                 .max_decoding_message_size(max),
         )
         .add_service(

@@ -138,6 +138,7 @@ pub async fn run(
             heartbeat_interval: config.heartbeat_interval,
             claim_batch: config.claim_batch.max(1),
             scheduler_id: scheduler_id.clone(),
+            opt_out_keywords: config.opt_out_keywords.clone(),
         }),
         events: replica.events.clone(),
         registry: replica.registry.clone(),

@@ -9,7 +9,7 @@ use base64::Engine as _;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use crate::tasks::model::{Outcome, TaskState};
+use crate::tasks::model::{EndReason, Outcome, TaskState};
 
 /// Which span of time a statistic covers, before the database's clock resolves it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,6 +48,46 @@ pub struct StateCounts {
     pub cancelled: i64,
     /// Tasks that expired in the window.
     pub expired: i64,
+    /// Tasks that ended in the window, by why they ended, in [`EndReason::ALL`] order; reasons
+    /// no task ended with are left out.
+    pub by_reason: Vec<(EndReason, i64)>,
+}
+
+impl StateCounts {
+    /// Tasks that ended in the window with `reason`.
+    pub fn ended_with(&self, reason: EndReason) -> i64 {
+        self.by_reason
+            .iter()
+            .filter(|(r, _)| *r == reason)
+            .map(|(_, n)| n)
+            .sum()
+    }
+}
+
+/// How far accepted messages got by the providers' reports (a read counts as delivered).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeliveryCounts {
+    /// Accepted by the provider.
+    pub accepted: i64,
+    /// Reported delivered or read.
+    pub delivered: i64,
+    /// Reported read.
+    pub read: i64,
+    /// Reported failed after acceptance.
+    pub failed_after_acceptance: i64,
+}
+
+/// Accepted → delivered percentiles, in milliseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeliveryLatency {
+    /// Messages measured.
+    pub count: i64,
+    /// Median.
+    pub p50_ms: i64,
+    /// 95th percentile.
+    pub p95_ms: i64,
+    /// 99th percentile.
+    pub p99_ms: i64,
 }
 
 /// How attempt outcomes are grouped. The numbers are the wire enum's and the SQL's.

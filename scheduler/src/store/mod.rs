@@ -18,6 +18,7 @@ pub mod retention;
 pub mod schedules;
 pub mod sql;
 pub mod stats;
+pub mod suppressions;
 pub mod tasks;
 pub mod templates;
 
@@ -236,6 +237,10 @@ pub trait Db: GenericClient + Sized {
     /// Campaigns.
     fn campaigns(&self) -> campaigns::CampaignRepo<'_, Self> {
         campaigns::CampaignRepo::new(self)
+    }
+    /// The suppression list and inbound replies.
+    fn suppressions(&self) -> suppressions::SuppressionRepo<'_, Self> {
+        suppressions::SuppressionRepo::new(self)
     }
     /// Read-only figures for StatsService and the dashboard.
     fn stats(&self) -> stats::StatsRepo<'_, Self> {

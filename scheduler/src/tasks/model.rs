@@ -79,6 +79,65 @@ impl TaskState {
     }
 }
 
+/// Why a terminal task ended; the names match the `herald.end_reason` enum in the database
+/// (migration 14) and the variants the wire's `EndReason`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EndReason {
+    /// The provider accepted the message.
+    Sent,
+    /// Every attempt was used.
+    Exhausted,
+    /// The provider refused the message for good.
+    PermanentError,
+    /// The deadline passed first.
+    Expired,
+    /// Cancelled by a client or with its campaign.
+    Cancelled,
+    /// The recipient is on the namespace's suppression list: nothing was sent.
+    Suppressed,
+    /// The provider says the recipient cannot receive messages.
+    InvalidRecipient,
+    /// The duplicate-content guard stopped it: nothing was sent.
+    DuplicateContent,
+    /// The provider accepted the message and later reported it undeliverable.
+    FailedAfterAcceptance,
+}
+
+impl EndReason {
+    /// Every reason, in the wire enum's order.
+    pub const ALL: [EndReason; 9] = [
+        EndReason::Sent,
+        EndReason::Exhausted,
+        EndReason::PermanentError,
+        EndReason::Expired,
+        EndReason::Cancelled,
+        EndReason::Suppressed,
+        EndReason::InvalidRecipient,
+        EndReason::DuplicateContent,
+        EndReason::FailedAfterAcceptance,
+    ];
+
+    /// The database's name for the reason.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EndReason::Sent => "sent",
+            EndReason::Exhausted => "exhausted",
+            EndReason::PermanentError => "permanent_error",
+            EndReason::Expired => "expired",
+            EndReason::Cancelled => "cancelled",
+            EndReason::Suppressed => "suppressed",
+            EndReason::InvalidRecipient => "invalid_recipient",
+            EndReason::DuplicateContent => "duplicate_content",
+            EndReason::FailedAfterAcceptance => "failed_after_acceptance",
+        }
+    }
+
+    /// Parses the database's name for a reason.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+}
+
 /// How an attempt ended. The numbers are stored in the database and equal the wire enum's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(i16)]
@@ -575,6 +634,10 @@ pub struct TaskRecord {
     pub account_id: Option<String>,
     /// Its send window.
     pub send_window: Option<SendWindow>,
+    /// Why it ended, once terminal.
+    pub end_reason: Option<EndReason>,
+    /// The provider's error code behind the end, when it gave one.
+    pub end_code: Option<i64>,
 }
 
 /// One recorded attempt.

@@ -54,6 +54,15 @@ pub const ACCOUNT_TODAY_CAP: &str = "herald_account_daily_cap";
 /// Counter: accounts whose in-flight count differed from their leases and was corrected.
 pub const SLOTS_RECONCILED: &str = "herald_account_slots_reconciled_total";
 
+/// Counter `{kind}`: provider events (webhooks forwarded by executors) the scheduler recorded,
+/// by kind: delivery, standing, availability, inbound.
+pub const PROVIDER_EVENTS: &str = "herald_provider_events_total";
+/// Counter: of those, events that changed something (the rest repeated an earlier event or
+/// named nothing herald knows).
+pub const PROVIDER_EVENTS_APPLIED: &str = "herald_provider_events_applied_total";
+/// Counter: recipients put on a suppression list by an opt-out reply.
+pub const OPT_OUTS: &str = "herald_opt_outs_total";
+
 /// Seconds; from "on time" to "an hour late".
 const LAG_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
@@ -146,6 +155,18 @@ fn describe() {
         SLOTS_RECONCILED,
         "Accounts whose in-flight count differed from the leases they hold and was corrected."
     );
+    describe_counter!(
+        PROVIDER_EVENTS,
+        "Provider webhook events recorded by the scheduler, by kind."
+    );
+    describe_counter!(
+        PROVIDER_EVENTS_APPLIED,
+        "Provider webhook events that changed something (not repeats, not unknown messages)."
+    );
+    describe_counter!(
+        OPT_OUTS,
+        "Recipients put on a suppression list by an opt-out reply."
+    );
     describe_gauge!(
         NOTIFICATIONS_PENDING,
         "Notifications waiting in the outbox."
@@ -191,6 +212,19 @@ pub fn task_finished(state: TaskState, leases: i32) {
     };
     metrics::counter!(TASKS_FINISHED, "state" => state).increment(1);
     metrics::histogram!(ATTEMPTS_PER_TASK, "state" => state).record(f64::from(leases.max(0)));
+}
+
+/// Counts one recorded batch of provider events: each by its kind, and how many applied.
+pub fn provider_events<'a>(kinds: impl IntoIterator<Item = &'a str>, applied: u32) {
+    for kind in kinds {
+        metrics::counter!(PROVIDER_EVENTS, "kind" => kind.to_owned()).increment(1);
+    }
+    metrics::counter!(PROVIDER_EVENTS_APPLIED).increment(u64::from(applied));
+}
+
+/// Counts a recipient put on a suppression list by an opt-out reply.
+pub fn opted_out() {
+    metrics::counter!(OPT_OUTS).increment(1);
 }
 
 /// Counts a sweep's lapsed leases and passed deadlines.

@@ -154,6 +154,9 @@ struct Shared {
     posted: Mutex<Vec<(u16, Value)>>,
     /// Bodies answered with anything but 200, for [`FakeWhatsApp::redeliver`].
     undelivered: Mutex<Vec<Value>>,
+    /// While true, answers are held after the request is recorded (an executor killed while
+    /// waiting never learns that its message was accepted).
+    hold: tokio::sync::watch::Sender<bool>,
     http: reqwest::Client,
 }
 
@@ -277,6 +280,7 @@ impl FakeWhatsApp {
             plans: Mutex::new(std::collections::HashMap::new()),
             posted: Mutex::new(Vec::new()),
             undelivered: Mutex::new(Vec::new()),
+            hold: tokio::sync::watch::channel(false).0,
             http: reqwest::Client::new(),
         });
         let app = axum::Router::new()
@@ -300,6 +304,17 @@ impl FakeWhatsApp {
     /// The next valid request is answered with `answer` instead of success.
     pub fn respond_next(&self, answer: Scripted) {
         lock(&self.shared.script).push_back(answer);
+    }
+
+    /// From now on, every request is recorded (and accepted, with its planned webhooks) but
+    /// its answer is held until [`Self::release_answers`].
+    pub fn hold_answers(&self) {
+        self.shared.hold.send_replace(true);
+    }
+
+    /// Sends the held answers and stops holding.
+    pub fn release_answers(&self) {
+        self.shared.hold.send_replace(false);
     }
 
     /// Every request so far.
@@ -453,6 +468,9 @@ async fn messages(
         body: parsed,
         status,
     });
+    // Held answers wait here, after the request was recorded and accepted.
+    let mut hold = shared.hold.subscribe();
+    let _ = hold.wait_for(|held| !*held).await;
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     match answer {
         Answer::Json(v) => (status, axum::Json(v)).into_response(),

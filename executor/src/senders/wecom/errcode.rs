@@ -44,7 +44,9 @@ pub fn classify(errcode: i64, errmsg: &str, is_retry: bool) -> SendError {
         _ if is_retry => (Permanent, None),
         _ => (Transient, None),
     };
-    SendError::new(class, message).with_retry_after(retry_after)
+    SendError::new(class, message)
+        .with_retry_after(retry_after)
+        .with_code(errcode)
 }
 
 /// Classifies a non-2xx HTTP answer (WeCom reports errors with HTTP 200, so these come from

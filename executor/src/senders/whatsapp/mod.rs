@@ -387,9 +387,11 @@ pub fn classify_code(code: i64, status: StatusCode, message: &str) -> SendError 
         0 | 3 | 10 | 33 | 190 | 200..=299 | 368 | 131031 | 131042 | 131045 | 133010 => {
             (AccountUnavailable, None, false)
         }
-        _ => return classify_status(status, message),
+        _ => return classify_status(status, message).with_code(code),
     };
-    let error = SendError::new(class, message).with_retry_after(retry_after);
+    let error = SendError::new(class, message)
+        .with_retry_after(retry_after)
+        .with_code(code);
     if recipient_scoped {
         error.scoped_to_recipient()
     } else {

@@ -19,6 +19,10 @@ const MAX_REASON_BYTES: usize = 1024;
 const MAX_REF_BYTES: usize = 128;
 /// Longest recipient, as in TaskSpec.recipient.
 const MAX_RECIPIENT_BYTES: usize = 256;
+/// Longest inbound message type.
+const MAX_TYPE_BYTES: usize = 64;
+/// Longest inbound message text kept.
+const MAX_REPLY_BYTES: usize = 4096;
 
 /// The events of a request, checked; INVALID_ARGUMENT names every bad field.
 pub fn events(req: &pb::RecordProviderEventsRequest) -> Result<Vec<ProviderEvent>, Error> {
@@ -159,6 +163,13 @@ fn event(e: &pb::ProviderEvent, path: &str, v: &mut Violations) -> Option<Provid
                     false,
                 ),
                 received_at: time(v, format!("{path}.received_at"), &m.received_at),
+                kind: if m.r#type.is_empty() {
+                    "unknown".to_owned()
+                } else {
+                    text(v, format!("{path}.type"), &m.r#type, MAX_TYPE_BYTES, false)
+                },
+                text: (!m.text.is_empty())
+                    .then(|| text(v, format!("{path}.text"), &m.text, MAX_REPLY_BYTES, false)),
             }
         }
     })

@@ -35,6 +35,7 @@ pub fn campaign(c: &CampaignView) -> pb::Campaign {
             cancelled: p.cancelled,
             expired: p.expired,
             estimated_finish: c.estimated_finish.map(timestamp),
+            delivery: Some(super::delivery_counts(&p.delivery)),
         }),
         created_at: Some(timestamp(c.record.created_at)),
     }

@@ -10,6 +10,7 @@ pub mod templates;
 
 use base64::Engine as _;
 use chrono::{DateTime, Utc};
+use herald_proto::v1 as pb;
 
 /// Domain time to wire time.
 pub fn timestamp(t: DateTime<Utc>) -> prost_types::Timestamp {
@@ -61,4 +62,14 @@ pub fn page_key(token: &str) -> Option<Vec<u8>> {
     base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(token)
         .ok()
+}
+
+/// How far accepted messages got, on the wire.
+pub fn delivery_counts(d: &crate::stats::DeliveryCounts) -> pb::DeliveryCounts {
+    pb::DeliveryCounts {
+        accepted: d.accepted,
+        delivered: d.delivered,
+        read: d.read,
+        failed_after_acceptance: d.failed_after_acceptance,
+    }
 }

@@ -9,8 +9,8 @@ use super::{duration_from_ms, duration_ms, from_timestamp, timestamp};
 use crate::error::Violations;
 use crate::store::StoreError;
 use crate::tasks::model::{
-    AttemptRecord, CancelOutcome, GrantedLease, Outcome, RetryPolicy, TaskRecord, TaskSpec,
-    TaskState, When,
+    AttemptRecord, CancelOutcome, EndReason, GrantedLease, Outcome, RetryPolicy, TaskRecord,
+    TaskSpec, TaskState, When,
 };
 
 /// A wire spec as a domain spec; wire problems are recorded under `path` (`task`,
@@ -129,6 +129,27 @@ pub fn state_from_wire(value: i32) -> Option<TaskState> {
     })
 }
 
+/// Domain end reason to wire.
+pub fn end_reason(r: EndReason) -> pb::EndReason {
+    match r {
+        EndReason::Sent => pb::EndReason::Sent,
+        EndReason::Exhausted => pb::EndReason::Exhausted,
+        EndReason::PermanentError => pb::EndReason::PermanentError,
+        EndReason::Expired => pb::EndReason::Expired,
+        EndReason::Cancelled => pb::EndReason::Cancelled,
+        EndReason::Suppressed => pb::EndReason::Suppressed,
+        EndReason::InvalidRecipient => pb::EndReason::InvalidRecipient,
+        EndReason::DuplicateContent => pb::EndReason::DuplicateContent,
+        EndReason::FailedAfterAcceptance => pb::EndReason::FailedAfterAcceptance,
+    }
+}
+
+/// Wire end reason to domain; None for UNSPECIFIED or unknown numbers.
+pub fn end_reason_from_wire(value: i32) -> Option<EndReason> {
+    let wire = pb::EndReason::try_from(value).ok()?;
+    EndReason::ALL.into_iter().find(|r| end_reason(*r) == wire)
+}
+
 /// Domain outcome to wire outcome.
 pub fn outcome(o: Outcome) -> pb::OutcomeClass {
     match o {
@@ -235,6 +256,11 @@ pub fn task(t: &TaskRecord) -> Result<pb::Task, StoreError> {
         send_window: t.send_window.as_ref().map(|w| w.to_wire()),
         // Read separately (api/tasks.rs): reports are their own aggregate.
         delivery: None,
+        end_reason: t
+            .end_reason
+            .map(|r| end_reason(r) as i32)
+            .unwrap_or_default(),
+        end_code: t.end_code.unwrap_or_default(),
     })
 }
 

@@ -182,6 +182,7 @@ async fn overview(
     let today = stats.resolve_window(&WindowSpec::Today, &tz).await?;
     let counts = stats.count_tasks(ns, &today, None).await?;
     let lag = stats.trigger_lag(ns, &today, None).await?;
+    let (delivery, latency) = stats.delivery_stats(ns, &today, None).await?;
     let accounts = stats
         .success_rates(ns, &today, GroupBy::Account, None)
         .await?;
@@ -223,6 +224,23 @@ async fn overview(
             "failed": counts.failed,
             "cancelled": counts.cancelled,
             "expired": counts.expired,
+            // Why tasks ended today, by the database's reason names (exhausted, suppressed...).
+            "reasons": counts
+                .by_reason
+                .iter()
+                .map(|(r, n)| (r.as_str().to_string(), json!(n)))
+                .collect::<serde_json::Map<String, Value>>(),
+        },
+        // How far today's accepted messages got, by the providers' reports.
+        "delivery": {
+            "accepted": delivery.accepted,
+            "delivered": delivery.delivered,
+            "read": delivery.read,
+            "failed_after_acceptance": delivery.failed_after_acceptance,
+            "latency_count": latency.count,
+            "p50_ms": latency.p50_ms,
+            "p95_ms": latency.p95_ms,
+            "p99_ms": latency.p99_ms,
         },
         "lag": {
             "count": lag.overall.count,

@@ -16,6 +16,7 @@ use tokio_postgres::Row;
 use uuid::Uuid;
 
 use super::sql::{column, statement, FromRow, Statement};
+use super::stats::delivery_counts;
 use super::tasks::announce_due_now;
 use super::{repository, StoreError};
 use crate::campaigns::model::{CampaignRecord, CancelledRows, Progress};
@@ -41,6 +42,7 @@ const PRESENT_RECIPIENTS: Statement = statement!("present_recipients");
 const COUNT_RECIPIENTS: Statement = statement!("count_recipients");
 const PROGRESS: Statement = statement!("progress");
 const POOL_RATE: Statement = statement!("pool_rate");
+const DELIVERY: Statement = statement!("delivery");
 const PARK_TASKS: Statement = statement!("park_tasks");
 const UNPARK_TASKS: Statement = statement!("unpark_tasks");
 const SET_STATE: Statement = statement!("set_state");
@@ -158,6 +160,7 @@ impl<C: GenericClient> CampaignRepo<'_, C> {
                 _ => p.expired += n,
             }
         }
+        p.delivery = delivery_counts(&DELIVERY.query_one(self.db, &[&id]).await?)?;
         if let Some(pool) = pool {
             p.pool_rate = column(
                 &POOL_RATE.query_one(self.db, &[&namespace, &pool]).await?,

@@ -5,6 +5,8 @@
 -- harmless. Returns the tasks ended, with the code.
 UPDATE herald.tasks t
 SET state = 'failed',
+    end_reason = 'failed_after_acceptance',
+    end_code = f.error_code,
     last_error = format('delivery failed after acceptance: %s',
                         concat_ws(' ', 'error ' || f.error_code::text, f.error)),
     updated_at = herald.now()

@@ -23,6 +23,7 @@ const RECORD_EVENTS: Statement = statement!("record_events");
 const LINK_EVENTS: Statement = statement!("link_events");
 const FAIL_DELIVERED: Statement = statement!("fail_delivered");
 const TASK_DELIVERIES: Statement = statement!("task_deliveries");
+const ACCEPT_AWAITING: Statement = statement!("accept_awaiting");
 
 /// A report that was recorded, or tied to its task, by this transaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +56,24 @@ fn recorded(rows: &[Row]) -> Result<Vec<Recorded>, StoreError> {
 }
 
 impl<C: GenericClient> DeliveryRepo<'_, C> {
+    /// Ends SUCCEEDED those of `tasks` waiting, after a WhatsApp lease ran out unreported, for
+    /// a status callback: one named them. Returns them.
+    pub async fn accept_awaiting(
+        &self,
+        namespace: &str,
+        tasks: &[Uuid],
+    ) -> Result<Vec<Uuid>, StoreError> {
+        if tasks.is_empty() {
+            return Ok(Vec::new());
+        }
+        ACCEPT_AWAITING
+            .query(self.db, &[&namespace, &tasks])
+            .await?
+            .iter()
+            .map(|r| column(r, "id"))
+            .collect()
+    }
+
     /// Waits for, then holds until the transaction ends, the lock of each provider message id:
     /// every transaction that records reports about a message or the send that returned it
     /// takes it first, so each sees what the other committed.

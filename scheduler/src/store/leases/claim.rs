@@ -179,6 +179,7 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
     /// account route.
     pub async fn candidates(
         &self,
+        namespace: &str,
         wide: &[(String, i32)],
         pinned: &[(String, i32)],
         queues: Option<&[String]>,
@@ -196,6 +197,7 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
                     &pinned_routes,
                     &pinned_limits,
                     &queues,
+                    &namespace,
                 ],
             )
             .await?
@@ -207,6 +209,7 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
                     recipient: column(r, "recipient")?,
                     priority: column(r, "priority")?,
                     windowed: column(r, "windowed")?,
+                    suppressed: column(r, "suppressed")?,
                 })
             })
             .collect()

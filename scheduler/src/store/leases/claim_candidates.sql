@@ -4,7 +4,11 @@
 -- highest first) and up to $4 of each pinned-account route in $3 (walked in priority order:
 -- pinned tasks are few). The caller assigns accounts and leases some; the rest stay scheduled
 -- when the transaction ends.
-SELECT c.id, c.route, c.recipient, c.priority, c.run_at, c.windowed
+-- `suppressed`: the recipient is on the namespace ($6) suppression list (migration 15); the
+-- caller ends such a task instead of routing it. One primary-key probe per candidate.
+SELECT c.id, c.route, c.recipient, c.priority, c.run_at, c.windowed,
+       EXISTS (SELECT 1 FROM herald.suppressions s
+               WHERE s.namespace = $6 AND s.recipient = ltrim(c.recipient, '+')) AS suppressed
 FROM (
     SELECT x.*
     FROM unnest($1::text[], $2::integer[]) AS r(route, lim)

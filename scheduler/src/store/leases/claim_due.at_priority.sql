@@ -1,4 +1,4 @@
-SELECT t.id, t.window_start IS NOT NULL AS windowed
+SELECT t.id, t.window_start IS NOT NULL AS windowed, t.namespace, t.recipient
 FROM herald.tasks t
 WHERE t.state = 'scheduled'
   AND t.route = $5

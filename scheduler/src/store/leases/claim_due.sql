@@ -13,17 +13,33 @@
 -- A task whose send window is closed now is not leased but moved to the window's next opening
 -- (herald.window_defer_to, store/tasks/functions.sql). Only tasks with a window pay for that
 -- function: computing it in the probes above, even behind a CASE, doubled their cost.
+-- A due task whose recipient is on the namespace's suppression list (migration 15) is ended
+-- SUPPRESSED instead of leased: one primary-key probe of herald.suppressions per due task.
 WITH due AS MATERIALIZED (
-    SELECT due.id, due.windowed
+    SELECT due.id, due.windowed,
+           EXISTS (SELECT 1 FROM herald.suppressions s
+                   WHERE s.namespace = due.namespace
+                     AND s.recipient = ltrim(due.recipient, '+')) AS suppressed
     FROM ({at_each_priority}) AS due
     LIMIT $2
+),
+suppressed AS (
+    UPDATE herald.tasks t
+    SET state = 'cancelled',
+        end_reason = 'suppressed',
+        cancel_outcome = 1,
+        last_error = 'not sent: the recipient is on the suppression list',
+        finished_at = herald.now(),
+        updated_at = herald.now()
+    WHERE t.id = ANY(ARRAY(SELECT id FROM due WHERE suppressed))
+    RETURNING t.id
 ),
 deferred AS (
     UPDATE herald.tasks t
     SET run_at = herald.window_defer_to(t.id, t.window_start, t.window_end, t.window_zone,
                                         t.window_spread_ms, herald.now()),
         updated_at = herald.now()
-    WHERE t.id = ANY(ARRAY(SELECT id FROM due WHERE windowed))
+    WHERE t.id = ANY(ARRAY(SELECT id FROM due WHERE windowed AND NOT suppressed))
       AND herald.window_defer_to(t.id, t.window_start, t.window_end, t.window_zone,
                                  t.window_spread_ms, herald.now()) IS NOT NULL
     RETURNING t.id
@@ -36,7 +52,8 @@ SET state = 'leased',
     lease_expires_at = herald.now() + $4::bigint * interval '1 millisecond',
     updated_at = herald.now()
 WHERE t.id = ANY(ARRAY(
-    SELECT id FROM due WHERE NOT windowed OR id NOT IN (SELECT id FROM deferred)))
+    SELECT id FROM due
+    WHERE NOT suppressed AND (NOT windowed OR id NOT IN (SELECT id FROM deferred))))
   -- Holds by the lock taken above; repeated so the update can never lease anything else.
   AND t.state = 'scheduled'
 -- The lease columns come from store/tasks/columns.rs (LEASE_COLUMNS).

@@ -6,12 +6,13 @@
 WITH input AS (
     SELECT *
     FROM unnest($1::uuid[], $2::integer[], $3::smallint[], $4::text[], $5::text[],
-                $6::bigint[], $7::timestamptz[])
-        AS i(task_id, attempt, outcome, error, provider_message_id, retry_after_ms, started_at)
+                $6::bigint[], $7::timestamptz[], $9::bigint[])
+        AS i(task_id, attempt, outcome, error, provider_message_id, retry_after_ms, started_at,
+             error_code)
 ),
 decided AS (
     SELECT t.id, i.attempt, i.outcome, i.error, i.provider_message_id, i.retry_after_ms,
-           i.started_at, t.executor_id, t.leased_at, t.account_id,
+           i.started_at, i.error_code, t.executor_id, t.leased_at, t.account_id,
            t.state AS old_state,
            -- ACCOUNT_UNAVAILABLE (5) says nothing about the task: it is not charged. Nor is
            -- RATE_LIMITED (2) for a pooled task, up to 10 times: the account (or the pair) is
@@ -56,7 +57,18 @@ planned AS (
                WHEN d.outcome <> 5 AND d.new_attempts >= d.max_attempts THEN 'failed'
                WHEN d.expire_at IS NOT NULL AND d.next_run >= d.expire_at THEN 'expired'
                ELSE 'scheduled'
-           END::herald.task_state AS new_state
+           END::herald.task_state AS new_state,
+           -- Why it ended (migration 14); NULL while it goes on. A permanent refusal whose
+           -- code says the recipient cannot receive messages at all (WhatsApp 131026: not a
+           -- WhatsApp number; WeCom 81013: no such user) is told apart from other refusals.
+           CASE
+               WHEN d.old_state = 'cancelled' THEN 'cancelled'
+               WHEN d.outcome = 1 THEN 'sent'
+               WHEN d.outcome = 4 AND d.error_code IN (131026, 81013) THEN 'invalid_recipient'
+               WHEN d.outcome = 4 THEN 'permanent_error'
+               WHEN d.outcome <> 5 AND d.new_attempts >= d.max_attempts THEN 'exhausted'
+               WHEN d.expire_at IS NOT NULL AND d.next_run >= d.expire_at THEN 'expired'
+           END::herald.end_reason AS new_reason
     FROM decided d
 ),
 updated AS (
@@ -69,6 +81,9 @@ updated AS (
         cancel_outcome = CASE WHEN p.old_state <> 'cancelled' THEN t.cancel_outcome
                               WHEN p.outcome = 1 THEN 3 ELSE 4 END,
         last_error = CASE WHEN p.outcome = 1 THEN t.last_error ELSE p.error END,
+        end_reason = p.new_reason,
+        end_code = CASE WHEN p.new_reason IN ('permanent_error', 'invalid_recipient')
+                        THEN p.error_code END,
         lease_expires_at = NULL,
         updated_at = herald.now()
     FROM planned p
@@ -82,10 +97,10 @@ updated AS (
 recorded AS (
     INSERT INTO herald.attempts (task_id, attempt, executor_id, outcome, error,
                                  provider_message_id, retry_after_ms, leased_at, started_at,
-                                 account)
+                                 account, error_code)
     SELECT p.id, p.attempt, COALESCE(p.executor_id, ''), p.outcome, p.error,
            p.provider_message_id, p.retry_after_ms, COALESCE(p.leased_at, herald.now()), p.started_at,
-           p.account_id
+           p.account_id, p.error_code
     FROM planned p
     ON CONFLICT (task_id, attempt) DO NOTHING
 )

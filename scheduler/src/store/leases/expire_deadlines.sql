@@ -9,6 +9,7 @@ WITH overdue AS (
 )
 UPDATE herald.tasks t
 SET state = 'expired',
+    end_reason = 'expired',
     finished_at = herald.now(),
     updated_at = herald.now(),
     last_error = COALESCE(t.last_error, 'deadline passed before the task could be sent')

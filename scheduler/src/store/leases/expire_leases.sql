@@ -2,27 +2,47 @@
 -- last), charging the attempt: the executor may have crashed mid-send, and a task that crashes
 -- every executor must not be retried forever. The task keeps its due time, so it is leased
 -- again right away. SKIP LOCKED makes concurrent sweepers on several replicas safe.
+-- A lease through a WhatsApp Cloud account (migration 16) is different: Meta may have accepted
+-- the message before the executor died. If a status callback already named the task, it went
+-- out: SUCCEEDED. Otherwise the task waits the grace $2 (ms) for one before it is due again
+-- (callbacks::record ends it SUCCEEDED if one comes), unless that attempt was its last.
 WITH lapsed AS (
-    SELECT id
-    FROM herald.tasks
-    WHERE state = 'leased' AND lease_expires_at <= herald.now()
-    ORDER BY lease_expires_at
+    SELECT t.id,
+           EXISTS (SELECT 1 FROM herald.delivery_events e WHERE e.task_id = t.id) AS reported,
+           EXISTS (SELECT 1 FROM herald.accounts a
+                   WHERE a.namespace = t.namespace AND a.id = t.account_id
+                     AND a.sender_kind = 'whatsapp_cloud') AS callbacks
+    FROM herald.tasks t
+    WHERE t.state = 'leased' AND t.lease_expires_at <= herald.now()
+    ORDER BY t.lease_expires_at
     LIMIT $1
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF t SKIP LOCKED
 ),
 updated AS (
     UPDATE herald.tasks t
     SET attempts = t.attempts + 1,
         state = CASE
+            WHEN l.reported THEN 'succeeded'
             WHEN t.attempts + 1 >= t.max_attempts THEN 'failed'
             WHEN t.expire_at IS NOT NULL AND t.expire_at <= herald.now() THEN 'expired'
             ELSE 'scheduled'
         END::herald.task_state,
         finished_at = CASE
-            WHEN t.attempts + 1 >= t.max_attempts
+            WHEN l.reported OR t.attempts + 1 >= t.max_attempts
                  OR (t.expire_at IS NOT NULL AND t.expire_at <= herald.now()) THEN herald.now()
             ELSE NULL
         END,
+        end_reason = CASE
+            WHEN l.reported THEN 'sent'
+            WHEN t.attempts + 1 >= t.max_attempts THEN 'exhausted'
+            WHEN t.expire_at IS NOT NULL AND t.expire_at <= herald.now() THEN 'expired'
+        END::herald.end_reason,
+        run_at = CASE WHEN l.callbacks AND NOT l.reported
+                      THEN greatest(t.run_at, herald.now() + $2::bigint * interval '1 millisecond')
+                      ELSE t.run_at END,
+        awaiting_callback_until = CASE WHEN l.callbacks AND NOT l.reported
+                                       THEN herald.now() + $2::bigint * interval '1 millisecond'
+                                       ELSE t.awaiting_callback_until END,
         last_error = 'lease expired without a report from executor ' || COALESCE(t.executor_id, '?'),
         lease_expires_at = NULL,
         updated_at = herald.now()

@@ -78,6 +78,7 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
         let mut provider_ids = Vec::with_capacity(n);
         let mut retry_afters = Vec::with_capacity(n);
         let mut started = Vec::with_capacity(n);
+        let mut codes = Vec::with_capacity(n);
         for r in reports {
             ids.push(r.task_id);
             attempts.push(r.attempt);
@@ -86,6 +87,7 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
             provider_ids.push(r.provider_message_id.as_deref());
             retry_afters.push(r.retry_after_ms);
             started.push(r.started_at);
+            codes.push(r.error_code);
         }
         COMPLETE_ATTEMPTS
             .query(
@@ -99,6 +101,7 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
                     &retry_afters,
                     &started,
                     &namespace,
+                    &codes,
                 ],
             )
             .await?
@@ -211,8 +214,15 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
     /// Returns up to `batch` lapsed leases to their queue (or fails or expires their tasks),
     /// recording the lost attempts and freeing their slots; wakes dispatchers when tasks became
     /// leasable again.
-    pub async fn expire_leases(&self, batch: i64) -> Result<ExpiredLeases, StoreError> {
-        let row = EXPIRE_LEASES.query_one(self.db, &[&batch]).await?;
+    /// A WhatsApp task waits `grace_ms` for a status callback before it is due again.
+    pub async fn expire_leases(
+        &self,
+        batch: i64,
+        grace_ms: i64,
+    ) -> Result<ExpiredLeases, StoreError> {
+        let row = EXPIRE_LEASES
+            .query_one(self.db, &[&batch, &grace_ms])
+            .await?;
         let expired = u64::try_from(column::<i64>(&row, "expired")?).unwrap_or(0);
         let rescheduled = u64::try_from(column::<i64>(&row, "rescheduled")?).unwrap_or(0);
         let freed: Vec<String> = column(&row, "freed_accounts")?;

@@ -16,6 +16,7 @@ repository!(
 const PRUNE_TASKS: Statement = statement!("prune_tasks");
 const FORGET_KEYS: Statement = statement!("forget_keys");
 const FORGET_RECIPIENTS: Statement = statement!("forget_recipients");
+const FORGET_REPLIES: Statement = statement!("forget_replies");
 
 /// What one pruning pass removed.
 #[derive(Debug, Default, Clone, Copy)]
@@ -26,13 +27,15 @@ pub struct Pruned {
     pub keys: u64,
     /// (account, recipient) pairs forgotten.
     pub recipients: u64,
+    /// Stored replies forgotten.
+    pub replies: u64,
 }
 
 impl<C: GenericClient> RetentionRepo<'_, C> {
     /// Deletes up to `batch` tasks that ended more than `task_retention` ago, with their
     /// attempts; their idempotency keys start their own retention from the task's end. Then
-    /// forgets keys whose retention is over, and up to `batch` recipient pairs nothing needs
-    /// (see `forget_recipients.sql`).
+    /// forgets keys whose retention is over, up to `batch` recipient pairs nothing needs (see
+    /// `forget_recipients.sql`) and up to `batch` stored replies older than the task retention.
     pub async fn prune(
         &self,
         task_retention: Duration,
@@ -49,10 +52,12 @@ impl<C: GenericClient> RetentionRepo<'_, C> {
         let recipients = FORGET_RECIPIENTS
             .execute(self.db, &[&task_ms, &batch])
             .await?;
+        let replies = FORGET_REPLIES.execute(self.db, &[&task_ms, &batch]).await?;
         Ok(Pruned {
             tasks,
             keys,
             recipients,
+            replies,
         })
     }
 }

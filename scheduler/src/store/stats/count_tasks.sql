@@ -2,19 +2,20 @@
 -- it ended (finished_at) if it has, else when it is due (run_at). The two arms are disjoint
 -- (only ended tasks have finished_at) and each can walk an index: tasks_finished and
 -- tasks_pending_run_at (namespace, run_at).
-SELECT state, count(*) AS tasks
+-- Ended tasks are also split by why they ended (end_reason; NULL for pending ones).
+SELECT state, end_reason, count(*) AS tasks
 FROM (
-    SELECT state::text AS state
+    SELECT state::text AS state, end_reason::text AS end_reason
     FROM herald.tasks
     WHERE namespace = $1
       AND finished_at >= $2 AND finished_at < $3
       AND ($4::text IS NULL OR queue = $4)
     UNION ALL
-    SELECT state::text
+    SELECT state::text, NULL
     FROM herald.tasks
     WHERE namespace = $1
       AND state IN ('scheduled', 'leased')
       AND run_at >= $2 AND run_at < $3
       AND ($4::text IS NULL OR queue = $4)
 ) placed
-GROUP BY state
+GROUP BY state, end_reason

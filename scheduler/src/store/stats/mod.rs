@@ -5,13 +5,13 @@
 use deadpool_postgres::GenericClient;
 
 use super::sql::{column, statement, Statement};
-use super::tasks::columns::{labels, state};
+use super::tasks::columns::{end_reason, labels, state};
 use super::{repository, StoreError};
 use crate::stats::{
-    DurationStats, FailureFilter, FailureRecord, GroupBy, LagReport, LagStats, OutcomeCounts,
-    StateCounts, Window, WindowSpec,
+    DeliveryCounts, DeliveryLatency, DurationStats, FailureFilter, FailureRecord, GroupBy,
+    LagReport, LagStats, OutcomeCounts, StateCounts, Window, WindowSpec,
 };
-use crate::tasks::model::{Outcome, TaskState};
+use crate::tasks::model::{EndReason, Outcome, TaskState};
 
 repository!(
     /// Read-only figures.
@@ -24,6 +24,17 @@ const SUCCESS_RATES: Statement = statement!("success_rates");
 const TRIGGER_LAG: Statement = statement!("trigger_lag");
 const SEND_DURATIONS: Statement = statement!("send_durations");
 const LIST_FAILURES: Statement = statement!("list_failures");
+const DELIVERY_STATS: Statement = statement!("delivery_stats");
+
+/// Reads the `accepted`, `delivered`, `read` and `failed` counts of a row.
+pub fn delivery_counts(r: &tokio_postgres::Row) -> Result<DeliveryCounts, StoreError> {
+    Ok(DeliveryCounts {
+        accepted: column(r, "accepted")?,
+        delivered: column(r, "delivered")?,
+        read: column(r, "read")?,
+        failed_after_acceptance: column(r, "failed")?,
+    })
+}
 
 impl<C: GenericClient> StatsRepo<'_, C> {
     /// Resolves `spec` to concrete bounds by the database's clock. `time_zone` must be a zone
@@ -64,15 +75,25 @@ impl<C: GenericClient> StatsRepo<'_, C> {
             .await?
         {
             let n: i64 = column(&row, "tasks")?;
-            match state(&row, "state")? {
-                TaskState::Scheduled => counts.scheduled = n,
-                TaskState::Leased => counts.leased = n,
-                TaskState::Succeeded => counts.succeeded = n,
-                TaskState::Failed => counts.failed = n,
-                TaskState::Cancelled => counts.cancelled = n,
-                TaskState::Expired => counts.expired = n,
+            let slot = match state(&row, "state")? {
+                TaskState::Scheduled => &mut counts.scheduled,
+                TaskState::Leased => &mut counts.leased,
+                TaskState::Succeeded => &mut counts.succeeded,
+                TaskState::Failed => &mut counts.failed,
+                TaskState::Cancelled => &mut counts.cancelled,
+                TaskState::Expired => &mut counts.expired,
+            };
+            *slot += n;
+            if let Some(reason) = end_reason(&row, "end_reason")? {
+                match counts.by_reason.iter_mut().find(|(r, _)| *r == reason) {
+                    Some((_, total)) => *total += n,
+                    None => counts.by_reason.push((reason, n)),
+                }
             }
         }
+        counts
+            .by_reason
+            .sort_by_key(|(r, _)| EndReason::ALL.iter().position(|a| a == r));
         Ok(counts)
     }
 
@@ -112,6 +133,27 @@ impl<C: GenericClient> StatsRepo<'_, C> {
                 })
             })
             .collect()
+    }
+
+    /// How far the messages accepted in `window` got, and accepted → delivered percentiles.
+    pub async fn delivery_stats(
+        &self,
+        namespace: &str,
+        window: &Window,
+        queue: Option<&str>,
+    ) -> Result<(DeliveryCounts, DeliveryLatency), StoreError> {
+        let r = DELIVERY_STATS
+            .query_one(self.db, &[&namespace, &window.start, &window.end, &queue])
+            .await?;
+        let ms: Vec<i64> = column::<Option<Vec<i64>>>(&r, "latency_ms")?.unwrap_or_default();
+        let at = |i: usize| ms.get(i).copied().unwrap_or_default();
+        let latency = DeliveryLatency {
+            count: column(&r, "measured")?,
+            p50_ms: at(0),
+            p95_ms: at(1),
+            p99_ms: at(2),
+        };
+        Ok((delivery_counts(&r)?, latency))
     }
 
     /// Trigger lag percentiles of leases granted in `window`, overall and per queue.

@@ -10,6 +10,7 @@ WITH before AS (
 updated AS (
     UPDATE herald.tasks t
     SET state = 'cancelled',
+        end_reason = 'cancelled',
         cancel_outcome = CASE WHEN b.state = 'leased' THEN 5 ELSE 1 END,
         finished_at = herald.now(),
         updated_at = herald.now()

@@ -11,8 +11,8 @@ use uuid::Uuid;
 use crate::store::sql::{column, FromRow};
 use crate::store::StoreError;
 use crate::tasks::model::{
-    CancelOutcome, DueAt, GrantedLease, NewTask, Origin, RetryPolicy, SendWindow, Target,
-    TaskRecord, TaskState,
+    CancelOutcome, DueAt, EndReason, GrantedLease, NewTask, Origin, RetryPolicy, SendWindow,
+    Target, TaskRecord, TaskState,
 };
 
 /// What a task read selects (`t` is `herald.tasks`); decoded by [`TaskRecord::from_row`].
@@ -21,7 +21,8 @@ pub const TASK_COLUMNS: &str = "t.id, t.queue, t.recipient, t.content, t.labels,
      t.attempts, t.max_attempts, t.retry_delays_ms, t.backoff_initial_ms, t.backoff_max_ms, \
      t.backoff_multiplier, t.backoff_jitter, t.executor_id, t.leased_at, t.lease_expires_at, \
      t.cancel_outcome, t.last_error, t.created_at, t.updated_at, t.finished_at, t.pool, \
-     t.account_id, t.window_start, t.window_end, t.window_zone, t.window_spread_ms";
+     t.account_id, t.window_start, t.window_end, t.window_zone, t.window_spread_ms, \
+     t.end_reason::text AS end_reason, t.end_code";
 
 /// What a lease returns of its task (`t` is `herald.tasks`); the statements add `account_id`
 /// and `credentials_ref`. Decoded by [`GrantedLease::from_row`]. `send_after_ms` is how far in
@@ -256,6 +257,13 @@ pub fn state(row: &Row, name: &str) -> Result<TaskState, StoreError> {
     TaskState::parse(s).ok_or_else(|| StoreError::Corrupt(format!("task state {s:?}")))
 }
 
+/// Reads a task's end reason column written as text (NULL while the task has not ended).
+pub fn end_reason(row: &Row, name: &str) -> Result<Option<EndReason>, StoreError> {
+    let s: Option<&str> = column(row, name)?;
+    s.map(|s| EndReason::parse(s).ok_or_else(|| StoreError::Corrupt(format!("end reason {s:?}"))))
+        .transpose()
+}
+
 /// Labels are written as a JSON object of strings; anything else reads as no labels.
 pub fn labels(row: &Row, name: &str) -> Result<BTreeMap<String, String>, StoreError> {
     let value: serde_json::Value = column(row, name)?;
@@ -307,6 +315,8 @@ impl FromRow for TaskRecord {
                 column(r, "window_zone")?,
                 column(r, "window_spread_ms")?,
             ),
+            end_reason: end_reason(r, "end_reason")?,
+            end_code: column(r, "end_code")?,
         })
     }
 }

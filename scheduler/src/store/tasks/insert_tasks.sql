@@ -5,7 +5,10 @@
 -- time is on the database clock. The route is what the claim routes by: '<namespace>/' for tasks
 -- sent by queue, '<namespace>/p:<pool>' for pooled ones, '<namespace>/a:<account>' for pinned
 -- ones, behind 'paused:' while their campaign is paused (no claim probes such a route).
-INSERT INTO herald.tasks AS t (namespace, run_at, retry_delays_ms, route, {stored_columns})
+-- A task whose recipient is on the namespace's suppression list (migration 15) is created
+-- already ended: CANCELLED before starting, end reason 'suppressed', so the caller sees why.
+INSERT INTO herald.tasks AS t (namespace, run_at, retry_delays_ms, route, state, end_reason,
+                               cancel_outcome, finished_at, last_error, {stored_columns})
 SELECT $1,
        COALESCE(i.given_run_at, herald.now() + i.delay_ms * interval '1 millisecond'),
        CASE WHEN i.retry_delays = '' THEN '{}'::bigint[]
@@ -14,7 +17,16 @@ SELECT $1,
        || $1 || '/' || CASE WHEN i.account_id IS NOT NULL THEN 'a:' || i.account_id
                             WHEN i.pool IS NOT NULL THEN 'p:' || i.pool
                             ELSE '' END,
+       CASE WHEN sup.listed THEN 'cancelled' ELSE 'scheduled' END::herald.task_state,
+       CASE WHEN sup.listed THEN 'suppressed'::herald.end_reason END,
+       CASE WHEN sup.listed THEN 1::smallint END,
+       CASE WHEN sup.listed THEN herald.now() END,
+       CASE WHEN sup.listed THEN 'not sent: the recipient is on the suppression list' END,
        {stored_values}
 FROM unnest({inputs}) AS i({input_names})
+CROSS JOIN LATERAL (
+    SELECT EXISTS (SELECT 1 FROM herald.suppressions s
+                   WHERE s.namespace = $1 AND s.recipient = ltrim(i.recipient, '+')) AS listed
+) sup
 -- What the create answers with: the tasks as stored, without reading them back.
 RETURNING {task_columns}

@@ -10,5 +10,6 @@ WHERE t.namespace = $1
   AND ($6::timestamptz IS NULL OR t.run_at >= $6)
   AND ($7::timestamptz IS NULL OR t.run_at < $7)
   AND ($8::uuid IS NULL OR t.id < $8)
+  AND ($10::text[] IS NULL OR t.end_reason::text = ANY($10))
 ORDER BY t.id DESC
 LIMIT $9

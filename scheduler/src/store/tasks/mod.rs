@@ -13,7 +13,7 @@ use uuid::Uuid;
 use self::columns::{state, with_columns, InsertArrays};
 use super::sql::{column, notify, statement, FromRow, Statement};
 use super::{repository, Db, StoreError};
-use crate::tasks::model::{AttemptRecord, NewTask, Outcome, TaskRecord, TaskState};
+use crate::tasks::model::{AttemptRecord, EndReason, NewTask, Outcome, TaskRecord, TaskState};
 
 repository!(
     /// Tasks, their attempts and idempotency keys.
@@ -88,6 +88,8 @@ pub enum InsertError {
 pub struct TaskFilter {
     /// States to include; empty means all.
     pub states: Vec<TaskState>,
+    /// End reasons to include; empty means any (and tasks that have not ended).
+    pub end_reasons: Vec<EndReason>,
     /// Queue to include; None means all.
     pub queue: Option<String>,
     /// Created at or after.
@@ -269,6 +271,8 @@ impl<C: GenericClient> TaskRepo<'_, C> {
     ) -> Result<Vec<TaskRecord>, StoreError> {
         let states: Option<Vec<&str>> =
             (!filter.states.is_empty()).then(|| filter.states.iter().map(|s| s.as_str()).collect());
+        let reasons: Option<Vec<&str>> = (!filter.end_reasons.is_empty())
+            .then(|| filter.end_reasons.iter().map(|r| r.as_str()).collect());
         LIST_TASKS
             .fetch(
                 self.db,
@@ -282,6 +286,7 @@ impl<C: GenericClient> TaskRepo<'_, C> {
                     &filter.run_before,
                     &filter.before_id,
                     &filter.limit,
+                    &reasons,
                 ],
             )
             .await

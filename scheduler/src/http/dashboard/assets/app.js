@@ -62,6 +62,11 @@ function renderCounts(counts, today) {
     setText(`count-${state}`, counts[state]);
   }
   setText("count-pending", counts.scheduled + counts.leased);
+  // Why tasks ended: exhausted and skipped (suppressed, duplicate) apart from plain failures.
+  for (const reason of ["exhausted", "permanent_error", "invalid_recipient",
+                        "failed_after_acceptance", "suppressed", "duplicate_content"]) {
+    setText(`reason-${reason}`, (counts.reasons || {})[reason] || 0);
+  }
   setText("window", `today in ${today.time_zone}: ${localTime(today.start, true)} – ${localTime(today.end, true)}`);
 }
 
@@ -116,6 +121,15 @@ function renderAccounts(accounts) {
       el("td", { class: "num" }, String(a.failed)),
       el("td", {}, bar, `${pct} %`));
   }));
+}
+
+function renderDelivery(d) {
+  for (const k of ["accepted", "delivered", "read", "failed_after_acceptance"]) {
+    setText(`delivery-${k}`, d[k]);
+  }
+  setText("delivery-p50", d.latency_count ? ms(d.p50_ms) : "–");
+  setText("delivery-p95", d.latency_count ? ms(d.p95_ms) : "–");
+  setText("delivery-p99", d.latency_count ? ms(d.p99_ms) : "–");
 }
 
 function renderLag(lag) {
@@ -192,6 +206,7 @@ async function refresh() {
     renderChart(data.per_minute);
     renderAccounts(data.accounts);
     renderLag(data.lag);
+    renderDelivery(data.delivery);
     await loadFailures(false);
     // Tests and scripts wait on this instead of sleeping.
     document.body.dataset.loaded = "1";

@@ -1,0 +1,14 @@
+-- How far campaign $1's accepted messages got: each task's reports (delivery_events_task),
+-- folded to accepted, delivered (or read), read and failed after acceptance.
+SELECT count(*) FILTER (WHERE r.accepted) AS accepted,
+       count(*) FILTER (WHERE r.delivered OR r.read) AS delivered,
+       count(*) FILTER (WHERE r.read) AS read,
+       count(*) FILTER (WHERE r.failed) AS failed
+FROM herald.tasks t
+CROSS JOIN LATERAL (
+    SELECT bool_or(d.state = 1) AS accepted, bool_or(d.state = 2) AS delivered,
+           bool_or(d.state = 3) AS read, bool_or(d.state = 4) AS failed
+    FROM herald.delivery_events d
+    WHERE d.task_id = t.id
+) r
+WHERE t.campaign_id = $1

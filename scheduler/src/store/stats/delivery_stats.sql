@@ -1,0 +1,33 @@
+-- How far the messages of namespace $1 accepted in [$2, $3) got, optionally of queue $4: counts
+-- by furthest report and accepted → delivered percentiles in milliseconds. A message is placed
+-- by its acceptance (delivery_events_accepted); its later reports are found by task
+-- (delivery_events_task). A read without a delivered counts as delivered.
+WITH accepted AS (
+    SELECT DISTINCT ON (e.task_id) e.task_id, e.occurred_at AS accepted_at
+    FROM herald.delivery_events e
+    WHERE e.namespace = $1 AND e.state = 1 AND e.task_id IS NOT NULL
+      AND e.occurred_at >= $2 AND e.occurred_at < $3
+    ORDER BY e.task_id, e.occurred_at
+),
+folded AS (
+    SELECT a.accepted_at, r.delivered_at, r.read, r.failed
+    FROM accepted a
+    JOIN herald.tasks t ON t.id = a.task_id
+    CROSS JOIN LATERAL (
+        SELECT min(d.occurred_at) FILTER (WHERE d.state = 2) AS delivered_at,
+               bool_or(d.state = 3) AS read,
+               bool_or(d.state = 4) AS failed
+        FROM herald.delivery_events d
+        WHERE d.task_id = a.task_id
+    ) r
+    WHERE $4::text IS NULL OR t.queue = $4
+)
+SELECT count(*) AS accepted,
+       count(*) FILTER (WHERE delivered_at IS NOT NULL OR read) AS delivered,
+       count(*) FILTER (WHERE read) AS read,
+       count(*) FILTER (WHERE failed) AS failed,
+       count(*) FILTER (WHERE delivered_at IS NOT NULL) AS measured,
+       percentile_disc(ARRAY[0.5, 0.95, 0.99]::float8[]) WITHIN GROUP (
+           ORDER BY greatest(extract(epoch FROM delivered_at - accepted_at) * 1000, 0)::bigint)
+           FILTER (WHERE delivered_at IS NOT NULL) AS latency_ms
+FROM folded

@@ -1,0 +1,153 @@
+//! The suppression repository: the namespace-wide list of recipients herald must not message
+//! (`herald.suppressions`, migration V15), the claim's check against it, and the replies
+//! recipients sent (`herald.inbound_messages`).
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::GenericClient;
+use tokio_postgres::Row;
+use uuid::Uuid;
+
+use super::sql::{column, statement, FromRow, Statement};
+use super::{repository, StoreError};
+use crate::suppressions::{Suppression, SuppressionReason};
+
+repository!(
+    /// The suppression list and inbound replies.
+    SuppressionRepo
+);
+
+const ADD_SUPPRESSIONS: Statement = statement!("add_suppressions");
+const REMOVE_SUPPRESSION: Statement = statement!("remove_suppression");
+const GET_SUPPRESSIONS: Statement = statement!("get_suppressions");
+const LIST_SUPPRESSIONS: Statement = statement!("list_suppressions");
+const SUPPRESS_TASKS: Statement = statement!("suppress_tasks");
+const RECORD_INBOUND_MESSAGE: Statement = statement!("record_inbound_message");
+
+impl FromRow for Suppression {
+    fn from_row(r: &Row) -> Result<Self, StoreError> {
+        let reason: &str = column(r, "reason")?;
+        Ok(Suppression {
+            recipient: column(r, "recipient")?,
+            reason: SuppressionReason::parse(reason)
+                .ok_or_else(|| StoreError::Corrupt(format!("suppression reason {reason:?}")))?,
+            note: column(r, "note")?,
+            created_at: column(r, "created_at")?,
+        })
+    }
+}
+
+fn entries(rows: &[Row]) -> Result<Vec<Suppression>, StoreError> {
+    rows.iter().map(Suppression::from_row).collect()
+}
+
+/// One reply a recipient sent to an account.
+#[derive(Debug, Clone)]
+pub struct InboundMessage<'a> {
+    /// The account written to, by its credentials_ref.
+    pub credentials_ref: &'a str,
+    /// Who wrote.
+    pub sender: &'a str,
+    /// The provider's message type.
+    pub kind: &'a str,
+    /// Its text, when it had one.
+    pub body: Option<&'a str>,
+    /// When (None: now).
+    pub received_at: Option<DateTime<Utc>>,
+}
+
+impl<C: GenericClient> SuppressionRepo<'_, C> {
+    /// Lists `recipients` with `reason` and `note`; entries that exist are kept as they are.
+    /// Returns every entry, with whether this call added it.
+    pub async fn add(
+        &self,
+        namespace: &str,
+        recipients: &[&str],
+        reason: SuppressionReason,
+        note: &str,
+    ) -> Result<Vec<(Suppression, bool)>, StoreError> {
+        ADD_SUPPRESSIONS
+            .query(self.db, &[&namespace, &recipients, &reason.as_str(), &note])
+            .await?
+            .iter()
+            .map(|r| Ok((Suppression::from_row(r)?, column(r, "added")?)))
+            .collect()
+    }
+
+    /// Removes `recipient`'s entry; None when it was not listed.
+    pub async fn remove(
+        &self,
+        namespace: &str,
+        recipient: &str,
+    ) -> Result<Option<Suppression>, StoreError> {
+        let rows = REMOVE_SUPPRESSION
+            .query(self.db, &[&namespace, &recipient])
+            .await?;
+        Ok(entries(&rows)?.into_iter().next())
+    }
+
+    /// The entries of those of `recipients` that are listed.
+    pub async fn get(
+        &self,
+        namespace: &str,
+        recipients: &[&str],
+    ) -> Result<Vec<Suppression>, StoreError> {
+        entries(
+            &GET_SUPPRESSIONS
+                .query(self.db, &[&namespace, &recipients])
+                .await?,
+        )
+    }
+
+    /// Up to `limit` entries after recipient `after`, in recipient order, optionally of one
+    /// reason.
+    pub async fn list(
+        &self,
+        namespace: &str,
+        after: Option<&str>,
+        reason: Option<SuppressionReason>,
+        limit: i64,
+    ) -> Result<Vec<Suppression>, StoreError> {
+        let reason = reason.map(SuppressionReason::as_str);
+        entries(
+            &LIST_SUPPRESSIONS
+                .query(self.db, &[&namespace, &after, &reason, &limit])
+                .await?,
+        )
+    }
+
+    /// Ends the scheduled tasks among `ids` whose recipient is listed (SUPPRESSED); returns
+    /// them. The caller holds their row locks (a claim).
+    pub async fn suppress_tasks(&self, ids: &[Uuid]) -> Result<Vec<Uuid>, StoreError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        SUPPRESS_TASKS
+            .query(self.db, &[&ids])
+            .await?
+            .iter()
+            .map(|r| column(r, "id"))
+            .collect()
+    }
+
+    /// Stores one reply.
+    pub async fn record_inbound(
+        &self,
+        namespace: &str,
+        m: &InboundMessage<'_>,
+    ) -> Result<(), StoreError> {
+        RECORD_INBOUND_MESSAGE
+            .execute(
+                self.db,
+                &[
+                    &namespace,
+                    &m.credentials_ref,
+                    &m.sender,
+                    &m.kind,
+                    &m.body,
+                    &m.received_at,
+                ],
+            )
+            .await?;
+        Ok(())
+    }
+}
