@@ -53,6 +53,20 @@ pub struct Config {
     /// How long CancelTask waits for the executor holding a lease to confirm.
     #[arg(long, env = "HERALD_CANCEL_WAIT", default_value = "5s", value_parser = humantime::parse_duration)]
     pub cancel_wait: Duration,
+    /// Duplicate content windows per queue, as `queue=duration,...` (for example
+    /// `alerts=10m`): a task of such a queue to a recipient who already has the same message
+    /// due within the window ends FAILED with `duplicate content` (a task's or campaign's own
+    /// `duplicate_window` wins). Empty: none.
+    #[arg(long, env = "HERALD_DUPLICATE_CONTENT_WINDOWS", default_value = "")]
+    pub duplicate_content_windows: String,
+    /// Tasks a bulk operation changes per transaction (StartBulkOperation): bounds each
+    /// batch's locks and how much a restart repeats.
+    #[arg(long, env = "HERALD_BULK_BATCH_SIZE", default_value_t = 500)]
+    pub bulk_batch_size: u32,
+    /// Pause between two batches of a bulk operation, leaving the database room for claims
+    /// and reports while a large operation runs.
+    #[arg(long, env = "HERALD_BULK_BATCH_PAUSE", default_value = "0s", value_parser = humantime::parse_duration)]
+    pub bulk_batch_pause: Duration,
     /// How long a shutting-down replica waits for executors to move away before closing.
     #[arg(long, env = "HERALD_SHUTDOWN_GRACE", default_value = "10s", value_parser = humantime::parse_duration)]
     pub shutdown_grace: Duration,
@@ -143,6 +157,9 @@ impl Config {
             no_accounts_ttl: Duration::from_secs(1),
             metrics_refresh: crate::telemetry::metrics::TASK_COUNT_INTERVAL,
             cancel_wait: Duration::from_secs(5),
+            duplicate_content_windows: String::new(),
+            bulk_batch_size: 500,
+            bulk_batch_pause: Duration::ZERO,
             shutdown_grace: Duration::from_secs(10),
             scheduler_id: None,
             log_format: "text".into(),

@@ -114,6 +114,16 @@ pub fn page_size(field: &str, requested: i32, default: i64) -> Result<i64, Error
     }
 }
 
+/// A non-negative wire duration in milliseconds; None when negative or malformed.
+pub fn duration_ms(d: &prost_types::Duration) -> Option<i64> {
+    if d.seconds < 0 || d.nanos < 0 || d.nanos >= 1_000_000_000 {
+        return None;
+    }
+    d.seconds
+        .checked_mul(1000)?
+        .checked_add(i64::from(d.nanos / 1_000_000))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,11 +5,11 @@ use herald_proto::v1::{self as pb, campaign_service_server::CampaignService};
 use tonic::{Request, Response, Status, Streaming};
 use uuid::Uuid;
 
-use super::convert::campaigns as wire;
+use super::convert::{self, campaigns as wire};
 use crate::auth::namespace_of;
 use crate::campaigns::model::Added;
 use crate::campaigns::{Campaigns, Recipient};
-use crate::error::Error;
+use crate::error::{Error, Violations};
 use crate::rules;
 
 /// The CampaignService implementation.
@@ -92,6 +92,45 @@ impl CampaignService for CampaignApi {
         Ok(Response::new(wire::campaign(
             &self.campaigns.get(&ns, id).await?,
         )))
+    }
+
+    async fn list_campaigns(
+        &self,
+        request: Request<pb::ListCampaignsRequest>,
+    ) -> Result<Response<pb::ListCampaignsResponse>, Status> {
+        let ns = namespace_of(&request)?;
+        let req = request.into_inner();
+        let mut v = Violations::default();
+        let mut states = Vec::new();
+        for (i, s) in req.states.iter().enumerate() {
+            match wire::state_from_wire(*s) {
+                Some(state) => states.push(state),
+                None => v.add(format!("states[{i}]"), "is not a campaign state"),
+            }
+        }
+        let limit = match rules::page_size("page_size", req.page_size, 100) {
+            Ok(n) => n,
+            Err(_) => {
+                v.add("page_size", "must be between 0 and 1000");
+                100
+            }
+        };
+        let mut before = None;
+        if !req.page_token.is_empty() {
+            match convert::page_key(&req.page_token).and_then(|b| Uuid::from_slice(&b).ok()) {
+                Some(id) => before = Some(id),
+                None => v.add("page_token", "is not a token returned by ListCampaigns"),
+            }
+        }
+        v.into_result(())?;
+        let views = self.campaigns.list(&ns, &states, before, limit + 1).await?;
+        let (views, next_page_token) = crate::store::sql::page(views, limit, |last| {
+            convert::page_token(last.record.id.as_bytes())
+        });
+        Ok(Response::new(pb::ListCampaignsResponse {
+            campaigns: views.iter().map(wire::campaign).collect(),
+            next_page_token,
+        }))
     }
 
     async fn pause_campaign(

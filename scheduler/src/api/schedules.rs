@@ -50,6 +50,7 @@ fn run(r: &RunRecord) -> pb::ScheduleRun {
         } as i32,
         task_count: r.task_count,
         created_at: Some(timestamp(r.created_at)),
+        overran_at: r.overran_at.map(timestamp),
     }
 }
 
@@ -81,6 +82,24 @@ impl ScheduleService for ScheduleApi {
         let ns = namespace_of(&request)?;
         let s = self.schedules.get(&ns, &request.get_ref().id).await?;
         Ok(Response::new(schedule(&s)?))
+    }
+
+    async fn update_schedule(
+        &self,
+        request: Request<pb::UpdateScheduleRequest>,
+    ) -> Result<Response<pb::UpdateScheduleResponse>, Status> {
+        let ns = namespace_of(&request)?;
+        let req = request.into_inner();
+        let patch = req.schedule.unwrap_or_default();
+        if patch.id.is_empty() {
+            return Err(Error::invalid("schedule.id", "is required").into());
+        }
+        let paths = req.update_mask.map(|m| m.paths).unwrap_or_default();
+        let (s, effective_from) = self.schedules.update(&ns, &patch, &paths).await?;
+        Ok(Response::new(pb::UpdateScheduleResponse {
+            schedule: Some(schedule(&s)?),
+            effective_from: effective_from.map(timestamp),
+        }))
     }
 
     async fn list_schedules(

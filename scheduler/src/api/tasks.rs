@@ -10,7 +10,9 @@ use crate::auth::namespace_of;
 use crate::error::{Error, Violations};
 use crate::rules;
 use crate::store::tasks::{Created, TaskFilter};
+use crate::tasks::edit::{Edit, EditField};
 use crate::tasks::model::MAX_BATCH;
+use crate::tasks::selection::Selection;
 use crate::tasks::{CreatedTask, Tasks};
 
 /// The TaskService implementation.
@@ -75,41 +77,35 @@ fn task_id(field: &str, value: &str) -> Result<Uuid, Error> {
     rules::uuid(field, value, "task")
 }
 
-/// The filter of a ListTasks request.
+/// The filter of a ListTasks request: its `filter` message, or the older top-level fields
+/// (the same filter spelled flat), not both.
 fn filter(req: &pb::ListTasksRequest) -> Result<TaskFilter, Error> {
     let mut v = Violations::default();
-    let mut filter = TaskFilter::default();
-    for (i, s) in req.states.iter().enumerate() {
-        match wire::state_from_wire(*s) {
-            Some(state) => filter.states.push(state),
-            None => v.add(format!("states[{i}]"), "is not a task state"),
-        }
-    }
-    for (i, r) in req.end_reasons.iter().enumerate() {
-        match wire::end_reason_from_wire(*r) {
-            Some(reason) => filter.end_reasons.push(reason),
-            None => v.add(format!("end_reasons[{i}]"), "is not an end reason"),
-        }
-    }
-    if !req.queue.is_empty() {
-        match rules::name_problem(&req.queue) {
-            Some(p) => v.add("queue", p),
-            None => filter.queue = Some(req.queue.clone()),
-        }
-    }
-    let mut time = |field: &str, ts: &Option<prost_types::Timestamp>| {
-        ts.as_ref().and_then(|t| {
-            let parsed = convert::from_timestamp(t);
-            if parsed.is_none() {
-                v.add(field, "is not a valid timestamp");
-            }
-            parsed
-        })
+    let flat = pb::TaskFilter {
+        states: req.states.clone(),
+        end_reasons: req.end_reasons.clone(),
+        queue: req.queue.clone(),
+        created_after: req.created_after.clone(),
+        created_before: req.created_before.clone(),
+        run_after: req.run_after.clone(),
+        run_before: req.run_before.clone(),
+        ..Default::default()
     };
-    filter.created_after = time("created_after", &req.created_after);
-    filter.created_before = time("created_before", &req.created_before);
-    filter.run_after = time("run_after", &req.run_after);
-    filter.run_before = time("run_before", &req.run_before);
+    let selection = match &req.filter {
+        Some(f) if flat != pb::TaskFilter::default() => {
+            v.add(
+                "filter",
+                "set filter or the top-level filter fields, not both",
+            );
+            Selection::from_wire(f, "filter", &mut v)
+        }
+        Some(f) => Selection::from_wire(f, "filter", &mut v),
+        None => Selection::from_wire(&flat, "", &mut v),
+    };
+    let mut filter = TaskFilter {
+        selection,
+        ..Default::default()
+    };
     match rules::page_size("page_size", req.page_size, 100) {
         Ok(n) => filter.limit = n,
         Err(_) => v.add("page_size", "must be between 0 and 1000"),
@@ -255,6 +251,93 @@ impl TaskService for TaskApi {
         };
         let record = self.tasks.retry(&ns, id, run_at).await?;
         Ok(Response::new(wire::task(&record).map_err(Error::from)?))
+    }
+
+    async fn update_task(
+        &self,
+        request: Request<pb::UpdateTaskRequest>,
+    ) -> Result<Response<pb::Task>, Status> {
+        let ns = namespace_of(&request)?;
+        let req = request.into_inner();
+        let id = task_id("id", &req.id)?;
+        let mut v = Violations::default();
+        let mut fields = Vec::new();
+        for path in req.update_mask.map(|m| m.paths).unwrap_or_default() {
+            match EditField::from_path(&path) {
+                Some(f) if !fields.contains(&f) => fields.push(f),
+                Some(_) => {}
+                None => v.add("update_mask", format!("unknown or read-only path {path:?}")),
+            }
+        }
+        let patch = wire::task_spec(req.task.unwrap_or_default(), "task", &mut v);
+        let edit = v.into_result(Edit { fields, patch })?;
+        let record = self.tasks.update(&ns, id, edit).await?;
+        Ok(Response::new(wire::task(&record).map_err(Error::from)?))
+    }
+
+    async fn start_bulk_operation(
+        &self,
+        request: Request<pb::StartBulkOperationRequest>,
+    ) -> Result<Response<pb::StartBulkOperationResponse>, Status> {
+        let ns = namespace_of(&request)?;
+        let req = request.into_inner();
+        let bulk = wire::bulk_request(req)?;
+        let started = self.tasks.start_bulk(&ns, bulk).await?;
+        Ok(Response::new(pb::StartBulkOperationResponse {
+            matched: started.matched,
+            operation: started
+                .operation
+                .as_ref()
+                .map(wire::bulk_operation)
+                .transpose()
+                .map_err(Error::from)?,
+        }))
+    }
+
+    async fn get_bulk_operation(
+        &self,
+        request: Request<pb::GetBulkOperationRequest>,
+    ) -> Result<Response<pb::BulkOperation>, Status> {
+        let ns = namespace_of(&request)?;
+        let id = rules::uuid("id", &request.get_ref().id, "bulk operation")?;
+        let op = self.tasks.bulk_operation(&ns, id).await?;
+        Ok(Response::new(
+            wire::bulk_operation(&op).map_err(Error::from)?,
+        ))
+    }
+
+    async fn list_bulk_operations(
+        &self,
+        request: Request<pb::ListBulkOperationsRequest>,
+    ) -> Result<Response<pb::ListBulkOperationsResponse>, Status> {
+        let ns = namespace_of(&request)?;
+        let req = request.into_inner();
+        let limit = rules::page_size("page_size", req.page_size, 100)?;
+        let before = if req.page_token.is_empty() {
+            None
+        } else {
+            Some(
+                convert::page_key(&req.page_token)
+                    .and_then(|b| Uuid::from_slice(&b).ok())
+                    .ok_or_else(|| {
+                        Error::invalid(
+                            "page_token",
+                            "is not a token returned by ListBulkOperations",
+                        )
+                    })?,
+            )
+        };
+        let ops = self.tasks.bulk_operations(&ns, before, limit + 1).await?;
+        let (ops, next_page_token) =
+            crate::store::sql::page(ops, limit, |last| convert::page_token(last.id.as_bytes()));
+        Ok(Response::new(pb::ListBulkOperationsResponse {
+            operations: ops
+                .iter()
+                .map(wire::bulk_operation)
+                .collect::<Result<_, _>>()
+                .map_err(Error::from)?,
+            next_page_token,
+        }))
     }
 
     async fn list_attempts(

@@ -51,6 +51,18 @@ pub enum CampaignState {
     Finished,
 }
 
+impl CampaignState {
+    /// The database's name for the state.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CampaignState::Active => "active",
+            CampaignState::Paused => "paused",
+            CampaignState::Cancelled => "cancelled",
+            CampaignState::Finished => "finished",
+        }
+    }
+}
+
 /// A campaign with what it has done and when it should be done.
 #[derive(Debug, Clone)]
 pub struct CampaignView {
@@ -111,7 +123,16 @@ fn task_for(spec: &pb::CampaignSpec, r: &Recipient, id: Uuid) -> TaskSpec {
         content,
         priority: spec.priority,
         max_attempts: spec.max_attempts,
+        // The campaign's policy, applied to every recipient's task.
+        retry: spec
+            .retry_policy
+            .as_ref()
+            .and_then(crate::tasks::model::RetryPolicy::from_wire),
         expire_at: spec.expire_at.as_ref().and_then(rules::timestamp),
+        duplicate_window_ms: spec
+            .duplicate_window
+            .as_ref()
+            .map(|d| rules::duration_ms(d).unwrap_or(-1)),
         labels,
         pool: spec.pool.clone(),
         // The window is in the recipient's zone, else the campaign's.
@@ -241,6 +262,37 @@ impl Campaigns {
         view(record, progress)
     }
 
+    /// One page of campaigns with their progress, newest first: `limit` campaigns in one of
+    /// `states` (empty: any) with an id before `before`.
+    pub async fn list(
+        &self,
+        namespace: &str,
+        states: &[CampaignState],
+        before: Option<Uuid>,
+        limit: i64,
+    ) -> Result<Vec<CampaignView>, Error> {
+        let conn = self.tasks.store().conn().await?;
+        let names: Vec<&str> = states.iter().map(|s| s.as_str()).collect();
+        let records = conn
+            .campaigns()
+            .list(
+                namespace,
+                (!names.is_empty()).then_some(names.as_slice()),
+                before,
+                limit,
+            )
+            .await?;
+        let mut views = Vec::with_capacity(records.len());
+        for record in records {
+            let progress = conn
+                .campaigns()
+                .progress(namespace, record.id, record.pool.as_deref())
+                .await?;
+            views.push(view(record, progress)?);
+        }
+        Ok(views)
+    }
+
     /// Adds recipients in one transaction: drops those already in the campaign (and repeats
     /// within `recipients`), and creates the tasks of the rest, each due at its slot: the
     /// campaign's start (in the recipient's zone for a local start) plus its spacing times its
@@ -271,7 +323,8 @@ impl Campaigns {
         // Checked and rendered for every recipient before anything is written.
         let specs: Vec<TaskSpec> = recipients.iter().map(|r| task_for(&spec, r, id)).collect();
         let each = |i: usize| format!("{path}[{i}]");
-        let prepared = crate::tasks::prepare(&conn, namespace, specs, &each, now).await?;
+        let mut prepared = crate::tasks::prepare(&conn, namespace, specs, &each, now).await?;
+        self.tasks.duplicate_windows().apply(&mut prepared);
         drop(conn);
         let slots = Slots::of(&spec, &campaign, id);
         transaction!(self.tasks.store(), Error, |tx| {

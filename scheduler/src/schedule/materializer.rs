@@ -28,6 +28,7 @@ use super::spread;
 use crate::error::Error;
 use crate::store::transaction;
 use crate::store::{Db, Store, StoreError};
+use crate::tasks::duplicates::DuplicateWindows;
 use crate::tasks::model::{Origin, TaskSpec, When};
 
 /// Arbitrary but fixed: the advisory lock key of the materialiser leader.
@@ -43,8 +44,9 @@ const MAX_CATCH_UP: usize = 100;
 /// One pass handles at most this many fire times per schedule (the rest on the next pass).
 const MAX_FIRES_PER_PASS: usize = 1_000;
 
-/// Runs the materialiser until `stop`.
-pub async fn run(store: Store, stop: CancellationToken) {
+/// Runs the materialiser until `stop`; runs' tasks of a queue with a duplicate content window
+/// in `windows` are guarded.
+pub async fn run(store: Store, windows: DuplicateWindows, stop: CancellationToken) {
     loop {
         let connected = tokio::select! {
             _ = stop.cancelled() => return,
@@ -74,7 +76,7 @@ pub async fn run(store: Store, stop: CancellationToken) {
                 }
             }
         });
-        lead_while_connected(&store, &client, &mut wake_rx, &stop).await;
+        lead_while_connected(&store, &windows, &client, &mut wake_rx, &stop).await;
         conn_task.abort();
         if stop.is_cancelled() {
             return;
@@ -95,6 +97,7 @@ async fn sleep_or_stop(d: Duration, stop: &CancellationToken) -> bool {
 
 async fn lead_while_connected(
     store: &Store,
+    windows: &DuplicateWindows,
     client: &tokio_postgres::Client,
     wake: &mut tokio::sync::mpsc::Receiver<()>,
     stop: &CancellationToken,
@@ -126,7 +129,7 @@ async fn lead_while_connected(
         return;
     }
     loop {
-        let sleep = match pass(store).await {
+        let sleep = match pass(store, windows).await {
             Ok(next) => next,
             Err(e) => {
                 tracing::warn!(error = %e, "materialiser pass failed; retrying");
@@ -148,7 +151,7 @@ async fn lead_while_connected(
 }
 
 /// One pass over every schedule with a due cursor; returns how long to sleep.
-async fn pass(store: &Store) -> Result<Option<Duration>, StoreError> {
+async fn pass(store: &Store, windows: &DuplicateWindows) -> Result<Option<Duration>, StoreError> {
     let due = store
         .conn()
         .await?
@@ -161,7 +164,8 @@ async fn pass(store: &Store) -> Result<Option<Duration>, StoreError> {
         let materialised = transaction!(store, Error, idempotent = true, |tx| materialise(
             tx,
             &d.namespace,
-            &d.schedule.id
+            &d.schedule.id,
+            windows
         )
         .await);
         if let Err(e) = materialised {
@@ -203,6 +207,7 @@ async fn materialise(
     tx: &deadpool_postgres::Transaction<'_>,
     namespace: &str,
     id: &str,
+    windows: &DuplicateWindows,
 ) -> Result<(), Error> {
     // Re-read under a lock: a pause, resume or delete since the pass began wins.
     let Some((s, now)) = tx.schedules().lock(namespace, id).await? else {
@@ -270,7 +275,7 @@ async fn materialise(
 
     let mut last_fired = s.last_fire_at;
     for run in &runs {
-        if fire_run(tx, namespace, &s, &spec, run, now).await? {
+        if fire_run(tx, namespace, &s, &spec, run, now, windows).await? {
             last_fired = last_fired.max(Some(run.fire_time));
         }
     }
@@ -288,21 +293,35 @@ async fn fire_run(
     spec: &pb::ScheduleSpec,
     run: &Run,
     now: DateTime<Utc>,
+    windows: &DuplicateWindows,
 ) -> Result<bool, Error> {
     if s.overlap == "skip"
         && !run.catch_up
         && tx.schedules().run_in_progress(namespace, &s.id).await?
     {
         tx.schedules()
-            .insert_run(namespace, &s.id, run.fire_time, "skipped_overlap", 0)
+            .insert_run(namespace, &s.id, run.fire_time, "skipped_overlap", 0, None)
             .await?;
         return Ok(false);
     }
     let kind = if run.catch_up { "catch_up" } else { "fired" };
     let count = i32::try_from(spec.recipients.len()).unwrap_or(i32::MAX);
+    // Checked for overrunning against the spec in force when it fired.
+    let overrun_deadline = spec.overrun_after.as_ref().map(|d| {
+        run.fire_time
+            + ChronoDuration::seconds(d.seconds)
+            + ChronoDuration::nanoseconds(i64::from(d.nanos))
+    });
     if !tx
         .schedules()
-        .insert_run(namespace, &s.id, run.fire_time, kind, count)
+        .insert_run(
+            namespace,
+            &s.id,
+            run.fire_time,
+            kind,
+            count,
+            overrun_deadline,
+        )
         .await?
     {
         return Ok(false);
@@ -326,7 +345,8 @@ async fn fire_run(
         schedule_id: s.id.clone(),
         fire_time: run.fire_time,
     };
-    let tasks = crate::tasks::with_origin(tasks, &origin);
+    let mut tasks = crate::tasks::with_origin(tasks, &origin);
+    windows.apply(&mut tasks);
     crate::tasks::insert(tx, namespace, &tasks, &path).await?;
     Ok(true)
 }

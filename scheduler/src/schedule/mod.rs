@@ -6,6 +6,7 @@
 pub mod fire_times;
 pub mod materializer;
 pub mod model;
+pub mod overrun;
 pub mod spec;
 pub mod spread;
 
@@ -17,7 +18,8 @@ use self::model::{RunRecord, ScheduleRecord};
 use crate::clock::Clock;
 use crate::error::Error;
 use crate::store::transaction;
-use crate::store::{Db, Store};
+use crate::store::{Db, Store, StoreError};
+use prost::Message;
 
 /// The schedule operations of a replica.
 #[derive(Clone)]
@@ -68,6 +70,56 @@ impl Schedules {
             tx.schedules().create(namespace, &record).await?
         ))?
         .ok_or_else(|| Error::AlreadyExists(format!("schedule {} already exists", spec.id)))
+    }
+
+    /// Changes the fields of a schedule named in `paths` to their values in `patch`
+    /// (UpdateSchedule). The merged schedule is checked as CreateSchedule checks one; under
+    /// the schedule's row lock, which the materialiser also takes, so the change applies from
+    /// the first fire time not yet materialised. Returns the schedule and that fire time (None
+    /// while paused or when it never fires again). A change of the fire-time rules moves the
+    /// cursor to the new rules' first fire time after now.
+    pub async fn update(
+        &self,
+        namespace: &str,
+        patch: &pb::ScheduleSpec,
+        paths: &[String],
+    ) -> Result<(ScheduleRecord, Option<DateTime<Utc>>), Error> {
+        let id = patch.id.as_str();
+        let updated = transaction!(self.store, Error, |tx| {
+            let Some(current) = tx.schedules().get_for_update(namespace, id).await? else {
+                return Err(Error::NotFound(format!("schedule {id}")));
+            };
+            let mut spec = pb::ScheduleSpec::decode(current.spec.as_slice())
+                .map_err(|e| StoreError::Corrupt(format!("schedule {id} spec: {e}")))?;
+            let rules_changed = spec::merge(&mut spec, patch, paths)?;
+            let now = self.clock.now();
+            let (mut record, fires) = spec::check(&spec, now)?;
+            if rules_changed {
+                spec::check_period(&fires, now, self.min_period)?;
+            }
+            let probes: Vec<_> = spec
+                .recipients
+                .iter()
+                .map(|r| spec::task_of(&spec, r))
+                .collect();
+            crate::tasks::prepare(
+                tx,
+                namespace,
+                probes,
+                &|i| format!("schedule.recipients[{i}]"),
+                now,
+            )
+            .await?;
+            record.next_fire_at = match (current.paused, rules_changed) {
+                (true, _) => current.next_fire_at,
+                (false, true) => fires.next_after(now),
+                (false, false) => current.next_fire_at,
+            };
+            let stored = tx.schedules().update(namespace, &record).await?;
+            Ok::<_, Error>(stored)
+        })?;
+        let effective_from = updated.next_fire_at.filter(|_| !updated.paused);
+        Ok((updated, effective_from))
     }
 
     /// Reads a schedule.

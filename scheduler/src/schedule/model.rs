@@ -53,4 +53,6 @@ pub struct RunRecord {
     pub task_count: i32,
     /// Materialised at.
     pub created_at: DateTime<Utc>,
+    /// When it was found unfinished past its overrun deadline.
+    pub overran_at: Option<DateTime<Utc>>,
 }

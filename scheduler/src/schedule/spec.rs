@@ -76,6 +76,11 @@ pub fn task_of(spec: &pb::ScheduleSpec, recipient: &str) -> TaskSpec {
         content: spec.content.clone(),
         priority: spec.priority,
         max_attempts: spec.max_attempts,
+        // The schedule's policy, applied to every task of every run.
+        retry: spec
+            .retry_policy
+            .as_ref()
+            .and_then(crate::tasks::model::RetryPolicy::from_wire),
         labels: spec.labels.clone(),
         pool: spec.pool.clone(),
         account_id: spec.account_id.clone(),
@@ -119,6 +124,11 @@ pub fn check(
     };
     let jitter_ms = bounded("jitter", spec.jitter.as_ref(), 3_600_000);
     let stagger_ms = bounded("stagger", spec.stagger.as_ref(), 86_400_000);
+    if let Some(ms) = ms_of(spec.overrun_after.as_ref()) {
+        if !(1_000..=7 * 86_400_000).contains(&ms) {
+            v.add("schedule.overrun_after", "must be between 1 s and 7 days");
+        }
+    }
     let grace_ms = match ms_of(spec.misfire_grace.as_ref()) {
         None => 60_000,
         Some(ms) if (1_000..=86_400_000).contains(&ms) => ms,
@@ -184,6 +194,62 @@ pub fn check(
         },
         fires,
     ))
+}
+
+/// Applies an update mask's paths from `patch` onto `current` (UpdateSchedule); returns
+/// whether the fire-time rules changed (expression, zone or DST policies), which moves the
+/// schedule's cursor. `id` cannot change; an unknown path is INVALID_ARGUMENT naming
+/// `update_mask`.
+pub fn merge(
+    current: &mut pb::ScheduleSpec,
+    patch: &pb::ScheduleSpec,
+    paths: &[String],
+) -> Result<bool, Error> {
+    if paths.is_empty() {
+        return Err(Error::invalid(
+            "update_mask",
+            "name at least one field to change",
+        ));
+    }
+    let mut rules_changed = false;
+    for path in paths {
+        match path.as_str() {
+            "cron" => current.cron.clone_from(&patch.cron),
+            "time_zone" => current.time_zone.clone_from(&patch.time_zone),
+            "skipped_time" => current.skipped_time = patch.skipped_time,
+            "repeated_time" => current.repeated_time = patch.repeated_time,
+            "jitter" => current.jitter = patch.jitter,
+            "stagger" => current.stagger = patch.stagger,
+            "stagger_off_round_minutes" => {
+                current.stagger_off_round_minutes = patch.stagger_off_round_minutes
+            }
+            "overlap" => current.overlap = patch.overlap,
+            "misfire" => current.misfire = patch.misfire,
+            "misfire_grace" => current.misfire_grace = patch.misfire_grace,
+            "queue" => current.queue.clone_from(&patch.queue),
+            "recipients" => current.recipients.clone_from(&patch.recipients),
+            "content" => current.content.clone_from(&patch.content),
+            "labels" => current.labels.clone_from(&patch.labels),
+            "pool" => current.pool.clone_from(&patch.pool),
+            "account_id" => current.account_id.clone_from(&patch.account_id),
+            "priority" => current.priority = patch.priority,
+            "max_attempts" => current.max_attempts = patch.max_attempts,
+            "expire_after" => current.expire_after = patch.expire_after,
+            "retry_policy" => current.retry_policy.clone_from(&patch.retry_policy),
+            "overrun_after" => current.overrun_after = patch.overrun_after,
+            other => {
+                return Err(Error::invalid(
+                    "update_mask",
+                    format!("unknown or read-only path {other:?}"),
+                ))
+            }
+        }
+        rules_changed |= matches!(
+            path.as_str(),
+            "cron" | "time_zone" | "skipped_time" | "repeated_time"
+        );
+    }
+    Ok(rules_changed)
 }
 
 /// Checks the task every recipient of a run will get, as the materialiser will create it; a

@@ -55,8 +55,21 @@ pub(super) fn start(replica: &Replica, config: &Config, notifier: Option<Notifie
             stop.clone(),
         ));
     }
+    // Bulk operations: every replica works on unfinished ones (each batch locks its
+    // operation), so one started anywhere, or left by a replica that died, is finished.
+    jobs.spawn(crate::tasks::bulk::run(
+        replica.tasks.clone(),
+        crate::tasks::bulk::BulkSettings {
+            batch_size: i64::from(config.bulk_batch_size.max(1)),
+            pause: config.bulk_batch_pause,
+        },
+        stop.clone(),
+    ));
+    // Overrunning schedule runs: safe on every replica (each run is checked once).
+    jobs.spawn(crate::schedule::overrun::run(store.clone(), stop.clone()));
     jobs.spawn(crate::schedule::materializer::run(
         store.clone(),
+        replica.tasks.duplicate_windows().clone(),
         stop.clone(),
     ));
     jobs.spawn(crate::retention::run(

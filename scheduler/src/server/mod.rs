@@ -72,6 +72,9 @@ pub enum ServeError {
     /// The tokens file is unusable, or anonymous access was not allowed.
     #[error("{0}")]
     Auth(String),
+    /// HERALD_DUPLICATE_CONTENT_WINDOWS does not parse.
+    #[error("invalid HERALD_DUPLICATE_CONTENT_WINDOWS: {0}")]
+    DuplicateWindows(String),
 }
 
 /// What the running parts of a replica share.
@@ -103,6 +106,9 @@ pub async fn run(
     let tls = crate::tls::server_tls(&config)?;
     let auth = Arc::new(auth_policy(&config)?);
     let notifier = crate::telemetry::notify::from_config(&config).map_err(ServeError::Notify)?;
+    let duplicate_windows =
+        crate::tasks::duplicates::DuplicateWindows::parse(&config.duplicate_content_windows)
+            .map_err(ServeError::DuplicateWindows)?;
     let store = Store::connect(&config.database_url, config.db_pool_size)?;
     migrate_with_retry(&store).await?;
 
@@ -120,7 +126,8 @@ pub async fn run(
             events.clone(),
             config.cancel_wait,
             followers.clock.clone(),
-        ),
+        )
+        .with_duplicate_windows(duplicate_windows),
         followers,
         store,
         events,

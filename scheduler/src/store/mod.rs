@@ -7,6 +7,7 @@
 //! runs them. Errors are classified by SQLSTATE in [`error`], once.
 
 pub mod accounts;
+pub mod bulk;
 pub mod campaigns;
 pub mod connection;
 pub mod deliveries;
@@ -233,6 +234,10 @@ pub trait Db: GenericClient + Sized {
     /// Recurring schedules and their runs.
     fn schedules(&self) -> schedules::ScheduleRepo<'_, Self> {
         schedules::ScheduleRepo::new(self)
+    }
+    /// Bulk operations on the tasks a filter selects.
+    fn bulk(&self) -> bulk::BulkRepo<'_, Self> {
+        bulk::BulkRepo::new(self)
     }
     /// Campaigns.
     fn campaigns(&self) -> campaigns::CampaignRepo<'_, Self> {

@@ -3,8 +3,12 @@
 //! test send, a campaign or a schedule run; and cancelled here (with the wait for the executor
 //! holding a lease to say whether it had sent), whether one task or a campaign's.
 
+pub mod bulk;
+pub mod duplicates;
+pub mod edit;
 pub mod model;
 pub mod retry_policy;
+pub mod selection;
 pub mod send_window;
 
 use std::collections::{HashMap, HashSet};
@@ -50,6 +54,10 @@ pub struct Tasks {
     events: broadcast::Sender<Event>,
     cancel_wait: Duration,
     clock: Clock,
+    /// Wakes this replica's bulk worker when an operation starts here.
+    bulk_wake: std::sync::Arc<tokio::sync::Notify>,
+    /// The queues' duplicate content windows (HERALD_DUPLICATE_CONTENT_WINDOWS).
+    duplicate_windows: duplicates::DuplicateWindows,
 }
 
 impl Tasks {
@@ -66,7 +74,20 @@ impl Tasks {
             events,
             cancel_wait,
             clock,
+            bulk_wake: std::sync::Arc::default(),
+            duplicate_windows: duplicates::DuplicateWindows::default(),
         }
+    }
+
+    /// These tasks with the queues' duplicate content windows `windows`.
+    pub fn with_duplicate_windows(mut self, windows: duplicates::DuplicateWindows) -> Self {
+        self.duplicate_windows = windows;
+        self
+    }
+
+    /// The queues' duplicate content windows, which every creating path applies.
+    pub fn duplicate_windows(&self) -> &duplicates::DuplicateWindows {
+        &self.duplicate_windows
     }
 
     /// Herald's clock.
@@ -103,6 +124,7 @@ impl Tasks {
                 (Some(tasks), _) => tasks,
                 (None, Some(specs)) => {
                     let mut tasks = prepare(tx, namespace, specs, path, now).await?;
+                    self.duplicate_windows.apply(&mut tasks);
                     for t in &mut tasks {
                         t.trace_parent.clone_from(&trace_parent);
                     }
@@ -363,7 +385,8 @@ pub async fn insert(
     tasks: &[NewTask],
     path: PathOf<'_>,
 ) -> Result<Inserted, Error> {
-    db.tasks()
+    let mut inserted = db
+        .tasks()
         .insert(namespace, tasks)
         .await
         .map_err(|e| match e {
@@ -372,7 +395,25 @@ pub async fn insert(
                 path(index)
             )),
             InsertError::Store(e) => Error::Store(e),
-        })
+        })?;
+    // The duplicate content guard, for the new guarded tasks, in the same transaction.
+    let fresh: Vec<&NewTask> = tasks
+        .iter()
+        .zip(&inserted.created)
+        .filter(|(t, c)| matches!(c, Created::New(_)) && t.duplicate_window_ms.is_some())
+        .map(|(t, _)| t)
+        .collect();
+    let ended = duplicates::guard(db, namespace, &fresh).await?;
+    if !ended.is_empty() {
+        // Answer with what is stored: the duplicates are CANCELLED.
+        let now = db.tasks().get_many(namespace, &ended).await?;
+        for record in now {
+            if let Some(slot) = inserted.inserted.iter_mut().find(|r| r.id == record.id) {
+                *slot = record;
+            }
+        }
+    }
+    Ok(inserted)
 }
 
 /// Marks tasks as made by `origin`.

@@ -318,6 +318,8 @@ pub struct TaskSpec {
     pub account_id: String,
     /// Only send inside this window of the recipient's day (wire form; checked here).
     pub send_window: Option<pb::SendWindow>,
+    /// The duplicate content guard's window, in milliseconds; None for the queue's.
+    pub duplicate_window_ms: Option<i64>,
 }
 
 /// A task that met every rule, ready to insert.
@@ -356,6 +358,8 @@ pub struct NewTask {
     pub origin: Origin,
     /// Only sent inside this window of the recipient's day.
     pub send_window: Option<SendWindow>,
+    /// The duplicate content guard's window, in milliseconds (see `tasks::duplicates`).
+    pub duplicate_window_ms: Option<i64>,
 }
 
 impl TaskSpec {
@@ -414,6 +418,11 @@ impl TaskSpec {
             }
         }
         rules::labels(&self.labels, &f("labels"), v);
+        if let Some(ms) = self.duplicate_window_ms {
+            if !(1_000..=super::duplicates::MAX_WINDOW_MS).contains(&ms) {
+                v.add(f("duplicate_window"), "must be between 1 s and 7 days");
+            }
+        }
         let target = self.target(path, v);
         let local_zone = match &self.when {
             Some(When::Local { zone, .. }) => zone.as_str(),
@@ -446,6 +455,7 @@ impl TaskSpec {
             trace_parent: None,
             origin: Origin::Request,
             send_window,
+            duplicate_window_ms: self.duplicate_window_ms,
         })
     }
 

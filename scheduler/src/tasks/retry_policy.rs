@@ -2,7 +2,10 @@
 //! explicit list of delays; and the rules a policy must meet. The delays themselves are drawn
 //! in SQL (`herald.retry_delay_ms`) when a report reschedules a task.
 
+use herald_proto::v1 as pb;
+
 use crate::error::Violations;
+use crate::rules::duration_ms;
 
 /// Longest delay a retry policy may ask for.
 pub const MAX_RETRY_DELAY_MS: i64 = 7 * 24 * 3_600_000;
@@ -42,6 +45,34 @@ impl RetryPolicy {
             max_ms: Self::DEFAULT_MAX_MS,
             multiplier: Self::DEFAULT_MULTIPLIER,
             jitter: Self::DEFAULT_JITTER,
+        }
+    }
+
+    /// A wire retry policy with its defaults filled in; None for the default policy. A malformed
+    /// duration becomes a negative one, which the domain refuses with the field's own rule.
+    pub fn from_wire(p: &pb::RetryPolicy) -> Option<RetryPolicy> {
+        let ms = |d: &prost_types::Duration| duration_ms(d).unwrap_or(-1);
+        match p.strategy.as_ref()? {
+            pb::retry_policy::Strategy::Exponential(e) => {
+                let initial_ms = e.initial.as_ref().map_or(Self::DEFAULT_INITIAL_MS, ms);
+                Some(RetryPolicy::Exponential {
+                    initial_ms,
+                    max_ms: e
+                        .max
+                        .as_ref()
+                        .map_or(Self::DEFAULT_MAX_MS.max(initial_ms), ms),
+                    // 0 is proto3's "not set".
+                    multiplier: if e.multiplier == 0.0 {
+                        Self::DEFAULT_MULTIPLIER
+                    } else {
+                        e.multiplier
+                    },
+                    jitter: e.jitter.unwrap_or(Self::DEFAULT_JITTER),
+                })
+            }
+            pb::retry_policy::Strategy::Delays(d) => {
+                Some(RetryPolicy::Delays(d.delays.iter().map(ms).collect()))
+            }
         }
     }
 

@@ -51,6 +51,9 @@ pub const ACCOUNT_HEALTH: &str = "herald_account_health";
 pub const ACCOUNT_TODAY: &str = "herald_account_sent_today";
 /// Gauge: an account's daily cap today, warm-up included (absent without a cap).
 pub const ACCOUNT_TODAY_CAP: &str = "herald_account_daily_cap";
+/// Counter `{namespace, schedule_id}`: schedule runs still unfinished `overrun_after` past
+/// their fire time.
+pub const RUNS_OVERRAN: &str = "herald_schedule_runs_overran_total";
 /// Counter: accounts whose in-flight count differed from their leases and was corrected.
 pub const SLOTS_RECONCILED: &str = "herald_account_slots_reconciled_total";
 
@@ -152,6 +155,10 @@ fn describe() {
         "Notification webhook deliveries by result (delivered, failed)."
     );
     describe_counter!(
+        RUNS_OVERRAN,
+        "Schedule runs still unfinished overrun_after past their fire time, by schedule."
+    );
+    describe_counter!(
         SLOTS_RECONCILED,
         "Accounts whose in-flight count differed from the leases they hold and was corrected."
     );
@@ -171,6 +178,12 @@ fn describe() {
         NOTIFICATIONS_PENDING,
         "Notifications waiting in the outbox."
     );
+}
+
+/// Counts a schedule run found unfinished past its overrun deadline.
+pub fn run_overran(namespace: &str, schedule_id: &str) {
+    metrics::counter!(RUNS_OVERRAN, "namespace" => namespace.to_owned(), "schedule_id" => schedule_id.to_owned())
+        .increment(1);
 }
 
 /// Renders every metric in the Prometheus text format, after sampling the pool and recounting

@@ -14,6 +14,17 @@ pub fn recipient(r: &pb::CampaignRecipient) -> Recipient {
     }
 }
 
+/// A wire campaign state as the domain's; None for UNSPECIFIED or unknown numbers.
+pub fn state_from_wire(value: i32) -> Option<CampaignState> {
+    Some(match pb::CampaignState::try_from(value).ok()? {
+        pb::CampaignState::Unspecified => return None,
+        pb::CampaignState::Active => CampaignState::Active,
+        pb::CampaignState::Paused => CampaignState::Paused,
+        pb::CampaignState::Cancelled => CampaignState::Cancelled,
+        pb::CampaignState::Finished => CampaignState::Finished,
+    })
+}
+
 /// A campaign with its progress on the wire.
 pub fn campaign(c: &CampaignView) -> pb::Campaign {
     let state = match c.state {

@@ -42,15 +42,7 @@ pub fn duration(d: std::time::Duration) -> prost_types::Duration {
     }
 }
 
-/// A non-negative wire duration in milliseconds; None when negative or malformed.
-pub fn duration_ms(d: &prost_types::Duration) -> Option<i64> {
-    if d.seconds < 0 || d.nanos < 0 || d.nanos >= 1_000_000_000 {
-        return None;
-    }
-    d.seconds
-        .checked_mul(1000)?
-        .checked_add(i64::from(d.nanos / 1_000_000))
-}
+pub use crate::rules::duration_ms;
 
 /// An opaque page token for a text key.
 pub fn page_token(key: &[u8]) -> String {

@@ -6,8 +6,9 @@ use prost::Message;
 use sha2::{Digest, Sha256};
 
 use super::{duration_from_ms, duration_ms, from_timestamp, timestamp};
-use crate::error::Violations;
+use crate::error::{Error, Violations};
 use crate::store::StoreError;
+use crate::tasks::bulk;
 use crate::tasks::model::{
     AttemptRecord, CancelOutcome, EndReason, GrantedLease, Outcome, RetryPolicy, TaskRecord,
     TaskSpec, TaskState, When,
@@ -64,69 +65,112 @@ pub fn task_spec(spec: pb::TaskSpec, path: &str, v: &mut Violations) -> TaskSpec
         max_attempts: spec.max_attempts,
         idempotency_key: spec.idempotency_key,
         request_hash,
-        retry: spec.retry_policy.as_ref().and_then(retry_policy_in),
+        retry: spec.retry_policy.as_ref().and_then(RetryPolicy::from_wire),
         expire_at,
         labels: spec.labels,
         pool: spec.pool,
         account_id: spec.account_id,
         send_window: spec.send_window,
+        // A malformed duration is refused by the domain's range check.
+        duplicate_window_ms: spec
+            .duplicate_window
+            .as_ref()
+            .map(|d| duration_ms(d).unwrap_or(-1)),
     }
 }
 
-/// A wire retry policy with its defaults filled in; None for the default policy. A malformed
-/// duration becomes a negative one, which the domain refuses with the field's own rule.
-pub fn retry_policy_in(p: &pb::RetryPolicy) -> Option<RetryPolicy> {
-    let ms = |d: &prost_types::Duration| duration_ms(d).unwrap_or(-1);
-    match p.strategy.as_ref()? {
-        pb::retry_policy::Strategy::Exponential(e) => {
-            let initial_ms = e
-                .initial
-                .as_ref()
-                .map_or(RetryPolicy::DEFAULT_INITIAL_MS, ms);
-            Some(RetryPolicy::Exponential {
-                initial_ms,
-                max_ms: e
-                    .max
-                    .as_ref()
-                    .map_or(RetryPolicy::DEFAULT_MAX_MS.max(initial_ms), ms),
-                // 0 is proto3's "not set".
-                multiplier: if e.multiplier == 0.0 {
-                    RetryPolicy::DEFAULT_MULTIPLIER
-                } else {
-                    e.multiplier
-                },
-                jitter: e.jitter.unwrap_or(RetryPolicy::DEFAULT_JITTER),
-            })
+/// A StartBulkOperation request as the domain's; wire problems name their field.
+pub fn bulk_request(req: pb::StartBulkOperationRequest) -> Result<bulk::Request, Error> {
+    let mut v = Violations::default();
+    let action = match pb::BulkAction::try_from(req.action) {
+        Ok(pb::BulkAction::Cancel) => Some(bulk::Action::Cancel),
+        Ok(pb::BulkAction::Retry) => Some(bulk::Action::Retry),
+        Ok(pb::BulkAction::Reschedule) => Some(bulk::Action::Reschedule),
+        _ => {
+            v.add("action", "is required: CANCEL, RETRY or RESCHEDULE");
+            None
         }
-        pb::retry_policy::Strategy::Delays(d) => {
-            Some(RetryPolicy::Delays(d.delays.iter().map(ms).collect()))
+    };
+    let Some(filter) = req.filter else {
+        v.add("filter", "is required");
+        return Err(v.into_error());
+    };
+    let target = match req.reschedule {
+        None => None,
+        Some(pb::start_bulk_operation_request::Reschedule::RunAt(ts)) => {
+            match from_timestamp(&ts) {
+                Some(at) => Some(bulk::Move::To(at)),
+                None => {
+                    v.add("run_at", "is not a valid timestamp");
+                    None
+                }
+            }
         }
-    }
+        Some(pb::start_bulk_operation_request::Reschedule::Shift(d)) => {
+            // Both parts carry the sign (google.protobuf.Duration).
+            let signed = d.seconds == 0 || d.nanos == 0 || (d.seconds > 0) == (d.nanos > 0);
+            let ms = d
+                .seconds
+                .checked_mul(1000)
+                .and_then(|ms| ms.checked_add(i64::from(d.nanos / 1_000_000)));
+            match ms {
+                Some(ms) if signed && d.nanos.abs() < 1_000_000_000 => Some(bulk::Move::By(ms)),
+                _ => {
+                    v.add("shift", "is not a valid duration");
+                    None
+                }
+            }
+        }
+    };
+    let action = v.into_result(action)?;
+    Ok(bulk::Request {
+        action: action.unwrap_or(bulk::Action::Cancel),
+        filter,
+        target,
+        dry_run: req.dry_run,
+    })
+}
+
+/// A bulk operation with its progress on the wire.
+pub fn bulk_operation(op: &bulk::OperationRecord) -> Result<pb::BulkOperation, StoreError> {
+    let action = match bulk::Action::parse(&op.action) {
+        Some(bulk::Action::Cancel) => pb::BulkAction::Cancel,
+        Some(bulk::Action::Retry) => pb::BulkAction::Retry,
+        Some(bulk::Action::Reschedule) => pb::BulkAction::Reschedule,
+        None => pb::BulkAction::Unspecified,
+    };
+    let reschedule = match (op.run_at, op.shift_ms) {
+        (Some(at), _) => Some(pb::bulk_operation::Reschedule::RunAt(timestamp(at))),
+        (None, Some(ms)) => Some(pb::bulk_operation::Reschedule::Shift(duration_from_ms(ms))),
+        (None, None) => None,
+    };
+    Ok(pb::BulkOperation {
+        id: op.id.to_string(),
+        action: action as i32,
+        filter: Some(op.decode_filter()?),
+        state: if op.state == "done" {
+            pb::BulkOperationState::Done
+        } else {
+            pb::BulkOperationState::Running
+        } as i32,
+        matched: op.matched,
+        processed: op.processed,
+        changed: op.changed,
+        created_at: Some(timestamp(op.created_at)),
+        updated_at: Some(timestamp(op.updated_at)),
+        finished_at: op.finished_at.map(timestamp),
+        reschedule,
+    })
 }
 
 /// Domain state to wire state.
 pub fn state(s: TaskState) -> pb::TaskState {
-    match s {
-        TaskState::Scheduled => pb::TaskState::Scheduled,
-        TaskState::Leased => pb::TaskState::Leased,
-        TaskState::Succeeded => pb::TaskState::Succeeded,
-        TaskState::Failed => pb::TaskState::Failed,
-        TaskState::Cancelled => pb::TaskState::Cancelled,
-        TaskState::Expired => pb::TaskState::Expired,
-    }
+    s.to_wire()
 }
 
 /// Wire state to domain state; None for UNSPECIFIED or unknown numbers.
 pub fn state_from_wire(value: i32) -> Option<TaskState> {
-    Some(match pb::TaskState::try_from(value).ok()? {
-        pb::TaskState::Unspecified => return None,
-        pb::TaskState::Scheduled => TaskState::Scheduled,
-        pb::TaskState::Leased => TaskState::Leased,
-        pb::TaskState::Succeeded => TaskState::Succeeded,
-        pb::TaskState::Failed => TaskState::Failed,
-        pb::TaskState::Cancelled => TaskState::Cancelled,
-        pb::TaskState::Expired => TaskState::Expired,
-    })
+    TaskState::from_wire(value)
 }
 
 /// Domain end reason to wire.
@@ -351,7 +395,7 @@ mod tests {
             )),
         };
         assert_eq!(
-            retry_policy_in(&p),
+            RetryPolicy::from_wire(&p),
             Some(RetryPolicy::default_exponential())
         );
     }

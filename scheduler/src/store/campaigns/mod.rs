@@ -37,6 +37,8 @@ static INSERT_CAMPAIGN: LazyLock<Statement> =
     LazyLock::new(|| expand("insert_campaign", include_str!("insert_campaign.sql")));
 static GET_CAMPAIGN: LazyLock<Statement> =
     LazyLock::new(|| expand("get_campaign", include_str!("get_campaign.sql")));
+static LIST_CAMPAIGNS: LazyLock<Statement> =
+    LazyLock::new(|| expand("list_campaigns", include_str!("list_campaigns.sql")));
 const LOCK_CAMPAIGN: Statement = statement!("lock_campaign");
 const PRESENT_RECIPIENTS: Statement = statement!("present_recipients");
 const COUNT_RECIPIENTS: Statement = statement!("count_recipients");
@@ -90,6 +92,20 @@ impl<C: GenericClient> CampaignRepo<'_, C> {
         id: Uuid,
     ) -> Result<Option<CampaignRecord>, StoreError> {
         GET_CAMPAIGN.fetch_opt(self.db, &[&namespace, &id]).await
+    }
+
+    /// One page of the namespace's campaigns, newest first: those with an id before
+    /// `before` (ids are UUIDv7, so they sort by creation), in one of `states` (None: any).
+    pub async fn list(
+        &self,
+        namespace: &str,
+        states: Option<&[&str]>,
+        before: Option<Uuid>,
+        limit: i64,
+    ) -> Result<Vec<CampaignRecord>, StoreError> {
+        LIST_CAMPAIGNS
+            .fetch(self.db, &[&namespace, &states, &before, &limit])
+            .await
     }
 
     /// Locks a campaign for the rest of the transaction; its state and recipient count, or

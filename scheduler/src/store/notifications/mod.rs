@@ -21,6 +21,18 @@ const TAKE: Statement = statement!("take");
 const DELIVERED: Statement = statement!("delivered");
 const FAILED: Statement = statement!("failed");
 const BACKLOG: Statement = statement!("backlog");
+const RAISE: Statement = statement!("raise");
+
+/// Queues the notification webhook event `event` with `data` in `db`'s transaction (see
+/// `herald.notify_event`): delivered only if it commits.
+pub async fn notify_event(
+    db: &impl GenericClient,
+    event: &str,
+    data: &serde_json::Value,
+) -> Result<(), StoreError> {
+    RAISE.execute(db, &[&event, data]).await?;
+    Ok(())
+}
 
 /// One notification taken for delivery.
 #[derive(Debug, Clone)]

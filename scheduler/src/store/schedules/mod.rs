@@ -33,6 +33,14 @@ static LIST_SCHEDULES: LazyLock<Statement> =
     LazyLock::new(|| expand("list_schedules", include_str!("list_schedules.sql")));
 static SET_PAUSED: LazyLock<Statement> =
     LazyLock::new(|| expand("set_paused", include_str!("set_paused.sql")));
+static GET_FOR_UPDATE: LazyLock<Statement> = LazyLock::new(|| {
+    expand(
+        "get_schedule_for_update",
+        include_str!("get_schedule_for_update.sql"),
+    )
+});
+static UPDATE_SCHEDULE: LazyLock<Statement> =
+    LazyLock::new(|| expand("update_schedule", include_str!("update_schedule.sql")));
 static DUE_SCHEDULES: LazyLock<Statement> =
     LazyLock::new(|| expand("due_schedules", include_str!("due_schedules.sql")));
 static LOCK_SCHEDULE: LazyLock<Statement> =
@@ -43,6 +51,8 @@ const NEXT_FIRE: Statement = statement!("next_fire");
 const ADVANCE_CURSOR: Statement = statement!("advance_cursor");
 const RUN_IN_PROGRESS: Statement = statement!("run_in_progress");
 const INSERT_RUN: Statement = statement!("insert_run");
+const CHECK_OVERRUNS: Statement = statement!("check_overruns");
+const NEXT_OVERRUN: Statement = statement!("next_overrun");
 
 impl FromRow for ScheduleRecord {
     fn from_row(r: &Row) -> Result<Self, StoreError> {
@@ -75,8 +85,24 @@ impl FromRow for RunRecord {
             kind: column(r, "kind")?,
             task_count: column(r, "task_count")?,
             created_at: column(r, "created_at")?,
+            overran_at: column(r, "overran_at")?,
         })
     }
+}
+
+/// A run found unfinished past its overrun deadline.
+#[derive(Debug, Clone)]
+pub struct OverranRun {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its schedule.
+    pub schedule_id: String,
+    /// Its fire time.
+    pub fire_time: DateTime<Utc>,
+    /// Its tasks still SCHEDULED or LEASED.
+    pub live_tasks: i64,
+    /// The schedule's overrun_after when the run was created, in milliseconds.
+    pub overrun_after_ms: i64,
 }
 
 /// A schedule due for materialising, with its namespace.
@@ -132,6 +158,50 @@ impl<C: GenericClient> ScheduleRepo<'_, C> {
         id: &str,
     ) -> Result<Option<ScheduleRecord>, StoreError> {
         GET_SCHEDULE.fetch_opt(self.db, &[&namespace, &id]).await
+    }
+
+    /// Reads a schedule and locks it for the rest of the transaction (UpdateSchedule): the
+    /// materialiser locks the same row, so a change and a run never interleave.
+    pub async fn get_for_update(
+        &self,
+        namespace: &str,
+        id: &str,
+    ) -> Result<Option<ScheduleRecord>, StoreError> {
+        GET_FOR_UPDATE.fetch_opt(self.db, &[&namespace, &id]).await
+    }
+
+    /// Replaces a schedule's definition and cursor (the caller merged and checked them) and
+    /// wakes the materialiser.
+    pub async fn update(
+        &self,
+        namespace: &str,
+        s: &ScheduleRecord,
+    ) -> Result<ScheduleRecord, StoreError> {
+        let updated = ScheduleRecord::from_row(
+            &UPDATE_SCHEDULE
+                .query_one(
+                    self.db,
+                    &[
+                        &namespace,
+                        &s.id,
+                        &s.cron,
+                        &s.time_zone,
+                        &s.skipped_time,
+                        &s.repeated_time,
+                        &s.overlap,
+                        &s.misfire,
+                        &s.misfire_grace_ms,
+                        &s.jitter_ms,
+                        &s.stagger_ms,
+                        &s.stagger_off_round,
+                        &s.spec,
+                        &s.next_fire_at,
+                    ],
+                )
+                .await?,
+        )?;
+        announce(self.db).await?;
+        Ok(updated)
     }
 
     /// Lists schedules with an id after `after`, by id.
@@ -240,7 +310,8 @@ impl<C: GenericClient> ScheduleRepo<'_, C> {
         )
     }
 
-    /// Records a run; false when that fire time already had one.
+    /// Records a run, to be checked for overrunning at `overrun_deadline` (None: never);
+    /// false when that fire time already had one.
     pub async fn insert_run(
         &self,
         namespace: &str,
@@ -248,10 +319,51 @@ impl<C: GenericClient> ScheduleRepo<'_, C> {
         fire_time: DateTime<Utc>,
         kind: &str,
         task_count: i32,
+        overrun_deadline: Option<DateTime<Utc>>,
     ) -> Result<bool, StoreError> {
         Ok(INSERT_RUN
-            .execute(self.db, &[&namespace, &id, &fire_time, &kind, &task_count])
+            .execute(
+                self.db,
+                &[
+                    &namespace,
+                    &id,
+                    &fire_time,
+                    &kind,
+                    &task_count,
+                    &overrun_deadline,
+                ],
+            )
             .await?
             > 0)
+    }
+
+    /// Checks the runs whose overrun deadline passed (see `check_overruns.sql`) and raises
+    /// `schedule.run_overran` for each unfinished one, in this transaction; returns those.
+    pub async fn check_overruns(&self) -> Result<Vec<OverranRun>, StoreError> {
+        let mut overran = Vec::new();
+        for r in CHECK_OVERRUNS.query(self.db, &[]).await? {
+            let run = OverranRun {
+                namespace: column(&r, "namespace")?,
+                schedule_id: column(&r, "schedule_id")?,
+                fire_time: column(&r, "fire_time")?,
+                live_tasks: column(&r, "live_tasks")?,
+                overrun_after_ms: column(&r, "overrun_after_ms")?,
+            };
+            let data = serde_json::json!({
+                "namespace": run.namespace,
+                "schedule_id": run.schedule_id,
+                "fire_time": run.fire_time.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+                "live_tasks": run.live_tasks,
+                "overrun_after_seconds": run.overrun_after_ms / 1000,
+            });
+            super::notifications::notify_event(self.db, "schedule.run_overran", &data).await?;
+            overran.push(run);
+        }
+        Ok(overran)
+    }
+
+    /// Milliseconds until the earliest overrun deadline still to check; None when none.
+    pub async fn next_overrun_ms(&self) -> Result<Option<f64>, StoreError> {
+        column(&NEXT_OVERRUN.query_one(self.db, &[]).await?, "wait_ms")
     }
 }

@@ -101,6 +101,53 @@ pub fn insert_statement(template: &str) -> String {
         .replace("{input_names}", &names.join(", "))
 }
 
+/// A retry policy as the task row stores it: the backoff columns, and the explicit delays as
+/// text (`insert_tasks.sql` and `update_task.sql` turn it into the `retry_delays_ms` array;
+/// empty for backoff).
+pub struct RetryColumns {
+    /// `backoff_initial_ms`.
+    pub initial: i64,
+    /// `backoff_max_ms`.
+    pub max: i64,
+    /// `backoff_multiplier`.
+    pub multiplier: f64,
+    /// `backoff_jitter`.
+    pub jitter: f64,
+    /// The delays, comma-separated milliseconds.
+    pub delays: String,
+}
+
+impl RetryColumns {
+    /// The columns of a policy.
+    pub fn of(retry: &RetryPolicy) -> Self {
+        match retry {
+            RetryPolicy::Exponential {
+                initial_ms,
+                max_ms,
+                multiplier,
+                jitter,
+            } => RetryColumns {
+                initial: *initial_ms,
+                max: *max_ms,
+                multiplier: *multiplier,
+                jitter: *jitter,
+                delays: String::new(),
+            },
+            RetryPolicy::Delays(list) => RetryColumns {
+                initial: RetryPolicy::DEFAULT_INITIAL_MS,
+                max: RetryPolicy::DEFAULT_MAX_MS,
+                multiplier: RetryPolicy::DEFAULT_MULTIPLIER,
+                jitter: 0.0,
+                delays: list
+                    .iter()
+                    .map(i64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(","),
+            },
+        }
+    }
+}
+
 /// A batch of new tasks as one array per input column.
 #[derive(Default)]
 pub struct InsertArrays<'a> {
@@ -146,24 +193,13 @@ impl<'a> InsertArrays<'a> {
             DueAt::At(at) => (Some(at), 0),
             DueAt::After(ms) => (None, ms),
         };
-        let (initial, max, multiplier, jitter, delays) = match &t.retry {
-            RetryPolicy::Exponential {
-                initial_ms,
-                max_ms,
-                multiplier,
-                jitter,
-            } => (*initial_ms, *max_ms, *multiplier, *jitter, String::new()),
-            RetryPolicy::Delays(list) => (
-                RetryPolicy::DEFAULT_INITIAL_MS,
-                RetryPolicy::DEFAULT_MAX_MS,
-                RetryPolicy::DEFAULT_MULTIPLIER,
-                0.0,
-                list.iter()
-                    .map(i64::to_string)
-                    .collect::<Vec<_>>()
-                    .join(","),
-            ),
-        };
+        let RetryColumns {
+            initial,
+            max,
+            multiplier,
+            jitter,
+            delays,
+        } = RetryColumns::of(&t.retry);
         let (schedule_id, fire_time, campaign_id, parked) = match &t.origin {
             Origin::Request => (None, None, None, false),
             Origin::ScheduleRun {

@@ -1,15 +1,8 @@
--- One page of a namespace's tasks, newest first. Every filter is a parameter that may be NULL,
--- so one prepared statement serves all.
+-- One page of a namespace's tasks, newest first: those the selection's filter ($1-$11, see
+-- TASK_FILTER in store/tasks/mod.rs) picks, after the page token's id $12.
 SELECT {task_columns}
 FROM herald.tasks t
-WHERE t.namespace = $1
-  AND ($2::text[] IS NULL OR t.state::text = ANY($2))
-  AND ($3::text IS NULL OR t.queue = $3)
-  AND ($4::timestamptz IS NULL OR t.created_at >= $4)
-  AND ($5::timestamptz IS NULL OR t.created_at < $5)
-  AND ($6::timestamptz IS NULL OR t.run_at >= $6)
-  AND ($7::timestamptz IS NULL OR t.run_at < $7)
-  AND ($8::uuid IS NULL OR t.id < $8)
-  AND ($10::text[] IS NULL OR t.end_reason::text = ANY($10))
+WHERE {task_filter}
+  AND ($11::uuid IS NULL OR t.id < $12)
 ORDER BY t.id DESC
-LIMIT $9
+LIMIT $13

@@ -10,10 +10,11 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 use uuid::Uuid;
 
-use self::columns::{state, with_columns, InsertArrays};
+use self::columns::{state, with_columns, InsertArrays, RetryColumns};
 use super::sql::{column, notify, statement, FromRow, Statement};
 use super::{repository, Db, StoreError};
-use crate::tasks::model::{AttemptRecord, EndReason, NewTask, Outcome, TaskRecord, TaskState};
+use crate::tasks::model::{AttemptRecord, DueAt, NewTask, Outcome, TaskRecord, TaskState};
+use crate::tasks::selection::Selection;
 
 repository!(
     /// Tasks, their attempts and idempotency keys.
@@ -28,8 +29,11 @@ static INSERT_TASKS: LazyLock<Statement> = LazyLock::new(|| {
 });
 static GET_TASKS: LazyLock<Statement> =
     LazyLock::new(|| Statement::built("get_tasks", with_columns(include_str!("get_tasks.sql"))));
+static UPDATE_TASK: LazyLock<Statement> = LazyLock::new(|| {
+    Statement::built("update_task", with_columns(include_str!("update_task.sql")))
+});
 static LIST_TASKS: LazyLock<Statement> =
-    LazyLock::new(|| Statement::built("list_tasks", with_columns(include_str!("list_tasks.sql"))));
+    LazyLock::new(|| Statement::built("list_tasks", with_filter(include_str!("list_tasks.sql"))));
 /// The SQL of the send-window functions (`herald.window_defer_to`), applied by the migrator
 /// whenever it changes.
 pub const FUNCTIONS_SQL: &str = include_str!("functions.sql");
@@ -38,6 +42,9 @@ const RESERVE_KEYS: Statement = statement!("reserve_keys");
 const FIND_KEYS: Statement = statement!("find_keys");
 const CANCEL_TASK: Statement = statement!("cancel_task");
 const RETRY_TASK: Statement = statement!("retry_task");
+const RESCHEDULE_TASKS: Statement = statement!("reschedule_tasks");
+const LOCK_KEYS: Statement = statement!("lock_keys");
+const GUARD_DUPLICATES: Statement = statement!("guard_duplicates");
 const LIST_ATTEMPTS: Statement = statement!("list_attempts");
 
 /// The result of creating one task.
@@ -83,27 +90,73 @@ pub enum InsertError {
     Store(#[from] StoreError),
 }
 
-/// Filters for [`TaskRepo::list`].
+/// One page of [`TaskRepo::list`]: the tasks selected, continuing after a page token.
 #[derive(Debug, Clone, Default)]
 pub struct TaskFilter {
-    /// States to include; empty means all.
-    pub states: Vec<TaskState>,
-    /// End reasons to include; empty means any (and tasks that have not ended).
-    pub end_reasons: Vec<EndReason>,
-    /// Queue to include; None means all.
-    pub queue: Option<String>,
-    /// Created at or after.
-    pub created_after: Option<DateTime<Utc>>,
-    /// Created before.
-    pub created_before: Option<DateTime<Utc>>,
-    /// Due at or after.
-    pub run_after: Option<DateTime<Utc>>,
-    /// Due before.
-    pub run_before: Option<DateTime<Utc>>,
+    /// Which tasks.
+    pub selection: Selection,
     /// Continue after this id (ids sort by creation; pages go newest first).
     pub before_id: Option<Uuid>,
     /// Page size.
     pub limit: i64,
+}
+
+/// The predicate every statement that selects tasks by a [`Selection`] shares, filled into
+/// their `{task_filter}` placeholder: parameters `$2` to `$10` in [`selection_params`] order
+/// (`$1` is the namespace). Every filter may be NULL, so one prepared statement serves all.
+pub const TASK_FILTER: &str = "t.namespace = $1
+  AND ($2::text[] IS NULL OR t.state::text = ANY($2))
+  AND ($3::text IS NULL OR t.queue = $3)
+  AND ($4::timestamptz IS NULL OR t.created_at >= $4)
+  AND ($5::timestamptz IS NULL OR t.created_at < $5)
+  AND ($6::timestamptz IS NULL OR t.run_at >= $6)
+  AND ($7::timestamptz IS NULL OR t.run_at < $7)
+  AND ($8::uuid IS NULL OR t.campaign_id = $8)
+  AND ($9::text IS NULL OR t.schedule_id = $9)
+  AND ($10::text IS NULL OR t.account_id = $10)
+  AND ($11::text[] IS NULL OR t.end_reason::text = ANY($11))";
+
+/// A selection's values as `$2`…`$11` of [`TASK_FILTER`].
+pub struct SelectionParams<'a> {
+    states: Option<Vec<&'static str>>,
+    end_reasons: Option<Vec<&'static str>>,
+    s: &'a Selection,
+}
+
+impl<'a> SelectionParams<'a> {
+    /// The values of `s`.
+    pub fn of(s: &'a Selection) -> Self {
+        SelectionParams {
+            states: s.state_names(),
+            end_reasons: s.end_reason_names(),
+            s,
+        }
+    }
+
+    /// `$1` (the namespace) to `$11`.
+    pub fn params<'p>(
+        &'p self,
+        namespace: &'p &str,
+    ) -> Vec<&'p (dyn tokio_postgres::types::ToSql + Sync)> {
+        vec![
+            namespace,
+            &self.states,
+            &self.s.queue,
+            &self.s.created_after,
+            &self.s.created_before,
+            &self.s.run_after,
+            &self.s.run_before,
+            &self.s.campaign_id,
+            &self.s.schedule_id,
+            &self.s.account_id,
+            &self.end_reasons,
+        ]
+    }
+}
+
+/// `sql` with its `{task_filter}` placeholder filled in.
+pub fn with_filter(sql: &str) -> String {
+    with_columns(sql).replace("{task_filter}", TASK_FILTER)
 }
 
 /// What cancelling found and did.
@@ -269,27 +322,11 @@ impl<C: GenericClient> TaskRepo<'_, C> {
         namespace: &str,
         filter: &TaskFilter,
     ) -> Result<Vec<TaskRecord>, StoreError> {
-        let states: Option<Vec<&str>> =
-            (!filter.states.is_empty()).then(|| filter.states.iter().map(|s| s.as_str()).collect());
-        let reasons: Option<Vec<&str>> = (!filter.end_reasons.is_empty())
-            .then(|| filter.end_reasons.iter().map(|r| r.as_str()).collect());
-        LIST_TASKS
-            .fetch(
-                self.db,
-                &[
-                    &namespace,
-                    &states,
-                    &filter.queue,
-                    &filter.created_after,
-                    &filter.created_before,
-                    &filter.run_after,
-                    &filter.run_before,
-                    &filter.before_id,
-                    &filter.limit,
-                    &reasons,
-                ],
-            )
-            .await
+        let selection = SelectionParams::of(&filter.selection);
+        let mut params = selection.params(&namespace);
+        params.push(&filter.before_id);
+        params.push(&filter.limit);
+        LIST_TASKS.fetch(self.db, &params).await
     }
 
     /// Cancels a task; for a leased one, also gives its account slot back and announces the
@@ -332,6 +369,56 @@ impl<C: GenericClient> TaskRepo<'_, C> {
         })
     }
 
+    /// Writes an edit of a SCHEDULED task (`task` is the edited task, checked and rendered;
+    /// its due time and content are written only when `when` and `content` say they changed)
+    /// and wakes the dispatchers for its due time; None when the task is not SCHEDULED (any
+    /// more) or does not exist. See `update_task.sql` for why a concurrent claim cannot also
+    /// win.
+    pub async fn update(
+        &self,
+        namespace: &str,
+        id: Uuid,
+        task: &NewTask,
+        when: bool,
+        content: bool,
+    ) -> Result<Option<TaskRecord>, StoreError> {
+        let (run_at, delay_ms) = match (when, task.due) {
+            (false, _) => (None, None),
+            (true, DueAt::At(at)) => (Some(at), None),
+            (true, DueAt::After(ms)) => (None, Some(ms)),
+        };
+        let encoded = prost::Message::encode_to_vec(&task.content);
+        let labels = serde_json::to_value(&task.labels).unwrap_or_default();
+        let retry = RetryColumns::of(&task.retry);
+        let updated: Option<TaskRecord> = UPDATE_TASK
+            .fetch_opt(
+                self.db,
+                &[
+                    &id,
+                    &namespace,
+                    &run_at,
+                    &delay_ms,
+                    &content,
+                    &encoded,
+                    &task.template_id,
+                    &task.priority,
+                    &task.expire_at,
+                    &labels,
+                    &task.max_attempts,
+                    &retry.initial,
+                    &retry.max,
+                    &retry.multiplier,
+                    &retry.jitter,
+                    &retry.delays,
+                ],
+            )
+            .await?;
+        if let Some(t) = &updated {
+            announce_due(self.db, t.run_at).await?;
+        }
+        Ok(updated)
+    }
+
     /// Re-drives a FAILED task; returns false when it is not FAILED (or does not exist).
     pub async fn retry(
         &self,
@@ -347,6 +434,53 @@ impl<C: GenericClient> TaskRepo<'_, C> {
             announce_due(self.db, run_at.unwrap_or_else(Utc::now)).await?;
         }
         Ok(changed)
+    }
+
+    /// Takes the duplicate content guard's advisory locks `keys` (sorted) for the rest of the
+    /// transaction.
+    pub async fn lock_keys(&self, keys: &[i64]) -> Result<(), StoreError> {
+        LOCK_KEYS.query_one(self.db, &[&keys]).await?;
+        Ok(())
+    }
+
+    /// The duplicate content guard over the just-inserted tasks `ids` (their windows and
+    /// content hashes alongside; see `guard_duplicates.sql`); returns the tasks it ended.
+    pub async fn guard_duplicates(
+        &self,
+        namespace: &str,
+        ids: &[Uuid],
+        windows_ms: &[i64],
+        hashes: &[Vec<u8>],
+    ) -> Result<Vec<Uuid>, StoreError> {
+        GUARD_DUPLICATES
+            .query(self.db, &[&namespace, &ids, &windows_ms, &hashes])
+            .await?
+            .iter()
+            .map(|r| column(r, "id"))
+            .collect()
+    }
+
+    /// Moves the SCHEDULED tasks among `ids` to `run_at`, or by `shift_ms`, and wakes the
+    /// dispatchers for the earliest; returns how many moved.
+    pub async fn reschedule(
+        &self,
+        namespace: &str,
+        ids: &[Uuid],
+        run_at: Option<DateTime<Utc>>,
+        shift_ms: Option<i64>,
+    ) -> Result<u64, StoreError> {
+        let rows = RESCHEDULE_TASKS
+            .query(self.db, &[&ids, &namespace, &run_at, &shift_ms])
+            .await?;
+        let mut earliest: Option<DateTime<Utc>> = None;
+        for r in &rows {
+            let at: DateTime<Utc> = column(r, "run_at")?;
+            earliest = Some(earliest.map_or(at, |e| e.min(at)));
+        }
+        if let Some(at) = earliest {
+            announce_due(self.db, at).await?;
+        }
+        Ok(rows.len() as u64)
     }
 
     /// Every attempt of a task of the namespace, oldest first.

@@ -1,0 +1,438 @@
+//! Bulk operations by filter (issue #16, item 5) on the real binary: a dry run's count equals
+//! what the operation then changes; a campaign's pending tasks cancelled in batches with
+//! nothing leased after it is done, and a leased one revoked as CancelTask revokes it; the
+//! operation resuming after the scheduler is SIGKILLed between batches; retry and reschedule;
+//! the same filters on ListTasks; bad filters refused naming the field.
+
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
+use herald_proto::v1::{
+    campaign_service_client::CampaignServiceClient, content, scheduler_message,
+    start_bulk_operation_request, task_service_client::TaskServiceClient, AddRecipientsRequest,
+    BulkAction, BulkOperation, BulkOperationState, CampaignRecipient, CampaignSpec, Content,
+    CreateCampaignRequest, GetBulkOperationRequest, ListBulkOperationsRequest, ListTasksRequest,
+    OutcomeClass, RevokeResult, StartBulkOperationRequest, TaskFilter, TaskState,
+};
+use herald_tests::lease::{lease_ref, result, ScriptedExecutor};
+use herald_tests::{
+    connect_tasks, create_task, task_spec, unique_id, SchedulerProcess, TaskSpecExt, TestDb,
+};
+use tonic::transport::Channel;
+
+async fn campaign_with(url: &str, queue: &str, n: usize, start_in: Duration) -> Result<String> {
+    let mut c = CampaignServiceClient::connect(url.to_owned()).await?;
+    let start = std::time::SystemTime::now() + start_in;
+    let id = c
+        .create_campaign(CreateCampaignRequest {
+            campaign: Some(CampaignSpec {
+                name: "bulk".into(),
+                queue: queue.into(),
+                content: Some(Content {
+                    body: Some(content::Body::Text("offer".into())),
+                }),
+                start_at: Some(start.into()),
+                ..Default::default()
+            }),
+            recipients: vec![],
+        })
+        .await?
+        .into_inner()
+        .id;
+    let all: Vec<CampaignRecipient> = (0..n)
+        .map(|i| CampaignRecipient {
+            recipient: format!("+1555{i:06}"),
+            ..Default::default()
+        })
+        .collect();
+    for chunk in all.chunks(1_000) {
+        c.add_recipients(AddRecipientsRequest {
+            campaign_id: id.clone(),
+            recipients: chunk.to_vec(),
+        })
+        .await?;
+    }
+    Ok(id)
+}
+
+fn cancel(filter: TaskFilter, dry_run: bool) -> StartBulkOperationRequest {
+    StartBulkOperationRequest {
+        action: BulkAction::Cancel as i32,
+        filter: Some(filter),
+        dry_run,
+        reschedule: None,
+    }
+}
+
+/// Polls GetBulkOperation until `done` holds for it, and returns it.
+async fn wait_for(
+    tasks: &mut TaskServiceClient<Channel>,
+    id: &str,
+    mut done: impl FnMut(&BulkOperation) -> bool,
+) -> Result<BulkOperation> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let op = tasks
+            .get_bulk_operation(GetBulkOperationRequest { id: id.into() })
+            .await?
+            .into_inner();
+        if done(&op) {
+            return Ok(op);
+        }
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "timed out; the operation is at {op:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn count_state(db: &TestDb, campaign: &str, state: &str) -> Result<i64> {
+    let c = db.connect().await?;
+    Ok(c.query_one(
+        "SELECT count(*) FROM herald.tasks WHERE campaign_id = $1::text::uuid AND state::text = $2",
+        &[&campaign, &state],
+    )
+    .await?
+    .get(0))
+}
+
+#[tokio::test]
+async fn a_campaigns_pending_tasks_are_cancelled_in_batches_after_a_dry_run() -> Result<()> {
+    let db = TestDb::new().await?;
+    let s = SchedulerProcess::builder(&db)
+        .env("HERALD_BULK_BATCH_SIZE", "700")
+        .spawn()
+        .await?;
+    let queue = unique_id("bulk");
+    const N: usize = 10_000;
+    // Due now: the executor holds one lease while the operation runs.
+    let campaign = campaign_with(&s.grpc_url(), &queue, N, Duration::ZERO).await?;
+    let other = campaign_with(&s.grpc_url(), &queue, 50, Duration::ZERO).await?;
+    let mut exec = ScriptedExecutor::connect(&s.grpc_url(), "exec-1", &[&queue], 1).await?;
+    let held = exec.leases(1).await?.remove(0);
+    let mut tasks = connect_tasks(&s.grpc_url()).await?;
+    let filter = TaskFilter {
+        campaign_id: campaign.clone(),
+        ..Default::default()
+    };
+    let dry = tasks
+        .start_bulk_operation(cancel(filter.clone(), true))
+        .await?
+        .into_inner();
+    let held_in_campaign = i64::from(count_state(&db, &campaign, "leased").await? == 1);
+    assert_eq!(
+        dry.matched, N as i64,
+        "every live task of the campaign, leased ones too"
+    );
+    assert!(dry.operation.is_none(), "a dry run stores nothing");
+    assert_eq!(count_state(&db, &campaign, "cancelled").await?, 0);
+    let started = tasks
+        .start_bulk_operation(cancel(filter.clone(), false))
+        .await?
+        .into_inner();
+    assert_eq!(started.matched, dry.matched);
+    let op = started.operation.context("an operation")?;
+    assert_eq!(
+        op.filter.as_ref().map(|f| f.states.clone()),
+        Some(vec![TaskState::Scheduled as i32, TaskState::Leased as i32]),
+        "the states are narrowed to the action's"
+    );
+    // The held lease, if it is the campaign's, is revoked exactly as CancelTask revokes it.
+    if held_in_campaign == 1 {
+        let revoke = loop {
+            match exec.next().await? {
+                scheduler_message::Kind::Revoke(r) => break r,
+                scheduler_message::Kind::Leases(_) => continue,
+                other => anyhow::bail!("expected a revoke, got {other:?}"),
+            }
+        };
+        assert_eq!(
+            revoke.lease.as_ref().map(|l| l.task_id.clone()),
+            Some(held.task_id.clone())
+        );
+        exec.revoke_ack(lease_ref(&held), RevokeResult::StoppedBeforeSend)
+            .await?;
+    }
+    let done = wait_for(&mut tasks, &op.id, |o| {
+        o.state() == BulkOperationState::Done
+    })
+    .await?;
+    assert_eq!(
+        done.changed, dry.matched,
+        "the dry run's count is what was changed"
+    );
+    assert_eq!(done.processed, dry.matched);
+    assert!(done.finished_at.is_some());
+    assert_eq!(count_state(&db, &campaign, "cancelled").await?, N as i64);
+    // Nothing of the campaign is leased after it returns; the other campaign is untouched.
+    exec.credit(100).await?;
+    let leases = exec
+        .leases(if held_in_campaign == 1 { 50 } else { 49 })
+        .await?;
+    let c = db.connect().await?;
+    for l in &leases {
+        let in_campaign: bool = c
+            .query_one(
+                "SELECT campaign_id = $2::text::uuid FROM herald.tasks WHERE id = $1::text::uuid",
+                &[&l.task_id, &campaign],
+            )
+            .await?
+            .get(0);
+        assert!(
+            !in_campaign,
+            "a cancelled campaign's task was leased: {}",
+            l.task_id
+        );
+    }
+    assert_eq!(count_state(&db, &other, "cancelled").await?, 0);
+    // ListTasks takes the same filter.
+    let listed = tasks
+        .list_tasks(ListTasksRequest {
+            filter: Some(TaskFilter {
+                campaign_id: campaign.clone(),
+                states: vec![TaskState::Cancelled as i32],
+                ..Default::default()
+            }),
+            page_size: 1000,
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    assert_eq!(listed.tasks.len(), 1000);
+    assert!(!listed.next_page_token.is_empty());
+    let ops = tasks
+        .list_bulk_operations(ListBulkOperationsRequest::default())
+        .await?
+        .into_inner()
+        .operations;
+    assert_eq!(
+        ops.iter().map(|o| o.id.clone()).collect::<Vec<_>>(),
+        vec![op.id]
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_operation_resumes_after_the_scheduler_is_killed_between_batches() -> Result<()> {
+    let db = TestDb::new().await?;
+    // Small, slow batches: the kill lands while the operation is part way.
+    let spawn = || {
+        SchedulerProcess::builder(&db)
+            .env("HERALD_BULK_BATCH_SIZE", "20")
+            .env("HERALD_BULK_BATCH_PAUSE", "200ms")
+            .spawn()
+    };
+    let mut s = spawn().await?;
+    let queue = unique_id("bulk");
+    let campaign = campaign_with(&s.grpc_url(), &queue, 400, Duration::from_secs(3600)).await?;
+    let mut tasks = connect_tasks(&s.grpc_url()).await?;
+    let filter = TaskFilter {
+        campaign_id: campaign.clone(),
+        ..Default::default()
+    };
+    let dry = tasks
+        .start_bulk_operation(cancel(filter.clone(), true))
+        .await?
+        .into_inner();
+    assert_eq!(dry.matched, 400);
+    let op = tasks
+        .start_bulk_operation(cancel(filter, false))
+        .await?
+        .into_inner()
+        .operation
+        .context("an operation")?;
+    // Progress is visible while it runs.
+    let part = wait_for(&mut tasks, &op.id, |o| o.processed >= 40).await?;
+    assert_eq!(part.state(), BulkOperationState::Running);
+    s.kill()?;
+    s.wait().await?;
+    let c = db.connect().await?;
+    let (processed, state): (i64, String) = {
+        let r = c
+            .query_one(
+                "SELECT processed, state FROM herald.bulk_operations WHERE id = $1::text::uuid",
+                &[&op.id],
+            )
+            .await?;
+        (r.get(0), r.get(1))
+    };
+    ensure!(
+        state == "running" && processed < 400,
+        "the kill should land part way: {state} after {processed}"
+    );
+    // Every committed batch's tasks are cancelled and counted, no more.
+    assert_eq!(count_state(&db, &campaign, "cancelled").await?, processed);
+
+    let s = spawn().await?;
+    let mut tasks = connect_tasks(&s.grpc_url()).await?;
+    let done = wait_for(&mut tasks, &op.id, |o| {
+        o.state() == BulkOperationState::Done
+    })
+    .await?;
+    assert_eq!(done.changed, dry.matched);
+    assert_eq!(count_state(&db, &campaign, "cancelled").await?, 400);
+    assert_eq!(count_state(&db, &campaign, "scheduled").await?, 0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn retry_and_reschedule_by_filter() -> Result<()> {
+    let db = TestDb::new().await?;
+    let s = SchedulerProcess::builder(&db)
+        .env("HERALD_BULK_BATCH_SIZE", "7")
+        .spawn()
+        .await?;
+    let queue = unique_id("bulk");
+    let mut tasks = connect_tasks(&s.grpc_url()).await?;
+    for i in 0..30 {
+        create_task(
+            &mut tasks,
+            task_spec(&queue, &format!("+1555{i:04}"), "x").with_max_attempts(1),
+        )
+        .await?;
+    }
+    // Fail all 30.
+    let mut exec = ScriptedExecutor::connect(&s.grpc_url(), "exec-1", &[&queue], 30).await?;
+    let leases = exec.leases(30).await?;
+    exec.report(
+        leases
+            .iter()
+            .map(|l| result(l, OutcomeClass::Permanent))
+            .collect(),
+    )
+    .await?;
+    let failed = TaskFilter {
+        queue: queue.clone(),
+        states: vec![TaskState::Failed as i32],
+        ..Default::default()
+    };
+    let retry = |dry_run| StartBulkOperationRequest {
+        action: BulkAction::Retry as i32,
+        filter: Some(failed.clone()),
+        dry_run,
+        reschedule: None,
+    };
+    let dry = tasks.start_bulk_operation(retry(true)).await?.into_inner();
+    assert_eq!(dry.matched, 30);
+    let op = tasks
+        .start_bulk_operation(retry(false))
+        .await?
+        .into_inner()
+        .operation
+        .context("op")?;
+    let done = wait_for(&mut tasks, &op.id, |o| {
+        o.state() == BulkOperationState::Done
+    })
+    .await?;
+    assert_eq!(done.changed, 30);
+    // Re-driven: leased again.
+    exec.credit(30).await?;
+    let again = exec.leases(30).await?;
+    assert!(again.iter().all(|l| l.attempt == 2));
+    exec.report(
+        again
+            .iter()
+            .map(|l| result(l, OutcomeClass::Transient))
+            .collect(),
+    )
+    .await?;
+
+    // Reschedule the (now retrying, SCHEDULED) tasks a day ahead, by run_at.
+    let tomorrow = std::time::SystemTime::now() + Duration::from_secs(86_400);
+    let scheduled = TaskFilter {
+        queue: queue.clone(),
+        ..Default::default()
+    };
+    let resched = StartBulkOperationRequest {
+        action: BulkAction::Reschedule as i32,
+        filter: Some(scheduled.clone()),
+        dry_run: false,
+        reschedule: Some(start_bulk_operation_request::Reschedule::RunAt(
+            tomorrow.into(),
+        )),
+    };
+    let started = tasks.start_bulk_operation(resched).await?.into_inner();
+    assert_eq!(started.matched, 30);
+    let op = started.operation.context("op")?;
+    let done = wait_for(&mut tasks, &op.id, |o| {
+        o.state() == BulkOperationState::Done
+    })
+    .await?;
+    assert_eq!(done.changed, 30);
+    let day_ahead = tasks
+        .list_tasks(ListTasksRequest {
+            filter: Some(TaskFilter {
+                queue: queue.clone(),
+                run_after: Some((tomorrow - Duration::from_secs(1)).into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await?
+        .into_inner()
+        .tasks;
+    assert_eq!(day_ahead.len(), 30);
+
+    // Bad requests name their field and store nothing.
+    for (req, field) in [
+        (
+            StartBulkOperationRequest {
+                action: BulkAction::Cancel as i32,
+                filter: Some(TaskFilter {
+                    states: vec![TaskState::Scheduled as i32],
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            "filter",
+        ),
+        (
+            StartBulkOperationRequest {
+                action: BulkAction::Cancel as i32,
+                filter: Some(TaskFilter {
+                    queue: queue.clone(),
+                    states: vec![TaskState::Succeeded as i32],
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            "filter.states",
+        ),
+        (
+            StartBulkOperationRequest {
+                action: BulkAction::Reschedule as i32,
+                filter: Some(scheduled.clone()),
+                ..Default::default()
+            },
+            "run_at",
+        ),
+        (
+            StartBulkOperationRequest {
+                action: BulkAction::Cancel as i32,
+                filter: Some(TaskFilter {
+                    campaign_id: "nope".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            "filter.campaign_id",
+        ),
+        (StartBulkOperationRequest::default(), "action"),
+    ] {
+        let err = tasks
+            .start_bulk_operation(req)
+            .await
+            .err()
+            .context("refused")?;
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{field}");
+        assert!(err.message().contains(field), "{field}: {}", err.message());
+    }
+    let ops = tasks
+        .list_bulk_operations(ListBulkOperationsRequest::default())
+        .await?
+        .into_inner()
+        .operations;
+    assert_eq!(ops.len(), 2, "refused requests store nothing");
+    Ok(())
+}
