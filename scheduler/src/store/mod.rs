@@ -7,10 +7,12 @@
 //! runs them. Errors are classified by SQLSTATE in [`error`], once.
 
 pub mod accounts;
+pub mod audiences;
 pub mod campaigns;
 pub mod connection;
 pub mod deliveries;
 mod error;
+pub mod fanouts;
 pub mod leases;
 pub mod migrate;
 pub mod notifications;
@@ -232,6 +234,14 @@ pub trait Db: GenericClient + Sized {
     /// Recurring schedules and their runs.
     fn schedules(&self) -> schedules::ScheduleRepo<'_, Self> {
         schedules::ScheduleRepo::new(self)
+    }
+    /// Audiences, their contacts and the fan-outs of runs that target them.
+    fn audiences(&self) -> audiences::AudienceRepo<'_, Self> {
+        audiences::AudienceRepo::new(self)
+    }
+    /// Schedule runs still becoming tasks, batch by batch.
+    fn fanouts(&self) -> fanouts::FanoutRepo<'_, Self> {
+        fanouts::FanoutRepo::new(self)
     }
     /// Campaigns.
     fn campaigns(&self) -> campaigns::CampaignRepo<'_, Self> {
