@@ -14,6 +14,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "herald/v1/stats.proto",
         "herald/v1/template.proto",
         "herald/v1/suppression.proto",
+        "herald/v1/audience.proto",
     ];
     println!("cargo:rerun-if-changed={}", root.join("herald").display());
 

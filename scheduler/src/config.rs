@@ -83,6 +83,14 @@ pub struct Config {
     /// Signing secret for the notification webhook (`whsec_<base64>` or raw); unset: unsigned.
     #[arg(long, env = "HERALD_NOTIFY_SECRET", hide_env_values = true)]
     pub notify_secret: Option<String>,
+    /// Signing secret for schedules' variables sources (`whsec_<base64>` or raw); unset:
+    /// requests to sources are unsigned.
+    #[arg(long, env = "HERALD_VARIABLES_SOURCE_SECRET", hide_env_values = true)]
+    pub variables_source_secret: Option<String>,
+    /// Let variables sources be plain http and on loopback or private addresses (development
+    /// and tests; without it a source must be https on a public address).
+    #[arg(long, env = "HERALD_VARIABLES_SOURCE_ALLOW_PRIVATE")]
+    pub variables_source_allow_private: bool,
     /// PEM certificate chain of the gRPC port; with HERALD_TLS_KEY, turns TLS on.
     #[arg(long, env = "HERALD_TLS_CERT")]
     pub tls_cert: Option<PathBuf>,
@@ -165,6 +173,8 @@ impl Config {
             log_format: "text".into(),
             notify_url: None,
             notify_secret: None,
+            variables_source_secret: None,
+            variables_source_allow_private: false,
             tls_cert: None,
             tls_key: None,
             tls_client_ca: None,

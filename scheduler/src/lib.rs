@@ -18,6 +18,7 @@
 
 pub mod accounts;
 pub mod api;
+pub mod audiences;
 pub mod auth;
 pub mod callbacks;
 pub mod campaigns;

@@ -3,6 +3,7 @@
 //! here; nothing outside this module imports from it.
 
 pub mod accounts;
+pub mod audiences;
 pub mod campaigns;
 pub mod convert;
 pub mod lease;

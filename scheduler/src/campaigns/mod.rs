@@ -14,9 +14,11 @@ use prost::Message;
 use uuid::Uuid;
 
 use self::model::{Added, CampaignRecord, Progress};
+use crate::audiences::model::AudienceRecord;
 use crate::error::{Error, Violations};
 use crate::rules;
 use crate::schedule::{fire_times, spread};
+use crate::store::audiences::ContactFilter;
 use crate::store::transaction;
 use crate::store::{Db, StoreError};
 use crate::tasks::model::{DueAt, NewTask, Origin, TaskSpec};
@@ -212,6 +214,13 @@ impl Campaigns {
     ) -> Result<CampaignView, Error> {
         check_spec(&spec, self.tasks.clock().now()).into_result(())?;
         let conn = self.tasks.store().conn().await?;
+        let audience = match &spec.audience {
+            Some(target) => Some(
+                crate::audiences::target_audience(&conn, namespace, target, "campaign.audience")
+                    .await?,
+            ),
+            None => None,
+        };
         if !spec.pool.is_empty() {
             let found = conn
                 .accounts()
@@ -244,7 +253,74 @@ impl Campaigns {
             self.add(namespace, campaign.id, recipients, "recipients")
                 .await?;
         }
+        if let (Some(target), Some(audience)) = (&spec.audience, &audience) {
+            let at = spec
+                .start_at
+                .as_ref()
+                .and_then(rules::timestamp)
+                .unwrap_or_else(|| self.tasks.clock().now());
+            self.add_audience(namespace, campaign.id, target, audience, at)
+                .await?;
+        }
         self.get(namespace, campaign.id).await
+    }
+
+    /// Adds the contacts of `audience` that match `target` (dates compared at `at`), a page
+    /// of [`MAX_CHUNK`] at a time, each a recipient with its zone and its variables.
+    async fn add_audience(
+        &self,
+        namespace: &str,
+        id: Uuid,
+        target: &pb::AudienceTarget,
+        audience: &AudienceRecord,
+        at: DateTime<Utc>,
+    ) -> Result<(), Error> {
+        let filter = ContactFilter {
+            tags: target.tags.clone(),
+            ..Default::default()
+        };
+        let mut after = String::new();
+        loop {
+            let page = self
+                .tasks
+                .store()
+                .conn()
+                .await?
+                .audiences()
+                .list_contacts(namespace, &audience.id, &after, &filter, MAX_CHUNK as i64)
+                .await?;
+            let Some(last) = page.last() else {
+                return Ok(());
+            };
+            after = last.recipient.clone();
+            let recipients: Vec<Recipient> = page
+                .iter()
+                .filter(|c| {
+                    target.date_attribute.is_empty()
+                        || crate::audiences::is_today(
+                            c,
+                            &target.date_attribute,
+                            &audience.default_time_zone,
+                            at,
+                        )
+                })
+                .map(|c| {
+                    let zone = c.zone_or(&audience.default_time_zone);
+                    Recipient {
+                        recipient: c.recipient.clone(),
+                        time_zone: zone.to_owned(),
+                        variables: crate::audiences::contact_variables(c, zone),
+                    }
+                })
+                .collect();
+            if !recipients.is_empty() {
+                self.add(namespace, id, &recipients, "campaign.audience")
+                    .await?;
+            }
+            if page.len() < MAX_CHUNK {
+                return Ok(());
+            }
+        }
     }
 
     /// Reads a campaign with its progress.

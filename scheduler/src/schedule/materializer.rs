@@ -22,10 +22,13 @@ use prost::Message;
 use tokio_postgres::AsyncMessage;
 use tokio_util::sync::CancellationToken;
 
+use super::fanout;
 use super::fire_times::{DstPolicy, FireTimes, RepeatedTime, SkippedTime};
 use super::model::ScheduleRecord;
+use super::source::Sources;
 use super::spread;
 use crate::error::Error;
+use crate::store::fanouts::PendingFanout;
 use crate::store::transaction;
 use crate::store::{Db, Store, StoreError};
 use crate::tasks::duplicates::DuplicateWindows;
@@ -41,12 +44,20 @@ const LOOKAHEAD: ChronoDuration = ChronoDuration::milliseconds(500);
 const MAX_SLEEP: Duration = Duration::from_secs(30);
 /// CATCH_UP fires at most this many missed runs (the latest ones).
 const MAX_CATCH_UP: usize = 100;
+/// Shortest wait for a fan-out that is due (it failed and was not moved on).
+const FANOUT_RECHECK: Duration = Duration::from_millis(200);
 /// One pass handles at most this many fire times per schedule (the rest on the next pass).
 const MAX_FIRES_PER_PASS: usize = 1_000;
 
-/// Runs the materialiser until `stop`; runs' tasks of a queue with a duplicate content window
-/// in `windows` are guarded.
-pub async fn run(store: Store, windows: DuplicateWindows, stop: CancellationToken) {
+/// Runs the materialiser (and the fan-outs of its runs, asking variables sources through
+/// `sources`) until `stop`; runs' tasks of a queue with a duplicate content window in `windows`
+/// are guarded.
+pub async fn run(
+    store: Store,
+    windows: DuplicateWindows,
+    sources: Sources,
+    stop: CancellationToken,
+) {
     loop {
         let connected = tokio::select! {
             _ = stop.cancelled() => return,
@@ -76,7 +87,7 @@ pub async fn run(store: Store, windows: DuplicateWindows, stop: CancellationToke
                 }
             }
         });
-        lead_while_connected(&store, &windows, &client, &mut wake_rx, &stop).await;
+        lead_while_connected(&store, &windows, &sources, &client, &mut wake_rx, &stop).await;
         conn_task.abort();
         if stop.is_cancelled() {
             return;
@@ -98,6 +109,7 @@ async fn sleep_or_stop(d: Duration, stop: &CancellationToken) -> bool {
 async fn lead_while_connected(
     store: &Store,
     windows: &DuplicateWindows,
+    sources: &Sources,
     client: &tokio_postgres::Client,
     wake: &mut tokio::sync::mpsc::Receiver<()>,
     stop: &CancellationToken,
@@ -129,7 +141,7 @@ async fn lead_while_connected(
         return;
     }
     loop {
-        let sleep = match pass(store, windows).await {
+        let sleep = match pass(store, windows, sources).await {
             Ok(next) => next,
             Err(e) => {
                 tracing::warn!(error = %e, "materialiser pass failed; retrying");
@@ -151,7 +163,11 @@ async fn lead_while_connected(
 }
 
 /// One pass over every schedule with a due cursor; returns how long to sleep.
-async fn pass(store: &Store, windows: &DuplicateWindows) -> Result<Option<Duration>, StoreError> {
+async fn pass(
+    store: &Store,
+    windows: &DuplicateWindows,
+    sources: &Sources,
+) -> Result<Option<Duration>, StoreError> {
     let due = store
         .conn()
         .await?
@@ -172,10 +188,23 @@ async fn pass(store: &Store, windows: &DuplicateWindows) -> Result<Option<Durati
             tracing::warn!(schedule_id = %d.schedule.id, error = %e, "cannot materialise a schedule");
         }
     }
+    // Then the batches of runs that fan out (those just created included).
+    if fanout::pass(store, windows, sources).await?.more {
+        return Ok(Some(Duration::ZERO));
+    }
     let ms = store.conn().await?.schedules().next_fire_ms().await?;
-    Ok(ms.map(|ms| {
+    let fire = ms.map(|ms| {
         Duration::from_millis((ms - LOOKAHEAD.num_milliseconds() as f64).max(0.0) as u64)
-    }))
+    });
+    // A fan-out waiting after a failure; at least FANOUT_RECHECK, so a batch that keeps
+    // failing on the database does not spin.
+    let fan = fanout::next_due_ms(store)
+        .await?
+        .map(|ms| Duration::from_millis(ms.max(0.0) as u64).max(FANOUT_RECHECK));
+    Ok(match (fire, fan) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    })
 }
 
 /// Parses a stored schedule's fire-time rules.
@@ -196,9 +225,35 @@ pub fn fire_times_of(s: &ScheduleRecord) -> Option<FireTimes> {
 }
 
 /// A run to create.
-struct Run {
-    fire_time: DateTime<Utc>,
-    catch_up: bool,
+pub(super) struct Run {
+    /// Its fire time.
+    pub(super) fire_time: DateTime<Utc>,
+    /// Fired late, after downtime.
+    pub(super) catch_up: bool,
+    /// The fire time whose predecessor starts the period the run reports on: itself, or for
+    /// a catch-up of several missed fire times the first of them. Only fan-outs need the
+    /// period, so the predecessor is looked for only for them.
+    pub(super) period_from: DateTime<Utc>,
+}
+
+/// The fire time before `t`, looked for in windows growing eightfold from a minute to about
+/// a year, so a schedule per second costs a minute's fire times and a daily one a few
+/// windows. None when it has not fired within a year before `t`.
+fn previous_fire(fires: &FireTimes, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    let mut window = ChronoDuration::minutes(1);
+    while window <= ChronoDuration::days(600) {
+        let mut last = None;
+        let mut next = fires.next_after(t - window);
+        while let Some(n) = next.filter(|n| *n < t) {
+            last = Some(n);
+            next = fires.next_after(n);
+        }
+        if last.is_some() {
+            return last;
+        }
+        window = window * 8;
+    }
+    None
 }
 
 /// Materialises one schedule's due fire times in the transaction `tx`: its runs, their tasks
@@ -251,13 +306,16 @@ async fn materialise(
                 runs.extend(missed[from..].iter().map(|&t| Run {
                     fire_time: t,
                     catch_up: true,
+                    period_from: t,
                 }));
             }
             _ => {
-                if let Some(&t) = missed.last() {
+                if let (Some(&first), Some(&t)) = (missed.first(), missed.last()) {
+                    // One run for every missed fire time: its period covers them all.
                     runs.push(Run {
                         fire_time: t,
                         catch_up: true,
+                        period_from: first,
                     });
                 }
             }
@@ -266,6 +324,7 @@ async fn materialise(
     runs.extend(on_time.iter().take(MAX_FIRES_PER_PASS).map(|&t| Run {
         fire_time: t,
         catch_up: false,
+        period_from: t,
     }));
     let new_cursor = if on_time.len() > MAX_FIRES_PER_PASS {
         Some(on_time[MAX_FIRES_PER_PASS])
@@ -275,7 +334,7 @@ async fn materialise(
 
     let mut last_fired = s.last_fire_at;
     for run in &runs {
-        if fire_run(tx, namespace, &s, &spec, run, now, windows).await? {
+        if fire_run(tx, namespace, &s, &spec, &fires, run, now, windows).await? {
             last_fired = last_fired.max(Some(run.fire_time));
         }
     }
@@ -291,6 +350,7 @@ async fn fire_run(
     namespace: &str,
     s: &ScheduleRecord,
     spec: &pb::ScheduleSpec,
+    fires: &FireTimes,
     run: &Run,
     now: DateTime<Utc>,
     windows: &DuplicateWindows,
@@ -305,13 +365,36 @@ async fn fire_run(
         return Ok(false);
     }
     let kind = if run.catch_up { "catch_up" } else { "fired" };
-    let count = i32::try_from(spec.recipients.len()).unwrap_or(i32::MAX);
     // Checked for overrunning against the spec in force when it fired.
     let overrun_deadline = spec.overrun_after.as_ref().map(|d| {
         run.fire_time
             + ChronoDuration::seconds(d.seconds)
             + ChronoDuration::nanoseconds(i64::from(d.nanos))
     });
+    if spec.audience.is_some() || spec.variables_source.is_some() {
+        // Its tasks are written batch by batch (`fanout`), counted on the run as they are.
+        if tx
+            .schedules()
+            .insert_run(namespace, &s.id, run.fire_time, kind, 0, overrun_deadline)
+            .await?
+        {
+            tx.fanouts()
+                .insert(&PendingFanout {
+                    namespace: namespace.to_owned(),
+                    schedule_id: s.id.clone(),
+                    fire_time: run.fire_time,
+                    catch_up: run.catch_up,
+                    period_start: previous_fire(fires, run.period_from),
+                    period_end: run.fire_time,
+                    after_recipient: String::new(),
+                    failures: 0,
+                })
+                .await?;
+            return Ok(true);
+        }
+        return Ok(false);
+    }
+    let count = i32::try_from(spec.recipients.len()).unwrap_or(i32::MAX);
     if !tx
         .schedules()
         .insert_run(
@@ -351,47 +434,56 @@ async fn fire_run(
     Ok(true)
 }
 
-/// The tasks of one run: one per recipient, due at the fire time plus its stagger slot and
-/// jitter (catch-ups: now), keyed by (schedule, fire time, recipient) so that even a second
-/// insert of the run could not create a second task.
+/// The tasks of one run: one per recipient (see [`run_task`]).
 fn run_tasks(
     s: &ScheduleRecord,
     spec: &pb::ScheduleSpec,
     run: &Run,
     now: DateTime<Utc>,
 ) -> Vec<TaskSpec> {
+    spec.recipients
+        .iter()
+        .map(|recipient| run_task(s, spec, run, now, recipient))
+        .collect()
+}
+
+/// The task one recipient of a run gets: due at the fire time plus its stagger slot and
+/// jitter (catch-ups: now), keyed by (schedule, fire time, recipient) so that even a second
+/// insert of the run could not create a second task.
+pub(super) fn run_task(
+    s: &ScheduleRecord,
+    spec: &pb::ScheduleSpec,
+    run: &Run,
+    now: DateTime<Utc>,
+    recipient: &str,
+) -> TaskSpec {
     let fire = run.fire_time.to_rfc3339_opts(SecondsFormat::Millis, true);
     let stagger = ChronoDuration::milliseconds(s.stagger_ms);
     let jitter = ChronoDuration::milliseconds(s.jitter_ms);
-    spec.recipients
-        .iter()
-        .map(|recipient| {
-            let mut due = if run.catch_up {
-                now
-            } else {
-                run.fire_time + spread::stagger_offset(&s.id, recipient, stagger)
-            };
-            if s.stagger_off_round && s.stagger_ms > 0 && !run.catch_up {
-                due = spread::off_round_minutes(due);
-            }
-            due += spread::jitter(jitter);
-            let mut labels: BTreeMap<String, String> = spec.labels.clone();
-            labels.insert("herald.schedule_id".into(), s.id.clone());
-            labels.insert("herald.fire_time".into(), fire.clone());
-            if run.catch_up {
-                labels.insert("herald.catch_up".into(), "true".into());
-            }
-            TaskSpec {
-                // A run far in the past (catch-up) is due now, so the bounds hold.
-                when: Some(When::At(due)),
-                idempotency_key: format!("herald:schedule:{}:{}:{}", s.id, fire, recipient),
-                expire_at: spec.expire_after.as_ref().map(|d| {
-                    due + ChronoDuration::seconds(d.seconds)
-                        + ChronoDuration::nanoseconds(i64::from(d.nanos))
-                }),
-                labels,
-                ..super::spec::task_of(spec, recipient)
-            }
-        })
-        .collect()
+    let mut due = if run.catch_up {
+        now
+    } else {
+        run.fire_time + spread::stagger_offset(&s.id, recipient, stagger)
+    };
+    if s.stagger_off_round && s.stagger_ms > 0 && !run.catch_up {
+        due = spread::off_round_minutes(due);
+    }
+    due += spread::jitter(jitter);
+    let mut labels: BTreeMap<String, String> = spec.labels.clone();
+    labels.insert("herald.schedule_id".into(), s.id.clone());
+    labels.insert("herald.fire_time".into(), fire.clone());
+    if run.catch_up {
+        labels.insert("herald.catch_up".into(), "true".into());
+    }
+    TaskSpec {
+        // A run far in the past (catch-up) is due now, so the bounds hold.
+        when: Some(When::At(due)),
+        idempotency_key: format!("herald:schedule:{}:{}:{}", s.id, fire, recipient),
+        expire_at: spec.expire_after.as_ref().map(|d| {
+            due + ChronoDuration::seconds(d.seconds)
+                + ChronoDuration::nanoseconds(i64::from(d.nanos))
+        }),
+        labels,
+        ..super::spec::task_of(spec, recipient)
+    }
 }

@@ -3,10 +3,12 @@
 //! single-leader loop that turns due fire times into tasks ([`materializer`]) through the task
 //! domain, so a run's tasks are checked and rendered like any other.
 
+pub mod fanout;
 pub mod fire_times;
 pub mod materializer;
 pub mod model;
 pub mod overrun;
+pub mod source;
 pub mod spec;
 pub mod spread;
 
@@ -27,6 +29,7 @@ pub struct Schedules {
     store: Store,
     clock: Clock,
     min_period: chrono::Duration,
+    allow_private_sources: bool,
 }
 
 impl Schedules {
@@ -36,6 +39,7 @@ impl Schedules {
             store,
             clock,
             min_period: chrono::Duration::from_std(min_period).unwrap_or(chrono::Duration::MAX),
+            allow_private_sources: false,
         }
     }
 
@@ -52,9 +56,22 @@ impl Schedules {
         spec::check_period(&fires, now, self.min_period)?;
         record.next_fire_at = fires.next_after(now);
         let conn = self.store.conn().await?;
+        if let Some(target) = &spec.audience {
+            crate::audiences::target_audience(&conn, namespace, target, "schedule.audience")
+                .await?;
+        }
+        if let Some(src) = &spec.variables_source {
+            if let Err(p) = source::check_url(&src.url, self.allow_private_sources) {
+                return Err(Error::invalid("schedule.variables_source.url", p));
+            }
+        }
+        // A fan-out's tasks are rendered per recipient at each fire, with variables only the
+        // contact or the source gives: nothing to render now.
+        let fans_out = spec.audience.is_some() || spec.variables_source.is_some();
         let probes: Vec<_> = spec
             .recipients
             .iter()
+            .filter(|_| !fans_out)
             .map(|r| spec::task_of(spec, r))
             .collect();
         crate::tasks::prepare(
@@ -120,6 +137,13 @@ impl Schedules {
         })?;
         let effective_from = updated.next_fire_at.filter(|_| !updated.paused);
         Ok((updated, effective_from))
+    }
+
+    /// Lets variables sources be plain http on private addresses (the scheduler's
+    /// HERALD_VARIABLES_SOURCE_ALLOW_PRIVATE).
+    pub fn allow_private_sources(mut self, allow: bool) -> Self {
+        self.allow_private_sources = allow;
+        self
     }
 
     /// Reads a schedule.

@@ -137,8 +137,13 @@ pub fn check(
             60_000
         }
     };
-    if spec.recipients.is_empty() || spec.recipients.len() > MAX_RECIPIENTS {
+    if let Some(a) = &spec.audience {
+        check_audience(spec, a, &mut v);
+    } else if spec.recipients.is_empty() || spec.recipients.len() > MAX_RECIPIENTS {
         v.add("schedule.recipients", "must hold 1 to 1,000 recipients");
+    }
+    if let Some(src) = &spec.variables_source {
+        check_source(src, &mut v);
     }
     let mut seen = std::collections::HashSet::new();
     if spec.recipients.iter().any(|r| !seen.insert(r)) {
@@ -237,6 +242,8 @@ pub fn merge(
             "expire_after" => current.expire_after = patch.expire_after,
             "retry_policy" => current.retry_policy.clone_from(&patch.retry_policy),
             "overrun_after" => current.overrun_after = patch.overrun_after,
+            "audience" => current.audience.clone_from(&patch.audience),
+            "variables_source" => current.variables_source.clone_from(&patch.variables_source),
             other => {
                 return Err(Error::invalid(
                     "update_mask",
@@ -252,11 +259,59 @@ pub fn merge(
     Ok(rules_changed)
 }
 
+/// Checks an audience target: no inline recipients beside it, and well-formed filters (that
+/// the audience exists and declares the date attribute is checked against the store).
+fn check_audience(spec: &pb::ScheduleSpec, a: &pb::AudienceTarget, v: &mut Violations) {
+    if !spec.recipients.is_empty() {
+        v.add(
+            "schedule.recipients",
+            "must be empty when the schedule targets an audience",
+        );
+    }
+    if let Some(p) = rules::name_problem(&a.audience_id) {
+        v.add("schedule.audience.audience_id", p);
+    }
+    for (i, t) in a.tags.iter().enumerate() {
+        if let Some(p) = crate::audiences::model::tag_problem(t) {
+            v.add(format!("schedule.audience.tags[{i}]"), p);
+        }
+    }
+    if !a.date_attribute.is_empty() {
+        if let Some(p) = crate::audiences::model::attribute_name_problem(&a.date_attribute) {
+            v.add("schedule.audience.date_attribute", p);
+        }
+    }
+}
+
+/// Checks a variables source: a URL herald may call, and a timeout within bounds.
+fn check_source(src: &pb::VariablesSource, v: &mut Violations) {
+    if let Err(p) = super::source::check_url(&src.url, true) {
+        v.add("schedule.variables_source.url", p);
+    }
+    if let Some(ms) = ms_of(src.timeout.as_ref()) {
+        let max = super::source::MAX_TIMEOUT.as_millis() as i64;
+        if !(1..=max).contains(&ms) {
+            v.add(
+                "schedule.variables_source.timeout",
+                "must be between 1 ms and 60 s",
+            );
+        }
+    }
+}
+
 /// Checks the task every recipient of a run will get, as the materialiser will create it; a
-/// rule broken for several recipients is reported once (recipients by index).
+/// rule broken for several recipients is reported once (recipients by index). An audience's
+/// contacts are checked when they are written, so its runs' tasks are checked with a stand-in
+/// recipient for everything else.
 fn check_tasks(spec: &pb::ScheduleSpec, now: DateTime<Utc>, v: &mut Violations) {
     let mut reported: Vec<(String, String)> = Vec::new();
-    for (i, r) in spec.recipients.iter().enumerate().take(MAX_RECIPIENTS) {
+    let stand_in = ["audience-contact".to_string()];
+    let recipients: &[String] = if spec.audience.is_some() {
+        &stand_in
+    } else {
+        &spec.recipients
+    };
+    for (i, r) in recipients.iter().enumerate().take(MAX_RECIPIENTS) {
         let mut tv = Violations::default();
         task_of(spec, r).validate("schedule", now, &mut tv);
         for f in tv.as_slice() {

@@ -70,6 +70,7 @@ pub(super) fn start(replica: &Replica, config: &Config, notifier: Option<Notifie
     jobs.spawn(crate::schedule::materializer::run(
         store.clone(),
         replica.tasks.duplicate_windows().clone(),
+        replica.sources.clone(),
         stop.clone(),
     ));
     jobs.spawn(crate::retention::run(

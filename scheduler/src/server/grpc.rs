@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use herald_proto::v1::account_service_server::AccountServiceServer;
+use herald_proto::v1::audience_service_server::AudienceServiceServer;
 use herald_proto::v1::campaign_service_server::CampaignServiceServer;
 use herald_proto::v1::lease_service_server::LeaseServiceServer;
 use herald_proto::v1::schedule_service_server::ScheduleServiceServer;
@@ -21,6 +22,7 @@ use tower::Service;
 
 use super::{Replica, ServeError};
 use crate::api::accounts::AccountApi;
+use crate::api::audiences::AudienceApi;
 use crate::api::campaigns::CampaignApi;
 use crate::api::lease::LeaseApi;
 use crate::api::schedules::ScheduleApi;
@@ -28,6 +30,7 @@ use crate::api::stats::StatsApi;
 use crate::api::suppressions::SuppressionApi;
 use crate::api::tasks::TaskApi;
 use crate::api::templates::TemplateApi;
+use crate::audiences::Audiences;
 use crate::auth::layer::{AuthLayer, AuthPolicy};
 use crate::campaigns::Campaigns;
 use crate::config::Config;
@@ -102,12 +105,19 @@ where
                 .max_decoding_message_size(max),
         )
         .add_service(
-            ScheduleServiceServer::new(ScheduleApi::new(Schedules::new(
-                replica.store.clone(),
-                replica.followers.clock.clone(),
-                config.min_schedule_period,
-            )))
+            ScheduleServiceServer::new(ScheduleApi::new(
+                Schedules::new(
+                    replica.store.clone(),
+                    replica.followers.clock.clone(),
+                    config.min_schedule_period,
+                )
+                .allow_private_sources(config.variables_source_allow_private),
+            ))
             .max_decoding_message_size(max),
+        )
+        .add_service(
+            AudienceServiceServer::new(AudienceApi::new(Audiences::new(replica.store.clone())))
+                .max_decoding_message_size(max),
         )
         .add_service(
             CampaignServiceServer::new(CampaignApi::new(Campaigns::new(tasks)))

@@ -3,8 +3,9 @@
 //! shutdown.
 
 use herald_proto::v1::{
-    account_service_server, campaign_service_server, lease_service_server, schedule_service_server,
-    stats_service_server, suppression_service_server, task_service_server, template_service_server,
+    account_service_server, audience_service_server, campaign_service_server, lease_service_server,
+    schedule_service_server, stats_service_server, suppression_service_server, task_service_server,
+    template_service_server,
 };
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
@@ -20,6 +21,7 @@ pub(super) const SERVED: &[&str] = &[
     account_service_server::SERVICE_NAME,
     schedule_service_server::SERVICE_NAME,
     campaign_service_server::SERVICE_NAME,
+    audience_service_server::SERVICE_NAME,
     lease_service_server::SERVICE_NAME,
     stats_service_server::SERVICE_NAME,
     suppression_service_server::SERVICE_NAME,

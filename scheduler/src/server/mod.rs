@@ -24,6 +24,7 @@ use crate::lease::events::{Event, Followers};
 use crate::lease::registry::Registry;
 use crate::lease::session::SessionContext;
 use crate::lease::LeaseSettings;
+use crate::schedule::source::Sources;
 use crate::store::{migrate, ConnectError, Store, StoreError};
 use crate::tasks::Tasks;
 
@@ -69,6 +70,9 @@ pub enum ServeError {
     /// The TLS settings are unusable, or plaintext was not allowed.
     #[error(transparent)]
     Tls(#[from] crate::tls::TlsError),
+    /// HERALD_VARIABLES_SOURCE_SECRET is unusable.
+    #[error("invalid variables source settings: {0}")]
+    Sources(String),
     /// The tokens file is unusable, or anonymous access was not allowed.
     #[error("{0}")]
     Auth(String),
@@ -85,6 +89,8 @@ struct Replica {
     tasks: Tasks,
     /// What the event listener keeps current (clock skew, namespaces without accounts).
     followers: Followers,
+    /// How schedules' variables sources are reached.
+    sources: Sources,
     /// Stops the background jobs, last.
     background: CancellationToken,
     /// Tells lease sessions to drain.
@@ -109,6 +115,11 @@ pub async fn run(
     let duplicate_windows =
         crate::tasks::duplicates::DuplicateWindows::parse(&config.duplicate_content_windows)
             .map_err(ServeError::DuplicateWindows)?;
+    let sources = Sources::new(
+        config.variables_source_secret.as_deref(),
+        config.variables_source_allow_private,
+    )
+    .map_err(ServeError::Sources)?;
     let store = Store::connect(&config.database_url, config.db_pool_size)?;
     migrate_with_retry(&store).await?;
 
@@ -129,6 +140,7 @@ pub async fn run(
         )
         .with_duplicate_windows(duplicate_windows),
         followers,
+        sources,
         store,
         events,
         registry: Registry::default(),

@@ -8,10 +8,12 @@
 
 pub mod accounts;
 pub mod bulk;
+pub mod audiences;
 pub mod campaigns;
 pub mod connection;
 pub mod deliveries;
 mod error;
+pub mod fanouts;
 pub mod leases;
 pub mod migrate;
 pub mod notifications;
@@ -238,6 +240,14 @@ pub trait Db: GenericClient + Sized {
     /// Bulk operations on the tasks a filter selects.
     fn bulk(&self) -> bulk::BulkRepo<'_, Self> {
         bulk::BulkRepo::new(self)
+    }
+    /// Audiences, their contacts and the fan-outs of runs that target them.
+    fn audiences(&self) -> audiences::AudienceRepo<'_, Self> {
+        audiences::AudienceRepo::new(self)
+    }
+    /// Schedule runs still becoming tasks, batch by batch.
+    fn fanouts(&self) -> fanouts::FanoutRepo<'_, Self> {
+        fanouts::FanoutRepo::new(self)
     }
     /// Campaigns.
     fn campaigns(&self) -> campaigns::CampaignRepo<'_, Self> {

@@ -3,6 +3,7 @@
 //! reported here as field violations; every other rule is the domain's.
 
 pub mod accounts;
+pub mod audiences;
 pub mod callbacks;
 pub mod campaigns;
 pub mod tasks;

@@ -1,0 +1,6 @@
+-- Records that a run's recipients are still to become tasks, in the transaction that inserts
+-- the run; nothing when that run has one already.
+INSERT INTO herald.fanouts (namespace, schedule_id, fire_time, catch_up, period_start,
+                            period_end, next_try_at)
+VALUES ($1, $2, $3, $4, $5, $6, herald.now())
+ON CONFLICT DO NOTHING

@@ -1,0 +1,561 @@
+//! Schedules that fan out per recipient, on the real binary with the test clock: a birthday
+//! schedule messages exactly the contacts whose birthday is the fire date in their own zone
+//! (across a day boundary), each with their own rendered text, and a fire run again creates
+//! nothing new; a per-salesperson report renders each recipient's figures from a local
+//! variables source, signed, and a catch-up fire asks the source for the missed period; a
+//! source that fails twice is asked again until it answers.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
+use chrono::{DateTime, Utc};
+use herald_proto::v1::{
+    audience_service_client::AudienceServiceClient, campaign_service_client::CampaignServiceClient,
+    content, schedule_service_client::ScheduleServiceClient,
+    task_service_client::TaskServiceClient, template,
+    template_service_client::TemplateServiceClient, AddContactRequest, Audience, AudienceChannel,
+    AudienceTarget, CampaignSpec, Contact, Content, CreateAudienceRequest, CreateCampaignRequest,
+    CreateScheduleRequest, CreateTemplateRequest, ListTasksRequest, MisfirePolicy,
+    PreviewFireTimesRequest, ScheduleSpec, Template, TemplateContent, TextTemplate,
+    VariablesSource,
+};
+use herald_tests::{Response, SchedulerProcess, TestDb, WebhookReceiver};
+use tonic::transport::Channel;
+
+/// The signing secret the scheduler is given for variables sources.
+const SECRET: &str = "whsec_c2VjcmV0LWZvci12YXJpYWJsZXMtc291cmNl";
+
+/// Polls until `f` holds (the materialiser works in the background; this is observation).
+async fn until<F, Fut>(what: &str, mut f: F) -> Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<bool>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !f().await? {
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+/// Sets the database clock to `at` and waits until the scheduler's own clock follows (its
+/// next fire time of `cron` after "now" is `expect`).
+async fn set_clock(
+    db: &TestDb,
+    s: &SchedulerProcess,
+    at: DateTime<Utc>,
+    cron: &str,
+    expect: DateTime<Utc>,
+) -> Result<()> {
+    db.connect()
+        .await?
+        .execute(
+            "SELECT herald.set_test_clock($1::timestamptz - now())",
+            &[&at],
+        )
+        .await?;
+    let schedules = ScheduleServiceClient::connect(s.grpc_url()).await?;
+    until("the scheduler's clock to follow the test clock", || {
+        let mut schedules = schedules.clone();
+        async move {
+            let next = schedules
+                .preview_fire_times(PreviewFireTimesRequest {
+                    cron: cron.into(),
+                    time_zone: "UTC".into(),
+                    count: 1,
+                    ..Default::default()
+                })
+                .await?
+                .into_inner()
+                .fire_times;
+            Ok(next.first().map(|t| t.seconds) == Some(expect.timestamp()))
+        }
+    })
+    .await
+}
+
+fn at(s: &str) -> Result<DateTime<Utc>> {
+    Ok(DateTime::parse_from_rfc3339(s)?.with_timezone(&Utc))
+}
+
+async fn text_template(s: &SchedulerProcess, id: &str, body: &str) -> Result<()> {
+    TemplateServiceClient::connect(s.grpc_url())
+        .await?
+        .create_template(CreateTemplateRequest {
+            template: Some(Template {
+                id: id.into(),
+                kind: Some(template::Kind::Text(TextTemplate { body: body.into() })),
+                ..Default::default()
+            }),
+        })
+        .await?;
+    Ok(())
+}
+
+fn uses(id: &str, vars: &[(&str, &str)]) -> Content {
+    Content {
+        body: Some(content::Body::Template(TemplateContent {
+            template_id: id.into(),
+            language: String::new(),
+            variables: vars
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        })),
+    }
+}
+
+async fn audience(
+    s: &SchedulerProcess,
+    id: &str,
+    contacts: Vec<Contact>,
+) -> Result<AudienceServiceClient<Channel>> {
+    let mut c = AudienceServiceClient::connect(s.grpc_url()).await?;
+    c.create_audience(CreateAudienceRequest {
+        audience: Some(Audience {
+            id: id.into(),
+            channel: AudienceChannel::Wecom as i32,
+            default_time_zone: "Europe/Berlin".into(),
+            date_attributes: vec!["birthday".into()],
+            ..Default::default()
+        }),
+    })
+    .await?;
+    for contact in contacts {
+        c.add_contact(AddContactRequest {
+            audience_id: id.into(),
+            contact: Some(contact),
+        })
+        .await?;
+    }
+    Ok(c)
+}
+
+fn contact(recipient: &str, name: &str, zone: &str, tags: &[&str], birthday: &str) -> Contact {
+    Contact {
+        recipient: recipient.into(),
+        name: name.into(),
+        time_zone: zone.into(),
+        tags: tags.iter().map(|t| t.to_string()).collect(),
+        attributes: if birthday.is_empty() {
+            BTreeMap::new()
+        } else {
+            [("birthday".to_string(), birthday.to_string())].into()
+        },
+        ..Default::default()
+    }
+}
+
+/// The tasks of `queue`: recipient → text.
+async fn texts(s: &SchedulerProcess, queue: &str) -> Result<BTreeMap<String, String>> {
+    let mut tasks = TaskServiceClient::connect(s.grpc_url()).await?;
+    let listed = tasks
+        .list_tasks(ListTasksRequest {
+            queue: queue.into(),
+            page_size: 1000,
+            ..Default::default()
+        })
+        .await?
+        .into_inner()
+        .tasks;
+    listed
+        .into_iter()
+        .map(|t| {
+            let text = match t.content.and_then(|c| c.body) {
+                Some(content::Body::Text(text)) => text,
+                other => anyhow::bail!("task content is not text: {other:?}"),
+            };
+            Ok((t.recipient, text))
+        })
+        .collect()
+}
+
+/// Whether every fan-out of `schedule` is finished.
+async fn fanned_out(db: &TestDb, schedule: &str, runs: i64) -> Result<bool> {
+    let row = db
+        .connect()
+        .await?
+        .query_one(
+            "SELECT count(*) FILTER (WHERE done) AS done, count(*) AS all
+             FROM herald.fanouts WHERE schedule_id = $1",
+            &[&schedule],
+        )
+        .await?;
+    let (done, all): (i64, i64) = (row.get("done"), row.get("all"));
+    Ok(done == all && all >= runs)
+}
+
+#[tokio::test]
+async fn a_birthday_schedule_greets_todays_birthdays_in_their_own_zones_once() -> Result<()> {
+    let db = TestDb::new().await?;
+    let s = SchedulerProcess::spawn(&db).await?;
+    // The fire: 23:30 UTC on 7 March, already 8 March in Tokyo and Berlin.
+    let fire = at("2026-03-07T23:30:00Z")?;
+    audience(
+        &s,
+        "staff",
+        vec![
+            contact("utc7", "Uma", "UTC", &["staff"], "1990-03-07"),
+            contact("tokyo8", "Taro", "Asia/Tokyo", &["staff"], "03-08"),
+            contact("tokyo7", "Tomo", "Asia/Tokyo", &["staff"], "1985-03-07"),
+            contact("la7", "Lou", "America/Los_Angeles", &["staff"], "03-07"),
+            // No zone of their own: the audience's Europe/Berlin.
+            contact("berlin8", "Bea", "", &["staff"], "1979-03-08"),
+            contact("berlin7", "Ben", "", &["staff"], "03-07"),
+            contact("nobirthday", "Nia", "UTC", &["staff"], ""),
+            contact("contractor7", "Cal", "UTC", &["contractor"], "03-07"),
+        ],
+    )
+    .await?;
+    text_template(
+        &s,
+        "birthday",
+        "Happy birthday {{ name }} ({{ fire_date }} in {{ time_zone }}), from {{ team }}!",
+    )
+    .await?;
+    set_clock(
+        &db,
+        &s,
+        fire - chrono::Duration::seconds(3),
+        "30 23 * * *",
+        fire,
+    )
+    .await?;
+    let mut schedules = ScheduleServiceClient::connect(s.grpc_url()).await?;
+    schedules
+        .create_schedule(CreateScheduleRequest {
+            schedule: Some(ScheduleSpec {
+                id: "birthdays".into(),
+                cron: "30 23 * * *".into(),
+                time_zone: "UTC".into(),
+                queue: "greetings".into(),
+                audience: Some(AudienceTarget {
+                    audience_id: "staff".into(),
+                    tags: vec!["staff".into()],
+                    date_attribute: "birthday".into(),
+                }),
+                content: Some(uses("birthday", &[("team", "HR")])),
+                ..Default::default()
+            }),
+        })
+        .await?;
+    until("the birthday run to fan out", || {
+        fanned_out(&db, "birthdays", 1)
+    })
+    .await?;
+    let expected: BTreeMap<String, String> = [
+        ("utc7", "Happy birthday Uma (2026-03-07 in UTC), from HR!"),
+        (
+            "tokyo8",
+            "Happy birthday Taro (2026-03-08 in Asia/Tokyo), from HR!",
+        ),
+        (
+            "la7",
+            "Happy birthday Lou (2026-03-07 in America/Los_Angeles), from HR!",
+        ),
+        (
+            "berlin8",
+            "Happy birthday Bea (2026-03-08 in Europe/Berlin), from HR!",
+        ),
+    ]
+    .into_iter()
+    .map(|(r, t)| (r.to_string(), t.to_string()))
+    .collect();
+    assert_eq!(texts(&s, "greetings").await?, expected);
+
+    // The same fire time fired again (its run lost, the cursor moved back, as a crash between
+    // the tasks and the cursor could leave it): each contact's task exists once.
+    let conn = db.connect().await?;
+    conn.batch_execute(
+        "DELETE FROM herald.schedule_runs WHERE schedule_id = 'birthdays';
+         UPDATE herald.schedules SET next_fire_at = '2026-03-07T23:30:00Z'
+         WHERE id = 'birthdays';
+         NOTIFY herald_schedules;",
+    )
+    .await?;
+    until("the run fired again to fan out", || async {
+        let runs: i64 = conn
+            .query_one(
+                "SELECT count(*) FROM herald.schedule_runs WHERE schedule_id = 'birthdays'",
+                &[],
+            )
+            .await?
+            .get(0);
+        Ok(runs == 1 && fanned_out(&db, "birthdays", 1).await?)
+    })
+    .await?;
+    assert_eq!(texts(&s, "greetings").await?, expected);
+    let again: i32 = conn
+        .query_one(
+            "SELECT task_count FROM herald.schedule_runs WHERE schedule_id = 'birthdays'",
+            &[],
+        )
+        .await?
+        .get(0);
+    assert_eq!(again, 0, "the second fire created tasks");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_sales_report_renders_each_persons_figures_and_a_catch_up_asks_for_the_missed_day(
+) -> Result<()> {
+    let db = TestDb::new().await?;
+    let source = WebhookReceiver::start().await?;
+    let spawn = || {
+        SchedulerProcess::builder(&db)
+            .env("HERALD_VARIABLES_SOURCE_SECRET", SECRET)
+            .env("HERALD_VARIABLES_SOURCE_ALLOW_PRIVATE", "true")
+            .spawn()
+    };
+    let mut s = spawn().await?;
+    audience(
+        &s,
+        "sales",
+        vec![
+            contact("ann", "Ann", "", &[], ""),
+            contact("bob", "Bob", "", &[], ""),
+            contact("carl", "Carl", "", &[], ""),
+        ],
+    )
+    .await?;
+    text_template(
+        &s,
+        "report",
+        "{{ name }}: {{ total }} EUR, {{ period_start }} to {{ period_end }}\
+         {% if catch_up == 'true' %} (late){% endif %}",
+    )
+    .await?;
+    // The source knows Ann's and Bob's figures; Carl sold nothing and gets no report.
+    source.set_default(
+        Response::ok()
+            .body(r#"{"recipients": {"ann": {"total": 1200}, "bob": {"total": "800.50"}}}"#),
+    );
+    let fire = at("2026-05-04T08:00:00Z")?;
+    set_clock(
+        &db,
+        &s,
+        fire - chrono::Duration::seconds(3),
+        "0 8 * * *",
+        fire,
+    )
+    .await?;
+    ScheduleServiceClient::connect(s.grpc_url())
+        .await?
+        .create_schedule(CreateScheduleRequest {
+            schedule: Some(ScheduleSpec {
+                id: "daily-sales".into(),
+                cron: "0 8 * * *".into(),
+                time_zone: "UTC".into(),
+                queue: "reports".into(),
+                misfire: MisfirePolicy::FireOnceNow as i32,
+                audience: Some(AudienceTarget {
+                    audience_id: "sales".into(),
+                    ..Default::default()
+                }),
+                variables_source: Some(VariablesSource {
+                    url: format!("{}/figures", source.url()),
+                    timeout: None,
+                }),
+                content: Some(uses("report", &[])),
+                ..Default::default()
+            }),
+        })
+        .await?;
+    until("the report run to fan out", || {
+        fanned_out(&db, "daily-sales", 1)
+    })
+    .await?;
+    let texts_now = texts(&s, "reports").await?;
+    assert_eq!(
+        texts_now,
+        [
+            (
+                "ann".to_string(),
+                "Ann: 1200 EUR, 2026-05-03T08:00:00.000Z to 2026-05-04T08:00:00.000Z".to_string()
+            ),
+            (
+                "bob".to_string(),
+                "Bob: 800.50 EUR, 2026-05-03T08:00:00.000Z to 2026-05-04T08:00:00.000Z".to_string()
+            ),
+        ]
+        .into()
+    );
+    let requests = source.requests();
+    assert_eq!(requests.len(), 1);
+    let first = &requests[0];
+    let body: serde_json::Value = serde_json::from_slice(&first.body)?;
+    assert_eq!(body["period_start"], "2026-05-03T08:00:00.000Z");
+    assert_eq!(body["period_end"], "2026-05-04T08:00:00.000Z");
+    assert_eq!(body["catch_up"], false);
+    let asked: Vec<&str> = body["recipients"]
+        .as_array()
+        .context("no recipients")?
+        .iter()
+        .filter_map(|r| r["recipient"].as_str())
+        .collect();
+    assert_eq!(asked, vec!["ann", "bob", "carl"]);
+    verify_signature(first)?;
+
+    // The scheduler is down over the next day's 08:00 and back at 10:00: the catch-up run asks
+    // for the missed period, and its messages say so.
+    s.kill()?;
+    s.wait().await?;
+    db.connect()
+        .await?
+        .execute(
+            "SELECT herald.set_test_clock('2026-05-05T10:00:00Z'::timestamptz - now())",
+            &[],
+        )
+        .await?;
+    source.set_default(Response::ok().body(
+        r#"{"recipients": {"ann": {"total": 300}, "bob": {"total": 0}, "carl": {"total": 50}}}"#,
+    ));
+    let s = spawn().await?;
+    until("the catch-up run to fan out", || {
+        fanned_out(&db, "daily-sales", 2)
+    })
+    .await?;
+    let requests = source.requests();
+    assert_eq!(requests.len(), 2);
+    let body: serde_json::Value = serde_json::from_slice(&requests[1].body)?;
+    assert_eq!(body["catch_up"], true);
+    assert_eq!(body["period_start"], "2026-05-04T08:00:00.000Z");
+    assert_eq!(body["period_end"], "2026-05-05T08:00:00.000Z");
+    let all = texts(&s, "reports").await?;
+    // Carl had no figures the first day: his only report is the catch-up's.
+    assert_eq!(
+        all.get("carl").map(String::as_str),
+        Some("Carl: 50 EUR, 2026-05-04T08:00:00.000Z to 2026-05-05T08:00:00.000Z (late)")
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_source_that_fails_twice_is_asked_again_until_it_answers() -> Result<()> {
+    let db = TestDb::new().await?;
+    let source = WebhookReceiver::start().await?;
+    let s = SchedulerProcess::builder(&db)
+        .env("HERALD_VARIABLES_SOURCE_ALLOW_PRIVATE", "true")
+        .spawn()
+        .await?;
+    audience(&s, "team", vec![contact("ann", "Ann", "", &[], "")]).await?;
+    text_template(&s, "note", "{{ name }}: {{ figure }}").await?;
+    source.respond_with(vec![Response::status(503), Response::status(500)]);
+    source.set_default(Response::ok().body(r#"{"recipients": {"ann": {"figure": 7}}}"#));
+    let fire = at("2026-05-04T08:00:00Z")?;
+    set_clock(
+        &db,
+        &s,
+        fire - chrono::Duration::seconds(3),
+        "0 8 * * *",
+        fire,
+    )
+    .await?;
+    ScheduleServiceClient::connect(s.grpc_url())
+        .await?
+        .create_schedule(CreateScheduleRequest {
+            schedule: Some(ScheduleSpec {
+                id: "notes".into(),
+                cron: "0 8 * * *".into(),
+                time_zone: "UTC".into(),
+                queue: "notes".into(),
+                audience: Some(AudienceTarget {
+                    audience_id: "team".into(),
+                    ..Default::default()
+                }),
+                variables_source: Some(VariablesSource {
+                    url: format!("{}/v", source.url()),
+                    timeout: None,
+                }),
+                content: Some(uses("note", &[])),
+                ..Default::default()
+            }),
+        })
+        .await?;
+    until("the run to fan out", || fanned_out(&db, "notes", 1)).await?;
+    assert_eq!(source.requests().len(), 3);
+    // Every try of the page carries the same webhook-id, so the source can tell repeats.
+    let ids: Vec<Option<String>> = source
+        .requests()
+        .iter()
+        .map(|r| r.header("webhook-id").map(str::to_owned))
+        .collect();
+    ensure!(
+        ids.iter().all(|i| i.is_some() && *i == ids[0]),
+        "ids differ: {ids:?}"
+    );
+    assert_eq!(
+        texts(&s, "notes").await?,
+        [("ann".to_string(), "Ann: 7".to_string())].into()
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_campaign_to_an_audience_renders_each_tagged_contacts_message() -> Result<()> {
+    let db = TestDb::new().await?;
+    let s = SchedulerProcess::spawn(&db).await?;
+    audience(
+        &s,
+        "club",
+        vec![
+            contact("ann", "Ann", "Asia/Tokyo", &["vip"], ""),
+            contact("bob", "Bob", "", &["vip", "new"], ""),
+            contact("cat", "Cat", "", &["new"], ""),
+        ],
+    )
+    .await?;
+    text_template(&s, "offer", "{{ greeting }} {{ name }} ({{ time_zone }})").await?;
+    CampaignServiceClient::connect(s.grpc_url())
+        .await?
+        .create_campaign(CreateCampaignRequest {
+            campaign: Some(CampaignSpec {
+                name: "vip offer".into(),
+                queue: "offers".into(),
+                content: Some(uses("offer", &[("greeting", "Hello")])),
+                audience: Some(AudienceTarget {
+                    audience_id: "club".into(),
+                    tags: vec!["vip".into()],
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            recipients: vec![],
+        })
+        .await?;
+    assert_eq!(
+        texts(&s, "offers").await?,
+        [
+            ("ann".to_string(), "Hello Ann (Asia/Tokyo)".to_string()),
+            ("bob".to_string(), "Hello Bob (Europe/Berlin)".to_string()),
+        ]
+        .into()
+    );
+    Ok(())
+}
+
+/// Checks the Standard Webhooks signature of a request with [`SECRET`].
+fn verify_signature(r: &herald_tests::RecordedRequest) -> Result<()> {
+    use base64::Engine as _;
+    use hmac::{Hmac, Mac};
+    let key =
+        base64::engine::general_purpose::STANDARD.decode(SECRET.trim_start_matches("whsec_"))?;
+    let id = r.header("webhook-id").context("no webhook-id")?;
+    let ts = r
+        .header("webhook-timestamp")
+        .context("no webhook-timestamp")?;
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(&key)?;
+    mac.update(format!("{id}.{ts}.").as_bytes());
+    mac.update(&r.body);
+    let expected = format!(
+        "v1,{}",
+        base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes())
+    );
+    assert_eq!(r.header("webhook-signature"), Some(expected.as_str()));
+    Ok(())
+}
