@@ -580,6 +580,14 @@ pub struct TaskRecord {
     pub account_id: Option<String>,
     /// Its send window.
     pub send_window: Option<SendWindow>,
+    /// The W3C `traceparent` of the request that created it, if traced.
+    pub trace_parent: Option<String>,
+    /// The campaign it belongs to, if any.
+    pub campaign_id: Option<Uuid>,
+    /// The schedule that fired it, if any.
+    pub schedule_id: Option<String>,
+    /// Parked by its campaign (paused or cancelled): the claim does not visit it.
+    pub parked: bool,
 }
 
 /// One recorded attempt.

@@ -18,7 +18,8 @@ use uuid::Uuid;
 use super::sql::{column, statement, FromRow, Statement};
 use super::tasks::announce_due_now;
 use super::{repository, StoreError};
-use crate::campaigns::model::{CampaignRecord, CancelledRows, Progress};
+use crate::campaigns::model::{CampaignRecord, CancelledRows, FailureReason, Progress};
+use crate::tasks::model::Outcome;
 
 repository!(
     /// Campaigns.
@@ -36,6 +37,10 @@ static INSERT_CAMPAIGN: LazyLock<Statement> =
     LazyLock::new(|| expand("insert_campaign", include_str!("insert_campaign.sql")));
 static GET_CAMPAIGN: LazyLock<Statement> =
     LazyLock::new(|| expand("get_campaign", include_str!("get_campaign.sql")));
+static LIST_CAMPAIGNS: LazyLock<Statement> =
+    LazyLock::new(|| expand("list_campaigns", include_str!("list_campaigns.sql")));
+const FAILURE_REASONS: Statement = statement!("failure_reasons");
+const FAILED_WITH_REASON: Statement = statement!("failed_with_reason");
 const LOCK_CAMPAIGN: Statement = statement!("lock_campaign");
 const PRESENT_RECIPIENTS: Statement = statement!("present_recipients");
 const COUNT_RECIPIENTS: Statement = statement!("count_recipients");
@@ -88,6 +93,58 @@ impl<C: GenericClient> CampaignRepo<'_, C> {
         id: Uuid,
     ) -> Result<Option<CampaignRecord>, StoreError> {
         GET_CAMPAIGN.fetch_opt(self.db, &[&namespace, &id]).await
+    }
+
+    /// One page of a namespace's campaigns, newest first, after `before` (an id).
+    pub async fn list(
+        &self,
+        namespace: &str,
+        before: Option<Uuid>,
+        limit: i64,
+    ) -> Result<Vec<CampaignRecord>, StoreError> {
+        LIST_CAMPAIGNS
+            .fetch(self.db, &[&namespace, &before, &limit])
+            .await
+    }
+
+    /// A campaign's failed tasks grouped by how their last attempt failed, largest first; at
+    /// most `limit` groups.
+    pub async fn failure_reasons(
+        &self,
+        id: Uuid,
+        limit: i64,
+    ) -> Result<Vec<FailureReason>, StoreError> {
+        FAILURE_REASONS
+            .query(self.db, &[&id, &limit])
+            .await?
+            .iter()
+            .map(|r| {
+                let code: Option<i16> = column(r, "outcome")?;
+                Ok(FailureReason {
+                    outcome: code.and_then(Outcome::from_code),
+                    error: column(r, "error")?,
+                    tasks: column(r, "tasks")?,
+                })
+            })
+            .collect()
+    }
+
+    /// The next `limit` failed tasks of a campaign with this reason, after `after` (ids in
+    /// order).
+    pub async fn failed_with_reason(
+        &self,
+        id: Uuid,
+        reason: &FailureReason,
+        after: Option<Uuid>,
+        limit: i64,
+    ) -> Result<Vec<Uuid>, StoreError> {
+        let code = reason.outcome.map(|o| o as i16);
+        FAILED_WITH_REASON
+            .query(self.db, &[&id, &code, &reason.error, &after, &limit])
+            .await?
+            .iter()
+            .map(|r| column(r, "id"))
+            .collect()
     }
 
     /// Locks a campaign for the rest of the transaction; its state and recipient count, or

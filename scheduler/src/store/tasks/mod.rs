@@ -39,6 +39,25 @@ const FIND_KEYS: Statement = statement!("find_keys");
 const CANCEL_TASK: Statement = statement!("cancel_task");
 const RETRY_TASK: Statement = statement!("retry_task");
 const LIST_ATTEMPTS: Statement = statement!("list_attempts");
+const PENDING_GROUPS: Statement = statement!("pending_groups");
+const NOT_DUE_COUNT: Statement = statement!("not_due_count");
+
+/// Due, unclaimed tasks that share what decides whether they can go.
+#[derive(Debug, Clone)]
+pub struct PendingGroup {
+    /// Queue.
+    pub queue: String,
+    /// Targeted pool.
+    pub pool: Option<String>,
+    /// Pinned account.
+    pub account_id: Option<String>,
+    /// Parked by a paused campaign.
+    pub parked: bool,
+    /// Tasks in the group.
+    pub tasks: i64,
+    /// The oldest due time among them.
+    pub oldest: DateTime<Utc>,
+}
 
 /// The result of creating one task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,6 +117,16 @@ pub struct TaskFilter {
     pub run_after: Option<DateTime<Utc>>,
     /// Due before.
     pub run_before: Option<DateTime<Utc>>,
+    /// Exactly this recipient (the console's search).
+    pub recipient: Option<String>,
+    /// Exactly this task.
+    pub id: Option<Uuid>,
+    /// Tasks of this campaign.
+    pub campaign_id: Option<Uuid>,
+    /// Tasks fired by this schedule.
+    pub schedule_id: Option<String>,
+    /// Tasks pinned to or last leased by this account.
+    pub account_id: Option<String>,
     /// Continue after this id (ids sort by creation; pages go newest first).
     pub before_id: Option<Uuid>,
     /// Page size.
@@ -282,9 +311,48 @@ impl<C: GenericClient> TaskRepo<'_, C> {
                     &filter.run_before,
                     &filter.before_id,
                     &filter.limit,
+                    &filter.recipient,
+                    &filter.id,
+                    &filter.campaign_id,
+                    &filter.schedule_id,
+                    &filter.account_id,
                 ],
             )
             .await
+    }
+
+    /// The namespace's due, unclaimed tasks grouped by queue, pool, account and parking, looking
+    /// at the `limit` oldest due.
+    pub async fn pending_groups(
+        &self,
+        namespace: &str,
+        limit: i64,
+    ) -> Result<Vec<PendingGroup>, StoreError> {
+        PENDING_GROUPS
+            .query(self.db, &[&namespace, &limit])
+            .await?
+            .iter()
+            .map(|r| {
+                Ok(PendingGroup {
+                    queue: column(r, "queue")?,
+                    pool: column(r, "pool")?,
+                    account_id: column(r, "account_id")?,
+                    parked: column(r, "parked")?,
+                    tasks: column(r, "tasks")?,
+                    oldest: column(r, "oldest")?,
+                })
+            })
+            .collect()
+    }
+
+    /// How many scheduled tasks are not due yet, counting at most `limit`.
+    pub async fn not_due_count(&self, namespace: &str, limit: i64) -> Result<i64, StoreError> {
+        column(
+            &NOT_DUE_COUNT
+                .query_one(self.db, &[&namespace, &limit])
+                .await?,
+            "tasks",
+        )
     }
 
     /// Cancels a task; for a leased one, also gives its account slot back and announces the
