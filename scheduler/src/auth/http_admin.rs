@@ -1,17 +1,23 @@
-//! Auth on the HTTP listener: the dashboard (and, when asked, `/metrics`) require an admin
-//! token, as `Authorization: Bearer <token>` (Prometheus, scripts) or as the password of HTTP
-//! Basic auth (a browser's own login prompt; the user name is ignored).
+//! Auth on the HTTP listener: the dashboard and the console (and, when asked, `/metrics`)
+//! require an admin or viewer token, as `Authorization: Bearer <token>` (Prometheus, scripts)
+//! or as the password of HTTP Basic auth (a browser's own login prompt; the user name is
+//! ignored). Reading needs either role; anything else (a POST) needs admin and must come from
+//! the page's own origin (see [`same_origin`]).
+//!
+//! The namespace is the `x-herald-namespace` header's, else the `ns` query parameter's (a page
+//! picks it in a form, so every link and form of the console carries it), else the token's
+//! default, checked against the token's grant exactly as on the gRPC side.
 
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 
 use super::layer::{bearer_token, namespace_for, AuthPolicy};
-use super::{Caller, Role};
+use super::{Caller, Role, NAMESPACE_HEADER};
 
 /// What the HTTP listener protects.
 #[derive(Debug, Clone)]
@@ -22,14 +28,15 @@ pub struct HttpAuth {
     pub protect_metrics: bool,
 }
 
-/// Middleware: lets probes through, requires an admin token for the rest, and leaves the
-/// [`Caller`] in the request's extensions for the dashboard's handlers.
+/// Middleware: lets probes through, requires an admin or viewer token for reads and an admin
+/// token for writes, and leaves the [`Caller`] in the request's extensions for the dashboard's
+/// and console's handlers.
 pub async fn require_admin(
     State(auth): State<HttpAuth>,
     mut request: Request,
     next: Next,
 ) -> Response {
-    let path = request.uri().path();
+    let path = request.uri().path().to_owned();
     let public =
         path == "/healthz" || path == "/readyz" || (path == "/metrics" && !auth.protect_metrics);
     if public {
@@ -46,12 +53,35 @@ pub async fn require_admin(
         Ok(p) => p,
         Err(e) => return challenge(&e.to_string()),
     };
-    if !principal.roles.contains(Role::Admin) {
+    let reads = matches!(*request.method(), Method::GET | Method::HEAD);
+    let allowed = principal.roles.contains(Role::Admin)
+        || (reads && principal.roles.contains(Role::Viewer) && path != "/metrics");
+    if !allowed {
+        let needs = if reads { "admin or viewer" } else { "admin" };
         return (
             StatusCode::FORBIDDEN,
-            format!("token {:?} lacks the admin role", principal.name),
+            format!("token {:?} lacks the {needs} role", principal.name),
         )
             .into_response();
+    }
+    if !reads && !same_origin(request.headers()) {
+        return (
+            StatusCode::FORBIDDEN,
+            "cross-origin request refused: actions must come from the console's own pages",
+        )
+            .into_response();
+    }
+    if !request.headers().contains_key(NAMESPACE_HEADER) {
+        if let Some(ns) = query_namespace(request.uri().query()) {
+            match HeaderValue::from_str(&ns) {
+                Ok(value) => {
+                    request.headers_mut().insert(NAMESPACE_HEADER, value);
+                }
+                Err(_) => {
+                    return (StatusCode::BAD_REQUEST, "ns is not a namespace name").into_response()
+                }
+            }
+        }
     }
     let namespace = match namespace_for(&principal, request.headers()) {
         Ok(namespace) => namespace,
@@ -69,6 +99,35 @@ pub async fn require_admin(
         namespace,
     });
     next.run(request).await
+}
+
+/// Whether a state-changing request comes from this listener's own pages. Browsers tell with
+/// `Sec-Fetch-Site` (every current one sends it); older ones send `Origin` on a POST, which
+/// must then name the host the request was sent to. A request with neither is not from a
+/// browser (a script with its own token), which a cross-site page cannot make. This is the
+/// rule of Go's `http.CrossOriginProtection`: no token to store, and safe across replicas.
+pub fn same_origin(headers: &HeaderMap) -> bool {
+    if let Some(site) = headers.get("sec-fetch-site") {
+        return matches!(site.to_str(), Ok("same-origin" | "none"));
+    }
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return true;
+    };
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
+    let origin_host = origin
+        .to_str()
+        .ok()
+        .and_then(|o| o.split_once("://"))
+        .map(|(_, rest)| rest);
+    matches!((origin_host, host), (Some(o), Some(h)) if o.eq_ignore_ascii_case(h))
+}
+
+/// The `ns` parameter of a query string, if present and not empty.
+fn query_namespace(query: Option<&str>) -> Option<String> {
+    query?.split('&').find_map(|pair| {
+        let (key, value) = pair.split_once('=')?;
+        (key == "ns" && !value.is_empty()).then(|| value.to_owned())
+    })
 }
 
 /// The token of a Bearer header, or the password of a Basic one.
@@ -112,5 +171,39 @@ mod tests {
         let empty = base64::engine::general_purpose::STANDARD.encode("admin:");
         assert_eq!(token_of_header(&format!("Basic {empty}")), None);
         assert_eq!(token_of_header("Digest x"), None);
+    }
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, HeaderValue::from_static(v));
+        }
+        h
+    }
+
+    #[test]
+    fn refuses_cross_origin_writes() {
+        assert!(same_origin(&headers(&[("sec-fetch-site", "same-origin")])));
+        assert!(!same_origin(&headers(&[("sec-fetch-site", "cross-site")])));
+        assert!(!same_origin(&headers(&[("sec-fetch-site", "same-site")])));
+        assert!(same_origin(&headers(&[
+            ("origin", "http://127.0.0.1:8080"),
+            ("host", "127.0.0.1:8080")
+        ])));
+        assert!(!same_origin(&headers(&[
+            ("origin", "https://evil.example"),
+            ("host", "127.0.0.1:8080")
+        ])));
+        assert!(same_origin(&headers(&[])));
+    }
+
+    #[test]
+    fn reads_the_namespace_parameter() {
+        assert_eq!(
+            query_namespace(Some("a=1&ns=shop")).as_deref(),
+            Some("shop")
+        );
+        assert_eq!(query_namespace(Some("ns=")), None);
+        assert_eq!(query_namespace(None), None);
     }
 }

@@ -30,6 +30,8 @@ pub enum Role {
     Executor,
     /// Accounts, statistics and the dashboard.
     Admin,
+    /// Reads the dashboard and the operator's console without acting (support staff).
+    Viewer,
 }
 
 impl Role {
@@ -39,6 +41,7 @@ impl Role {
             "client" => Some(Role::Client),
             "executor" => Some(Role::Executor),
             "admin" => Some(Role::Admin),
+            "viewer" => Some(Role::Viewer),
             _ => None,
         }
     }
@@ -49,6 +52,7 @@ impl Role {
             Role::Client => "client",
             Role::Executor => "executor",
             Role::Admin => "admin",
+            Role::Viewer => "viewer",
         }
     }
 
@@ -57,6 +61,7 @@ impl Role {
             Role::Client => 1,
             Role::Executor => 2,
             Role::Admin => 4,
+            Role::Viewer => 8,
         }
     }
 }
@@ -67,7 +72,7 @@ pub struct RoleSet(u8);
 
 impl RoleSet {
     /// Every role: what anonymous callers get when anonymous access is allowed.
-    pub const ALL: RoleSet = RoleSet(7);
+    pub const ALL: RoleSet = RoleSet(15);
 
     /// Adds a role.
     pub fn insert(&mut self, role: Role) {

@@ -13,7 +13,7 @@ use herald_proto::v1 as pb;
 use prost::Message;
 use uuid::Uuid;
 
-use self::model::{Added, CampaignRecord, Progress};
+use self::model::{Added, CampaignRecord, FailureReason, Progress};
 use crate::audiences::model::AudienceRecord;
 use crate::error::{Error, Violations};
 use crate::rules;
@@ -475,6 +475,60 @@ impl Campaigns {
             Ok(())
         })?;
         self.get(namespace, id).await
+    }
+
+    /// A campaign's failed tasks grouped by how their last attempt failed (at most `limit`
+    /// groups, largest first).
+    pub async fn failure_reasons(
+        &self,
+        namespace: &str,
+        id: Uuid,
+        limit: i64,
+    ) -> Result<Vec<FailureReason>, Error> {
+        let conn = self.tasks.store().conn().await?;
+        if conn.campaigns().get(namespace, id).await?.is_none() {
+            return Err(Error::NotFound(format!("campaign {id}")));
+        }
+        Ok(conn.campaigns().failure_reasons(id, limit).await?)
+    }
+
+    /// Re-drives every failed task of a campaign whose last attempt failed for `reason`, a page
+    /// at a time, each as RetryTask does; `progress` hears the running count after each page.
+    /// Returns how many were re-driven.
+    pub async fn retry_failed(
+        &self,
+        namespace: &str,
+        id: Uuid,
+        reason: &FailureReason,
+        progress: impl Fn(u64),
+    ) -> Result<u64, Error> {
+        const PAGE: i64 = 500;
+        let mut after = None;
+        let mut retried = 0u64;
+        loop {
+            let ids = {
+                let conn = self.tasks.store().conn().await?;
+                if conn.campaigns().get(namespace, id).await?.is_none() {
+                    return Err(Error::NotFound(format!("campaign {id}")));
+                }
+                conn.campaigns()
+                    .failed_with_reason(id, reason, after, PAGE)
+                    .await?
+            };
+            for task in &ids {
+                match self.tasks.retry(namespace, *task, None).await {
+                    Ok(_) => retried += 1,
+                    // Retried or pruned meanwhile by someone else: nothing left to do for it.
+                    Err(Error::FailedPrecondition(_) | Error::NotFound(_)) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            progress(retried);
+            match ids.last() {
+                Some(last) if ids.len() as i64 == PAGE => after = Some(*last),
+                _ => return Ok(retried),
+            }
+        }
     }
 
     /// Cancels a campaign: its scheduled tasks at once, its leased ones by revoking them from

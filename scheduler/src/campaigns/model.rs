@@ -43,6 +43,18 @@ pub struct Progress {
     pub delivery: crate::stats::DeliveryCounts,
 }
 
+/// One group of a campaign's failed tasks: how their last attempt ended and what it said.
+/// (When tasks carry an end reason of their own, it belongs here as the first key.)
+#[derive(Debug, Clone, PartialEq)]
+pub struct FailureReason {
+    /// The last attempt's outcome; None when the task failed without one.
+    pub outcome: Option<crate::tasks::model::Outcome>,
+    /// Its error text, with the provider's code; empty when there was none.
+    pub error: String,
+    /// Tasks in the group.
+    pub tasks: i64,
+}
+
 /// What AddRecipients did.
 #[derive(Debug, Clone, Copy)]
 pub struct Added {

@@ -1,5 +1,7 @@
-//! The HTTP listener: liveness, readiness, metrics and the dashboard, behind the admin check.
+//! The HTTP listener: liveness, readiness, metrics, the dashboard and the operator's console,
+//! behind the token check.
 
+pub mod console;
 pub mod dashboard;
 
 use axum::extract::State;
@@ -12,8 +14,8 @@ use crate::store::Store;
 use crate::tasks::Tasks;
 
 /// Routes of the HTTP listener; everything but the probes (and `/metrics` unless `auth` says
-/// otherwise) requires an admin token.
-pub fn router(tasks: Tasks, auth: HttpAuth) -> Router {
+/// otherwise) requires an admin or viewer token, and writes an admin one.
+pub fn router(tasks: Tasks, console: console::Console, auth: HttpAuth) -> Router {
     let store = tasks.store().clone();
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
@@ -21,6 +23,7 @@ pub fn router(tasks: Tasks, auth: HttpAuth) -> Router {
         .route("/metrics", get(metrics))
         .with_state(store.clone())
         .merge(dashboard::router(tasks))
+        .merge(console::router(console))
         .layer(axum::middleware::from_fn_with_state(auth, require_admin))
 }
 

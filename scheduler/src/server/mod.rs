@@ -195,8 +195,17 @@ fn serve_http(
     auth: Arc<AuthPolicy>,
 ) -> tokio::task::JoinHandle<std::io::Result<()>> {
     let stop = replica.server_stop.clone();
+    let console = crate::http::console::Console::new(
+        replica.tasks.clone(),
+        crate::schedule::Schedules::new(
+            replica.store.clone(),
+            replica.followers.clock.clone(),
+            config.min_schedule_period,
+        ),
+    );
     let router = crate::http::router(
         replica.tasks.clone(),
+        console,
         HttpAuth {
             policy: auth,
             protect_metrics: config.metrics_auth,

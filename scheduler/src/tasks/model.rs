@@ -648,6 +648,14 @@ pub struct TaskRecord {
     pub end_reason: Option<EndReason>,
     /// The provider's error code behind the end, when it gave one.
     pub end_code: Option<i64>,
+    /// The W3C `traceparent` of the request that created it, if traced.
+    pub trace_parent: Option<String>,
+    /// The campaign it belongs to, if any.
+    pub campaign_id: Option<Uuid>,
+    /// The schedule that fired it, if any.
+    pub schedule_id: Option<String>,
+    /// Parked by its campaign (paused or cancelled): the claim does not visit it.
+    pub parked: bool,
 }
 
 /// One recorded attempt.

@@ -301,7 +301,7 @@ fn outcome_name(o: Option<Outcome>) -> &'static str {
 }
 
 /// What the message said, in one line for the table.
-fn content_summary(bytes: &[u8]) -> String {
+pub(super) fn content_summary(bytes: &[u8]) -> String {
     match content_of(bytes).and_then(|c| c.body) {
         Some(pb::content::Body::Text(text)) => text,
         Some(pb::content::Body::Template(t)) => {

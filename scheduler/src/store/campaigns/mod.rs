@@ -19,7 +19,8 @@ use super::sql::{column, statement, FromRow, Statement};
 use super::stats::delivery_counts;
 use super::tasks::announce_due_now;
 use super::{repository, StoreError};
-use crate::campaigns::model::{CampaignRecord, CancelledRows, Progress};
+use crate::campaigns::model::{CampaignRecord, CancelledRows, FailureReason, Progress};
+use crate::tasks::model::Outcome;
 
 repository!(
     /// Campaigns.
@@ -39,6 +40,8 @@ static GET_CAMPAIGN: LazyLock<Statement> =
     LazyLock::new(|| expand("get_campaign", include_str!("get_campaign.sql")));
 static LIST_CAMPAIGNS: LazyLock<Statement> =
     LazyLock::new(|| expand("list_campaigns", include_str!("list_campaigns.sql")));
+const FAILURE_REASONS: Statement = statement!("failure_reasons");
+const FAILED_WITH_REASON: Statement = statement!("failed_with_reason");
 const LOCK_CAMPAIGN: Statement = statement!("lock_campaign");
 const PRESENT_RECIPIENTS: Statement = statement!("present_recipients");
 const COUNT_RECIPIENTS: Statement = statement!("count_recipients");
@@ -106,6 +109,46 @@ impl<C: GenericClient> CampaignRepo<'_, C> {
         LIST_CAMPAIGNS
             .fetch(self.db, &[&namespace, &states, &before, &limit])
             .await
+    }
+
+    /// A campaign's failed tasks grouped by how their last attempt failed, largest first; at
+    /// most `limit` groups.
+    pub async fn failure_reasons(
+        &self,
+        id: Uuid,
+        limit: i64,
+    ) -> Result<Vec<FailureReason>, StoreError> {
+        FAILURE_REASONS
+            .query(self.db, &[&id, &limit])
+            .await?
+            .iter()
+            .map(|r| {
+                let code: Option<i16> = column(r, "outcome")?;
+                Ok(FailureReason {
+                    outcome: code.and_then(Outcome::from_code),
+                    error: column(r, "error")?,
+                    tasks: column(r, "tasks")?,
+                })
+            })
+            .collect()
+    }
+
+    /// The next `limit` failed tasks of a campaign with this reason, after `after` (ids in
+    /// order).
+    pub async fn failed_with_reason(
+        &self,
+        id: Uuid,
+        reason: &FailureReason,
+        after: Option<Uuid>,
+        limit: i64,
+    ) -> Result<Vec<Uuid>, StoreError> {
+        let code = reason.outcome.map(|o| o as i16);
+        FAILED_WITH_REASON
+            .query(self.db, &[&id, &code, &reason.error, &after, &limit])
+            .await?
+            .iter()
+            .map(|r| column(r, "id"))
+            .collect()
     }
 
     /// Locks a campaign for the rest of the transaction; its state and recipient count, or

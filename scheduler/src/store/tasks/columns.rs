@@ -22,7 +22,8 @@ pub const TASK_COLUMNS: &str = "t.id, t.queue, t.recipient, t.content, t.labels,
      t.backoff_multiplier, t.backoff_jitter, t.executor_id, t.leased_at, t.lease_expires_at, \
      t.cancel_outcome, t.last_error, t.created_at, t.updated_at, t.finished_at, t.pool, \
      t.account_id, t.window_start, t.window_end, t.window_zone, t.window_spread_ms, \
-     t.end_reason::text AS end_reason, t.end_code";
+     t.end_reason::text AS end_reason, t.end_code, t.trace_parent, t.campaign_id, t.schedule_id, \
+     t.route";
 
 /// What a lease returns of its task (`t` is `herald.tasks`); the statements add `account_id`
 /// and `credentials_ref`. Decoded by [`GrantedLease::from_row`]. `send_after_ms` is how far in
@@ -353,6 +354,10 @@ impl FromRow for TaskRecord {
             ),
             end_reason: end_reason(r, "end_reason")?,
             end_code: column(r, "end_code")?,
+            trace_parent: column(r, "trace_parent")?,
+            campaign_id: column(r, "campaign_id")?,
+            schedule_id: column(r, "schedule_id")?,
+            parked: column::<String>(r, "route")?.starts_with("paused:"),
         })
     }
 }

@@ -1,8 +1,8 @@
--- One page of a namespace's tasks, newest first: those the selection's filter ($1-$11, see
--- TASK_FILTER in store/tasks/mod.rs) picks, after the page token's id $12.
+-- One page of a namespace's tasks, newest first: those the selection's filter ($1-$13, see
+-- TASK_FILTER in store/tasks/mod.rs) picks, after the page token's id $14.
 SELECT {task_columns}
 FROM herald.tasks t
 WHERE {task_filter}
-  AND ($11::uuid IS NULL OR t.id < $12)
+  AND ($14::uuid IS NULL OR t.id < $14)
 ORDER BY t.id DESC
-LIMIT $13
+LIMIT $15

@@ -46,6 +46,25 @@ const RESCHEDULE_TASKS: Statement = statement!("reschedule_tasks");
 const LOCK_KEYS: Statement = statement!("lock_keys");
 const GUARD_DUPLICATES: Statement = statement!("guard_duplicates");
 const LIST_ATTEMPTS: Statement = statement!("list_attempts");
+const PENDING_GROUPS: Statement = statement!("pending_groups");
+const NOT_DUE_COUNT: Statement = statement!("not_due_count");
+
+/// Due, unclaimed tasks that share what decides whether they can go.
+#[derive(Debug, Clone)]
+pub struct PendingGroup {
+    /// Queue.
+    pub queue: String,
+    /// Targeted pool.
+    pub pool: Option<String>,
+    /// Pinned account.
+    pub account_id: Option<String>,
+    /// Parked by a paused campaign.
+    pub parked: bool,
+    /// Tasks in the group.
+    pub tasks: i64,
+    /// The oldest due time among them.
+    pub oldest: DateTime<Utc>,
+}
 
 /// The result of creating one task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,9 +133,11 @@ pub const TASK_FILTER: &str = "t.namespace = $1
   AND ($8::uuid IS NULL OR t.campaign_id = $8)
   AND ($9::text IS NULL OR t.schedule_id = $9)
   AND ($10::text IS NULL OR t.account_id = $10)
-  AND ($11::text[] IS NULL OR t.end_reason::text = ANY($11))";
+  AND ($11::text[] IS NULL OR t.end_reason::text = ANY($11))
+  AND ($12::text IS NULL OR t.recipient = $12)
+  AND ($13::uuid IS NULL OR t.id = $13)";
 
-/// A selection's values as `$2`…`$11` of [`TASK_FILTER`].
+/// A selection's values as `$2`…`$13` of [`TASK_FILTER`].
 pub struct SelectionParams<'a> {
     states: Option<Vec<&'static str>>,
     end_reasons: Option<Vec<&'static str>>,
@@ -133,7 +154,7 @@ impl<'a> SelectionParams<'a> {
         }
     }
 
-    /// `$1` (the namespace) to `$11`.
+    /// `$1` (the namespace) to `$13`.
     pub fn params<'p>(
         &'p self,
         namespace: &'p &str,
@@ -150,6 +171,8 @@ impl<'a> SelectionParams<'a> {
             &self.s.schedule_id,
             &self.s.account_id,
             &self.end_reasons,
+            &self.s.recipient,
+            &self.s.id,
         ]
     }
 }
@@ -327,6 +350,40 @@ impl<C: GenericClient> TaskRepo<'_, C> {
         params.push(&filter.before_id);
         params.push(&filter.limit);
         LIST_TASKS.fetch(self.db, &params).await
+    }
+
+    /// The namespace's due, unclaimed tasks grouped by queue, pool, account and parking, looking
+    /// at the `limit` oldest due.
+    pub async fn pending_groups(
+        &self,
+        namespace: &str,
+        limit: i64,
+    ) -> Result<Vec<PendingGroup>, StoreError> {
+        PENDING_GROUPS
+            .query(self.db, &[&namespace, &limit])
+            .await?
+            .iter()
+            .map(|r| {
+                Ok(PendingGroup {
+                    queue: column(r, "queue")?,
+                    pool: column(r, "pool")?,
+                    account_id: column(r, "account_id")?,
+                    parked: column(r, "parked")?,
+                    tasks: column(r, "tasks")?,
+                    oldest: column(r, "oldest")?,
+                })
+            })
+            .collect()
+    }
+
+    /// How many scheduled tasks are not due yet, counting at most `limit`.
+    pub async fn not_due_count(&self, namespace: &str, limit: i64) -> Result<i64, StoreError> {
+        column(
+            &NOT_DUE_COUNT
+                .query_one(self.db, &[&namespace, &limit])
+                .await?,
+            "tasks",
+        )
     }
 
     /// Cancels a task; for a leased one, also gives its account slot back and announces the

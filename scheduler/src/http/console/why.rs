@@ -1,0 +1,398 @@
+//! "Why is it waiting": what holds a pending task, from what herald knows of it and of the
+//! accounts it may be sent through. A pure function of those facts, so every rule is
+//! unit-tested; the console reads the facts with the repositories' queries.
+//!
+//! A task pinned to an account waits while that account cannot send. A pooled task waits only
+//! while every account of its pool is held, so each held account is named with its reason.
+
+use chrono::{DateTime, NaiveTime, Utc};
+
+use crate::accounts::model::{AccountRecord, AccountState};
+
+/// The kinds of hold, as the page and the tests name them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoldKind {
+    /// Due later.
+    NotDue,
+    /// Its campaign is paused.
+    CampaignPaused,
+    /// An operator paused the account.
+    AccountPaused,
+    /// The account is offline (a provider error, or no executor holds its credentials).
+    AccountOffline,
+    /// The account sent its cap for today (ramp included).
+    DailyCap,
+    /// The account's provider tier is used up.
+    Tier,
+    /// The account is in its quiet hours.
+    QuietHours,
+    /// The provider asked the account to slow down.
+    Throttled,
+    /// The account's pacing (rate, gaps) puts its next send later.
+    Paced,
+    /// The task's pool has no account that could send it.
+    NoAccount,
+    /// Nothing in herald holds it: an executor serving its queue takes it when one is connected.
+    AwaitingExecutor,
+}
+
+impl HoldKind {
+    /// A short, stable name (for the page's labels and the tests).
+    pub fn name(self) -> &'static str {
+        match self {
+            HoldKind::NotDue => "not due yet",
+            HoldKind::CampaignPaused => "campaign paused",
+            HoldKind::AccountPaused => "account paused",
+            HoldKind::AccountOffline => "account offline",
+            HoldKind::DailyCap => "daily cap reached",
+            HoldKind::Tier => "tier reached",
+            HoldKind::QuietHours => "quiet hours",
+            HoldKind::Throttled => "provider throttling",
+            HoldKind::Paced => "account pacing",
+            HoldKind::NoAccount => "no account",
+            HoldKind::AwaitingExecutor => "waiting for an executor",
+        }
+    }
+}
+
+/// What holds a task, in words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hold {
+    /// The kind.
+    pub kind: HoldKind,
+    /// The sentence an operator reads.
+    pub detail: String,
+}
+
+impl Hold {
+    fn new(kind: HoldKind, detail: impl Into<String>) -> Self {
+        Hold {
+            kind,
+            detail: detail.into(),
+        }
+    }
+}
+
+/// The facts about one pending task (or a group of them that share these).
+#[derive(Debug, Clone)]
+pub struct Pending<'a> {
+    /// When it is due.
+    pub run_at: DateTime<Utc>,
+    /// Parked by a paused campaign.
+    pub parked: bool,
+    /// Its queue.
+    pub queue: &'a str,
+    /// The pool it targets, if any.
+    pub pool: Option<&'a str>,
+    /// The account it is pinned to, if any (a pooled task's account is chosen at the claim).
+    pub account: Option<&'a str>,
+}
+
+fn fmt(t: DateTime<Utc>) -> String {
+    t.format("%Y-%m-%d %H:%M:%S UTC").to_string()
+}
+
+/// Whether `local` is within the quiet window `start..end` (which may wrap past midnight).
+fn in_window(local: NaiveTime, start: NaiveTime, end: NaiveTime) -> bool {
+    if start <= end {
+        local >= start && local < end
+    } else {
+        local >= start || local < end
+    }
+}
+
+/// Why `account` cannot send now, if it cannot.
+pub fn account_hold(account: &AccountRecord, now: DateTime<Utc>) -> Option<Hold> {
+    let id = &account.spec.id;
+    match account.spec.state {
+        AccountState::Paused => {
+            return Some(Hold::new(
+                HoldKind::AccountPaused,
+                format!("account {id} is paused by an operator"),
+            ))
+        }
+        AccountState::Offline => {
+            let until = account
+                .offline_until
+                .map(|t| format!(" until {}", fmt(t)))
+                .unwrap_or_default();
+            let reason = if account.state_reason.is_empty() {
+                "no reason recorded".to_owned()
+            } else {
+                account.state_reason.clone()
+            };
+            return Some(Hold::new(
+                HoldKind::AccountOffline,
+                format!("account {id} is offline{until}: {reason}"),
+            ));
+        }
+        AccountState::Active => {}
+    }
+    if let Some(cap) = account.today_cap {
+        if account.today_count >= cap {
+            let ramp = account
+                .ramp_day
+                .map(|d| format!(" (warm-up day {d})"))
+                .unwrap_or_default();
+            return Some(Hold::new(
+                HoldKind::DailyCap,
+                format!(
+                    "account {id} sent {} of its {cap} for today{ramp}",
+                    account.today_count
+                ),
+            ));
+        }
+    }
+    if let Some(limit) = account.spec.limits.tier_limit {
+        if account.tier_used >= limit {
+            return Some(Hold::new(
+                HoldKind::Tier,
+                format!(
+                    "account {id} reached its messaging tier ({} of {limit} recipients in 24 h)",
+                    account.tier_used
+                ),
+            ));
+        }
+    }
+    if let Some((start, end)) = account.spec.limits.quiet_hours() {
+        if let Ok(zone) = account.spec.time_zone.parse::<chrono_tz::Tz>() {
+            let local = now.with_timezone(&zone).time();
+            if in_window(local, start, end) {
+                return Some(Hold::new(
+                    HoldKind::QuietHours,
+                    format!(
+                        "account {id} is in its quiet hours ({}–{} {})",
+                        start.format("%H:%M"),
+                        end.format("%H:%M"),
+                        account.spec.time_zone
+                    ),
+                ));
+            }
+        }
+    }
+    if let Some(until) = account.throttled_until.filter(|t| *t > now) {
+        return Some(Hold::new(
+            HoldKind::Throttled,
+            format!(
+                "the provider asked account {id} to slow down until {}",
+                fmt(until)
+            ),
+        ));
+    }
+    if let Some(next) = account.next_send_at.filter(|t| *t > now) {
+        return Some(Hold::new(
+            HoldKind::Paced,
+            format!("account {id} paces its sends: the next at {}", fmt(next)),
+        ));
+    }
+    None
+}
+
+/// What holds a pending task. `accounts` are the accounts it may go through: its pinned account,
+/// or every account of its pool (empty for a task sent by queue alone).
+pub fn holds(task: &Pending<'_>, accounts: &[AccountRecord], now: DateTime<Utc>) -> Vec<Hold> {
+    if task.run_at > now {
+        return vec![Hold::new(
+            HoldKind::NotDue,
+            format!("due at {}", fmt(task.run_at)),
+        )];
+    }
+    if task.parked {
+        return vec![Hold::new(
+            HoldKind::CampaignPaused,
+            "its campaign is paused; resuming it releases the task",
+        )];
+    }
+    let targeted = task.account.is_some() || task.pool.is_some();
+    if targeted {
+        if accounts.is_empty() {
+            let what = match (task.account, task.pool) {
+                (Some(a), _) => format!("account {a} does not exist"),
+                (None, Some(p)) => format!("pool {p} has no accounts"),
+                (None, None) => String::new(),
+            };
+            return vec![Hold::new(HoldKind::NoAccount, what)];
+        }
+        let held: Vec<Hold> = accounts
+            .iter()
+            .filter_map(|a| account_hold(a, now))
+            .collect();
+        // A pooled task goes through any free account: it is held only when every one is.
+        if held.len() == accounts.len() {
+            return held;
+        }
+    }
+    vec![Hold::new(
+        HoldKind::AwaitingExecutor,
+        format!(
+            "due, and nothing in herald holds it: an executor serving queue {} takes it as soon \
+             as one is connected with credit (if it stays here, none is)",
+            task.queue
+        ),
+    )]
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+
+    use super::*;
+    use crate::accounts::model::{AccountLimits, AccountSpec};
+
+    fn now() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 3, 2, 12, 0, 0)
+            .single()
+            .unwrap_or_default()
+    }
+
+    fn account(id: &str) -> AccountRecord {
+        AccountRecord {
+            spec: AccountSpec {
+                id: id.into(),
+                sender_kind: "webhook".into(),
+                pool: "p".into(),
+                time_zone: "UTC".into(),
+                credentials_ref: String::new(),
+                state: AccountState::Active,
+                limits: AccountLimits::with_rate(1.0),
+            },
+            effective_rate: 1.0,
+            rate_reason: String::new(),
+            rate_changed_at: now(),
+            today_count: 0,
+            in_flight: 0,
+            offline_until: None,
+            state_reason: String::new(),
+            throttled_until: None,
+            today_cap: None,
+            ramp_day: None,
+            tier_used: 0,
+            health: 1.0,
+            quality: String::new(),
+            next_send_at: None,
+            created_at: now(),
+            updated_at: now(),
+        }
+    }
+
+    fn pooled(run_at: DateTime<Utc>) -> Pending<'static> {
+        Pending {
+            run_at,
+            parked: false,
+            queue: "q",
+            pool: Some("p"),
+            account: None,
+        }
+    }
+
+    fn kinds(h: &[Hold]) -> Vec<HoldKind> {
+        h.iter().map(|h| h.kind).collect()
+    }
+
+    #[test]
+    fn a_future_task_is_not_due() {
+        let later = now() + chrono::Duration::minutes(5);
+        assert_eq!(
+            kinds(&holds(&pooled(later), &[], now())),
+            [HoldKind::NotDue]
+        );
+    }
+
+    #[test]
+    fn a_parked_task_waits_for_its_campaign() {
+        let mut t = pooled(now());
+        t.parked = true;
+        assert_eq!(
+            kinds(&holds(&t, &[account("a")], now())),
+            [HoldKind::CampaignPaused]
+        );
+    }
+
+    #[test]
+    fn an_offline_account_is_named_with_its_reason() {
+        let mut a = account("a");
+        a.spec.state = AccountState::Offline;
+        a.state_reason = "no executor holds its credentials".into();
+        let h = holds(&pooled(now()), &[a], now());
+        assert_eq!(kinds(&h), [HoldKind::AccountOffline]);
+        assert!(
+            h[0].detail.contains("no executor holds its credentials"),
+            "{h:?}"
+        );
+    }
+
+    #[test]
+    fn a_pool_holds_only_when_every_account_is_held() {
+        let mut capped = account("a");
+        capped.today_cap = Some(10);
+        capped.today_count = 10;
+        let free = account("b");
+        let h = holds(&pooled(now()), &[capped.clone(), free], now());
+        assert_eq!(kinds(&h), [HoldKind::AwaitingExecutor]);
+        let mut paused = account("b");
+        paused.spec.state = AccountState::Paused;
+        let h = holds(&pooled(now()), &[capped, paused], now());
+        assert_eq!(kinds(&h), [HoldKind::DailyCap, HoldKind::AccountPaused]);
+    }
+
+    #[test]
+    fn tier_quiet_hours_throttling_and_pacing() {
+        let mut tier = account("a");
+        tier.spec.limits.tier_limit = Some(250);
+        tier.tier_used = 250;
+        assert_eq!(
+            account_hold(&tier, now()).map(|h| h.kind),
+            Some(HoldKind::Tier)
+        );
+
+        let mut quiet = account("a");
+        quiet.spec.limits.quiet_start = NaiveTime::from_hms_opt(22, 0, 0);
+        quiet.spec.limits.quiet_end = NaiveTime::from_hms_opt(13, 0, 0);
+        assert_eq!(
+            account_hold(&quiet, now()).map(|h| h.kind),
+            Some(HoldKind::QuietHours)
+        );
+        quiet.spec.limits.quiet_end = NaiveTime::from_hms_opt(7, 0, 0);
+        assert_eq!(account_hold(&quiet, now()), None);
+
+        let mut throttled = account("a");
+        throttled.throttled_until = Some(now() + chrono::Duration::seconds(30));
+        assert_eq!(
+            account_hold(&throttled, now()).map(|h| h.kind),
+            Some(HoldKind::Throttled)
+        );
+
+        let mut paced = account("a");
+        paced.next_send_at = Some(now() + chrono::Duration::seconds(3));
+        assert_eq!(
+            account_hold(&paced, now()).map(|h| h.kind),
+            Some(HoldKind::Paced)
+        );
+    }
+
+    #[test]
+    fn a_pinned_task_to_a_missing_account_says_so() {
+        let t = Pending {
+            run_at: now(),
+            parked: false,
+            queue: "q",
+            pool: None,
+            account: Some("gone"),
+        };
+        let h = holds(&t, &[], now());
+        assert_eq!(kinds(&h), [HoldKind::NoAccount]);
+        assert!(h[0].detail.contains("gone"));
+    }
+
+    #[test]
+    fn a_queue_task_with_nothing_holding_it_waits_for_an_executor() {
+        let t = Pending {
+            run_at: now(),
+            parked: false,
+            queue: "q",
+            pool: None,
+            account: None,
+        };
+        assert_eq!(kinds(&holds(&t, &[], now())), [HoldKind::AwaitingExecutor]);
+    }
+}

@@ -1,0 +1,722 @@
+//! The operator's console in a real browser: headless Chromium (Debian's `chromium`, over the
+//! DevTools protocol) drives every page and control of `/console` against the real scheduler
+//! binary on a real database, and every action's effect is checked in the database, not only on
+//! the page. Each page is kept as a screenshot at 1280 and 390 px wide under
+//! `target/test-artifacts/console/`.
+//!
+//! A second test checks the doors with plain HTTP: a viewer token reads but cannot act, and a
+//! cross-site POST is refused.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
+use chromiumoxide::browser::{Browser, BrowserConfig};
+use chromiumoxide::cdp::browser_protocol::emulation::SetDeviceMetricsOverrideParams;
+use chromiumoxide::page::ScreenshotParams;
+use chromiumoxide::Page;
+use futures::StreamExt;
+use herald_proto::v1::account_service_client::AccountServiceClient;
+use herald_proto::v1::campaign_service_client::CampaignServiceClient;
+use herald_proto::v1::schedule_service_client::ScheduleServiceClient;
+use herald_proto::v1::{
+    content, CampaignRecipient, CampaignSpec, Content, CreateAccountRequest, CreateCampaignRequest,
+    CreateScheduleRequest, OutcomeClass, ScheduleSpec, TaskSpec,
+};
+use herald_tests::accounts::whatsapp_account;
+use herald_tests::lease::{result, ScriptedExecutor};
+use herald_tests::security::{write_tokens_file, TestToken};
+use herald_tests::{connect_tasks, create_task, task_spec, SchedulerProcess, TestDb};
+use serde::de::DeserializeOwned;
+use uuid::Uuid;
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+const WAIT: Duration = Duration::from_secs(30);
+const WIDTHS: [u32; 2] = [1280, 390];
+
+fn artifacts() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    target.join("test-artifacts").join("console")
+}
+
+/// Evaluates a JavaScript expression on the page.
+async fn js<T: DeserializeOwned>(page: &Page, expression: &str) -> Result<T> {
+    Ok(page
+        .evaluate_function(format!("() => {expression}"))
+        .await
+        .with_context(|| format!("evaluating {expression}"))?
+        .into_value()?)
+}
+
+/// Resolves once `condition` holds, re-checked on every DOM change (no sleeping).
+async fn wait_for_dom(page: &Page, condition: &str) -> Result<()> {
+    let script = format!(
+        "() => new Promise((resolve) => {{
+            const done = () => {{ try {{ return !!({condition}); }} catch (e) {{ return false; }} }};
+            if (done()) return resolve(true);
+            const observer = new MutationObserver(() => {{
+                if (done()) {{ observer.disconnect(); resolve(true); }}
+            }});
+            observer.observe(document.documentElement,
+                {{ attributes: true, childList: true, subtree: true, characterData: true }});
+        }})"
+    );
+    tokio::time::timeout(WAIT, page.evaluate_function(script))
+        .await
+        .with_context(|| format!("page never satisfied {condition}"))??;
+    Ok(())
+}
+
+/// Opens `path` of the console in the default namespace.
+async fn open(page: &Page, base: &str, path: &str) -> Result<()> {
+    let sep = if path.contains('?') { '&' } else { '?' };
+    page.goto(format!("{base}{path}{sep}ns=default"))
+        .await
+        .with_context(|| format!("opening {path}"))?;
+    let status: String = js(page, "document.title").await?;
+    ensure!(!status.starts_with("Error"), "{path} answered {status}");
+    Ok(())
+}
+
+/// Clicks what `selector` finds (a submit button) and waits for the page it leads to.
+async fn submit(page: &Page, selector: &str) -> Result<()> {
+    page.find_element(selector)
+        .await
+        .with_context(|| format!("finding {selector}"))?
+        .click()
+        .await?;
+    page.wait_for_navigation().await?;
+    Ok(())
+}
+
+/// The status line an action left on the page it led to.
+async fn done_message(page: &Page) -> Result<String> {
+    js(page, "document.getElementById('done')?.textContent ?? ''").await
+}
+
+/// Saves the page at both widths.
+async fn shoot(page: &Page, name: &str) -> Result<()> {
+    let dir = artifacts();
+    std::fs::create_dir_all(&dir)?;
+    for width in WIDTHS {
+        let metrics = SetDeviceMetricsOverrideParams::builder()
+            .width(width)
+            .height(900)
+            .device_scale_factor(1.0)
+            .mobile(width < 600)
+            .build()
+            .map_err(anyhow::Error::msg)?;
+        page.execute(metrics).await?;
+        let path = dir.join(format!("{name}-{width}.png"));
+        page.save_screenshot(ScreenshotParams::builder().full_page(true).build(), &path)
+            .await
+            .with_context(|| format!("saving {}", path.display()))?;
+    }
+    Ok(())
+}
+
+async fn scalar<T>(
+    db: &TestDb,
+    sql: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> Result<T>
+where
+    T: for<'a> tokio_postgres::types::FromSql<'a>,
+{
+    let c = db.connect().await?;
+    Ok(c.query_one(sql, params).await?.get(0))
+}
+
+/// What the stack holds before the browser opens.
+struct Fixture {
+    pending_task: String,
+    later_task: String,
+    campaign: String,
+    failed: Vec<String>,
+    paused_campaign: String,
+}
+
+async fn campaign(
+    client: &mut CampaignServiceClient<tonic::transport::Channel>,
+    name: &str,
+    queue: &str,
+    recipients: &[&str],
+    start_at: Option<prost_types::Timestamp>,
+) -> Result<String> {
+    Ok(client
+        .create_campaign(CreateCampaignRequest {
+            campaign: Some(CampaignSpec {
+                name: name.into(),
+                queue: queue.into(),
+                content: Some(Content {
+                    body: Some(content::Body::Text(format!("{name} is here"))),
+                }),
+                start_at,
+                ..Default::default()
+            }),
+            recipients: recipients
+                .iter()
+                .map(|r| CampaignRecipient {
+                    recipient: (*r).into(),
+                    ..Default::default()
+                })
+                .collect(),
+        })
+        .await?
+        .into_inner()
+        .id)
+}
+
+async fn fixture(scheduler: &SchedulerProcess) -> Result<Fixture> {
+    let url = scheduler.grpc_url();
+    let mut accounts = AccountServiceClient::connect(url.clone()).await?;
+    accounts
+        .create_account(CreateAccountRequest {
+            account: Some(whatsapp_account("wa-main", "wa", 5.0)),
+        })
+        .await?;
+    let mut tasks = connect_tasks(&url).await?;
+    // Due now through the pool, with no executor connected: it waits.
+    let pending = create_task(
+        &mut tasks,
+        TaskSpec {
+            pool: "wa".into(),
+            ..task_spec("notify", "+15550001111", "your parcel is on its way")
+        },
+    )
+    .await?;
+    // Due in an hour.
+    let later = create_task(
+        &mut tasks,
+        TaskSpec {
+            run_at: Some(prost_types::Timestamp {
+                seconds: chrono::Utc::now().timestamp() + 3600,
+                nanos: 0,
+            }),
+            ..task_spec("notify", "+15550002222", "see you tomorrow")
+        },
+    )
+    .await?;
+
+    let mut campaigns = CampaignServiceClient::connect(url.clone()).await?;
+    let launch = campaign(
+        &mut campaigns,
+        "launch",
+        "camp",
+        &["c-1", "c-2", "c-3", "c-4"],
+        None,
+    )
+    .await?;
+    // Sends two and fails two, through the real lease stream.
+    let mut exec = ScriptedExecutor::connect(&url, "console-exec", &["camp"], 4).await?;
+    let leases = exec.leases(4).await?;
+    let mut failed = Vec::new();
+    let results = leases
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            if i % 2 == 0 {
+                failed.push(l.task_id.clone());
+                result(l, OutcomeClass::Permanent)
+            } else {
+                result(l, OutcomeClass::Ok)
+            }
+        })
+        .collect();
+    exec.report(results).await?;
+    exec.close();
+    let tomorrow = prost_types::Timestamp {
+        seconds: chrono::Utc::now().timestamp() + 86_400,
+        nanos: 0,
+    };
+    let paused = campaign(
+        &mut campaigns,
+        "autumn",
+        "camp",
+        &["a-1", "a-2"],
+        Some(tomorrow),
+    )
+    .await?;
+
+    let mut schedules = ScheduleServiceClient::connect(url).await?;
+    schedules
+        .create_schedule(CreateScheduleRequest {
+            schedule: Some(ScheduleSpec {
+                id: "nightly".into(),
+                cron: "0 3 * * *".into(),
+                time_zone: "Europe/Berlin".into(),
+                queue: "reports".into(),
+                recipients: vec!["ops@example.com".into()],
+                content: Some(Content {
+                    body: Some(content::Body::Text("nightly report".into())),
+                }),
+                ..Default::default()
+            }),
+        })
+        .await?;
+    Ok(Fixture {
+        pending_task: pending.id,
+        later_task: later.id,
+        campaign: launch,
+        failed,
+        paused_campaign: paused,
+    })
+}
+
+#[tokio::test]
+async fn console_drives_every_page_and_action() -> Result<()> {
+    ensure!(
+        Path::new(CHROMIUM).exists(),
+        "{CHROMIUM} is missing: install Debian's chromium package (script/test does)"
+    );
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let fx = fixture(&scheduler).await?;
+
+    let profile = std::env::temp_dir().join(format!("herald-chromium-{}", Uuid::new_v4()));
+    let config = BrowserConfig::builder()
+        .chrome_executable(CHROMIUM)
+        .no_sandbox()
+        .user_data_dir(&profile)
+        .window_size(1280, 900)
+        .viewport(None)
+        .args([
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+        ])
+        .build()
+        .map_err(anyhow::Error::msg)?;
+    let (mut browser, mut handler) = Browser::launch(config)
+        .await
+        .context("launching chromium")?;
+    let events = tokio::spawn(async move { while handler.next().await.is_some() {} });
+    let outcome = drive(&browser, &scheduler, &db, &fx).await;
+    let _ = browser.close().await;
+    let _ = browser.wait().await;
+    events.abort();
+    let _ = std::fs::remove_dir_all(&profile);
+    outcome
+}
+
+async fn drive(
+    browser: &Browser,
+    scheduler: &SchedulerProcess,
+    db: &TestDb,
+    fx: &Fixture,
+) -> Result<()> {
+    let base = scheduler.http_url();
+    let page = browser.new_page("about:blank").await?;
+
+    // The front page: the pooled task waits for an executor, the later one is not due.
+    open(&page, &base, "/console/").await?;
+    let not_due: String = js(
+        &page,
+        "document.querySelector('#not-due strong').textContent",
+    )
+    .await?;
+    ensure!(not_due == "1", "not due: {not_due}");
+    let kinds: Vec<String> = js(
+        &page,
+        "[...document.querySelectorAll('#waiting tbody tr')].map((tr) => tr.dataset.kinds)",
+    )
+    .await?;
+    ensure!(
+        kinds == ["waiting for an executor"],
+        "front page holds: {kinds:?}"
+    );
+    shoot(&page, "waiting").await?;
+
+    // Accounts: pause from the list; the account is paused in the database, and the front
+    // page then says the pooled task is held by it.
+    open(&page, &base, "/console/accounts").await?;
+    shoot(&page, "accounts").await?;
+    submit(
+        &page,
+        "tr[data-account='wa-main'] button[name='state'][value='paused']",
+    )
+    .await?;
+    ensure!(done_message(&page).await?.contains("wa-main paused"));
+    let state: String = scalar(
+        db,
+        "SELECT state::text FROM herald.accounts WHERE id = 'wa-main'",
+        &[],
+    )
+    .await?;
+    ensure!(state == "paused", "account is {state}");
+    open(&page, &base, "/console/").await?;
+    let kinds: Vec<String> = js(
+        &page,
+        "[...document.querySelectorAll('#waiting tbody tr')].map((tr) => tr.dataset.kinds)",
+    )
+    .await?;
+    ensure!(kinds == ["account paused"], "after the pause: {kinds:?}");
+    open(&page, &base, "/console/accounts").await?;
+    submit(
+        &page,
+        "tr[data-account='wa-main'] button[name='state'][value='active']",
+    )
+    .await?;
+    let state: String = scalar(
+        db,
+        "SELECT state::text FROM herald.accounts WHERE id = 'wa-main'",
+        &[],
+    )
+    .await?;
+    ensure!(state == "active", "account is {state} after resume");
+
+    // Edit limits: a bad value is shown next to its field and changes nothing; a good one is
+    // saved. The form is filled with the keyboard.
+    open(&page, &base, "/console/accounts/wa-main").await?;
+    let cap = page.find_element("#f-daily_cap").await?;
+    cap.click().await?.type_str("-5").await?;
+    submit(&page, "#limits button[type='submit']").await?;
+    let error: String = js(
+        &page,
+        "document.getElementById('e-daily_cap')?.textContent ?? ''",
+    )
+    .await?;
+    ensure!(!error.is_empty(), "no error next to the daily cap field");
+    let stored: Option<i32> = scalar(
+        db,
+        "SELECT daily_cap FROM herald.accounts WHERE id = 'wa-main'",
+        &[],
+    )
+    .await?;
+    ensure!(stored.is_none(), "a refused edit stored {stored:?}");
+    shoot(&page, "account-invalid").await?;
+    page.evaluate_function("() => { document.getElementById('f-daily_cap').value = ''; }")
+        .await?;
+    let cap = page.find_element("#f-daily_cap").await?;
+    cap.click()
+        .await?
+        .type_str("250")
+        .await?
+        .press_key("Enter")
+        .await?;
+    page.wait_for_navigation().await?;
+    ensure!(done_message(&page).await?.contains("limits saved"));
+    let stored: Option<i32> = scalar(
+        db,
+        "SELECT daily_cap FROM herald.accounts WHERE id = 'wa-main'",
+        &[],
+    )
+    .await?;
+    ensure!(stored == Some(250), "daily cap stored {stored:?}");
+    shoot(&page, "account").await?;
+
+    // Tasks: search by recipient with the keyboard, open the task, see what holds it.
+    open(&page, &base, "/console/tasks").await?;
+    let field = page.find_element("#s-recipient").await?;
+    field
+        .click()
+        .await?
+        .type_str("+15550001111")
+        .await?
+        .press_key("Enter")
+        .await?;
+    page.wait_for_navigation().await?;
+    let rows: Vec<String> = js(
+        &page,
+        "[...document.querySelectorAll('#tasks tbody tr')].map((tr) => tr.dataset.taskId)",
+    )
+    .await?;
+    ensure!(
+        rows == [fx.pending_task.clone()],
+        "search by recipient found {rows:?}"
+    );
+    shoot(&page, "tasks").await?;
+    open(&page, &base, &format!("/console/tasks/{}", fx.pending_task)).await?;
+    let why: Vec<String> = js(
+        &page,
+        "[...document.querySelectorAll('#why li')].map((li) => li.dataset.kind)",
+    )
+    .await?;
+    ensure!(
+        why == ["waiting for an executor"],
+        "task page holds: {why:?}"
+    );
+    let content: String = js(&page, "document.getElementById('content').textContent").await?;
+    ensure!(content.contains("parcel"), "content shown: {content}");
+    shoot(&page, "task-waiting").await?;
+
+    // Cancel the later task from its page.
+    open(&page, &base, &format!("/console/tasks/{}", fx.later_task)).await?;
+    submit(&page, "#cancel-task").await?;
+    let id: Uuid = fx.later_task.parse()?;
+    let state: String = scalar(
+        db,
+        "SELECT state::text FROM herald.tasks WHERE id = $1",
+        &[&id],
+    )
+    .await?;
+    ensure!(state == "cancelled", "cancelled task is {state}");
+
+    // Search by state and campaign: the failed ones.
+    open(
+        &page,
+        &base,
+        &format!("/console/tasks?state=failed&campaign={}", fx.campaign),
+    )
+    .await?;
+    let mut rows: Vec<String> = js(
+        &page,
+        "[...document.querySelectorAll('#tasks tbody tr')].map((tr) => tr.dataset.taskId)",
+    )
+    .await?;
+    rows.sort();
+    let mut want = fx.failed.clone();
+    want.sort();
+    ensure!(rows == want, "failed search {rows:?}, want {want:?}");
+    // The export of that search holds the same rows.
+    let csv = reqwest::get(format!(
+        "{base}/console/tasks.csv?ns=default&state=failed&campaign={}",
+        fx.campaign
+    ))
+    .await?
+    .text()
+    .await?;
+    let lines: Vec<&str> = csv.lines().collect();
+    ensure!(
+        lines.first().is_some_and(|h| h.starts_with("id,state,")),
+        "csv header: {csv}"
+    );
+    ensure!(lines.len() == 1 + want.len(), "csv rows: {csv}");
+
+    // A failed task's page: attempts, and retry.
+    let first_failed = &fx.failed[0];
+    open(&page, &base, &format!("/console/tasks/{first_failed}")).await?;
+    let outcomes: Vec<String> = js(
+        &page,
+        "[...document.querySelectorAll('#attempts tbody tr')].map((tr) => tr.dataset.outcome)",
+    )
+    .await?;
+    ensure!(outcomes == ["PERMANENT"], "attempts {outcomes:?}");
+    shoot(&page, "task-failed").await?;
+    submit(&page, "#retry-task").await?;
+    let id: Uuid = first_failed.parse()?;
+    let state: String = scalar(
+        db,
+        "SELECT state::text FROM herald.tasks WHERE id = $1",
+        &[&id],
+    )
+    .await?;
+    ensure!(state == "scheduled", "retried task is {state}");
+
+    // Campaigns: the list, the failures of the launch by reason, retry the rest of them after
+    // the count is shown.
+    open(&page, &base, "/console/campaigns").await?;
+    let listed: u64 = js(
+        &page,
+        "document.querySelectorAll('#campaigns tbody tr').length",
+    )
+    .await?;
+    ensure!(listed == 2, "{listed} campaigns listed");
+    shoot(&page, "campaigns").await?;
+    open(&page, &base, &format!("/console/campaigns/{}", fx.campaign)).await?;
+    let sent: String = js(&page, "document.getElementById('c-sent').textContent").await?;
+    ensure!(sent == "2", "campaign sent {sent}");
+    shoot(&page, "campaign").await?;
+    page.find_element("#reasons a.retry-reason")
+        .await?
+        .click()
+        .await?;
+    page.wait_for_navigation().await?;
+    let count: String = js(
+        &page,
+        "document.querySelector('#retry-count strong').textContent",
+    )
+    .await?;
+    ensure!(count == "1", "retry would take {count} tasks");
+    shoot(&page, "campaign-retry").await?;
+    submit(&page, "#confirm-retry").await?;
+    ensure!(done_message(&page)
+        .await?
+        .contains("1 failed tasks retried"));
+    let campaign: Uuid = fx.campaign.parse()?;
+    let still_failed: i64 = scalar(
+        db,
+        "SELECT count(*) FROM herald.tasks WHERE campaign_id = $1 AND state = 'failed'",
+        &[&campaign],
+    )
+    .await?;
+    ensure!(
+        still_failed == 0,
+        "{still_failed} still failed after the retry"
+    );
+
+    // Pause, resume and cancel the other campaign.
+    let autumn: Uuid = fx.paused_campaign.parse()?;
+    let campaign_state = || async {
+        scalar::<String>(
+            db,
+            "SELECT state::text FROM herald.campaigns WHERE id = $1",
+            &[&autumn],
+        )
+        .await
+    };
+    open(&page, &base, &format!("/console/campaigns/{autumn}")).await?;
+    submit(&page, "button[name='action'][value='pause']").await?;
+    ensure!(campaign_state().await? == "paused");
+    let parked: i64 = scalar(
+        db,
+        "SELECT count(*) FROM herald.tasks WHERE campaign_id = $1 AND route LIKE 'paused:%'",
+        &[&autumn],
+    )
+    .await?;
+    ensure!(parked == 2, "{parked} tasks parked");
+    submit(&page, "button[name='action'][value='resume']").await?;
+    ensure!(campaign_state().await? == "active");
+    submit(&page, "button[name='action'][value='cancel']").await?;
+    ensure!(campaign_state().await? == "cancelled");
+    let cancelled: i64 = scalar(
+        db,
+        "SELECT count(*) FROM herald.tasks WHERE campaign_id = $1 AND state = 'cancelled'",
+        &[&autumn],
+    )
+    .await?;
+    ensure!(cancelled == 2, "{cancelled} tasks cancelled");
+
+    // Schedules: next fires in the schedule's zone, a preview of 10, pause and resume.
+    open(&page, &base, "/console/schedules").await?;
+    let next: String = js(
+        &page,
+        "document.querySelector(\"tr[data-schedule='nightly'] td:nth-child(3)\").textContent",
+    )
+    .await?;
+    ensure!(
+        next.contains("03:00:00") && next.contains("Europe/Berlin"),
+        "next fire {next}"
+    );
+    shoot(&page, "schedules").await?;
+    submit(&page, "tr[data-schedule='nightly'] button[value='pause']").await?;
+    let paused: bool = scalar(
+        db,
+        "SELECT paused FROM herald.schedules WHERE id = 'nightly'",
+        &[],
+    )
+    .await?;
+    ensure!(paused, "schedule not paused");
+    let preview: u64 = js(&page, "document.querySelectorAll('#preview li').length").await?;
+    ensure!(preview == 10, "{preview} fires previewed");
+    submit(&page, "button[name='action'][value='resume']").await?;
+    let paused: bool = scalar(
+        db,
+        "SELECT paused FROM herald.schedules WHERE id = 'nightly'",
+        &[],
+    )
+    .await?;
+    ensure!(!paused, "schedule still paused");
+    shoot(&page, "schedule").await?;
+
+    // Live: a task created meanwhile shows on the open front page without a reload.
+    open(&page, &base, "/console/").await?;
+    wait_for_dom(&page, "document.body.dataset.live === '1'").await?;
+    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
+    create_task(&mut tasks, task_spec("late-queue", "+15550003333", "hello")).await?;
+    wait_for_dom(
+        &page,
+        "[...document.querySelectorAll('#waiting tbody td:first-child')].some((td) => td.textContent === 'late-queue')",
+    )
+    .await?;
+    let reloads: String = js(&page, "document.body.dataset.refreshes").await?;
+    ensure!(reloads != "0", "the page changed without a refresh");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_viewer_reads_but_cannot_act_and_cross_site_posts_are_refused() -> Result<()> {
+    let db = TestDb::new().await?;
+    let admin = TestToken::new("ops", &["admin"], &["default"]);
+    let viewer = TestToken::new("support", &["viewer"], &["default"]);
+    let file = write_tokens_file(&[admin.clone(), viewer.clone()])?;
+    let scheduler = SchedulerProcess::builder(&db)
+        .env("HERALD_AUTH_TOKENS_FILE", &file.path)
+        .spawn()
+        .await?;
+    let mut accounts = AccountServiceClient::connect(scheduler.grpc_url()).await?;
+    accounts
+        .create_account(admin.request(
+            CreateAccountRequest {
+                account: Some(whatsapp_account("wa-main", "wa", 5.0)),
+            },
+            None,
+        ))
+        .await?;
+    let http = reqwest::Client::new();
+    let base = scheduler.http_url();
+    for path in [
+        "/console/",
+        "/console/accounts",
+        "/console/tasks",
+        "/console/accounts.csv",
+    ] {
+        let r = http
+            .get(format!("{base}{path}"))
+            .basic_auth("support", Some(&viewer.token))
+            .send()
+            .await?;
+        assert_eq!(r.status(), 200, "a viewer reads {path}");
+    }
+    let page = http
+        .get(format!("{base}/console/accounts"))
+        .basic_auth("support", Some(&viewer.token))
+        .send()
+        .await?
+        .text()
+        .await?;
+    assert!(
+        page.contains("read only") && !page.contains("name=\"state\""),
+        "a viewer sees no actions"
+    );
+    let pause = |token: &str, origin: Option<&str>| {
+        let mut r = http
+            .post(format!("{base}/console/accounts/wa-main/state"))
+            .basic_auth("x", Some(token))
+            .form(&[("state", "paused")]);
+        if let Some(o) = origin {
+            r = r.header("origin", o).header("sec-fetch-site", "cross-site");
+        }
+        r.send()
+    };
+    assert_eq!(
+        pause(&viewer.token, None).await?.status(),
+        403,
+        "a viewer cannot act"
+    );
+    assert_eq!(
+        pause(&admin.token, Some("https://elsewhere.example"))
+            .await?
+            .status(),
+        403,
+        "a cross-site form cannot act"
+    );
+    let state = || async {
+        let c = db.connect().await?;
+        anyhow::Ok(
+            c.query_one(
+                "SELECT state::text FROM herald.accounts WHERE id = 'wa-main'",
+                &[],
+            )
+            .await?
+            .get::<_, String>(0),
+        )
+    };
+    assert_eq!(state().await?, "active", "refused posts changed nothing");
+    let ok = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()?
+        .post(format!("{base}/console/accounts/wa-main/state"))
+        .basic_auth("x", Some(&admin.token))
+        .form(&[("state", "paused")])
+        .send()
+        .await?;
+    assert_eq!(ok.status(), 303, "the admin's own post");
+    assert_eq!(state().await?, "paused");
+    Ok(())
+}
