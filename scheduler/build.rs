@@ -26,6 +26,10 @@ fn main() {
         let version: u32 = version
             .parse()
             .unwrap_or_else(|_| panic!("migration {file} has no version number"));
+        // Each file as well as the folder: cargo's scan of a folder compares modification
+        // times, which a renamed (renumbered) migration keeps, while a listed file that is
+        // gone always reruns this script.
+        println!("cargo:rerun-if-changed={}", path.display());
         found.push((version, name.to_owned(), path.display().to_string()));
     }
     found.sort();

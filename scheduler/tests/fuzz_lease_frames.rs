@@ -63,6 +63,7 @@ fn attempt_result() -> impl Strategy<Value = pb::AttemptResult> {
                     provider_message_id,
                     started_at,
                     rate_limit_scope: scope,
+                    ..Default::default()
                 }
             },
         )

@@ -297,6 +297,7 @@ proptest! {
             priority,
             max_attempts,
             expire_after,
+            ..Default::default()
         };
         let now = Utc::now();
         match herald_scheduler::schedule::spec::check(&spec, now) {
@@ -353,6 +354,7 @@ proptest! {
             priority,
             max_attempts,
             send_window: None,
+            ..Default::default()
         };
         let v = herald_scheduler::campaigns::check_spec(&spec, Utc::now());
         named_under(v.as_slice(), "campaign")?;

@@ -30,6 +30,7 @@ async fn campaign_with(url: &str, queue: &str, n: usize, start_in: Duration) -> 
                 queue: queue.into(),
                 content: Some(Content {
                     body: Some(content::Body::Text("offer".into())),
+                    ..Default::default()
                 }),
                 start_at: Some(start.into()),
                 ..Default::default()

@@ -26,7 +26,7 @@ use herald_proto::v1::{
 use herald_tests::accounts::whatsapp_account;
 use herald_tests::lease::{result, ScriptedExecutor};
 use herald_tests::security::{write_tokens_file, TestToken};
-use herald_tests::{connect_tasks, create_task, task_spec, SchedulerProcess, TestDb};
+use herald_tests::{connect_tasks, create_task, task_spec, SchedulerProcess, TaskSpecExt, TestDb};
 use serde::de::DeserializeOwned;
 use uuid::Uuid;
 
@@ -152,6 +152,7 @@ async fn campaign(
                 queue: queue.into(),
                 content: Some(Content {
                     body: Some(content::Body::Text(format!("{name} is here"))),
+                    ..Default::default()
                 }),
                 start_at,
                 ..Default::default()
@@ -190,13 +191,8 @@ async fn fixture(scheduler: &SchedulerProcess) -> Result<Fixture> {
     // Due in an hour.
     let later = create_task(
         &mut tasks,
-        TaskSpec {
-            run_at: Some(prost_types::Timestamp {
-                seconds: chrono::Utc::now().timestamp() + 3600,
-                nanos: 0,
-            }),
-            ..task_spec("notify", "+15550002222", "see you tomorrow")
-        },
+        task_spec("notify", "+15550002222", "see you tomorrow")
+            .with_run_at(std::time::SystemTime::now() + std::time::Duration::from_secs(3600)),
     )
     .await?;
 
@@ -251,6 +247,7 @@ async fn fixture(scheduler: &SchedulerProcess) -> Result<Fixture> {
                 recipients: vec!["ops@example.com".into()],
                 content: Some(Content {
                     body: Some(content::Body::Text("nightly report".into())),
+                    ..Default::default()
                 }),
                 ..Default::default()
             }),

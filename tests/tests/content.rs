@@ -25,6 +25,9 @@ use serde_json::Value;
 use tonic::transport::Channel;
 use tonic_types::StatusExt;
 
+/// JSON fields a request must carry: (JSON pointer, value).
+type Fields = Vec<(&'static str, Value)>;
+
 const WAIT: Duration = Duration::from_secs(30);
 
 fn content(body: Body) -> Content {
@@ -132,7 +135,7 @@ async fn every_whatsapp_content_type_reaches_the_fake_in_its_documented_shape() 
         title: title.into(),
     };
     // (name, content, [(JSON pointer into the request, expected value)])
-    let cases: Vec<(&str, Content, Vec<(&str, Value)>)> = vec![
+    let cases: Vec<(&str, Content, Fields)> = vec![
         (
             "text with a link preview",
             preview,
@@ -414,7 +417,7 @@ async fn every_wecom_content_type_reaches_the_fake_in_its_documented_shape() -> 
         }],
     });
     // (account, name, content, [(JSON pointer, expected)])
-    let cases: Vec<(&str, &str, Content, Vec<(&str, Value)>)> = vec![
+    let cases: Vec<(&str, &str, Content, Fields)> = vec![
         (
             "wc-1",
             "markdown",

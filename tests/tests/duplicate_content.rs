@@ -30,7 +30,11 @@ async fn a_queues_window_ends_the_second_identical_message() -> Result<()> {
     assert_eq!(first.state(), TaskState::Scheduled);
     let second = create_task(&mut tasks, task_spec("alerts", "+15550001", "disk full")).await?;
     assert_eq!(second.state(), TaskState::Cancelled, "{second:?}");
-    assert_eq!(second.end_reason(), EndReason::DuplicateContent, "{second:?}");
+    assert_eq!(
+        second.end_reason(),
+        EndReason::DuplicateContent,
+        "{second:?}"
+    );
     assert_eq!(second.last_error, DUPLICATE);
     // Not the same message: another text, another recipient, or due outside the window.
     let other_text = create_task(&mut tasks, task_spec("alerts", "+15550001", "disk ok")).await?;
@@ -128,6 +132,7 @@ async fn a_campaigns_window_skips_recipients_who_already_have_the_message() -> R
                             queue,
                             content: Some(Content {
                                 body: Some(content::Body::Text("spring offer".into())),
+                                ..Default::default()
                             }),
                             duplicate_window: Some(prost_types::Duration {
                                 seconds: 600,

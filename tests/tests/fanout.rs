@@ -106,7 +106,9 @@ fn uses(id: &str, vars: &[(&str, &str)]) -> Content {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            ..Default::default()
         })),
+        ..Default::default()
     }
 }
 

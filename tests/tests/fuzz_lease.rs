@@ -426,6 +426,7 @@ async fn play(world: &mut World, script: &Script) -> Result<()> {
                             provider_message_id: String::new(),
                             started_at: r.started_at,
                             rate_limit_scope: r.scope,
+                            ..Default::default()
                         }
                     })
                     .collect(),

@@ -23,6 +23,7 @@ use prost_types::FieldMask;
 fn text(t: &str) -> Option<Content> {
     Some(Content {
         body: Some(content::Body::Text(t.into())),
+        ..Default::default()
     })
 }
 
@@ -115,7 +116,7 @@ async fn a_schedules_fixed_delays_space_its_tasks_retries() -> Result<()> {
         .attempts;
     let finished = attempts
         .first()
-        .and_then(|a| a.finished_at.clone())
+        .and_then(|a| a.finished_at)
         .context("the failed attempt is recorded")?;
     let run_at = task.run_at.context("a retry has a due time")?;
     // The first retry waits the first delay exactly: fixed delays have no jitter.
@@ -279,7 +280,7 @@ async fn update_schedule_applies_from_the_fire_time_it_names() -> Result<()> {
         .effective_from
         .context("an active schedule names its next fire")?;
     let schedule = updated.schedule.context("the schedule")?;
-    assert_eq!(schedule.next_fire_time, Some(from.clone()));
+    assert_eq!(schedule.next_fire_time, Some(from));
     let spec = schedule.spec.context("spec")?;
     assert_eq!(spec.cron, "*/2 * * * * *", "unmasked fields are kept");
     assert_eq!(spec.queue, queue);

@@ -21,6 +21,7 @@ fn every_two_seconds(id: &str, queue: &str, overrun_after: i64) -> ScheduleSpec 
         recipients: vec!["ops@example.com".into()],
         content: Some(Content {
             body: Some(content::Body::Text("report".into())),
+            ..Default::default()
         }),
         overrun_after: Some(prost_types::Duration {
             seconds: overrun_after,
@@ -44,22 +45,21 @@ async fn an_unfinished_run_raises_one_notification_a_metric_and_a_mark() -> Resu
     let mut exec = ScriptedExecutor::connect(&s.grpc_url(), "exec-1", &[&fast_queue], 10).await?;
     let sender = tokio::spawn(async move {
         loop {
-            match exec.next_within(Duration::from_secs(120)).await? {
-                scheduler_message::Kind::Leases(batch) => {
-                    let n = batch.leases.len() as u32;
-                    exec.send(herald_proto::v1::executor_message::Kind::Report(
-                        herald_proto::v1::ReportBatch {
-                            results: batch
-                                .leases
-                                .iter()
-                                .map(|l| result(l, OutcomeClass::Ok))
-                                .collect(),
-                        },
-                    ))
-                    .await?;
-                    exec.credit(n).await?;
-                }
-                _ => {}
+            if let scheduler_message::Kind::Leases(batch) =
+                exec.next_within(Duration::from_secs(120)).await?
+            {
+                let n = batch.leases.len() as u32;
+                exec.send(herald_proto::v1::executor_message::Kind::Report(
+                    herald_proto::v1::ReportBatch {
+                        results: batch
+                            .leases
+                            .iter()
+                            .map(|l| result(l, OutcomeClass::Ok))
+                            .collect(),
+                    },
+                ))
+                .await?;
+                exec.credit(n).await?;
             }
         }
         #[allow(unreachable_code)]

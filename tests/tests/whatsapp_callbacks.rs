@@ -779,6 +779,7 @@ async fn delivery_stats_and_campaign_progress_count_each_state_and_time_delivery
                 pool: "wa".into(),
                 content: Some(Content {
                     body: Some(content::Body::Text("Spring sale".into())),
+                    ..Default::default()
                 }),
                 ..CampaignSpec::default()
             }),

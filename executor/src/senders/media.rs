@@ -155,12 +155,15 @@ struct Uploaded {
     use_until: Instant,
 }
 
+/// The slot of one (type, URL): filled by the first upload, awaited by the sends behind it.
+type UploadSlot = Arc<Mutex<Option<Uploaded>>>;
+
 /// One account's uploaded media ids by (type, URL), single-flight.
 #[derive(Debug)]
 pub struct UploadCache {
     /// How long an uploaded id is used: the provider's lifetime minus a margin.
     ttl: Duration,
-    entries: StdMutex<HashMap<(String, String), Arc<Mutex<Option<Uploaded>>>>>,
+    entries: StdMutex<HashMap<(String, String), UploadSlot>>,
 }
 
 impl UploadCache {

@@ -85,10 +85,10 @@ fn filter(req: &pb::ListTasksRequest) -> Result<TaskFilter, Error> {
         states: req.states.clone(),
         end_reasons: req.end_reasons.clone(),
         queue: req.queue.clone(),
-        created_after: req.created_after.clone(),
-        created_before: req.created_before.clone(),
-        run_after: req.run_after.clone(),
-        run_before: req.run_before.clone(),
+        created_after: req.created_after,
+        created_before: req.created_before,
+        run_after: req.run_after,
+        run_before: req.run_before,
         ..Default::default()
     };
     let selection = match &req.filter {

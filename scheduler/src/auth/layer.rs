@@ -41,7 +41,7 @@ pub fn access_for(path: &str) -> Access {
         | "herald.v1.ScheduleService"
         | "herald.v1.CampaignService"
         | "herald.v1.SuppressionService" => Access::Role(Role::Client),
-        | "herald.v1.AudienceService" => Access::Role(Role::Client),
+        "herald.v1.AudienceService" => Access::Role(Role::Client),
         "herald.v1.LeaseService" => Access::Role(Role::Executor),
         "herald.v1.AccountService" | "herald.v1.StatsService" => Access::Role(Role::Admin),
         "grpc.health.v1.Health"

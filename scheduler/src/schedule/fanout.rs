@@ -266,6 +266,7 @@ pub fn variables(
     let mut vars = match &spec.content {
         Some(pb::Content {
             body: Some(pb::content::Body::Template(t)),
+            ..
         }) => t.variables.clone(),
         _ => BTreeMap::new(),
     };
@@ -310,6 +311,7 @@ fn contact_task(
     let mut task = run_task(s, spec, &run, now, &c.recipient);
     if let Some(pb::Content {
         body: Some(pb::content::Body::Template(t)),
+        ..
     }) = &mut task.content
     {
         t.variables = vars;

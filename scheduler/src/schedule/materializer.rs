@@ -345,6 +345,9 @@ async fn materialise(
 }
 
 /// Inserts one run and its tasks; false when it was skipped or already there.
+// Each argument is a different part of one firing (the schedule, its rules, the run, the
+// queue windows); bundling them would only move the list into a struct used once.
+#[allow(clippy::too_many_arguments)]
 async fn fire_run(
     tx: &deadpool_postgres::Transaction<'_>,
     namespace: &str,

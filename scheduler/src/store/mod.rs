@@ -7,8 +7,8 @@
 //! runs them. Errors are classified by SQLSTATE in [`error`], once.
 
 pub mod accounts;
-pub mod bulk;
 pub mod audiences;
+pub mod bulk;
 pub mod campaigns;
 pub mod connection;
 pub mod deliveries;

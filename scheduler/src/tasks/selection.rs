@@ -142,7 +142,8 @@ impl Selection {
 
     /// The end reasons as the SQL filter takes them (None: any).
     pub fn end_reason_names(&self) -> Option<Vec<&'static str>> {
-        (!self.end_reasons.is_empty()).then(|| self.end_reasons.iter().map(|r| r.as_str()).collect())
+        (!self.end_reasons.is_empty())
+            .then(|| self.end_reasons.iter().map(|r| r.as_str()).collect())
     }
 
     /// The states as the SQL filter takes them (None: any).

@@ -26,7 +26,7 @@ pub enum TemplateKind {
         /// Variable names in parameter order.
         parameters: Vec<String>,
         /// Fixed header and button parameters, sent unless a task gives its own.
-        components: Components,
+        components: Box<Components>,
     },
 }
 

@@ -18,10 +18,10 @@ pub fn template_spec(t: &pb::Template) -> TemplateSpec {
                 name: p.name.clone(),
                 language: p.language.clone(),
                 parameters: p.parameters.clone(),
-                components: Components {
+                components: Box::new(Components {
                     header: p.header.clone(),
                     buttons: p.buttons.clone(),
-                },
+                }),
             },
         }),
     }

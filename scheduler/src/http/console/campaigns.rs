@@ -82,7 +82,7 @@ pub(super) async fn list(
     let before = param(&params, "page").map(campaign_id).transpose()?;
     let views = console
         .campaigns
-        .list(&caller.namespace, before, PAGE + 1)
+        .list(&caller.namespace, &[], before, PAGE + 1)
         .await?;
     let (views, next) = crate::store::sql::page(views, PAGE, |last| last.record.id.to_string());
     Ok(render(

@@ -129,7 +129,7 @@ impl FromRow for TemplateRecord {
                     name: text("provider_name")?,
                     language: text("provider_language")?,
                     parameters: column(r, "parameters")?,
-                    components,
+                    components: Box::new(components),
                 }
             }
             other => return Err(StoreError::Corrupt(format!("template kind {other:?}"))),
