@@ -352,12 +352,21 @@ async fn retry_and_reschedule_by_filter() -> Result<()> {
             tomorrow.into(),
         )),
     };
-    let dry = tasks.start_bulk_operation(resched(true)).await?.into_inner();
+    let dry = tasks
+        .start_bulk_operation(resched(true))
+        .await?
+        .into_inner();
     assert_eq!(dry.matched, 30, "the 30 leased ones are not SCHEDULED");
-    let started = tasks.start_bulk_operation(resched(false)).await?.into_inner();
+    let started = tasks
+        .start_bulk_operation(resched(false))
+        .await?
+        .into_inner();
     assert_eq!(started.matched, 30);
     let op = started.operation.context("op")?;
-    let done = wait_for(&mut tasks, &op.id, |o| o.state() == BulkOperationState::Done).await?;
+    let done = wait_for(&mut tasks, &op.id, |o| {
+        o.state() == BulkOperationState::Done
+    })
+    .await?;
     assert_eq!(done.changed, 30);
     let day_ahead = tasks
         .list_tasks(ListTasksRequest {
