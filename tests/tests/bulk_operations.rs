@@ -327,33 +327,41 @@ async fn retry_and_reschedule_by_filter() -> Result<()> {
     })
     .await?;
     assert_eq!(done.changed, 30);
-    // Re-driven: leased again.
+    // Re-driven: leased again (and left leased: RESCHEDULE does not touch them).
     exec.credit(30).await?;
     let again = exec.leases(30).await?;
     assert!(again.iter().all(|l| l.attempt == 2));
-    exec.report(
-        again
-            .iter()
-            .map(|l| result(l, OutcomeClass::Transient))
-            .collect(),
-    )
-    .await?;
 
-    // Reschedule the (now retrying, SCHEDULED) tasks a day ahead, by run_at.
+    // Reschedule the queue's SCHEDULED tasks a day ahead, by run_at.
+    for i in 0..30 {
+        create_task(
+            &mut tasks,
+            task_spec(&queue, &format!("+1666{i:04}"), "y").with_delay(Duration::from_secs(60)),
+        )
+        .await?;
+    }
     let tomorrow = std::time::SystemTime::now() + Duration::from_secs(86_400);
     let scheduled = TaskFilter {
         queue: queue.clone(),
         ..Default::default()
     };
-    let resched = StartBulkOperationRequest {
+    let resched = |dry_run| StartBulkOperationRequest {
         action: BulkAction::Reschedule as i32,
         filter: Some(scheduled.clone()),
-        dry_run: false,
+        dry_run,
         reschedule: Some(start_bulk_operation_request::Reschedule::RunAt(
             tomorrow.into(),
         )),
     };
-    let started = tasks.start_bulk_operation(resched).await?.into_inner();
+    let dry = tasks
+        .start_bulk_operation(resched(true))
+        .await?
+        .into_inner();
+    assert_eq!(dry.matched, 30, "the 30 leased ones are not SCHEDULED");
+    let started = tasks
+        .start_bulk_operation(resched(false))
+        .await?
+        .into_inner();
     assert_eq!(started.matched, 30);
     let op = started.operation.context("op")?;
     let done = wait_for(&mut tasks, &op.id, |o| {

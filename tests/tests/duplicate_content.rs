@@ -52,10 +52,9 @@ async fn a_queues_window_ends_the_second_identical_message() -> Result<()> {
         assert_eq!(t.state(), TaskState::Scheduled, "{t:?}");
     }
     // A task's own window guards a queue without one; guarded tasks are compared with guarded
-    // tasks only (the unguarded one above is not recorded), so the second of these is the
-    // duplicate.
+    // tasks only, so the first of these passes and the second is the duplicate.
     let own = || {
-        let mut spec = task_spec("plain", "+15550001", "disk full");
+        let mut spec = task_spec("plain", "+15550001", "backup done");
         spec.duplicate_window = Some(prost_types::Duration {
             seconds: 600,
             nanos: 0,

@@ -168,9 +168,9 @@ fn check(req: &Request, now: DateTime<Utc>) -> Result<(Selection, pb::TaskFilter
         v.add(
             "filter.states",
             format!(
-                "{} tasks cannot be {}d",
-                bad.as_str(),
-                req.action.as_str().trim_end_matches('e')
+                "{} does not apply to {} tasks",
+                req.action.as_str(),
+                bad.as_str()
             ),
         );
     }
