@@ -31,7 +31,8 @@ const WAIT: Duration = Duration::from_secs(30);
 /// service must be added here, or the matrix test fails.
 fn required_role(service: &str) -> Option<&'static str> {
     match service {
-        "TaskService" | "TemplateService" | "ScheduleService" | "CampaignService" => Some("client"),
+        "TaskService" | "TemplateService" | "ScheduleService" | "CampaignService"
+        | "SuppressionService" | "AudienceService" => Some("client"),
         "LeaseService" => Some("executor"),
         "AccountService" | "StatsService" => Some("admin"),
         _ => None,
