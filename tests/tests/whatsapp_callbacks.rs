@@ -696,7 +696,7 @@ async fn an_opt_out_reply_suppresses_the_sender_and_its_queued_task_is_never_sen
     assert_eq!(
         replies,
         [
-            ("16505550031".into(), "text".into(), Some(" Stop ".into())),
+            ("16505550031".into(), "text".into(), Some("Stop".into())),
             (
                 "16505550032".into(),
                 "text".into(),

@@ -5,7 +5,7 @@
 SELECT t.id
 FROM herald.tasks t
 WHERE {task_filter}
-  AND ($11::uuid IS NULL OR t.id > $14)
+  AND ($14::uuid IS NULL OR t.id > $14)
   AND t.created_at <= $16
 ORDER BY t.id
 LIMIT $15
