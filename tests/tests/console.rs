@@ -413,14 +413,7 @@ async fn drive(
     shoot(&page, "account-invalid").await?;
     page.evaluate_function("() => { document.getElementById('f-daily_cap').value = ''; }")
         .await?;
-    let cap = page.find_element("#f-daily_cap").await?;
-    cap.click()
-        .await?
-        .type_str("250")
-        .await?
-        .press_key("Enter")
-        .await?;
-    page.wait_for_navigation().await?;
+    type_and_enter(&page, "#f-daily_cap", "250").await?;
     let saved = done_message(&page).await?;
     let errors: Vec<String> = js(&page, "[...document.querySelectorAll('.field-error, #error-message')].map((e) => e.id + ': ' + e.textContent)").await?;
     ensure!(
@@ -438,15 +431,7 @@ async fn drive(
 
     // Tasks: search by recipient with the keyboard, open the task, see what holds it.
     open(&page, &base, "/console/tasks").await?;
-    let field = page.find_element("#s-recipient").await?;
-    field
-        .click()
-        .await?
-        .type_str("+15550001111")
-        .await?
-        .press_key("Enter")
-        .await?;
-    page.wait_for_navigation().await?;
+    type_and_enter(&page, "#s-recipient", "+15550001111").await?;
     let rows: Vec<String> = js(
         &page,
         "[...document.querySelectorAll('#tasks tbody tr')].map((tr) => tr.dataset.taskId)",
@@ -548,11 +533,7 @@ async fn drive(
     let sent: String = js(&page, "document.getElementById('c-sent').textContent").await?;
     ensure!(sent == "2", "campaign sent {sent}");
     shoot(&page, "campaign").await?;
-    page.find_element("#reasons a.retry-reason")
-        .await?
-        .click()
-        .await?;
-    page.wait_for_navigation().await?;
+    submit(&page, "#reasons a.retry-reason").await?;
     let count: String = js(
         &page,
         "document.querySelector('#retry-count strong').textContent",
