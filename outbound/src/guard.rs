@@ -411,12 +411,12 @@ pub const METADATA_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
-
     use super::*;
 
+    type TestResult = Result<(), Box<dyn std::error::Error>>;
+
     #[test]
-    fn non_public_addresses_are_refused_by_default() {
+    fn non_public_addresses_are_refused_by_default() -> TestResult {
         let policy = AddressPolicy::default();
         for ip in [
             "127.0.0.1",
@@ -432,35 +432,36 @@ mod tests {
             "::ffff:127.0.0.1",
             "::ffff:10.0.0.1",
         ] {
-            assert!(!policy.permits(ip.parse().unwrap()), "{ip}");
+            assert!(!policy.permits(ip.parse()?), "{ip}");
         }
         for ip in ["93.184.216.34", "2606:2800:220:1:248:1893:25c8:1946"] {
-            assert!(policy.permits(ip.parse().unwrap()), "{ip}");
+            assert!(policy.permits(ip.parse()?), "{ip}");
         }
         assert!(!policy.permits(IpAddr::V4(METADATA_V4)));
         assert!(!policy.permits(IpAddr::V6(METADATA_V6)));
+        Ok(())
     }
 
     #[test]
-    fn the_operator_can_allow_a_network() {
+    fn the_operator_can_allow_a_network() -> TestResult {
         let policy = AddressPolicy {
             allow_private_networks: false,
-            allowed_networks: vec![parse_network("10.1.2.0/24").unwrap()],
+            allowed_networks: vec![parse_network("10.1.2.0/24")?],
         };
-        assert!(policy.permits("10.1.2.9".parse().unwrap()));
-        assert!(!policy.permits("10.1.3.9".parse().unwrap()));
-        assert!(parse_network("127.0.0.1")
-            .unwrap()
-            .contains(&"127.0.0.1".parse::<IpAddr>().unwrap()));
+        assert!(policy.permits("10.1.2.9".parse()?));
+        assert!(!policy.permits("10.1.3.9".parse()?));
+        assert!(parse_network("127.0.0.1")?.contains(&"127.0.0.1".parse::<IpAddr>()?));
+        Ok(())
     }
 
     #[test]
-    fn plain_http_and_literal_private_hosts_are_refused_before_connecting() {
+    fn plain_http_and_literal_private_hosts_are_refused_before_connecting() -> TestResult {
         let policy = AddressPolicy::default();
-        let url = |s: &str| Url::parse(s).unwrap();
-        assert!(check_url(&url("http://example.com/a.png"), &policy).is_err());
-        assert!(check_url(&url("https://127.0.0.1/a.png"), &policy).is_err());
-        assert!(check_url(&url("https://[::1]/a.png"), &policy).is_err());
-        assert!(check_url(&url("https://example.com/a.png"), &policy).is_ok());
+        let url = |s: &str| Url::parse(s);
+        assert!(check_url(&url("http://example.com/a.png")?, &policy).is_err());
+        assert!(check_url(&url("https://127.0.0.1/a.png")?, &policy).is_err());
+        assert!(check_url(&url("https://[::1]/a.png")?, &policy).is_err());
+        assert!(check_url(&url("https://example.com/a.png")?, &policy).is_ok());
+        Ok(())
     }
 }

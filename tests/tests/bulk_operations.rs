@@ -256,7 +256,7 @@ async fn an_operation_resumes_after_the_scheduler_is_killed_between_batches() ->
                 &[&op.id],
             )
             .await?;
-        (r.get(0), r.get(1))
+        (r.get("processed"), r.get("state"))
     };
     ensure!(
         state == "running" && processed < 400,

@@ -225,14 +225,12 @@ impl UploadCache {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
-
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use super::*;
 
     #[tokio::test]
-    async fn concurrent_asks_for_one_url_upload_once() {
+    async fn concurrent_asks_for_one_url_upload_once() -> anyhow::Result<()> {
         let cache = Arc::new(UploadCache::new(Duration::from_secs(3600)));
         let uploads = Arc::new(AtomicUsize::new(0));
         let gate = Arc::new(tokio::sync::Notify::new());
@@ -255,35 +253,25 @@ mod tests {
         }
         gate.notify_one();
         for h in handles {
-            assert_eq!(h.await.unwrap().unwrap(), "m1");
+            assert_eq!(h.await??, "m1");
         }
         assert_eq!(uploads.load(Ordering::SeqCst), 1);
+        Ok(())
     }
 
     #[tokio::test(start_paused = true)]
-    async fn an_expired_id_is_uploaded_again_and_a_failure_is_not_cached() {
+    async fn an_expired_id_is_uploaded_again_and_a_failure_is_not_cached() -> anyhow::Result<()> {
         let cache = UploadCache::new(Duration::from_secs(60));
         let id = |s: &'static str| move || async move { Ok::<_, SendError>(s.to_owned()) };
-        assert_eq!(
-            cache.get_or_upload("file", "u", id("a")).await.unwrap(),
-            "a"
-        );
-        assert_eq!(
-            cache.get_or_upload("file", "u", id("b")).await.unwrap(),
-            "a"
-        );
+        assert_eq!(cache.get_or_upload("file", "u", id("a")).await?, "a");
+        assert_eq!(cache.get_or_upload("file", "u", id("b")).await?, "a");
         tokio::time::advance(Duration::from_secs(61)).await;
-        assert_eq!(
-            cache.get_or_upload("file", "u", id("c")).await.unwrap(),
-            "c"
-        );
+        assert_eq!(cache.get_or_upload("file", "u", id("c")).await?, "c");
         let failed = cache
             .get_or_upload("file", "v", || async { Err(SendError::transient("down")) })
             .await;
         assert!(failed.is_err());
-        assert_eq!(
-            cache.get_or_upload("file", "v", id("d")).await.unwrap(),
-            "d"
-        );
+        assert_eq!(cache.get_or_upload("file", "v", id("d")).await?, "d");
+        Ok(())
     }
 }

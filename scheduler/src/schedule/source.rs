@@ -258,11 +258,10 @@ mod tests {
     }
 
     #[test]
-    fn answers_take_strings_numbers_and_booleans() {
+    fn answers_take_strings_numbers_and_booleans() -> anyhow::Result<()> {
         let vars = parse_answer(
             br#"{"recipients": {"ann": {"total": 1200.5, "region": "north", "top": true, "x": null}}}"#,
-        )
-        .unwrap();
+        )?;
         let ann = &vars["ann"];
         assert_eq!(ann["total"], "1200.5");
         assert_eq!(ann["region"], "north");
@@ -270,6 +269,7 @@ mod tests {
         assert!(!ann.contains_key("x"));
         assert!(parse_answer(br#"{"recipients": {"ann": {"list": [1]}}}"#).is_err());
         assert!(parse_answer(b"not json").is_err());
+        Ok(())
     }
 
     #[test]

@@ -209,12 +209,10 @@ fn interactive(i: &pb::Interactive) -> Value {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
-
     use super::*;
 
     #[test]
-    fn a_document_by_id_keeps_its_filename_and_caption() {
+    fn a_document_by_id_keeps_its_filename_and_caption() -> anyhow::Result<()> {
         let content = Content::Rich(pb::Content {
             body: Some(Body::Media(pb::Media {
                 kind: MediaKind::Document as i32,
@@ -225,16 +223,17 @@ mod tests {
             })),
             link_preview: false,
         });
-        let (kind, o) = message(&content).unwrap();
+        let (kind, o) = message(&content)?;
         assert_eq!(kind, "document");
         assert_eq!(
             o,
             json!({"id": "4490709327384033", "caption": "Q3", "filename": "q3.pdf"})
         );
+        Ok(())
     }
 
     #[test]
-    fn a_template_with_header_and_buttons_has_three_kinds_of_component() {
+    fn a_template_with_header_and_buttons_has_three_kinds_of_component() -> anyhow::Result<()> {
         let content = Content::Rich(pb::Content {
             body: Some(Body::Template(pb::TemplateContent {
                 template_id: "order_update".into(),
@@ -254,7 +253,7 @@ mod tests {
             })),
             link_preview: false,
         });
-        let (_, o) = message(&content).unwrap();
+        let (_, o) = message(&content)?;
         let c = &o["components"];
         assert_eq!(
             c[0]["parameters"][0]["image"]["link"],
@@ -263,6 +262,7 @@ mod tests {
         assert_eq!(c[1]["parameters"][0]["text"], "Alice");
         assert_eq!(c[2]["sub_type"], "url");
         assert_eq!(c[2]["index"], "1");
+        Ok(())
     }
 
     #[test]
