@@ -10,6 +10,7 @@ pub mod model;
 pub mod retry_policy;
 pub mod selection;
 pub mod send_window;
+pub mod spec_checks;
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
