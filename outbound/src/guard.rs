@@ -304,6 +304,32 @@ impl GuardedClient {
 
     /// Fetches `url` within `limits`.
     pub async fn fetch(&self, url: &str, limits: FetchLimits) -> Result<Fetched, FetchError> {
+        self.send(url, limits, |client, url| client.get(url)).await
+    }
+
+    /// POSTs `body` to `url` with `headers` (a webhook-style call such as a variables
+    /// source), within `limits`, and returns the answer's body.
+    pub async fn post(
+        &self,
+        url: &str,
+        headers: reqwest::header::HeaderMap,
+        body: Vec<u8>,
+        limits: FetchLimits,
+    ) -> Result<Fetched, FetchError> {
+        self.send(url, limits, move |client, url| {
+            client.post(url).headers(headers).body(body)
+        })
+        .await
+    }
+
+    /// Checks `url`, sends the request `build` makes of it and reads the answer's body within
+    /// `limits`.
+    async fn send(
+        &self,
+        url: &str,
+        limits: FetchLimits,
+        build: impl FnOnce(&reqwest::Client, Url) -> reqwest::RequestBuilder,
+    ) -> Result<Fetched, FetchError> {
         let parsed = Url::parse(url).map_err(|e| FetchError::Refused {
             url: url.chars().take(200).collect(),
             reason: format!("not a URL: {e}"),
@@ -334,13 +360,9 @@ impl GuardedClient {
                 }
             }
         };
+        let request = build(&self.client, parsed);
         let work = async {
-            let mut response = self
-                .client
-                .get(parsed.clone())
-                .send()
-                .await
-                .map_err(network)?;
+            let mut response = request.send().await.map_err(network)?;
             let status = response.status();
             if !status.is_success() {
                 return Err(FetchError::Status {

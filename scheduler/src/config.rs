@@ -87,10 +87,23 @@ pub struct Config {
     /// requests to sources are unsigned.
     #[arg(long, env = "HERALD_VARIABLES_SOURCE_SECRET", hide_env_values = true)]
     pub variables_source_secret: Option<String>,
-    /// Let variables sources be plain http and on loopback or private addresses (development
-    /// and tests; without it a source must be https on a public address).
+    /// Let variables sources be on loopback, private and link-local addresses (a source inside
+    /// the operator's network; without it a source must resolve to public addresses). Sources
+    /// are https either way.
     #[arg(long, env = "HERALD_VARIABLES_SOURCE_ALLOW_PRIVATE")]
     pub variables_source_allow_private: bool,
+    /// Non-public networks variables sources may reach, comma-separated CIDRs or addresses
+    /// (e.g. `10.1.2.0/24`): narrower than HERALD_VARIABLES_SOURCE_ALLOW_PRIVATE.
+    #[arg(
+        long,
+        env = "HERALD_VARIABLES_SOURCE_ALLOWED_NETWORKS",
+        value_delimiter = ','
+    )]
+    pub variables_source_allowed_networks: Vec<String>,
+    /// PEM CA certificates variables sources' https certificates may be signed by, beside the
+    /// system's roots (a private CA of an internal source).
+    #[arg(long, env = "HERALD_VARIABLES_SOURCE_CA_FILE")]
+    pub variables_source_ca_file: Option<PathBuf>,
     /// PEM certificate chain of the gRPC port; with HERALD_TLS_KEY, turns TLS on.
     #[arg(long, env = "HERALD_TLS_CERT")]
     pub tls_cert: Option<PathBuf>,
@@ -175,6 +188,8 @@ impl Config {
             notify_secret: None,
             variables_source_secret: None,
             variables_source_allow_private: false,
+            variables_source_allowed_networks: Vec::new(),
+            variables_source_ca_file: None,
             tls_cert: None,
             tls_key: None,
             tls_client_ca: None,

@@ -26,6 +26,7 @@ pub mod fakes;
 mod grpc;
 mod ha_cluster;
 pub mod lease;
+pub mod loopback_tls;
 pub mod otlp;
 mod pg_cluster;
 mod process;

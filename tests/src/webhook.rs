@@ -15,6 +15,8 @@ use http::{HeaderMap, Method, StatusCode};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::loopback_tls::LoopbackTls;
+
 /// One request as the receiver saw it.
 #[derive(Debug, Clone)]
 pub struct RecordedRequest {
@@ -164,11 +166,23 @@ pub struct WebhookReceiver {
     addr: SocketAddr,
     shared: Arc<Shared>,
     server: JoinHandle<()>,
+    /// Set when it serves https.
+    tls: Option<LoopbackTls>,
 }
 
 impl WebhookReceiver {
     /// Starts the receiver; it answers 200 to everything until scripted otherwise.
     pub async fn start() -> Result<Self> {
+        Self::start_with(None).await
+    }
+
+    /// Starts the receiver serving https with a certificate from a throwaway CA
+    /// ([`Self::ca_file`]), as an endpoint herald reaches through its outbound guard must.
+    pub async fn start_https() -> Result<Self> {
+        Self::start_with(Some(LoopbackTls::new("webhook receiver")?)).await
+    }
+
+    async fn start_with(tls: Option<LoopbackTls>) -> Result<Self> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .context("binding the webhook receiver")?;
@@ -182,19 +196,44 @@ impl WebhookReceiver {
         let router = axum::Router::new()
             .fallback(handle)
             .with_state(Arc::clone(&shared));
-        let server = tokio::spawn(async move {
-            let _ = axum::serve(listener, router).await;
-        });
+        let server = match &tls {
+            None => tokio::spawn(async move {
+                let _ = axum::serve(listener, router).await;
+            }),
+            Some(tls) => tls.serve(
+                listener,
+                hyper::service::service_fn(move |request: hyper::Request<_>| {
+                    let router = router.clone();
+                    async move {
+                        use tower::ServiceExt;
+                        router.oneshot(request.map(axum::body::Body::new)).await
+                    }
+                }),
+            ),
+        };
         Ok(Self {
             addr,
             shared,
             server,
+            tls,
         })
     }
 
-    /// The base URL, as `http://127.0.0.1:PORT`; any path is accepted.
+    /// The base URL, as `http://127.0.0.1:PORT` (`https://` from [`Self::start_https`]); any
+    /// path is accepted.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
+    }
+
+    /// `https://localhost:PORT`: a name that resolves to loopback (https receivers).
+    pub fn url_by_name(&self) -> String {
+        format!("https://localhost:{}", self.addr.port())
+    }
+
+    /// The PEM file of the CA that signed an https receiver's certificate.
+    pub fn ca_file(&self) -> Option<&std::path::Path> {
+        self.tls.as_ref().map(LoopbackTls::ca_file)
     }
 
     /// The bound address.

@@ -12,13 +12,14 @@ use anyhow::{ensure, Context, Result};
 use chrono::{DateTime, Utc};
 use herald_proto::v1::{
     audience_service_client::AudienceServiceClient, campaign_service_client::CampaignServiceClient,
-    content, schedule_service_client::ScheduleServiceClient,
+    content, retry_policy, schedule_service_client::ScheduleServiceClient,
     task_service_client::TaskServiceClient, template,
     template_service_client::TemplateServiceClient, AddContactRequest, Audience, AudienceChannel,
     AudienceTarget, CampaignSpec, Contact, Content, CreateAudienceRequest, CreateCampaignRequest,
-    CreateScheduleRequest, CreateTemplateRequest, ListTasksRequest, MisfirePolicy,
-    PreviewFireTimesRequest, ScheduleSpec, Template, TemplateContent, TextTemplate,
-    VariablesSource,
+    CreateScheduleRequest, CreateTemplateRequest, FixedDelays, GetScheduleRequest,
+    ListScheduleRunsRequest, ListTasksRequest, MisfirePolicy, OverlapPolicy,
+    PreviewFireTimesRequest, RetryPolicy, RunKind, ScheduleRun, ScheduleSpec, Template,
+    TemplateContent, TextTemplate, VariablesSource,
 };
 use herald_tests::{Response, SchedulerProcess, TestDb, WebhookReceiver};
 use tonic::transport::Channel;
@@ -178,6 +179,38 @@ async fn texts(s: &SchedulerProcess, queue: &str) -> Result<BTreeMap<String, Str
 }
 
 /// Whether every fan-out of `schedule` is finished.
+/// A scheduler whose variables sources trust `source`'s CA, signed with [`SECRET`]; with
+/// `allow_loopback` they may reach 127.0.0.1 (where the https receiver listens), without it
+/// only public addresses, as in production.
+async fn sourcing_scheduler(
+    db: &TestDb,
+    source: &WebhookReceiver,
+    allow_loopback: bool,
+) -> Result<SchedulerProcess> {
+    let ca = source.ca_file().context("the source must serve https")?;
+    let mut builder = SchedulerProcess::builder(db)
+        .env("HERALD_VARIABLES_SOURCE_SECRET", SECRET)
+        .env("HERALD_VARIABLES_SOURCE_CA_FILE", ca.display().to_string());
+    if allow_loopback {
+        builder = builder.env("HERALD_VARIABLES_SOURCE_ALLOWED_NETWORKS", "127.0.0.1/32");
+    }
+    builder.spawn().await
+}
+
+/// The runs of `schedule`, newest first.
+async fn runs(s: &SchedulerProcess, schedule: &str) -> Result<Vec<ScheduleRun>> {
+    Ok(ScheduleServiceClient::connect(s.grpc_url())
+        .await?
+        .list_schedule_runs(ListScheduleRunsRequest {
+            id: schedule.into(),
+            page_size: 100,
+            ..Default::default()
+        })
+        .await?
+        .into_inner()
+        .runs)
+}
+
 async fn fanned_out(db: &TestDb, schedule: &str, runs: i64) -> Result<bool> {
     let row = db
         .connect()
@@ -307,13 +340,8 @@ async fn a_birthday_schedule_greets_todays_birthdays_in_their_own_zones_once() -
 async fn a_sales_report_renders_each_persons_figures_and_a_catch_up_asks_for_the_missed_day(
 ) -> Result<()> {
     let db = TestDb::new().await?;
-    let source = WebhookReceiver::start().await?;
-    let spawn = || {
-        SchedulerProcess::builder(&db)
-            .env("HERALD_VARIABLES_SOURCE_SECRET", SECRET)
-            .env("HERALD_VARIABLES_SOURCE_ALLOW_PRIVATE", "true")
-            .spawn()
-    };
+    let source = WebhookReceiver::start_https().await?;
+    let spawn = || sourcing_scheduler(&db, &source, true);
     let mut s = spawn().await?;
     audience(
         &s,
@@ -440,11 +468,8 @@ async fn a_sales_report_renders_each_persons_figures_and_a_catch_up_asks_for_the
 #[tokio::test]
 async fn a_source_that_fails_twice_is_asked_again_until_it_answers() -> Result<()> {
     let db = TestDb::new().await?;
-    let source = WebhookReceiver::start().await?;
-    let s = SchedulerProcess::builder(&db)
-        .env("HERALD_VARIABLES_SOURCE_ALLOW_PRIVATE", "true")
-        .spawn()
-        .await?;
+    let source = WebhookReceiver::start_https().await?;
+    let s = sourcing_scheduler(&db, &source, true).await?;
     audience(&s, "team", vec![contact("ann", "Ann", "", &[], "")]).await?;
     text_template(&s, "note", "{{ name }}: {{ figure }}").await?;
     source.respond_with(vec![Response::status(503), Response::status(500)]);
@@ -559,5 +584,239 @@ fn verify_signature(r: &herald_tests::RecordedRequest) -> Result<()> {
         base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes())
     );
     assert_eq!(r.header("webhook-signature"), Some(expected.as_str()));
+    Ok(())
+}
+
+/// A schedule of Ann's note asking `url` for her figure, with `policy` and `max_attempts`.
+fn noting_schedule(
+    id: &str,
+    url: String,
+    overlap: OverlapPolicy,
+    policy: Option<RetryPolicy>,
+    max_attempts: Option<i32>,
+) -> CreateScheduleRequest {
+    CreateScheduleRequest {
+        schedule: Some(ScheduleSpec {
+            id: id.into(),
+            cron: "0 8 * * *".into(),
+            time_zone: "UTC".into(),
+            queue: "notes".into(),
+            overlap: overlap as i32,
+            audience: Some(AudienceTarget {
+                audience_id: "team".into(),
+                ..Default::default()
+            }),
+            variables_source: Some(VariablesSource { url, timeout: None }),
+            content: Some(uses("note", &[])),
+            retry_policy: policy,
+            max_attempts,
+            ..Default::default()
+        }),
+    }
+}
+
+/// Explicit retry delays.
+fn delays(ms: &[u64]) -> RetryPolicy {
+    RetryPolicy {
+        strategy: Some(retry_policy::Strategy::Delays(FixedDelays {
+            delays: ms
+                .iter()
+                .map(|ms| prost_types::Duration {
+                    seconds: (ms / 1000) as i64,
+                    nanos: ((ms % 1000) * 1_000_000) as i32,
+                })
+                .collect(),
+        })),
+    }
+}
+
+/// The newest run of `schedule`, once it has given up (no longer fanning out, with an error).
+async fn given_up(s: &SchedulerProcess, schedule: &str) -> Result<ScheduleRun> {
+    let ended = |r: &ScheduleRun| !r.fanning_out && !r.error.is_empty();
+    until("the run to give up", || async {
+        Ok(runs(s, schedule).await?.first().is_some_and(ended))
+    })
+    .await?;
+    runs(s, schedule)
+        .await?
+        .into_iter()
+        .next()
+        .context("no run")
+}
+
+#[tokio::test]
+async fn a_source_on_a_loopback_or_private_address_is_refused_unless_the_operator_allows_it(
+) -> Result<()> {
+    let db = TestDb::new().await?;
+    let source = WebhookReceiver::start_https().await?;
+    // As in production: the source's CA is trusted, but no non-public network is allowed.
+    let s = sourcing_scheduler(&db, &source, false).await?;
+    audience(&s, "team", vec![contact("ann", "Ann", "", &[], "")]).await?;
+    text_template(&s, "note", "{{ name }}: {{ figure }}").await?;
+    let mut schedules = ScheduleServiceClient::connect(s.grpc_url()).await?;
+
+    // A literal loopback address, and plain http anywhere, are refused at the call; nothing
+    // is stored.
+    let refused = [
+        ("literal", format!("{}/v", source.url())),
+        ("plain", "http://figures.example.com/v".to_string()),
+    ];
+    for (id, url) in refused {
+        let bad = schedules
+            .create_schedule(noting_schedule(id, url, OverlapPolicy::Allow, None, None))
+            .await
+            .err()
+            .with_context(|| format!("schedule {id} was accepted"))?;
+        assert_eq!(bad.code(), tonic::Code::InvalidArgument, "{bad:?}");
+        assert!(
+            bad.message().contains("schedule.variables_source.url"),
+            "{}",
+            bad.message()
+        );
+        let gone = schedules
+            .get_schedule(GetScheduleRequest { id: id.into() })
+            .await
+            .err()
+            .with_context(|| format!("schedule {id} was stored"))?;
+        assert_eq!(gone.code(), tonic::Code::NotFound);
+    }
+
+    // A name is resolved when the source is called: `localhost` passes the call, but its
+    // loopback address is refused after resolution. A refusal is not retried: the run gives up
+    // at once, says why, and the source never hears of it.
+    let fire = at("2026-05-04T08:00:00Z")?;
+    set_clock(
+        &db,
+        &s,
+        fire - chrono::Duration::seconds(3),
+        "0 8 * * *",
+        fire,
+    )
+    .await?;
+    schedules
+        .create_schedule(noting_schedule(
+            "by-name",
+            format!("{}/v", source.url_by_name()),
+            OverlapPolicy::Allow,
+            None,
+            None,
+        ))
+        .await?;
+    let run = given_up(&s, "by-name").await?;
+    assert!(run.error.contains("non-public"), "{}", run.error);
+    assert_eq!(run.task_count, 0);
+    assert!(
+        source.requests().is_empty(),
+        "the refused source was called"
+    );
+    assert!(texts(&s, "notes").await?.is_empty());
+    let failures: i32 = db
+        .connect()
+        .await?
+        .query_one(
+            "SELECT failures FROM herald.fanouts WHERE schedule_id = 'by-name'",
+            &[],
+        )
+        .await?
+        .get(0);
+    assert_eq!(failures, 1, "a refusal was tried again");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_failing_source_is_asked_as_often_as_the_schedules_retry_policy_says_then_the_run_gives_up(
+) -> Result<()> {
+    let db = TestDb::new().await?;
+    let source = WebhookReceiver::start_https().await?;
+    let s = sourcing_scheduler(&db, &source, true).await?;
+    audience(&s, "team", vec![contact("ann", "Ann", "", &[], "")]).await?;
+    text_template(&s, "note", "{{ name }}: {{ figure }}").await?;
+    source.set_default(Response::status(503));
+    let fire = at("2026-05-04T08:00:00Z")?;
+    set_clock(
+        &db,
+        &s,
+        fire - chrono::Duration::seconds(3),
+        "0 8 * * *",
+        fire,
+    )
+    .await?;
+    ScheduleServiceClient::connect(s.grpc_url())
+        .await?
+        .create_schedule(noting_schedule(
+            "notes",
+            format!("{}/v", source.url()),
+            OverlapPolicy::Allow,
+            Some(delays(&[200, 400])),
+            Some(3),
+        ))
+        .await?;
+    let run = given_up(&s, "notes").await?;
+    assert!(run.error.contains("503"), "{}", run.error);
+    let requests = source.requests();
+    assert_eq!(requests.len(), 3, "three attempts, as max_attempts says");
+    // Each try waited at least the policy's delay for it.
+    let gaps: Vec<Duration> = requests
+        .windows(2)
+        .map(|w| w[1].received_at.duration_since(w[0].received_at))
+        .collect();
+    ensure!(
+        gaps[0] >= Duration::from_millis(200) && gaps[1] >= Duration::from_millis(400),
+        "tries came sooner than the policy's delays: {gaps:?}"
+    );
+    assert!(texts(&s, "notes").await?.is_empty());
+    Ok(())
+}
+
+#[tokio::test]
+async fn with_overlap_skip_a_run_still_fanning_out_makes_the_next_fire_skip() -> Result<()> {
+    let db = TestDb::new().await?;
+    let source = WebhookReceiver::start_https().await?;
+    let s = sourcing_scheduler(&db, &source, true).await?;
+    audience(&s, "team", vec![contact("ann", "Ann", "", &[], "")]).await?;
+    text_template(&s, "note", "{{ name }}: {{ figure }}").await?;
+    // The source is down: the first run waits an hour between tries and has no task yet.
+    source.set_default(Response::status(503));
+    let fire = at("2026-05-04T08:00:00Z")?;
+    set_clock(
+        &db,
+        &s,
+        fire - chrono::Duration::seconds(3),
+        "0 8 * * *",
+        fire,
+    )
+    .await?;
+    ScheduleServiceClient::connect(s.grpc_url())
+        .await?
+        .create_schedule(noting_schedule(
+            "notes",
+            format!("{}/v", source.url()),
+            OverlapPolicy::Skip,
+            Some(delays(&[3_600_000])),
+            Some(10),
+        ))
+        .await?;
+    until("the first run to fail once", || async {
+        let newest = runs(&s, "notes").await?.into_iter().next();
+        Ok(newest.is_some_and(|r| r.fanning_out && r.error.contains("503")))
+    })
+    .await?;
+    // The next day's fire finds it unfinished, though it has no live task.
+    let next = at("2026-05-05T08:00:00Z")?;
+    set_clock(
+        &db,
+        &s,
+        next - chrono::Duration::seconds(3),
+        "0 8 * * *",
+        next,
+    )
+    .await?;
+    until("the second fire to be recorded", || async {
+        Ok(runs(&s, "notes").await?.len() == 2)
+    })
+    .await?;
+    let all = runs(&s, "notes").await?;
+    assert_eq!(all[0].kind, RunKind::SkippedOverlap as i32, "{all:?}");
+    assert!(all[1].fanning_out, "{all:?}");
     Ok(())
 }

@@ -51,6 +51,8 @@ fn run(r: &RunRecord) -> pb::ScheduleRun {
         task_count: r.task_count,
         created_at: Some(timestamp(r.created_at)),
         overran_at: r.overran_at.map(timestamp),
+        fanning_out: r.fanning_out,
+        error: r.fanout_error.clone().unwrap_or_default(),
     }
 }
 

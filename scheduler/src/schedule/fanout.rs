@@ -9,7 +9,8 @@
 //! doubt) creates nothing new, its tasks being keyed by (schedule, fire time, recipient).
 //!
 //! A variables source is asked outside any transaction; a failure is recorded on the fan-out,
-//! which is tried again after [`source::retry_delay`] from the same recipient.
+//! which is tried again from the same recipient as the schedule's retry policy spaces it
+//! ([`source::retry_delay`]), until its attempt budget is spent.
 
 use std::collections::BTreeMap;
 
@@ -69,8 +70,8 @@ pub async fn pass(
             match batch(store, windows, sources, &f).await {
                 Ok(Some(last)) => f.after_recipient = last,
                 Ok(None) => break,
-                Err(BatchError::Source(e)) => {
-                    let delay = source::retry_delay(f.failures);
+                Err(BatchError::Source { error: e, retry_in }) => {
+                    let delay = retry_in;
                     tracing::warn!(schedule_id = %f.schedule_id, fire_time = %f.fire_time,
                         failures = f.failures + 1, retry_in = ?delay, error = %e,
                         "variables source failed");
@@ -102,9 +103,15 @@ pub async fn next_due_ms(store: &Store) -> Result<Option<f64>, StoreError> {
 /// Why a batch was not written.
 #[derive(Debug, thiserror::Error)]
 enum BatchError {
-    /// The variables source failed: recorded, tried again later.
-    #[error(transparent)]
-    Source(#[from] source::SourceError),
+    /// The variables source failed: recorded, tried again after `retry_in` (None: the
+    /// schedule's attempt budget is spent and the run gives up).
+    #[error("{error}")]
+    Source {
+        /// What failed.
+        error: source::SourceError,
+        /// When to ask again.
+        retry_in: Option<std::time::Duration>,
+    },
     /// Anything else (the database): the next pass tries again.
     #[error(transparent)]
     Other(#[from] Error),
@@ -193,7 +200,16 @@ async fn batch(
                 source::rfc3339(f.fire_time),
                 f.after_recipient
             );
-            Some(sources.fetch(src, &ctx, &owned, &id).await?)
+            let answer = sources.fetch(src, &ctx, &owned, &id).await;
+            Some(answer.map_err(|error| {
+                BatchError::Source {
+                    // The guard refuses the same URL every time: no point asking again.
+                    retry_in: (!matches!(error, source::SourceError::Refused(_)))
+                        .then(|| source::retry_delay(&spec, f.failures + 1))
+                        .flatten(),
+                    error,
+                }
+            })?)
         }
         _ => None,
     };

@@ -13,6 +13,7 @@ pub mod spec;
 pub mod spread;
 
 use chrono::{DateTime, Utc};
+use herald_outbound::guard::AddressPolicy;
 use herald_proto::v1 as pb;
 
 use self::fire_times::FireTimes;
@@ -29,7 +30,7 @@ pub struct Schedules {
     store: Store,
     clock: Clock,
     min_period: chrono::Duration,
-    allow_private_sources: bool,
+    source_policy: AddressPolicy,
 }
 
 impl Schedules {
@@ -39,7 +40,7 @@ impl Schedules {
             store,
             clock,
             min_period: chrono::Duration::from_std(min_period).unwrap_or(chrono::Duration::MAX),
-            allow_private_sources: false,
+            source_policy: AddressPolicy::default(),
         }
     }
 
@@ -60,11 +61,7 @@ impl Schedules {
             crate::audiences::target_audience(&conn, namespace, target, "schedule.audience")
                 .await?;
         }
-        if let Some(src) = &spec.variables_source {
-            if let Err(p) = source::check_url(&src.url, self.allow_private_sources) {
-                return Err(Error::invalid("schedule.variables_source.url", p));
-            }
-        }
+        self.check_source(spec)?;
         // A fan-out's tasks are rendered per recipient at each fire, with variables only the
         // contact or the source gives: nothing to render now.
         let fans_out = spec.audience.is_some() || spec.variables_source.is_some();
@@ -109,6 +106,7 @@ impl Schedules {
             let mut spec = pb::ScheduleSpec::decode(current.spec.as_slice())
                 .map_err(|e| StoreError::Corrupt(format!("schedule {id} spec: {e}")))?;
             let rules_changed = spec::merge(&mut spec, patch, paths)?;
+            self.check_source(&spec)?;
             let now = self.clock.now();
             let (mut record, fires) = spec::check(&spec, now)?;
             if rules_changed {
@@ -139,11 +137,21 @@ impl Schedules {
         Ok((updated, effective_from))
     }
 
-    /// Lets variables sources be plain http on private addresses (the scheduler's
-    /// HERALD_VARIABLES_SOURCE_ALLOW_PRIVATE).
-    pub fn allow_private_sources(mut self, allow: bool) -> Self {
-        self.allow_private_sources = allow;
+    /// Which addresses variables sources may name beyond the public internet (the scheduler's
+    /// HERALD_VARIABLES_SOURCE_ALLOW_PRIVATE and _ALLOWED_NETWORKS).
+    pub fn source_policy(mut self, policy: AddressPolicy) -> Self {
+        self.source_policy = policy;
         self
+    }
+
+    /// Refuses a variables source whose URL the outbound guard would refuse anyway, so the
+    /// mistake shows at the call instead of at the first fire.
+    fn check_source(&self, spec: &pb::ScheduleSpec) -> Result<(), Error> {
+        match &spec.variables_source {
+            Some(src) => source::check_url(&src.url, &self.source_policy)
+                .map_err(|p| Error::invalid("schedule.variables_source.url", p)),
+            None => Ok(()),
+        }
     }
 
     /// Reads a schedule.

@@ -55,4 +55,10 @@ pub struct RunRecord {
     pub created_at: DateTime<Utc>,
     /// When it was found unfinished past its overrun deadline.
     pub overran_at: Option<DateTime<Utc>>,
+    /// Recipients are still to become tasks (an audience or variables-source run).
+    pub fanning_out: bool,
+    /// Why the fan-out's last batch failed (a variables source that did not answer, an
+    /// audience deleted); cleared by a batch that succeeds. With `fanning_out` false, the run
+    /// gave up there.
+    pub fanout_error: Option<String>,
 }

@@ -13,17 +13,26 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
+use herald_outbound::guard::{
+    self, parse_network, AddressPolicy, FetchError, FetchLimits, GuardedClient,
+};
 use herald_outbound::signing::{SigningKey, WEBHOOK_ID, WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP};
 use herald_proto::v1 as pb;
+use reqwest::header::{HeaderMap, HeaderValue};
 
 use crate::audiences::model::Contact;
+use crate::config::Config;
+use crate::tasks::model::DEFAULT_MAX_ATTEMPTS;
+use crate::tasks::retry_policy::RetryPolicy;
 
 /// Default time one request may take.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest time one request may be given.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(60);
 /// Largest answer read, in bytes: a page of recipients' variables, not a file.
-const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
+const MAX_ANSWER_BYTES: u64 = 4 * 1024 * 1024;
+/// Longest time one connection may take to open.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The run a source is asked about.
 #[derive(Debug, Clone)]
@@ -48,15 +57,15 @@ pub fn rfc3339(t: DateTime<Utc>) -> String {
 /// How variables sources are reached, from the scheduler's configuration.
 #[derive(Clone)]
 pub struct Sources {
-    client: reqwest::Client,
+    client: GuardedClient,
+    policy: AddressPolicy,
     signer: Option<SigningKey>,
-    allow_private: bool,
 }
 
-/// Why a source gave no variables; every one is retried with backoff.
+/// Why a source gave no variables; every one is retried per the schedule's retry policy.
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
-    /// The URL may not be reached.
+    /// The URL, or an address it resolves to, may not be reached (the outbound guard).
     #[error("variables source url refused: {0}")]
     Refused(String),
     /// The request failed or timed out.
@@ -70,51 +79,62 @@ pub enum SourceError {
     Answer(String),
 }
 
-/// The HTTP client variables sources are called with. The one place the outbound address
-/// guard (which addresses a configured URL may reach once resolved) belongs when it lands in
-/// `herald-outbound`; until then [`check_url`] refuses what it can tell from the URL alone.
-pub fn source_client(allow_private: bool) -> Result<reqwest::Client, reqwest::Error> {
-    let _ = allow_private;
-    reqwest::Client::builder()
-        .timeout(MAX_TIMEOUT)
-        // A redirect could lead anywhere the URL check did not see.
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
+impl From<FetchError> for SourceError {
+    fn from(e: FetchError) -> Self {
+        match e {
+            FetchError::Refused { .. } => SourceError::Refused(e.to_string()),
+            FetchError::Status { status, .. } => SourceError::Status(status),
+            FetchError::TooLarge { .. } => SourceError::Answer(e.to_string()),
+            FetchError::Network { .. } => SourceError::Request(e.to_string()),
+        }
+    }
 }
 
-/// Refuses a URL that is not https, or names a loopback, private or link-local address,
-/// unless the operator allows private sources (HERALD_VARIABLES_SOURCE_ALLOW_PRIVATE).
-pub fn check_url(url: &str, allow_private: bool) -> Result<reqwest::Url, String> {
-    let parsed = reqwest::Url::parse(url).map_err(|e| format!("does not parse: {e}"))?;
-    match parsed.scheme() {
-        "https" => {}
-        "http" if allow_private => {}
-        _ => return Err("must be an https URL".into()),
-    }
-    if allow_private {
-        return Ok(parsed);
-    }
-    let host = parsed.host_str().unwrap_or("");
-    let literal = host.trim_start_matches('[').trim_end_matches(']');
-    let private = match literal.parse::<std::net::IpAddr>() {
-        Ok(std::net::IpAddr::V4(ip)) => {
-            ip.is_loopback() || ip.is_private() || ip.is_link_local() || ip.is_unspecified()
+/// The addresses variables sources may reach beyond the public internet, and the extra CA
+/// certificates they may be signed by, from the scheduler's configuration
+/// (HERALD_VARIABLES_SOURCE_ALLOW_PRIVATE, _ALLOWED_NETWORKS, _CA_FILE).
+pub fn address_policy(
+    config: &Config,
+) -> Result<(AddressPolicy, Vec<reqwest::Certificate>), String> {
+    let allowed_networks = config
+        .variables_source_allowed_networks
+        .iter()
+        .filter(|n| !n.trim().is_empty())
+        .map(|n| {
+            parse_network(n).map_err(|e| format!("HERALD_VARIABLES_SOURCE_ALLOWED_NETWORKS: {e}"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let roots = match &config.variables_source_ca_file {
+        None => Vec::new(),
+        Some(path) => {
+            let pem = std::fs::read(path)
+                .map_err(|e| format!("HERALD_VARIABLES_SOURCE_CA_FILE {}: {e}", path.display()))?;
+            reqwest::Certificate::from_pem_bundle(&pem)
+                .map_err(|e| format!("HERALD_VARIABLES_SOURCE_CA_FILE {}: {e}", path.display()))?
         }
-        Ok(std::net::IpAddr::V6(ip)) => {
-            ip.is_loopback() || ip.is_unspecified() || (ip.segments()[0] & 0xfe00) == 0xfc00
-        }
-        Err(_) => host.is_empty() || host == "localhost" || host.ends_with(".localhost"),
     };
-    if private {
-        return Err("names a loopback or private address".into());
-    }
-    Ok(parsed)
+    let policy = AddressPolicy {
+        allow_private_networks: config.variables_source_allow_private,
+        allowed_networks,
+    };
+    Ok((policy, roots))
+}
+
+/// Refuses a URL that is not https or whose host is an address `policy` does not permit; a
+/// host name is checked again after resolution, when the source is called.
+pub fn check_url(url: &str, policy: &AddressPolicy) -> Result<(), String> {
+    let parsed = reqwest::Url::parse(url).map_err(|e| format!("does not parse: {e}"))?;
+    guard::check_url(&parsed, policy)
 }
 
 impl Sources {
-    /// Sources signed with `secret` (unsigned without one); `allow_private` lets them be
-    /// plain http on loopback or private addresses (development and tests).
-    pub fn new(secret: Option<&str>, allow_private: bool) -> Result<Self, String> {
+    /// Sources signed with `secret` (unsigned without one), reached through the outbound guard
+    /// with `policy`, trusting the system's roots plus `roots`.
+    pub fn new(
+        secret: Option<&str>,
+        policy: AddressPolicy,
+        roots: Vec<reqwest::Certificate>,
+    ) -> Result<Self, String> {
         let signer = match secret.filter(|s| !s.is_empty()) {
             Some(s) => Some(
                 SigningKey::from_secret(s)
@@ -122,18 +142,18 @@ impl Sources {
             ),
             None => None,
         };
-        let client = source_client(allow_private)
+        let client = GuardedClient::new(policy.clone(), roots, CONNECT_TIMEOUT)
             .map_err(|e| format!("variables source HTTP client: {e}"))?;
         Ok(Sources {
             client,
+            policy,
             signer,
-            allow_private,
         })
     }
 
-    /// Whether private addresses are allowed (CreateSchedule checks URLs with it).
-    pub fn allow_private(&self) -> bool {
-        self.allow_private
+    /// Which addresses sources may reach (CreateSchedule and UpdateSchedule check URLs with it).
+    pub fn policy(&self) -> &AddressPolicy {
+        &self.policy
     }
 
     /// Asks `source` for the variables of `contacts` in the run `ctx`, keyed by recipient.
@@ -145,7 +165,6 @@ impl Sources {
         contacts: &[Contact],
         message_id: &str,
     ) -> Result<HashMap<String, BTreeMap<String, String>>, SourceError> {
-        let url = check_url(&source.url, self.allow_private).map_err(SourceError::Refused)?;
         let timeout = source
             .timeout
             .as_ref()
@@ -170,38 +189,25 @@ impl Sources {
         });
         let body = serde_json::to_vec(&body).map_err(|e| SourceError::Request(e.to_string()))?;
         let timestamp = Utc::now().timestamp();
-        let mut request = self
-            .client
-            .post(url)
-            .timeout(timeout)
-            .header("content-type", "application/json")
-            .header(WEBHOOK_ID, message_id)
-            .header(WEBHOOK_TIMESTAMP, timestamp.to_string());
+        let mut headers = HeaderMap::new();
+        let mut header = |name: &'static str, value: String| -> Result<(), SourceError> {
+            let value = HeaderValue::from_str(&value)
+                .map_err(|e| SourceError::Request(format!("header {name}: {e}")))?;
+            headers.insert(name, value);
+            Ok(())
+        };
+        header("content-type", "application/json".into())?;
+        header(WEBHOOK_ID, message_id.to_owned())?;
+        header(WEBHOOK_TIMESTAMP, timestamp.to_string())?;
         if let Some(signer) = &self.signer {
-            request = request.header(WEBHOOK_SIGNATURE, signer.sign(message_id, timestamp, &body));
+            header(WEBHOOK_SIGNATURE, signer.sign(message_id, timestamp, &body))?;
         }
-        let mut response = request
-            .body(body)
-            .send()
-            .await
-            .map_err(|e| SourceError::Request(e.to_string()))?;
-        if !response.status().is_success() {
-            return Err(SourceError::Status(response.status().as_u16()));
-        }
-        let mut answer = Vec::new();
-        while let Some(chunk) = response
-            .chunk()
-            .await
-            .map_err(|e| SourceError::Request(e.to_string()))?
-        {
-            if answer.len() + chunk.len() > MAX_ANSWER_BYTES {
-                return Err(SourceError::Answer(format!(
-                    "larger than {MAX_ANSWER_BYTES} bytes"
-                )));
-            }
-            answer.extend_from_slice(&chunk);
-        }
-        parse_answer(&answer)
+        let limits = FetchLimits {
+            max_bytes: MAX_ANSWER_BYTES,
+            timeout,
+        };
+        let answer = self.client.post(&source.url, headers, body, limits).await?;
+        parse_answer(&answer.bytes)
     }
 }
 
@@ -235,11 +241,22 @@ fn parse_answer(answer: &[u8]) -> Result<HashMap<String, BTreeMap<String, String
 }
 
 /// How long to wait before asking a failed source again after its `failures`-th failure in a
-/// row, or None to give up on the run. A fixed bounded backoff (1, 2, 4, 8, 16 s, then give
-/// up): the hook where a schedule's own retry policy goes.
-pub fn retry_delay(failures: i32) -> Option<Duration> {
-    const MAX_FAILURES: i32 = 5;
-    (failures < MAX_FAILURES).then(|| Duration::from_secs(1u64 << failures.clamp(0, 4)))
+/// row (1 for the first), or None to give up on the run: the schedule's retry policy and
+/// attempt budget, as its tasks' failed sends are spaced (default: exponential from 1 s, 10
+/// tries).
+pub fn retry_delay(spec: &pb::ScheduleSpec, failures: i32) -> Option<Duration> {
+    let budget = spec.max_attempts.unwrap_or(DEFAULT_MAX_ATTEMPTS);
+    if failures >= budget {
+        return None;
+    }
+    let policy = spec
+        .retry_policy
+        .as_ref()
+        .and_then(RetryPolicy::from_wire)
+        .unwrap_or_else(RetryPolicy::default_exponential);
+    Some(Duration::from_millis(
+        u64::try_from(policy.delay_ms(failures)).unwrap_or(0),
+    ))
 }
 
 #[cfg(test)]
@@ -247,14 +264,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn urls_must_be_https_and_public_unless_allowed() {
-        assert!(check_url("https://figures.example.com/v", false).is_ok());
-        assert!(check_url("http://figures.example.com/v", false).is_err());
-        assert!(check_url("https://127.0.0.1/v", false).is_err());
-        assert!(check_url("https://10.1.2.3/v", false).is_err());
-        assert!(check_url("https://[::1]/v", false).is_err());
-        assert!(check_url("https://localhost/v", false).is_err());
-        assert!(check_url("http://127.0.0.1:8080/v", true).is_ok());
+    fn urls_must_be_https_and_public_unless_allowed() -> anyhow::Result<()> {
+        let public = AddressPolicy::default();
+        assert!(check_url("https://figures.example.com/v", &public).is_ok());
+        assert!(check_url("http://figures.example.com/v", &public).is_err());
+        assert!(check_url("https://127.0.0.1/v", &public).is_err());
+        assert!(check_url("https://10.1.2.3/v", &public).is_err());
+        assert!(check_url("https://[::1]/v", &public).is_err());
+        assert!(check_url("https://169.254.169.254/v", &public).is_err());
+        let loopback = AddressPolicy {
+            allowed_networks: vec![parse_network("127.0.0.1/32").map_err(anyhow::Error::msg)?],
+            ..Default::default()
+        };
+        assert!(check_url("https://127.0.0.1:8443/v", &loopback).is_ok());
+        assert!(check_url("https://10.1.2.3/v", &loopback).is_err());
+        // Plain http stays refused whatever the addresses allowed.
+        assert!(check_url("http://127.0.0.1:8080/v", &loopback).is_err());
+        Ok(())
     }
 
     #[test]
@@ -273,9 +299,30 @@ mod tests {
     }
 
     #[test]
-    fn retries_back_off_then_give_up() {
-        assert_eq!(retry_delay(0), Some(Duration::from_secs(1)));
-        assert_eq!(retry_delay(2), Some(Duration::from_secs(4)));
-        assert_eq!(retry_delay(5), None);
+    fn a_source_is_retried_per_the_schedules_policy_and_budget() {
+        let default = pb::ScheduleSpec::default();
+        assert_eq!(retry_delay(&default, 9).map(|d| d.is_zero()), Some(false));
+        assert_eq!(retry_delay(&default, DEFAULT_MAX_ATTEMPTS), None);
+        let listed = pb::ScheduleSpec {
+            max_attempts: Some(3),
+            retry_policy: Some(pb::RetryPolicy {
+                strategy: Some(pb::retry_policy::Strategy::Delays(pb::FixedDelays {
+                    delays: vec![
+                        prost_types::Duration {
+                            seconds: 60,
+                            nanos: 0,
+                        },
+                        prost_types::Duration {
+                            seconds: 300,
+                            nanos: 0,
+                        },
+                    ],
+                })),
+            }),
+            ..Default::default()
+        };
+        assert_eq!(retry_delay(&listed, 1), Some(Duration::from_secs(60)));
+        assert_eq!(retry_delay(&listed, 2), Some(Duration::from_secs(300)));
+        assert_eq!(retry_delay(&listed, 3), None);
     }
 }

@@ -285,7 +285,12 @@ fn check_audience(spec: &pb::ScheduleSpec, a: &pb::AudienceTarget, v: &mut Viola
 
 /// Checks a variables source: a URL herald may call, and a timeout within bounds.
 fn check_source(src: &pb::VariablesSource, v: &mut Violations) {
-    if let Err(p) = super::source::check_url(&src.url, true) {
+    // Only the shape here: which addresses are allowed is the replica's configuration.
+    let any_address = herald_outbound::guard::AddressPolicy {
+        allow_private_networks: true,
+        ..Default::default()
+    };
+    if let Err(p) = super::source::check_url(&src.url, &any_address) {
         v.add("schedule.variables_source.url", p);
     }
     if let Some(ms) = ms_of(src.timeout.as_ref()) {

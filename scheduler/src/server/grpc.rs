@@ -111,7 +111,7 @@ where
                     replica.followers.clock.clone(),
                     config.min_schedule_period,
                 )
-                .allow_private_sources(config.variables_source_allow_private),
+                .source_policy(replica.sources.policy().clone()),
             ))
             .max_decoding_message_size(max),
         )

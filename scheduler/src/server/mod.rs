@@ -115,9 +115,12 @@ pub async fn run(
     let duplicate_windows =
         crate::tasks::duplicates::DuplicateWindows::parse(&config.duplicate_content_windows)
             .map_err(ServeError::DuplicateWindows)?;
+    let (source_policy, source_roots) =
+        crate::schedule::source::address_policy(&config).map_err(ServeError::Sources)?;
     let sources = Sources::new(
         config.variables_source_secret.as_deref(),
-        config.variables_source_allow_private,
+        source_policy,
+        source_roots,
     )
     .map_err(ServeError::Sources)?;
     let store = Store::connect(&config.database_url, config.db_pool_size)?;

@@ -76,6 +76,30 @@ impl RetryPolicy {
         }
     }
 
+    /// The delay after the `n`-th failure in a row (1 for the first), as
+    /// `herald.retry_delay_ms` draws it for a task: the listed delay (the last repeating), or
+    /// the capped exponential less a random fraction of at most `jitter`. For what retries
+    /// outside a task row, such as a schedule's variables source.
+    pub fn delay_ms(&self, n: i32) -> i64 {
+        let n = n.max(1);
+        match self {
+            RetryPolicy::Delays(delays) => delays
+                .get((n as usize).min(delays.len()).saturating_sub(1))
+                .copied()
+                .unwrap_or(0),
+            RetryPolicy::Exponential {
+                initial_ms,
+                max_ms,
+                multiplier,
+                jitter,
+            } => {
+                let grown = (*initial_ms as f64) * multiplier.powi(n - 1);
+                let capped = grown.min(*max_ms as f64);
+                (capped * (1.0 - jitter * rand::random::<f64>())) as i64
+            }
+        }
+    }
+
     /// Records what is out of range under `path` (the policy's field path).
     pub fn check(&self, path: &str, v: &mut Violations) {
         match self {
@@ -114,6 +138,38 @@ impl RetryPolicy {
                     }
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delays_repeat_their_last_and_backoff_grows_to_its_cap() {
+        let listed = RetryPolicy::Delays(vec![60_000, 300_000, 900_000]);
+        assert_eq!(listed.delay_ms(1), 60_000);
+        assert_eq!(listed.delay_ms(3), 900_000);
+        assert_eq!(listed.delay_ms(7), 900_000);
+        let exact = RetryPolicy::Exponential {
+            initial_ms: 1_000,
+            max_ms: 5_000,
+            multiplier: 2.0,
+            jitter: 0.0,
+        };
+        assert_eq!(
+            (1..=5).map(|n| exact.delay_ms(n)).collect::<Vec<_>>(),
+            [1_000, 2_000, 4_000, 5_000, 5_000]
+        );
+        let jittered = RetryPolicy::Exponential {
+            initial_ms: 1_000,
+            max_ms: 1_000,
+            multiplier: 2.0,
+            jitter: 0.5,
+        };
+        for _ in 0..100 {
+            assert!((500..=1_000).contains(&jittered.delay_ms(1)));
         }
     }
 }

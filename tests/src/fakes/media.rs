@@ -10,21 +10,17 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Request, Response};
-use hyper_util::rt::TokioIo;
-use rcgen::{CertificateParams, IsCa, Issuer, KeyPair};
 use tokio::task::JoinHandle;
-use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
-use tokio_rustls::rustls::ServerConfig;
-use tokio_rustls::TlsAcceptor;
 
 use super::lock;
+use crate::loopback_tls::LoopbackTls;
 
 /// What a path answers.
 #[derive(Clone, Debug)]
@@ -42,7 +38,7 @@ struct Shared {
 /// The https media host. Stops when dropped; its CA file is removed then.
 pub struct FakeMedia {
     addr: SocketAddr,
-    ca_file: PathBuf,
+    tls: LoopbackTls,
     shared: Arc<Shared>,
     server: JoinHandle<()>,
 }
@@ -50,59 +46,21 @@ pub struct FakeMedia {
 impl FakeMedia {
     /// Starts the server with a fresh CA and certificate.
     pub async fn start() -> Result<Self> {
-        let ca_key = KeyPair::generate()?;
-        let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
-        ca_params.is_ca = IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        ca_params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "herald test media CA");
-        let ca_cert = ca_params.self_signed(&ca_key)?;
-        let issuer = Issuer::new(ca_params, ca_key);
-        let key = KeyPair::generate()?;
-        let params = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])?;
-        let cert = params.signed_by(&key, &issuer)?;
-
-        let ca_file = std::env::temp_dir().join(format!(
-            "herald-media-ca-{}.pem",
-            uuid::Uuid::new_v4().simple()
-        ));
-        std::fs::write(&ca_file, ca_cert.pem()).context("writing the media CA")?;
-
-        let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
-        let config = ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()?
-            .with_no_client_auth()
-            .with_single_cert(
-                vec![CertificateDer::from(cert.der().to_vec())],
-                PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
-            )?;
-        let acceptor = TlsAcceptor::from(Arc::new(config));
+        let tls = LoopbackTls::new("media host")?;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .context("binding the media host")?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared::default());
         let state = shared.clone();
-        let server = tokio::spawn(async move {
-            while let Ok((tcp, _)) = listener.accept().await {
-                let (acceptor, state) = (acceptor.clone(), state.clone());
-                tokio::spawn(async move {
-                    let Ok(tls) = acceptor.accept(tcp).await else {
-                        return;
-                    };
-                    let service = hyper::service::service_fn(move |req: Request<_>| {
-                        let state = state.clone();
-                        async move { Ok::<_, std::convert::Infallible>(serve(&state, &req)) }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(tls), service)
-                        .await;
-                });
-            }
+        let service = hyper::service::service_fn(move |req: Request<_>| {
+            let state = state.clone();
+            async move { Ok::<_, std::convert::Infallible>(serve(&state, &req)) }
         });
+        let server = tls.serve(listener, service);
         Ok(FakeMedia {
             addr,
-            ca_file,
+            tls,
             shared,
             server,
         })
@@ -151,14 +109,14 @@ impl FakeMedia {
 
     /// The CA's PEM file, for `[media] ca_file`.
     pub fn ca_file(&self) -> &Path {
-        &self.ca_file
+        self.tls.ca_file()
     }
 
     /// The executor's `[media]` table that trusts this host and lets fetches reach loopback.
     pub fn media_table(&self) -> String {
         format!(
             "[media]\nallowed_networks = [\"127.0.0.1/32\", \"::1/128\"]\nca_file = \"{}\"\n",
-            self.ca_file.display()
+            self.tls.ca_file().display()
         )
     }
 }
@@ -192,7 +150,6 @@ fn serve<B>(state: &Shared, req: &Request<B>) -> Response<Full<Bytes>> {
 impl Drop for FakeMedia {
     fn drop(&mut self) {
         self.server.abort();
-        let _ = std::fs::remove_file(&self.ca_file);
     }
 }
 

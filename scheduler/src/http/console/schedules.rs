@@ -46,6 +46,8 @@ fn run_json(r: &RunRecord, zone: &str) -> Value {
         "kind": r.kind,
         "tasks": r.task_count,
         "created_at": when(r.created_at),
+        "fanning_out": r.fanning_out,
+        "error": r.fanout_error,
     })
 }
 

@@ -86,6 +86,8 @@ impl FromRow for RunRecord {
             task_count: column(r, "task_count")?,
             created_at: column(r, "created_at")?,
             overran_at: column(r, "overran_at")?,
+            fanning_out: column(r, "fanning_out")?,
+            fanout_error: column(r, "fanout_error")?,
         })
     }
 }
