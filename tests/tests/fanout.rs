@@ -15,11 +15,13 @@ use herald_proto::v1::{
     content, retry_policy, schedule_service_client::ScheduleServiceClient,
     task_service_client::TaskServiceClient, template,
     template_service_client::TemplateServiceClient, AddContactRequest, Audience, AudienceChannel,
-    AudienceTarget, CampaignSpec, Contact, Content, CreateAudienceRequest, CreateCampaignRequest,
-    CreateScheduleRequest, CreateTemplateRequest, FixedDelays, GetScheduleRequest,
-    ListScheduleRunsRequest, ListTasksRequest, MisfirePolicy, OverlapPolicy,
-    PreviewFireTimesRequest, RetryPolicy, RunKind, ScheduleRun, ScheduleSpec, Template,
-    TemplateContent, TextTemplate, VariablesSource,
+    AudienceTarget, BulkAction, Campaign, CampaignSpec, Contact, Content, CreateAudienceRequest,
+    CreateCampaignRequest, CreateScheduleRequest, CreateTaskRequest, CreateTemplateRequest,
+    DeleteAudienceRequest, FixedDelays, GetCampaignRequest, GetScheduleRequest,
+    ImportContactsCsvRequest, ListScheduleRunsRequest, ListTasksRequest, MisfirePolicy,
+    OverlapPolicy, PreviewFireTimesRequest, RetryPolicy, RunKind, ScheduleRun, ScheduleSpec,
+    StartBulkOperationRequest, TaskFilter, TaskSpec, Template, TemplateContent, TextTemplate,
+    VariablesSource,
 };
 use herald_tests::{Response, SchedulerProcess, TestDb, WebhookReceiver};
 use tonic::transport::Channel;
@@ -333,6 +335,16 @@ async fn a_birthday_schedule_greets_todays_birthdays_in_their_own_zones_once() -
         .await?
         .get(0);
     assert_eq!(again, 0, "the second fire created tasks");
+    // Each task remembers the audience it was made for (TaskFilter.audience_id).
+    let untagged: i64 = conn
+        .query_one(
+            "SELECT count(*) FROM herald.tasks
+             WHERE schedule_id = 'birthdays' AND audience_id IS DISTINCT FROM 'staff'",
+            &[],
+        )
+        .await?
+        .get(0);
+    assert_eq!(untagged, 0);
     Ok(())
 }
 
@@ -818,5 +830,179 @@ async fn with_overlap_skip_a_run_still_fanning_out_makes_the_next_fire_skip() ->
     let all = runs(&s, "notes").await?;
     assert_eq!(all[0].kind, RunKind::SkippedOverlap as i32, "{all:?}");
     assert!(all[1].fanning_out, "{all:?}");
+    Ok(())
+}
+
+/// Imports `n` contacts `u00001`… named `User 1`… into a new WeCom audience `id`.
+async fn crowd(s: &SchedulerProcess, id: &str, n: usize) -> Result<()> {
+    let mut c = audience(s, id, vec![]).await?;
+    let mut csv = String::from("recipient,name\n");
+    for i in 1..=n {
+        csv.push_str(&format!("u{i:05},User {i}\n"));
+    }
+    let chunks: Vec<ImportContactsCsvRequest> = csv
+        .as_bytes()
+        .chunks(64 * 1024)
+        .enumerate()
+        .map(|(i, data)| ImportContactsCsvRequest {
+            audience_id: if i == 0 { id.into() } else { String::new() },
+            data: data.to_vec(),
+        })
+        .collect();
+    let mut progress = c
+        .import_contacts_csv(tokio_stream::iter(chunks))
+        .await?
+        .into_inner();
+    while progress.message().await?.is_some() {}
+    Ok(())
+}
+
+/// Per audience: how many tasks were made for it, and for how many distinct recipients.
+async fn audience_tasks(db: &TestDb, audience: &str) -> Result<(i64, i64)> {
+    let row = db
+        .connect()
+        .await?
+        .query_one(
+            "SELECT count(*) AS tasks, count(DISTINCT recipient) AS recipients
+             FROM herald.tasks WHERE audience_id = $1",
+            &[&audience],
+        )
+        .await?;
+    Ok((row.get("tasks"), row.get("recipients")))
+}
+
+/// Waits until the campaign has added its whole audience, and returns it.
+async fn audience_added(campaigns: &CampaignServiceClient<Channel>, id: &str) -> Result<Campaign> {
+    until("the campaign to add its whole audience", || {
+        let mut campaigns = campaigns.clone();
+        async move {
+            let c = campaigns
+                .get_campaign(GetCampaignRequest { id: id.into() })
+                .await?
+                .into_inner();
+            Ok(!c.adding_audience)
+        }
+    })
+    .await?;
+    Ok(campaigns
+        .clone()
+        .get_campaign(GetCampaignRequest { id: id.into() })
+        .await?
+        .into_inner())
+}
+
+#[tokio::test]
+async fn a_campaign_to_a_large_audience_adds_it_in_pages_and_a_page_added_twice_adds_nothing(
+) -> Result<()> {
+    let db = TestDb::new().await?;
+    let s = SchedulerProcess::spawn(&db).await?;
+    crowd(&s, "crowd", 2_500).await?;
+    text_template(&s, "offer", "Hello {{ name }}").await?;
+    let mut campaigns = CampaignServiceClient::connect(s.grpc_url()).await?;
+    let created = campaigns
+        .create_campaign(CreateCampaignRequest {
+            campaign: Some(CampaignSpec {
+                name: "everyone".into(),
+                queue: "offers".into(),
+                content: Some(uses("offer", &[])),
+                audience: Some(AudienceTarget {
+                    audience_id: "crowd".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            recipients: vec![],
+        })
+        .await?
+        .into_inner();
+    // The call wrote the first page and answered; the rest follows in the background.
+    let first = created.progress.as_ref().map_or(0, |p| p.total);
+    ensure!(
+        first >= 1_000,
+        "the first page was not added by the call: {first}"
+    );
+    let done = audience_added(&campaigns, &created.id).await?;
+    assert_eq!(done.progress.as_ref().map(|p| p.total), Some(2_500));
+    assert_eq!(done.audience_error, "");
+    assert_eq!(audience_tasks(&db, "crowd").await?, (2_500, 2_500));
+
+    // A replica that died after adding a page but before moving the cursor: the pages are
+    // added again from the start, and nothing is added twice.
+    db.connect()
+        .await?
+        .execute(
+            "UPDATE herald.campaigns SET audience_pending = true, audience_after = ''",
+            &[],
+        )
+        .await?;
+    let again = audience_added(&campaigns, &created.id).await?;
+    assert_eq!(again.progress.as_ref().map(|p| p.total), Some(2_500));
+    assert_eq!(audience_tasks(&db, "crowd").await?, (2_500, 2_500));
+
+    // Tasks remember their audience: a bulk operation and ListTasks select by it, and a task
+    // to the same queue from elsewhere is not among them.
+    let mut tasks = TaskServiceClient::connect(s.grpc_url()).await?;
+    tasks
+        .create_task(CreateTaskRequest {
+            task: Some(TaskSpec {
+                queue: "offers".into(),
+                recipient: "u00001".into(),
+                content: Some(Content {
+                    body: Some(content::Body::Text("not from the audience".into())),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+        })
+        .await?;
+    let by_audience = TaskFilter {
+        audience_id: "crowd".into(),
+        ..Default::default()
+    };
+    let dry_run = tasks
+        .start_bulk_operation(StartBulkOperationRequest {
+            action: BulkAction::Cancel as i32,
+            filter: Some(by_audience.clone()),
+            dry_run: true,
+            reschedule: None,
+        })
+        .await?
+        .into_inner();
+    assert_eq!(dry_run.matched, 2_500);
+    let page = tasks
+        .list_tasks(ListTasksRequest {
+            filter: Some(TaskFilter {
+                ..by_audience.clone()
+            }),
+            page_size: 1_000,
+            ..Default::default()
+        })
+        .await?
+        .into_inner()
+        .tasks;
+    assert_eq!(page.len(), 1_000);
+    assert!(page
+        .iter()
+        .all(|t| t.audience_id == "crowd" && t.campaign_id == created.id));
+
+    // An audience deleted while its campaign is still adding it stops the campaign there,
+    // with why.
+    AudienceServiceClient::connect(s.grpc_url())
+        .await?
+        .delete_audience(DeleteAudienceRequest { id: "crowd".into() })
+        .await?;
+    db.connect()
+        .await?
+        .execute(
+            "UPDATE herald.campaigns SET audience_pending = true, audience_after = 'u02000'",
+            &[],
+        )
+        .await?;
+    let stopped = audience_added(&campaigns, &created.id).await?;
+    assert!(
+        stopped.audience_error.contains("no longer exists"),
+        "{}",
+        stopped.audience_error
+    );
     Ok(())
 }

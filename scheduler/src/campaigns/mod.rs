@@ -7,10 +7,12 @@
 pub mod model;
 
 use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
 
 use chrono::{DateTime, Duration as ChronoDuration, Utc};
 use herald_proto::v1 as pb;
 use prost::Message;
+use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use self::model::{Added, CampaignRecord, FailureReason, Progress};
@@ -28,6 +30,10 @@ use crate::tasks::Tasks;
 pub const MAX_CHUNK: usize = 1_000;
 /// Most recipients per campaign.
 pub const MAX_RECIPIENTS: i32 = 100_000;
+/// Audience pages added per background pass, over all campaigns.
+const AUDIENCE_PAGES_PER_PASS: usize = 8;
+/// How often the background expansion looks for work when it had none.
+const AUDIENCE_IDLE_PROBE: Duration = Duration::from_secs(1);
 
 /// One recipient of a campaign.
 #[derive(Debug, Clone, Default)]
@@ -238,6 +244,13 @@ impl Campaigns {
             stored.time_zone = "UTC".into();
         }
         let pool = (!spec.pool.is_empty()).then_some(spec.pool.as_str());
+        // Dates ("birthday is today") are compared at the campaign's start.
+        let audience_at = audience.as_ref().map(|_| {
+            spec.start_at
+                .as_ref()
+                .and_then(rules::timestamp)
+                .unwrap_or_else(|| self.tasks.clock().now())
+        });
         let campaign = conn
             .campaigns()
             .create(
@@ -246,6 +259,7 @@ impl Campaigns {
                 &spec.name,
                 &stored.encode_to_vec(),
                 pool,
+                audience_at,
             )
             .await?;
         drop(conn);
@@ -253,74 +267,112 @@ impl Campaigns {
             self.add(namespace, campaign.id, recipients, "recipients")
                 .await?;
         }
-        if let (Some(target), Some(audience)) = (&spec.audience, &audience) {
-            let at = spec
-                .start_at
-                .as_ref()
-                .and_then(rules::timestamp)
-                .unwrap_or_else(|| self.tasks.clock().now());
-            self.add_audience(namespace, campaign.id, target, audience, at)
-                .await?;
+        // The first page now, so a small audience is complete when the call answers; the
+        // rest in the background ([`audience_expansion`]), resumable after a restart.
+        if audience.is_some() {
+            self.add_audience_page(namespace, campaign.id).await?;
         }
         self.get(namespace, campaign.id).await
     }
 
-    /// Adds the contacts of `audience` that match `target` (dates compared at `at`), a page
-    /// of [`MAX_CHUNK`] at a time, each a recipient with its zone and its variables.
-    async fn add_audience(
-        &self,
-        namespace: &str,
-        id: Uuid,
-        target: &pb::AudienceTarget,
-        audience: &AudienceRecord,
-        at: DateTime<Utc>,
-    ) -> Result<(), Error> {
+    /// Adds the next page of [`MAX_CHUNK`] contacts of a campaign's audience that match its
+    /// target, each a recipient with its zone and its variables, and moves the campaign's
+    /// cursor past them. Returns whether more pages follow. A page added twice (a replica
+    /// that lost the race, a crash before the cursor moved) adds nothing: recipients already
+    /// in the campaign are dropped. The campaign's recipient cap, its cancellation or a deleted
+    /// audience stop it, with why kept on the campaign.
+    async fn add_audience_page(&self, namespace: &str, id: Uuid) -> Result<bool, Error> {
+        let conn = self.tasks.store().conn().await?;
+        let Some(campaign) = conn.campaigns().get(namespace, id).await? else {
+            return Ok(false);
+        };
+        let progress = campaign.audience.clone();
+        if !progress.pending {
+            return Ok(false);
+        }
+        let spec = decode(&campaign)?;
+        let Some(target) = spec.audience.as_ref() else {
+            return Ok(false);
+        };
+        let after = progress.after.as_str();
+        let stop = |why: String| async move {
+            self.tasks
+                .store()
+                .conn()
+                .await?
+                .campaigns()
+                .advance_audience(namespace, id, after, after, false, Some(&why))
+                .await?;
+            Ok::<bool, Error>(false)
+        };
+        let Some(audience) = conn.audiences().get(namespace, &target.audience_id).await? else {
+            drop(conn);
+            return stop(format!("audience {} no longer exists", target.audience_id)).await;
+        };
         let filter = ContactFilter {
             tags: target.tags.clone(),
             ..Default::default()
         };
-        let mut after = String::new();
-        loop {
-            let page = self
-                .tasks
-                .store()
-                .conn()
-                .await?
-                .audiences()
-                .list_contacts(namespace, &audience.id, &after, &filter, MAX_CHUNK as i64)
-                .await?;
-            let Some(last) = page.last() else {
-                return Ok(());
-            };
-            after = last.recipient.clone();
-            let recipients: Vec<Recipient> = page
-                .iter()
-                .filter(|c| {
-                    target.date_attribute.is_empty()
-                        || crate::audiences::is_today(
-                            c,
-                            &target.date_attribute,
-                            &audience.default_time_zone,
-                            at,
-                        )
-                })
-                .map(|c| {
-                    let zone = c.zone_or(&audience.default_time_zone);
-                    Recipient {
-                        recipient: c.recipient.clone(),
-                        time_zone: zone.to_owned(),
-                        variables: crate::audiences::contact_variables(c, zone),
-                    }
-                })
-                .collect();
-            if !recipients.is_empty() {
-                self.add(namespace, id, &recipients, "campaign.audience")
-                    .await?;
-            }
-            if page.len() < MAX_CHUNK {
-                return Ok(());
+        let page = conn
+            .audiences()
+            .list_contacts(
+                namespace,
+                &audience.id,
+                &progress.after,
+                &filter,
+                MAX_CHUNK as i64,
+            )
+            .await?;
+        drop(conn);
+        let at = progress.at.unwrap_or(campaign.created_at);
+        let recipients = audience_recipients(&page, target, &audience, at);
+        if !recipients.is_empty() {
+            let added = self
+                .add_from(
+                    namespace,
+                    id,
+                    &recipients,
+                    "campaign.audience",
+                    Some(&audience.id),
+                )
+                .await;
+            match added {
+                Ok(_) => {}
+                Err(Error::FailedPrecondition(why)) => return stop(why).await,
+                Err(e) => return Err(e),
             }
         }
+        let more = page.len() == MAX_CHUNK;
+        let last = page
+            .last()
+            .map_or(progress.after.as_str(), |c| c.recipient.as_str());
+        let moved = self
+            .tasks
+            .store()
+            .conn()
+            .await?
+            .campaigns()
+            .advance_audience(namespace, id, &progress.after, last, more, None)
+            .await?;
+        Ok(moved && more)
+    }
+
+    /// One pass of the background expansion: up to [`AUDIENCE_PAGES_PER_PASS`] pages over the
+    /// campaigns with audience contacts still to add. Returns whether any has more.
+    pub async fn add_audience_pages(&self) -> Result<bool, Error> {
+        let pending = self
+            .tasks
+            .store()
+            .conn()
+            .await?
+            .campaigns()
+            .pending_audiences(AUDIENCE_PAGES_PER_PASS as i64)
+            .await?;
+        let mut more = false;
+        for (namespace, id) in pending {
+            more |= self.add_audience_page(&namespace, id).await?;
+        }
+        Ok(more)
     }
 
     /// Reads a campaign with its progress.
@@ -381,6 +433,18 @@ impl Campaigns {
         recipients: &[Recipient],
         path: &str,
     ) -> Result<Added, Error> {
+        self.add_from(namespace, id, recipients, path, None).await
+    }
+
+    /// [`Self::add`] for recipients taken from `audience` (recorded on their tasks).
+    async fn add_from(
+        &self,
+        namespace: &str,
+        id: Uuid,
+        recipients: &[Recipient],
+        path: &str,
+        audience: Option<&str>,
+    ) -> Result<Added, Error> {
         if recipients.len() > MAX_CHUNK {
             return Err(Error::invalid(
                 path,
@@ -423,6 +487,7 @@ impl Campaigns {
             let origin = Origin::Campaign {
                 campaign_id: id,
                 paused: state == "paused",
+                audience_id: audience.map(str::to_owned),
             };
             let mut fresh: Vec<NewTask> = Vec::new();
             for (i, r) in recipients.iter().enumerate() {
@@ -642,6 +707,55 @@ fn decode(c: &CampaignRecord) -> Result<pb::CampaignSpec, Error> {
 }
 
 /// A stored campaign with its state and finish estimate.
+/// The contacts of `page` that match `target` (dates compared at `at`) as recipients, each
+/// with its zone and its variables.
+fn audience_recipients(
+    page: &[crate::audiences::model::Contact],
+    target: &pb::AudienceTarget,
+    audience: &AudienceRecord,
+    at: DateTime<Utc>,
+) -> Vec<Recipient> {
+    page.iter()
+        .filter(|c| {
+            target.date_attribute.is_empty()
+                || crate::audiences::is_today(
+                    c,
+                    &target.date_attribute,
+                    &audience.default_time_zone,
+                    at,
+                )
+        })
+        .map(|c| {
+            let zone = c.zone_or(&audience.default_time_zone);
+            Recipient {
+                recipient: c.recipient.clone(),
+                time_zone: zone.to_owned(),
+                variables: crate::audiences::contact_variables(c, zone),
+            }
+        })
+        .collect()
+}
+
+/// Adds campaigns' audience contacts in the background until `stop`: every replica works on
+/// them (a page added twice adds nothing), so a campaign left by a replica that died is
+/// completed by another.
+pub async fn audience_expansion(campaigns: Campaigns, stop: CancellationToken) {
+    loop {
+        let wait = match campaigns.add_audience_pages().await {
+            Ok(true) => Duration::ZERO,
+            Ok(false) => AUDIENCE_IDLE_PROBE,
+            Err(e) => {
+                tracing::warn!(error = %e, "adding campaign audience contacts failed; retrying");
+                AUDIENCE_IDLE_PROBE
+            }
+        };
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
 fn view(record: CampaignRecord, progress: Progress) -> Result<CampaignView, Error> {
     let spec = decode(&record)?;
     let mut state = match record.state.as_str() {
@@ -650,7 +764,11 @@ fn view(record: CampaignRecord, progress: Progress) -> Result<CampaignView, Erro
         "finished" => CampaignState::Finished,
         _ => CampaignState::Active,
     };
-    if state == CampaignState::Active && progress.live == 0 && record.recipient_count > 0 {
+    if state == CampaignState::Active
+        && progress.live == 0
+        && record.recipient_count > 0
+        && !record.audience.pending
+    {
         state = CampaignState::Finished;
     }
     // The later of the last slot and what the pool's current rates allow for what is left.

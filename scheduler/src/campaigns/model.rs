@@ -18,6 +18,21 @@ pub struct CampaignRecord {
     pub recipient_count: i32,
     /// Created.
     pub created_at: DateTime<Utc>,
+    /// Where adding its audience's contacts stands.
+    pub audience: AudienceProgress,
+}
+
+/// How far a campaign to an audience has got adding the contacts, a page at a time.
+#[derive(Debug, Clone, Default)]
+pub struct AudienceProgress {
+    /// Contacts are still to be added.
+    pub pending: bool,
+    /// The last contact handled.
+    pub after: String,
+    /// When a date attribute ("birthday is today") is compared.
+    pub at: Option<DateTime<Utc>>,
+    /// Why adding stopped early (the recipient cap, a deleted audience).
+    pub error: Option<String>,
 }
 
 /// Task counts of a campaign by state, with what the finish estimate needs.

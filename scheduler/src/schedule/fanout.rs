@@ -232,7 +232,8 @@ async fn batch(
                 Some(contact_task(&s, &spec, f, now, c, vars))
             })
             .collect();
-        let created = insert_tasks(tx, f, &s.id, specs, now, windows).await?;
+        let audience_id = spec.audience.as_ref().map(|a| a.audience_id.as_str());
+        let created = insert_tasks(tx, f, &s.id, audience_id, specs, now, windows).await?;
         tx.fanouts()
             .advance(
                 f,
@@ -342,6 +343,7 @@ async fn insert_tasks(
     tx: &deadpool_postgres::Transaction<'_>,
     f: &PendingFanout,
     schedule_id: &str,
+    audience_id: Option<&str>,
     specs: Vec<TaskSpec>,
     now: DateTime<Utc>,
     windows: &DuplicateWindows,
@@ -373,6 +375,7 @@ async fn insert_tasks(
     let origin = Origin::ScheduleRun {
         schedule_id: schedule_id.to_owned(),
         fire_time: f.fire_time,
+        audience_id: audience_id.map(str::to_owned),
     };
     let mut tasks = crate::tasks::with_origin(prepared, &origin);
     windows.apply(&mut tasks);

@@ -430,6 +430,7 @@ async fn fire_run(
     let origin = Origin::ScheduleRun {
         schedule_id: s.id.clone(),
         fire_time: run.fire_time,
+        audience_id: None,
     };
     let mut tasks = crate::tasks::with_origin(tasks, &origin);
     windows.apply(&mut tasks);

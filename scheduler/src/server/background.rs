@@ -65,6 +65,12 @@ pub(super) fn start(replica: &Replica, config: &Config, notifier: Option<Notifie
         },
         stop.clone(),
     ));
+    // Campaigns to an audience: every replica adds their pages (a page added twice adds
+    // nothing), so a large audience keeps going after the replica that took the call dies.
+    jobs.spawn(crate::campaigns::audience_expansion(
+        crate::campaigns::Campaigns::new(replica.tasks.clone()),
+        stop.clone(),
+    ));
     // Overrunning schedule runs: safe on every replica (each run is checked once).
     jobs.spawn(crate::schedule::overrun::run(store.clone(), stop.clone()));
     jobs.spawn(crate::schedule::materializer::run(

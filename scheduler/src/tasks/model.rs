@@ -275,6 +275,8 @@ pub enum Origin {
         schedule_id: String,
         /// The run's fire time.
         fire_time: DateTime<Utc>,
+        /// The audience the run targets, for a fan-out.
+        audience_id: Option<String>,
     },
     /// A campaign; a paused campaign's tasks are created parked.
     Campaign {
@@ -282,6 +284,8 @@ pub enum Origin {
         campaign_id: Uuid,
         /// Whether the campaign is paused.
         paused: bool,
+        /// The audience a page of the campaign's contacts came from.
+        audience_id: Option<String>,
     },
 }
 
@@ -428,6 +432,8 @@ pub struct TaskRecord {
     pub campaign_id: Option<Uuid>,
     /// The schedule that fired it, if any.
     pub schedule_id: Option<String>,
+    /// The audience it was made for, if any.
+    pub audience_id: Option<String>,
     /// Parked by its campaign (paused or cancelled): the claim does not visit it.
     pub parked: bool,
 }

@@ -38,6 +38,8 @@ pub struct Selection {
     pub recipient: Option<String>,
     /// Exactly this task.
     pub id: Option<Uuid>,
+    /// Made for this audience.
+    pub audience_id: Option<String>,
 }
 
 impl TaskState {
@@ -105,6 +107,7 @@ impl Selection {
         s.queue = name("queue", &f.queue);
         s.schedule_id = name("schedule_id", &f.schedule_id);
         s.account_id = name("account_id", &f.account_id);
+        s.audience_id = name("audience_id", &f.audience_id);
         if !f.campaign_id.is_empty() {
             match Uuid::parse_str(&f.campaign_id) {
                 Ok(id) => s.campaign_id = Some(id),
@@ -134,6 +137,7 @@ impl Selection {
             || self.campaign_id.is_some()
             || self.schedule_id.is_some()
             || self.account_id.is_some()
+            || self.audience_id.is_some()
             || self.created_after.is_some()
             || self.created_before.is_some()
             || self.run_after.is_some()

@@ -49,5 +49,7 @@ pub fn campaign(c: &CampaignView) -> pb::Campaign {
             delivery: Some(super::delivery_counts(&p.delivery)),
         }),
         created_at: Some(timestamp(c.record.created_at)),
+        adding_audience: c.record.audience.pending,
+        audience_error: c.record.audience.error.clone().unwrap_or_default(),
     }
 }

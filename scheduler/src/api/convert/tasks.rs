@@ -305,6 +305,9 @@ pub fn task(t: &TaskRecord) -> Result<pb::Task, StoreError> {
             .map(|r| end_reason(r) as i32)
             .unwrap_or_default(),
         end_code: t.end_code.unwrap_or_default(),
+        campaign_id: t.campaign_id.map(|id| id.to_string()).unwrap_or_default(),
+        schedule_id: t.schedule_id.clone().unwrap_or_default(),
+        audience_id: t.audience_id.clone().unwrap_or_default(),
     })
 }
 

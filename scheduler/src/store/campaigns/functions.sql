@@ -15,6 +15,8 @@ BEGIN
         SET state = 'finished', updated_at = now()
         WHERE cp.state = 'active'
           AND cp.recipient_count > 0
+          -- Still adding its audience's contacts (migration V23).
+          AND NOT cp.audience_pending
           AND cp.updated_at < herald.now() - interval '1 minute'
           AND NOT EXISTS (SELECT 1 FROM herald.tasks t
                           WHERE t.campaign_id = cp.id AND t.state IN ('scheduled', 'leased'))

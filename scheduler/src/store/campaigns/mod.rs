@@ -19,7 +19,9 @@ use super::sql::{column, statement, FromRow, Statement};
 use super::stats::delivery_counts;
 use super::tasks::announce_due_now;
 use super::{repository, StoreError};
-use crate::campaigns::model::{CampaignRecord, CancelledRows, FailureReason, Progress};
+use crate::campaigns::model::{
+    AudienceProgress, CampaignRecord, CancelledRows, FailureReason, Progress,
+};
 use crate::tasks::model::Outcome;
 
 repository!(
@@ -28,7 +30,8 @@ repository!(
 );
 
 /// What a campaign read selects; decoded by [`CampaignRecord::from_row`].
-const CAMPAIGN_COLUMNS: &str = "id, state::text AS state, spec, pool, recipient_count, created_at";
+const CAMPAIGN_COLUMNS: &str = "id, state::text AS state, spec, pool, recipient_count, \
+     created_at, audience_pending, audience_after, audience_at, audience_error";
 
 fn expand(name: &'static str, sql: &str) -> Statement {
     Statement::built(name, sql.replace("{campaign_columns}", CAMPAIGN_COLUMNS))
@@ -54,6 +57,8 @@ const SET_STATE: Statement = statement!("set_state");
 const CANCEL_SCHEDULED: Statement = statement!("cancel_scheduled");
 const PARK_LEASED_FOR_GOOD: Statement = statement!("park_leased_for_good");
 const FINISH_CAMPAIGNS: Statement = statement!("finish_campaigns");
+const PENDING_AUDIENCES: Statement = statement!("pending_audiences");
+const ADVANCE_AUDIENCE: Statement = statement!("advance_audience");
 
 /// The SQL of `herald.finish_campaigns`, applied by the migrator whenever it changes.
 pub const FUNCTIONS_SQL: &str = include_str!("functions.sql");
@@ -67,6 +72,12 @@ impl FromRow for CampaignRecord {
             pool: column(r, "pool")?,
             recipient_count: column(r, "recipient_count")?,
             created_at: column(r, "created_at")?,
+            audience: AudienceProgress {
+                pending: column(r, "audience_pending")?,
+                after: column(r, "audience_after")?,
+                at: column(r, "audience_at")?,
+                error: column(r, "audience_error")?,
+            },
         })
     }
 }
@@ -80,10 +91,15 @@ impl<C: GenericClient> CampaignRepo<'_, C> {
         name: &str,
         spec: &[u8],
         pool: Option<&str>,
+        audience_at: Option<DateTime<Utc>>,
     ) -> Result<CampaignRecord, StoreError> {
+        let pending = audience_at.is_some();
         CampaignRecord::from_row(
             &INSERT_CAMPAIGN
-                .query_one(self.db, &[&namespace, &id, &name, &spec, &pool])
+                .query_one(
+                    self.db,
+                    &[&namespace, &id, &name, &spec, &pool, &pending, &audience_at],
+                )
                 .await?,
         )
     }
@@ -275,6 +291,35 @@ impl<C: GenericClient> CampaignRepo<'_, C> {
             .map(|r| column(r, "id"))
             .collect::<Result<_, _>>()?;
         Ok(Some(CancelledRows { scheduled, leased }))
+    }
+
+    /// Up to `limit` campaigns (namespace, id) with audience contacts still to add.
+    pub async fn pending_audiences(&self, limit: i64) -> Result<Vec<(String, Uuid)>, StoreError> {
+        PENDING_AUDIENCES
+            .query(self.db, &[&limit])
+            .await?
+            .iter()
+            .map(|r| Ok((column(r, "namespace")?, column(r, "id")?)))
+            .collect()
+    }
+
+    /// Moves a campaign's audience cursor from `from` to `to` after a page was added; `more`
+    /// pages follow unless it `stopped` early (with why). False when another replica moved it
+    /// first.
+    pub async fn advance_audience(
+        &self,
+        namespace: &str,
+        id: Uuid,
+        from: &str,
+        to: &str,
+        more: bool,
+        stopped: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let pending = more && stopped.is_none();
+        let moved = ADVANCE_AUDIENCE
+            .execute(self.db, &[&namespace, &id, &from, &to, &pending, &stopped])
+            .await?;
+        Ok(moved == 1)
     }
 
     /// Finishes campaigns whose every task has ended; returns how many.

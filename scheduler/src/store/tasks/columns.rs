@@ -23,7 +23,7 @@ pub const TASK_COLUMNS: &str = "t.id, t.queue, t.recipient, t.content, t.labels,
      t.cancel_outcome, t.last_error, t.created_at, t.updated_at, t.finished_at, t.pool, \
      t.account_id, t.window_start, t.window_end, t.window_zone, t.window_spread_ms, \
      t.end_reason::text AS end_reason, t.end_code, t.trace_parent, t.campaign_id, t.schedule_id, \
-     t.route";
+     t.audience_id, t.route";
 
 /// What a lease returns of its task (`t` is `herald.tasks`); the statements add `account_id`
 /// and `credentials_ref`. Decoded by [`GrantedLease::from_row`]. `send_after_ms` is how far in
@@ -58,6 +58,7 @@ pub const INSERT_INPUTS: &[(&str, &str)] = &[
     ("schedule_id", "text"),
     ("fire_time", "timestamptz"),
     ("campaign_id", "uuid"),
+    ("audience_id", "text"),
     ("window_start", "time"),
     ("window_end", "time"),
     ("window_zone", "text"),
@@ -172,6 +173,7 @@ pub struct InsertArrays<'a> {
     schedule_id: Vec<Option<&'a str>>,
     fire_time: Vec<Option<DateTime<Utc>>>,
     campaign_id: Vec<Option<Uuid>>,
+    audience_id: Vec<Option<&'a str>>,
     window_start: Vec<Option<NaiveTime>>,
     window_end: Vec<Option<NaiveTime>>,
     window_zone: Vec<Option<&'a str>>,
@@ -201,16 +203,30 @@ impl<'a> InsertArrays<'a> {
             jitter,
             delays,
         } = RetryColumns::of(&t.retry);
-        let (schedule_id, fire_time, campaign_id, parked) = match &t.origin {
-            Origin::Request => (None, None, None, false),
+        let (schedule_id, fire_time, campaign_id, audience_id, parked) = match &t.origin {
+            Origin::Request => (None, None, None, None, false),
             Origin::ScheduleRun {
                 schedule_id,
                 fire_time,
-            } => (Some(schedule_id.as_str()), Some(*fire_time), None, false),
+                audience_id,
+            } => (
+                Some(schedule_id.as_str()),
+                Some(*fire_time),
+                None,
+                audience_id.as_deref(),
+                false,
+            ),
             Origin::Campaign {
                 campaign_id,
                 paused,
-            } => (None, None, Some(*campaign_id), *paused),
+                audience_id,
+            } => (
+                None,
+                None,
+                Some(*campaign_id),
+                audience_id.as_deref(),
+                *paused,
+            ),
         };
         self.id.push(t.id);
         self.queue.push(&t.queue);
@@ -234,6 +250,7 @@ impl<'a> InsertArrays<'a> {
         self.schedule_id.push(schedule_id);
         self.fire_time.push(fire_time);
         self.campaign_id.push(campaign_id);
+        self.audience_id.push(audience_id);
         let w = t.send_window.as_ref();
         self.window_start.push(w.map(|w| w.start));
         self.window_end.push(w.map(|w| w.end));
@@ -250,7 +267,7 @@ impl<'a> InsertArrays<'a> {
         &'p self,
         namespace: &'p &str,
     ) -> Vec<&'p (dyn tokio_postgres::types::ToSql + Sync)> {
-        let params: [&'p (dyn tokio_postgres::types::ToSql + Sync); 29] = [
+        let params: [&'p (dyn tokio_postgres::types::ToSql + Sync); 30] = [
             namespace,
             &self.id,
             &self.queue,
@@ -272,6 +289,7 @@ impl<'a> InsertArrays<'a> {
             &self.schedule_id,
             &self.fire_time,
             &self.campaign_id,
+            &self.audience_id,
             &self.window_start,
             &self.window_end,
             &self.window_zone,
@@ -286,7 +304,7 @@ impl<'a> InsertArrays<'a> {
 }
 
 /// Checks at compile time that [`InsertArrays::params`] covers every input plus the namespace.
-const _: () = assert!(INSERT_INPUTS.len() + 1 == 29);
+const _: () = assert!(INSERT_INPUTS.len() + 1 == 30);
 
 /// Reads a task state column written as text.
 pub fn state(row: &Row, name: &str) -> Result<TaskState, StoreError> {
@@ -357,6 +375,7 @@ impl FromRow for TaskRecord {
             trace_parent: column(r, "trace_parent")?,
             campaign_id: column(r, "campaign_id")?,
             schedule_id: column(r, "schedule_id")?,
+            audience_id: column(r, "audience_id")?,
             parked: column::<String>(r, "route")?.starts_with("paused:"),
         })
     }

@@ -121,8 +121,10 @@ pub struct TaskFilter {
 }
 
 /// The predicate every statement that selects tasks by a [`Selection`] shares, filled into
-/// their `{task_filter}` placeholder: parameters `$2` to `$10` in [`selection_params`] order
-/// (`$1` is the namespace). Every filter may be NULL, so one prepared statement serves all.
+/// their `{task_filter}` placeholder: parameters `$1` (the namespace) to `$14`, in
+/// [`SelectionParams::params`] order. Every filter may be NULL, so one prepared statement
+/// serves all. A statement's own parameters after these are written `{$+1}`, `{$+2}`, …, so a
+/// filter added here renumbers nothing else.
 pub const TASK_FILTER: &str = "t.namespace = $1
   AND ($2::text[] IS NULL OR t.state::text = ANY($2))
   AND ($3::text IS NULL OR t.queue = $3)
@@ -135,9 +137,13 @@ pub const TASK_FILTER: &str = "t.namespace = $1
   AND ($10::text IS NULL OR t.account_id = $10)
   AND ($11::text[] IS NULL OR t.end_reason::text = ANY($11))
   AND ($12::text IS NULL OR t.recipient = $12)
-  AND ($13::uuid IS NULL OR t.id = $13)";
+  AND ($13::uuid IS NULL OR t.id = $13)
+  AND ($14::text IS NULL OR t.audience_id = $14)";
 
-/// A selection's values as `$2`…`$13` of [`TASK_FILTER`].
+/// How many parameters [`TASK_FILTER`] takes, the namespace included.
+pub const TASK_FILTER_PARAMS: usize = 14;
+
+/// A selection's values as `$1`…`$14` of [`TASK_FILTER`].
 pub struct SelectionParams<'a> {
     states: Option<Vec<&'static str>>,
     end_reasons: Option<Vec<&'static str>>,
@@ -154,12 +160,12 @@ impl<'a> SelectionParams<'a> {
         }
     }
 
-    /// `$1` (the namespace) to `$13`.
+    /// `$1` (the namespace) to `$14`.
     pub fn params<'p>(
         &'p self,
         namespace: &'p &str,
     ) -> Vec<&'p (dyn tokio_postgres::types::ToSql + Sync)> {
-        vec![
+        let params: [&'p (dyn tokio_postgres::types::ToSql + Sync); TASK_FILTER_PARAMS] = [
             namespace,
             &self.states,
             &self.s.queue,
@@ -173,13 +179,23 @@ impl<'a> SelectionParams<'a> {
             &self.end_reasons,
             &self.s.recipient,
             &self.s.id,
-        ]
+            &self.s.audience_id,
+        ];
+        params.to_vec()
     }
 }
 
-/// `sql` with its `{task_filter}` placeholder filled in.
+/// `sql` with its `{task_filter}` placeholder filled in, and its own parameters `{$+1}`,
+/// `{$+2}`, … numbered after the filter's.
 pub fn with_filter(sql: &str) -> String {
-    with_columns(sql).replace("{task_filter}", TASK_FILTER)
+    let mut sql = with_columns(sql).replace("{task_filter}", TASK_FILTER);
+    for k in 1..=4 {
+        sql = sql.replace(
+            &format!("{{$+{k}}}"),
+            &format!("${}", TASK_FILTER_PARAMS + k),
+        );
+    }
+    sql
 }
 
 /// What cancelling found and did.
