@@ -1,6 +1,7 @@
 //! ScheduleService on the real binary: fire-time preview, misfire policies after the scheduler
 //! was down across 5 fire times, SIGKILL and restart without duplicate or gap, and three
-//! replicas materialising one schedule with each fire time once.
+//! replicas materialising one schedule with each fire time once; RunScheduleNow outside the
+//! fire-time rules.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -8,8 +9,9 @@ use std::time::Duration;
 use anyhow::{ensure, Result};
 use herald_proto::v1::{
     content, schedule_service_client::ScheduleServiceClient, Content, CreateScheduleRequest,
-    MisfirePolicy, PauseScheduleRequest, PreviewFireTimesRequest, RepeatedTimePolicy,
-    ResumeScheduleRequest, ScheduleSpec,
+    GetScheduleRequest, MisfirePolicy, OverlapPolicy, PauseScheduleRequest,
+    PreviewFireTimesRequest, RepeatedTimePolicy, ResumeScheduleRequest, RunKind,
+    RunScheduleNowRequest, ScheduleSpec,
 };
 use herald_tests::{SchedulerProcess, TestDb};
 use tonic::transport::Channel;
@@ -274,5 +276,81 @@ async fn three_replicas_fire_each_time_once() -> Result<()> {
         .await?
         .get(0);
     assert_eq!(dup, 0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn run_now_creates_a_manual_run_without_moving_the_next_fire_and_refuses_when_it_must(
+) -> Result<()> {
+    let db = TestDb::new().await?;
+    let s = SchedulerProcess::spawn(&db).await?;
+    let mut c = client(&s).await?;
+    let spec = ScheduleSpec {
+        id: "daily".into(),
+        cron: "0 9 * * *".into(),
+        time_zone: "Europe/Berlin".into(),
+        overlap: OverlapPolicy::Skip as i32,
+        queue: "reports".into(),
+        recipients: vec!["ann".into(), "bob".into()],
+        content: Some(Content {
+            body: Some(content::Body::Text("daily report".into())),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let created = c
+        .create_schedule(CreateScheduleRequest {
+            schedule: Some(spec),
+        })
+        .await?
+        .into_inner();
+    let run = c
+        .run_schedule_now(RunScheduleNowRequest { id: "daily".into() })
+        .await?
+        .into_inner();
+    assert_eq!(run.kind, RunKind::Manual as i32);
+    assert_eq!(run.task_count, 2);
+    let tasks: i64 = db
+        .connect()
+        .await?
+        .query_one(
+            "SELECT count(*) FROM herald.tasks WHERE schedule_id = 'daily' AND state = 'scheduled'",
+            &[],
+        )
+        .await?
+        .get(0);
+    assert_eq!(tasks, 2, "the manual run's tasks");
+    let after = c
+        .get_schedule(GetScheduleRequest { id: "daily".into() })
+        .await?
+        .into_inner();
+    assert_eq!(
+        after.next_fire_time, created.next_fire_time,
+        "the next fire moved"
+    );
+
+    // Its tasks are still live and the overlap policy is SKIP: a second run is refused.
+    let busy = c
+        .run_schedule_now(RunScheduleNowRequest { id: "daily".into() })
+        .await
+        .err()
+        .ok_or_else(|| anyhow::anyhow!("a run over a live one was accepted"))?;
+    assert_eq!(busy.code(), tonic::Code::FailedPrecondition, "{busy:?}");
+    // Paused, and unknown: refused too, and nothing more was created.
+    c.pause_schedule(PauseScheduleRequest { id: "daily".into() })
+        .await?;
+    let paused = c
+        .run_schedule_now(RunScheduleNowRequest { id: "daily".into() })
+        .await
+        .err()
+        .ok_or_else(|| anyhow::anyhow!("a paused schedule ran"))?;
+    assert_eq!(paused.code(), tonic::Code::FailedPrecondition, "{paused:?}");
+    let missing = c
+        .run_schedule_now(RunScheduleNowRequest { id: "nope".into() })
+        .await
+        .err()
+        .ok_or_else(|| anyhow::anyhow!("an unknown schedule ran"))?;
+    assert_eq!(missing.code(), tonic::Code::NotFound);
+    assert_eq!(runs(&db, "daily").await?.len(), 1);
     Ok(())
 }

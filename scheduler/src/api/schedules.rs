@@ -46,6 +46,7 @@ fn run(r: &RunRecord) -> pb::ScheduleRun {
         kind: match r.kind.as_str() {
             "catch_up" => pb::RunKind::CatchUp,
             "skipped_overlap" => pb::RunKind::SkippedOverlap,
+            "manual" => pb::RunKind::Manual,
             _ => pb::RunKind::Fired,
         } as i32,
         task_count: r.task_count,
@@ -198,5 +199,18 @@ impl ScheduleService for ScheduleApi {
         Ok(Response::new(pb::ListScheduleRunsResponse {
             runs: runs.iter().map(run).collect(),
         }))
+    }
+
+    async fn run_schedule_now(
+        &self,
+        request: Request<pb::RunScheduleNowRequest>,
+    ) -> Result<Response<pb::ScheduleRun>, Status> {
+        let ns = namespace_of(&request)?;
+        let req = request.into_inner();
+        if req.id.is_empty() {
+            return Err(Error::invalid("id", "is required").into());
+        }
+        let created = self.schedules.run_now(&ns, &req.id).await?;
+        Ok(Response::new(run(&created)))
     }
 }

@@ -324,6 +324,7 @@ fn contact_task(
         fire_time: f.fire_time,
         catch_up: f.catch_up,
         period_from: f.fire_time,
+        manual: false,
     };
     let mut task = run_task(s, spec, &run, now, &c.recipient);
     if let Some(pb::Content {

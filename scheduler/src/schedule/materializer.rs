@@ -234,6 +234,8 @@ pub(super) struct Run {
     /// a catch-up of several missed fire times the first of them. Only fan-outs need the
     /// period, so the predecessor is looked for only for them.
     pub(super) period_from: DateTime<Utc>,
+    /// Asked for by an operator (RunScheduleNow), outside the fire-time rules.
+    pub(super) manual: bool,
 }
 
 /// The fire time before `t`, looked for in windows growing eightfold from a minute to about
@@ -307,6 +309,7 @@ async fn materialise(
                     fire_time: t,
                     catch_up: true,
                     period_from: t,
+                    manual: false,
                 }));
             }
             _ => {
@@ -316,6 +319,7 @@ async fn materialise(
                         fire_time: t,
                         catch_up: true,
                         period_from: first,
+                        manual: false,
                     });
                 }
             }
@@ -325,6 +329,7 @@ async fn materialise(
         fire_time: t,
         catch_up: false,
         period_from: t,
+        manual: false,
     }));
     let new_cursor = if on_time.len() > MAX_FIRES_PER_PASS {
         Some(on_time[MAX_FIRES_PER_PASS])
@@ -344,6 +349,46 @@ async fn materialise(
     Ok(())
 }
 
+/// Creates a run of schedule `id` now, outside its fire-time rules (RunScheduleNow), in `tx`:
+/// the same tasks (or fan-out) a fire would create, for the period since the last fire time.
+/// Returns the run's fire time. A paused schedule, or with overlap SKIP one whose last run is
+/// still going, is FAILED_PRECONDITION; the schedule's cursor does not move.
+pub(super) async fn run_now(
+    tx: &deadpool_postgres::Transaction<'_>,
+    namespace: &str,
+    id: &str,
+    windows: &DuplicateWindows,
+) -> Result<DateTime<Utc>, Error> {
+    let Some((s, now)) = tx.schedules().lock(namespace, id).await? else {
+        return Err(Error::FailedPrecondition(format!(
+            "schedule {id} is paused (or gone): resume it to run it"
+        )));
+    };
+    let fires = fire_times_of(&s)
+        .ok_or_else(|| Error::FailedPrecondition("stored schedule does not parse".into()))?;
+    let spec = pb::ScheduleSpec::decode(s.spec.as_slice())
+        .map_err(|e| StoreError::Corrupt(format!("schedule {} spec: {e}", s.id)))?;
+    if s.overlap == "skip" && tx.schedules().run_in_progress(namespace, &s.id).await? {
+        return Err(Error::FailedPrecondition(format!(
+            "schedule {id}'s last run is still going and its overlap policy is SKIP"
+        )));
+    }
+    // Millisecond precision, as runs are listed and keyed.
+    let fire_time = DateTime::from_timestamp_millis(now.timestamp_millis()).unwrap_or(now);
+    let run = Run {
+        fire_time,
+        catch_up: false,
+        period_from: fire_time,
+        manual: true,
+    };
+    if !fire_run(tx, namespace, &s, &spec, &fires, &run, now, windows).await? {
+        return Err(Error::FailedPrecondition(format!(
+            "schedule {id} already has a run at {fire_time}"
+        )));
+    }
+    Ok(fire_time)
+}
+
 /// Inserts one run and its tasks; false when it was skipped or already there.
 // Each argument is a different part of one firing (the schedule, its rules, the run, the
 // queue windows); bundling them would only move the list into a struct used once.
@@ -360,6 +405,7 @@ async fn fire_run(
 ) -> Result<bool, Error> {
     if s.overlap == "skip"
         && !run.catch_up
+        && !run.manual
         && tx.schedules().run_in_progress(namespace, &s.id).await?
     {
         tx.schedules()
@@ -367,7 +413,11 @@ async fn fire_run(
             .await?;
         return Ok(false);
     }
-    let kind = if run.catch_up { "catch_up" } else { "fired" };
+    let kind = match (run.manual, run.catch_up) {
+        (true, _) => "manual",
+        (false, true) => "catch_up",
+        (false, false) => "fired",
+    };
     // Checked for overrunning against the spec in force when it fired.
     let overrun_deadline = spec.overrun_after.as_ref().map(|d| {
         run.fire_time

@@ -22,6 +22,7 @@ use crate::clock::Clock;
 use crate::error::Error;
 use crate::store::transaction;
 use crate::store::{Db, Store, StoreError};
+use crate::tasks::duplicates::DuplicateWindows;
 use prost::Message;
 
 /// The schedule operations of a replica.
@@ -31,6 +32,7 @@ pub struct Schedules {
     clock: Clock,
     min_period: chrono::Duration,
     source_policy: AddressPolicy,
+    windows: DuplicateWindows,
 }
 
 impl Schedules {
@@ -41,6 +43,7 @@ impl Schedules {
             clock,
             min_period: chrono::Duration::from_std(min_period).unwrap_or(chrono::Duration::MAX),
             source_policy: AddressPolicy::default(),
+            windows: DuplicateWindows::default(),
         }
     }
 
@@ -142,6 +145,29 @@ impl Schedules {
     pub fn source_policy(mut self, policy: AddressPolicy) -> Self {
         self.source_policy = policy;
         self
+    }
+
+    /// The duplicate content windows runs created on request ([`Self::run_now`]) are
+    /// guarded by, as the materialiser's are.
+    pub fn duplicate_windows(mut self, windows: DuplicateWindows) -> Self {
+        self.windows = windows;
+        self
+    }
+
+    /// Creates a run now, outside the fire-time rules: the tasks (or fan-out) a fire would
+    /// create. Returns the run. FAILED_PRECONDITION for a paused schedule, or with overlap
+    /// SKIP while the last run is still going.
+    pub async fn run_now(&self, namespace: &str, id: &str) -> Result<RunRecord, Error> {
+        self.get(namespace, id).await?;
+        let fire_time = transaction!(self.store, Error, |tx| {
+            materializer::run_now(tx, namespace, id, &self.windows).await
+        })?;
+        let after = fire_time + chrono::Duration::milliseconds(1);
+        self.runs(namespace, id, Some(after), 1)
+            .await?
+            .into_iter()
+            .find(|r| r.fire_time == fire_time)
+            .ok_or_else(|| Error::NotFound(format!("schedule {id} run at {fire_time}")))
     }
 
     /// Refuses a variables source whose URL the outbound guard would refuse anyway, so the

@@ -111,7 +111,8 @@ where
                     replica.followers.clock.clone(),
                     config.min_schedule_period,
                 )
-                .source_policy(replica.sources.policy().clone()),
+                .source_policy(replica.sources.policy().clone())
+                .duplicate_windows(replica.tasks.duplicate_windows().clone()),
             ))
             .max_decoding_message_size(max),
         )

@@ -204,7 +204,9 @@ fn serve_http(
             replica.store.clone(),
             replica.followers.clock.clone(),
             config.min_schedule_period,
-        ),
+        )
+        .source_policy(replica.sources.policy().clone())
+        .duplicate_windows(replica.tasks.duplicate_windows().clone()),
     );
     let router = crate::http::router(
         replica.tasks.clone(),

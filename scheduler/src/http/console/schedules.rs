@@ -170,6 +170,27 @@ pub(super) async fn detail(
     ))
 }
 
+/// Runs a schedule once now (RunScheduleNow).
+pub(super) async fn run_now(
+    State(console): State<Console>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Response, PageError> {
+    require_admin(&caller)?;
+    rules::name("id", &id)?;
+    let run = console.schedules.run_now(&caller.namespace, &id).await?;
+    let what = if run.fanning_out {
+        "its recipients are being added".to_owned()
+    } else {
+        format!("{} task(s) created", run.task_count)
+    };
+    Ok(done(
+        &caller,
+        &format!("/console/schedules/{}", urlencode(&id)),
+        &format!("schedule {id} run now: {what}"),
+    ))
+}
+
 /// Pauses or resumes a schedule (`action=pause|resume`).
 pub(super) async fn set_state(
     State(console): State<Console>,
