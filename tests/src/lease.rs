@@ -38,15 +38,41 @@ impl ScriptedExecutor {
         Self::connect_with(client, &[], executor_id, queues, credit).await
     }
 
+    /// Like [`ScriptedExecutor::connect`], declaring that it holds only the credentials
+    /// `credentials` (the accounts' `credentials_ref`s it can send for).
+    pub async fn connect_holding(
+        url: &str,
+        executor_id: &str,
+        queues: &[&str],
+        credentials: &[&str],
+        credit: u32,
+    ) -> Result<Self> {
+        let client = connect_lease(url).await?;
+        Self::open(client, &[], executor_id, queues, credentials, credit).await
+    }
+
     /// Like [`ScriptedExecutor::connect`] over an existing client (TLS, for instance), with
     /// extra request metadata such as `authorization` and `x-herald-namespace`.
     pub async fn connect_with(
+        client: herald_proto::v1::lease_service_client::LeaseServiceClient<
+            tonic::transport::Channel,
+        >,
+        metadata: &[(&'static str, &str)],
+        executor_id: &str,
+        queues: &[&str],
+        credit: u32,
+    ) -> Result<Self> {
+        Self::open(client, metadata, executor_id, queues, &[], credit).await
+    }
+
+    async fn open(
         mut client: herald_proto::v1::lease_service_client::LeaseServiceClient<
             tonic::transport::Channel,
         >,
         metadata: &[(&'static str, &str)],
         executor_id: &str,
         queues: &[&str],
+        credentials: &[&str],
         credit: u32,
     ) -> Result<Self> {
         let (outbound, rx) = mpsc::channel(64);
@@ -56,7 +82,7 @@ impl ScriptedExecutor {
                 protocol_version: herald_proto::LEASE_PROTOCOL_VERSION,
                 queues: queues.iter().map(|q| (*q).to_owned()).collect(),
                 initial_credit: credit,
-                credentials_refs: Vec::new(),
+                credentials_refs: credentials.iter().map(|c| (*c).to_owned()).collect(),
             })))
             .await
             .context("sending Hello")?;

@@ -21,8 +21,8 @@ use herald_proto::v1::account_service_client::AccountServiceClient;
 use herald_proto::v1::campaign_service_client::CampaignServiceClient;
 use herald_proto::v1::schedule_service_client::ScheduleServiceClient;
 use herald_proto::v1::{
-    content, CampaignRecipient, CampaignSpec, Content, CreateAccountRequest, CreateCampaignRequest,
-    CreateScheduleRequest, OutcomeClass, ScheduleSpec, TaskSpec,
+    content, Account, CampaignRecipient, CampaignSpec, Content, CreateAccountRequest,
+    CreateCampaignRequest, CreateScheduleRequest, OutcomeClass, ScheduleSpec, TaskSpec,
 };
 use herald_tests::accounts::whatsapp_account;
 use herald_tests::lease::{result, ScriptedExecutor};
@@ -154,6 +154,22 @@ where
     Ok(c.query_one(sql, params).await?.get(0))
 }
 
+/// The nightly report schedule both tests create: 03:00 in Berlin, one recipient.
+fn nightly() -> ScheduleSpec {
+    ScheduleSpec {
+        id: "nightly".into(),
+        cron: "0 3 * * *".into(),
+        time_zone: "Europe/Berlin".into(),
+        queue: "reports".into(),
+        recipients: vec!["ops@example.com".into()],
+        content: Some(Content {
+            body: Some(content::Body::Text("nightly report".into())),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
 /// What the stack holds before the browser opens.
 struct Fixture {
     pending_task: String,
@@ -200,7 +216,10 @@ async fn fixture(scheduler: &SchedulerProcess) -> Result<Fixture> {
     let mut accounts = AccountServiceClient::connect(url.clone()).await?;
     accounts
         .create_account(CreateAccountRequest {
-            account: Some(whatsapp_account("wa-main", "wa", 5.0)),
+            account: Some(Account {
+                credentials_ref: "wa-main-token".into(),
+                ..whatsapp_account("wa-main", "wa", 5.0)
+            }),
         })
         .await?;
     let mut tasks = connect_tasks(&url).await?;
@@ -264,18 +283,7 @@ async fn fixture(scheduler: &SchedulerProcess) -> Result<Fixture> {
     let mut schedules = ScheduleServiceClient::connect(url).await?;
     schedules
         .create_schedule(CreateScheduleRequest {
-            schedule: Some(ScheduleSpec {
-                id: "nightly".into(),
-                cron: "0 3 * * *".into(),
-                time_zone: "Europe/Berlin".into(),
-                queue: "reports".into(),
-                recipients: vec!["ops@example.com".into()],
-                content: Some(Content {
-                    body: Some(content::Body::Text("nightly report".into())),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
+            schedule: Some(nightly()),
         })
         .await?;
     Ok(Fixture {
@@ -350,10 +358,34 @@ async fn drive(
     )
     .await?;
     ensure!(
-        kinds == ["waiting for an executor"],
+        kinds == ["no executor for its queue"],
         "front page holds: {kinds:?}"
     );
     shoot(&page, "waiting").await?;
+
+    // An executor serving the queue connects, holding another account's credentials: the
+    // page (live) names the account whose credentials none holds. Then one that holds them:
+    // the task only waits for its next claim. (Credit 0: neither takes it.)
+    let holds_kinds = "[...document.querySelectorAll('#waiting tbody tr')].map((tr) => tr.dataset.kinds).join('|')";
+    let url = scheduler.grpc_url();
+    let other =
+        ScriptedExecutor::connect_holding(&url, "other-exec", &["notify"], &["x"], 0).await?;
+    wait_for_dom(
+        &page,
+        &format!("{holds_kinds} === 'no executor holds its credentials'"),
+    )
+    .await?;
+    other.close();
+    let holder =
+        ScriptedExecutor::connect_holding(&url, "holder-exec", &["notify"], &["wa-main-token"], 0)
+            .await?;
+    wait_for_dom(&page, &format!("{holds_kinds} === 'next claim'")).await?;
+    holder.close();
+    wait_for_dom(
+        &page,
+        &format!("{holds_kinds} === 'no executor for its queue'"),
+    )
+    .await?;
 
     // Accounts: pause from the list; the account is paused in the database, and the front
     // page then says the pooled task is held by it.
@@ -449,7 +481,7 @@ async fn drive(
     )
     .await?;
     ensure!(
-        why == ["waiting for an executor"],
+        why == ["no executor for its queue"],
         "task page holds: {why:?}"
     );
     let content: String = js(&page, "document.getElementById('content').textContent").await?;
@@ -499,6 +531,19 @@ async fn drive(
     );
     ensure!(lines.len() == 1 + want.len(), "csv rows: {csv}");
 
+    // Search by why they ended, chosen in the form's list.
+    open(&page, &base, "/console/tasks").await?;
+    page.evaluate("document.getElementById('s-reason').value = 'permanent_error'")
+        .await?;
+    type_and_enter(&page, "#s-campaign", &fx.campaign).await?;
+    let mut rows: Vec<String> = js(
+        &page,
+        "[...document.querySelectorAll('#tasks tbody tr')].map((tr) => tr.dataset.taskId)",
+    )
+    .await?;
+    rows.sort();
+    ensure!(rows == want, "search by reason {rows:?}, want {want:?}");
+
     // A failed task's page: attempts, and retry.
     let first_failed = &fx.failed[0];
     open(&page, &base, &format!("/console/tasks/{first_failed}")).await?;
@@ -532,6 +577,24 @@ async fn drive(
     open(&page, &base, &format!("/console/campaigns/{}", fx.campaign)).await?;
     let sent: String = js(&page, "document.getElementById('c-sent').textContent").await?;
     ensure!(sent == "2", "campaign sent {sent}");
+    let delivered: String = js(&page, "document.getElementById('c-delivered').textContent").await?;
+    ensure!(delivered == "0", "campaign delivered {delivered}");
+    // The sparkline counts the two sends of the last hour.
+    let spark: String = js(
+        &page,
+        "document.querySelector('#live-campaign svg.spark').getAttribute('aria-label')",
+    )
+    .await?;
+    ensure!(spark.starts_with("2 sent"), "sparkline {spark}");
+    let reasons: Vec<String> = js(
+        &page,
+        "[...document.querySelectorAll('#reasons tbody tr')].map((tr) => tr.dataset.reason)",
+    )
+    .await?;
+    ensure!(
+        reasons == ["permanent_error"],
+        "failures by reason {reasons:?}"
+    );
     shoot(&page, "campaign").await?;
     submit(&page, "#reasons a.retry-reason").await?;
     let count: String = js(
@@ -544,7 +607,20 @@ async fn drive(
     submit(&page, "#confirm-retry").await?;
     ensure!(done_message(&page)
         .await?
-        .contains("1 failed tasks retried"));
+        .contains("retrying 1 failed tasks (permanent_error)"));
+    // The bulk operation's page follows it until it is done.
+    wait_for_dom(
+        &page,
+        "document.getElementById('bulk-state').textContent === 'done'",
+    )
+    .await?;
+    let processed: String = js(
+        &page,
+        "document.getElementById('bulk-processed').textContent",
+    )
+    .await?;
+    ensure!(processed == "1", "bulk processed {processed}");
+    shoot(&page, "bulk").await?;
     let campaign: Uuid = fx.campaign.parse()?;
     let still_failed: i64 = scalar(
         db,
@@ -619,6 +695,27 @@ async fn drive(
     )
     .await?;
     ensure!(!paused, "schedule still paused");
+    // Run it now: a manual run with its task, and the next fire unchanged.
+    submit(&page, "#run-now").await?;
+    ensure!(
+        done_message(&page).await?.contains("1 task(s) created"),
+        "run now: {}",
+        done_message(&page).await?
+    );
+    let manual: i64 = scalar(
+        db,
+        "SELECT count(*) FROM herald.schedule_runs WHERE schedule_id = 'nightly' AND kind = 'manual'",
+        &[],
+    )
+    .await?;
+    ensure!(manual == 1, "{manual} manual runs");
+    let run_tasks: i64 = scalar(
+        db,
+        "SELECT count(*) FROM herald.tasks WHERE schedule_id = 'nightly'",
+        &[],
+    )
+    .await?;
+    ensure!(run_tasks == 1, "{run_tasks} tasks from the manual run");
     shoot(&page, "schedule").await?;
 
     // Live: a task created meanwhile shows on the open front page without a reload.
@@ -643,7 +740,7 @@ async fn drive(
 #[tokio::test]
 async fn a_viewer_reads_but_cannot_act_and_cross_site_posts_are_refused() -> Result<()> {
     let db = TestDb::new().await?;
-    let admin = TestToken::new("ops", &["admin"], &["default"]);
+    let admin = TestToken::new("ops", &["admin", "client"], &["default"]);
     let viewer = TestToken::new("support", &["viewer"], &["default"]);
     let file = write_tokens_file(&[admin.clone(), viewer.clone()])?;
     let scheduler = SchedulerProcess::builder(&db)
@@ -729,5 +826,35 @@ async fn a_viewer_reads_but_cannot_act_and_cross_site_posts_are_refused() -> Res
         .await?;
     assert_eq!(ok.status(), 303, "the admin's own post");
     assert_eq!(state().await?, "paused");
+
+    // Nor can a viewer run a schedule or start a bulk retry.
+    ScheduleServiceClient::connect(scheduler.grpc_url())
+        .await?
+        .create_schedule(admin.request(
+            CreateScheduleRequest {
+                schedule: Some(nightly()),
+            },
+            None,
+        ))
+        .await?;
+    for path in [
+        "/console/schedules/nightly/run",
+        "/console/campaigns/00000000-0000-0000-0000-000000000000/retry",
+    ] {
+        let r = http
+            .post(format!("{base}{path}"))
+            .basic_auth("support", Some(&viewer.token))
+            .form(&[("reason", "exhausted")])
+            .send()
+            .await?;
+        assert_eq!(r.status(), 403, "a viewer cannot post {path}");
+    }
+    let runs: i64 = db
+        .connect()
+        .await?
+        .query_one("SELECT count(*) FROM herald.schedule_runs", &[])
+        .await?
+        .get(0);
+    assert_eq!(runs, 0, "a refused run-now ran");
     Ok(())
 }

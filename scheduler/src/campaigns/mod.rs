@@ -6,7 +6,7 @@
 
 pub mod model;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 use chrono::{DateTime, Duration as ChronoDuration, Utc};
@@ -542,8 +542,8 @@ impl Campaigns {
         self.get(namespace, id).await
     }
 
-    /// A campaign's failed tasks grouped by how their last attempt failed (at most `limit`
-    /// groups, largest first).
+    /// A campaign's failed tasks grouped by why they ended and the provider's code (at most
+    /// `limit` groups, largest first).
     pub async fn failure_reasons(
         &self,
         namespace: &str,
@@ -557,43 +557,22 @@ impl Campaigns {
         Ok(conn.campaigns().failure_reasons(id, limit).await?)
     }
 
-    /// Re-drives every failed task of a campaign whose last attempt failed for `reason`, a page
-    /// at a time, each as RetryTask does; `progress` hears the running count after each page.
-    /// Returns how many were re-driven.
-    pub async fn retry_failed(
+    /// Sends per interval of `interval` over the last `intervals` of them, per campaign of
+    /// `ids` (index 0 the latest): the console's throughput sparkline.
+    pub async fn sends_per_interval(
         &self,
-        namespace: &str,
-        id: Uuid,
-        reason: &FailureReason,
-        progress: impl Fn(u64),
-    ) -> Result<u64, Error> {
-        const PAGE: i64 = 500;
-        let mut after = None;
-        let mut retried = 0u64;
-        loop {
-            let ids = {
-                let conn = self.tasks.store().conn().await?;
-                if conn.campaigns().get(namespace, id).await?.is_none() {
-                    return Err(Error::NotFound(format!("campaign {id}")));
-                }
-                conn.campaigns()
-                    .failed_with_reason(id, reason, after, PAGE)
-                    .await?
-            };
-            for task in &ids {
-                match self.tasks.retry(namespace, *task, None).await {
-                    Ok(_) => retried += 1,
-                    // Retried or pruned meanwhile by someone else: nothing left to do for it.
-                    Err(Error::FailedPrecondition(_) | Error::NotFound(_)) => {}
-                    Err(e) => return Err(e),
-                }
-            }
-            progress(retried);
-            match ids.last() {
-                Some(last) if ids.len() as i64 == PAGE => after = Some(*last),
-                _ => return Ok(retried),
-            }
-        }
+        ids: &[Uuid],
+        intervals: i32,
+        interval: Duration,
+    ) -> Result<HashMap<Uuid, Vec<i64>>, Error> {
+        Ok(self
+            .tasks
+            .store()
+            .conn()
+            .await?
+            .campaigns()
+            .sends_per_interval(ids, intervals, interval.as_millis() as i64)
+            .await?)
     }
 
     /// Cancels a campaign: its scheduled tasks at once, its leased ones by revoking them from

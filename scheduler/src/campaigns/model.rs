@@ -62,10 +62,12 @@ pub struct Progress {
 /// (When tasks carry an end reason of their own, it belongs here as the first key.)
 #[derive(Debug, Clone, PartialEq)]
 pub struct FailureReason {
-    /// The last attempt's outcome; None when the task failed without one.
-    pub outcome: Option<crate::tasks::model::Outcome>,
-    /// Its error text, with the provider's code; empty when there was none.
-    pub error: String,
+    /// Why they ended (None only for tasks failed before end reasons were recorded).
+    pub end_reason: Option<crate::tasks::model::EndReason>,
+    /// The provider's code; 0 when none.
+    pub end_code: i64,
+    /// One of the group's errors.
+    pub example: String,
     /// Tasks in the group.
     pub tasks: i64,
 }

@@ -7,6 +7,7 @@
 pub mod claim;
 pub mod dispatch;
 pub mod events;
+pub mod presence;
 pub mod reconcile;
 pub mod registry;
 pub mod reports;

@@ -88,6 +88,16 @@ async fn run(
     // Executor ids are unique per namespace only; revokes are addressed the same way.
     let registry_key = format!("{namespace}/{executor_id}");
     let generation = ctx.registry.insert(&registry_key, tx.clone());
+    let presence = super::presence::Presence::start(
+        ctx.store.clone(),
+        super::presence::Present {
+            namespace: namespace.clone(),
+            executor_id: executor_id.clone(),
+            scheduler_id: ctx.settings.scheduler_id.clone(),
+            queues: hello.queues.clone(),
+            credentials: hello.credentials_refs.clone(),
+        },
+    );
     let credit = Arc::new(Semaphore::new(hello.initial_credit as usize));
     let stop = CancellationToken::new();
     tracing::info!(executor_id = %executor_id, namespace = %namespace, queues = ?hello.queues,
@@ -140,6 +150,7 @@ async fn run(
     stop.cancel();
     let _ = dispatch.await;
     ctx.registry.remove(&registry_key, generation);
+    presence.end().await;
     tracing::info!(executor_id = %executor_id, "executor disconnected");
 }
 

@@ -13,6 +13,7 @@ pub mod campaigns;
 pub mod connection;
 pub mod deliveries;
 mod error;
+pub mod executors;
 pub mod fanouts;
 pub mod leases;
 pub mod migrate;
@@ -228,6 +229,10 @@ pub trait Db: GenericClient + Sized {
     /// Providers' delivery reports and the deliveries folded from them.
     fn deliveries(&self) -> deliveries::DeliveryRepo<'_, Self> {
         deliveries::DeliveryRepo::new(self)
+    }
+    /// Connected executors, their queues and credentials.
+    fn executors(&self) -> executors::ExecutorRepo<'_, Self> {
+        executors::ExecutorRepo::new(self)
     }
     /// Stored message templates.
     fn templates(&self) -> templates::TemplateRepo<'_, Self> {

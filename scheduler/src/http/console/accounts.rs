@@ -19,6 +19,7 @@ use crate::accounts::model::{AccountRecord, AccountState};
 use crate::auth::Caller;
 use crate::error::Error;
 use crate::rules;
+use crate::store::executors::Serving;
 use crate::store::Db;
 
 /// Accounts per page (and per export query).
@@ -65,6 +66,7 @@ pub(super) async fn overview(
     let not_due = db.tasks().not_due_count(ns, PENDING_SAMPLE).await?;
     let groups = db.tasks().pending_groups(ns, PENDING_SAMPLE).await?;
     let mut pools: HashMap<String, Vec<AccountRecord>> = HashMap::new();
+    let mut serving: HashMap<String, Serving> = HashMap::new();
     let mut rows = Vec::new();
     for g in &groups {
         let accounts = match (&g.account_id, &g.pool) {
@@ -78,12 +80,23 @@ pub(super) async fn overview(
             }
             (None, None) => Vec::new(),
         };
+        if !serving.contains_key(&g.queue) {
+            let who = db
+                .executors()
+                .serving(ns, &g.queue, crate::lease::presence::FRESH)
+                .await?;
+            serving.insert(g.queue.clone(), who);
+        }
+        let who = serving.get(&g.queue).cloned().unwrap_or(Serving::Nobody);
         let pending = Pending {
             run_at: g.oldest,
             parked: g.parked,
             queue: &g.queue,
             pool: g.pool.as_deref(),
             account: g.account_id.as_deref(),
+            serving: &who,
+            // Spacing is per recipient: the task's own page says, not a group's.
+            recipient_blocked: &[],
         };
         let holds = why::holds(&pending, &accounts, now);
         rows.push(json!({

@@ -12,13 +12,15 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::{
-    csv, done, page_context, param, render, require_admin, urlencode, when, when_opt, Console,
-    PageError, Params,
+    csv, done, page_context, param, render, require_admin, when, when_opt, Console, PageError,
+    Params,
 };
 use crate::auth::Caller;
 use crate::campaigns::model::FailureReason;
 use crate::campaigns::{CampaignState, CampaignView};
-use crate::tasks::model::Outcome;
+use crate::tasks::bulk;
+use crate::tasks::model::EndReason;
+use herald_proto::v1 as pb;
 
 /// Campaigns per page (each reads its progress: one index-only GROUP BY).
 const PAGE: i64 = 25;
@@ -43,7 +45,7 @@ fn pct(n: i64, total: i64) -> f64 {
     }
 }
 
-fn campaign_json(c: &CampaignView) -> Value {
+fn campaign_json(c: &CampaignView, sends: Option<&Vec<i64>>) -> Value {
     let p = &c.progress;
     let total = p.live + p.succeeded + p.failed + p.cancelled + p.expired;
     json!({
@@ -53,9 +55,13 @@ fn campaign_json(c: &CampaignView) -> Value {
         "pool": c.record.pool,
         "state": state_name(c.state),
         "recipients": c.record.recipient_count,
-        // Delivered and read counts join these when campaigns report them.
+        "adding_audience": c.record.audience.pending,
+        "audience_error": c.record.audience.error,
         "queued": p.live,
         "sent": p.succeeded,
+        "delivered": p.delivery.delivered,
+        "read": p.delivery.read,
+        "failed_after_acceptance": p.delivery.failed_after_acceptance,
         "failed": p.failed,
         "cancelled": p.cancelled,
         "expired": p.expired,
@@ -64,7 +70,54 @@ fn campaign_json(c: &CampaignView) -> Value {
         "done_pct": pct(total - p.live, total),
         "eta": when_opt(c.estimated_finish),
         "created_at": when(c.record.created_at),
+        "sparkline": sends.map(|s| sparkline(s)),
     })
+}
+
+/// Sparkline buckets: the last hour in 5-minute steps.
+const SPARK_INTERVALS: i32 = 12;
+/// One sparkline step.
+const SPARK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// An inline SVG polyline's points and a text summary of sends per interval (`sends[0]` the
+/// latest), oldest left, scaled to the busiest interval.
+fn sparkline(sends: &[i64]) -> Value {
+    let peak = sends.iter().copied().max().unwrap_or(0).max(1) as f64;
+    let n = sends.len().max(2) - 1;
+    let points: Vec<String> = sends
+        .iter()
+        .rev()
+        .enumerate()
+        .map(|(i, v)| {
+            let x = i as f64 * 100.0 / n as f64;
+            let y = 20.0 - (*v as f64 / peak) * 18.0 - 1.0;
+            format!("{x:.1},{y:.1}")
+        })
+        .collect();
+    json!({
+        "points": points.join(" "),
+        "total": sends.iter().sum::<i64>(),
+        "peak": sends.iter().copied().max().unwrap_or(0),
+        "latest": sends.first().copied().unwrap_or(0),
+    })
+}
+
+/// Sends per interval of the campaigns on a page (one bounded, index-only query).
+async fn sends_of(
+    console: &Console,
+    views: &[CampaignView],
+) -> Result<HashMap<Uuid, Vec<i64>>, PageError> {
+    let ids: Vec<Uuid> = views.iter().map(|c| c.record.id).collect();
+    let mut sends = console
+        .campaigns
+        .sends_per_interval(&ids, SPARK_INTERVALS, SPARK_INTERVAL)
+        .await?;
+    for id in ids {
+        sends
+            .entry(id)
+            .or_insert_with(|| vec![0; SPARK_INTERVALS as usize]);
+    }
+    Ok(sends)
 }
 
 fn campaign_id(id: &str) -> Result<Uuid, PageError> {
@@ -85,13 +138,17 @@ pub(super) async fn list(
         .list(&caller.namespace, &[], before, PAGE + 1)
         .await?;
     let (views, next) = crate::store::sql::page(views, PAGE, |last| last.record.id.to_string());
+    let sends = sends_of(&console, &views).await?;
     Ok(render(
         &headers,
         StatusCode::OK,
         "campaigns.html",
         page_context(&caller, &params, "campaigns"),
         json!({
-            "campaigns": views.iter().map(campaign_json).collect::<Vec<_>>(),
+            "campaigns": views
+                .iter()
+                .map(|c| campaign_json(c, sends.get(&c.record.id)))
+                .collect::<Vec<_>>(),
             "next": (!next.is_empty()).then_some(next),
         }),
     ))
@@ -104,6 +161,8 @@ const CAMPAIGN_COLUMNS: &[&str] = &[
     "recipients",
     "queued",
     "sent",
+    "delivered",
+    "read",
     "failed",
     "cancelled",
     "expired",
@@ -138,6 +197,8 @@ pub(super) async fn export(
                             c.record.recipient_count.to_string(),
                             p.live.to_string(),
                             p.succeeded.to_string(),
+                            p.delivery.delivered.to_string(),
+                            p.delivery.read.to_string(),
                             p.failed.to_string(),
                             p.cancelled.to_string(),
                             p.expired.to_string(),
@@ -158,25 +219,30 @@ pub(super) async fn export(
     )
 }
 
-/// A reason's name in links: the outcome's name (`PERMANENT`, or `NONE`).
-fn outcome_param(o: Option<Outcome>) -> &'static str {
-    o.map_or("NONE", |o| o.name())
+/// A reason's name in links and CSV: the end reason's name (`exhausted`, …), or `unknown` for
+/// tasks that failed before reasons were recorded.
+fn reason_name(r: Option<EndReason>) -> &'static str {
+    r.map_or("unknown", EndReason::as_str)
 }
 
 fn reason_json(id: Uuid, r: &FailureReason) -> Value {
     json!({
-        "outcome": outcome_param(r.outcome),
-        "error": r.error,
+        "reason": reason_name(r.end_reason),
+        "code": r.end_code,
+        "example": r.example,
         "tasks": r.tasks,
         "retry": format!(
-            "/console/campaigns/{id}/retry?outcome={}&error={}",
-            outcome_param(r.outcome),
-            urlencode(&r.error)
+            "/console/campaigns/{id}/retry?reason={}",
+            reason_name(r.end_reason)
+        ),
+        "tasks_link": format!(
+            "/console/tasks?campaign={id}&state=failed&reason={}",
+            reason_name(r.end_reason)
         ),
     })
 }
 
-/// One campaign with its failures grouped by reason.
+/// One campaign with its failures grouped by reason and provider code.
 pub(super) async fn detail(
     State(console): State<Console>,
     Extension(caller): Extension<Caller>,
@@ -188,13 +254,14 @@ pub(super) async fn detail(
     let ns = caller.namespace.as_str();
     let view = console.campaigns.get(ns, id).await?;
     let reasons = console.campaigns.failure_reasons(ns, id, REASONS).await?;
+    let sends = sends_of(&console, std::slice::from_ref(&view)).await?;
     Ok(render(
         &headers,
         StatusCode::OK,
         "campaign.html",
         page_context(&caller, &params, "campaigns"),
         json!({
-            "campaign": campaign_json(&view),
+            "campaign": campaign_json(&view, sends.get(&id)),
             "reasons": reasons.iter().map(|r| reason_json(id, r)).collect::<Vec<_>>(),
         }),
     ))
@@ -212,7 +279,7 @@ pub(super) async fn export_failures(
     console.campaigns.get(&ns, id).await?;
     Ok(csv::stream(
         "campaign-failures.csv",
-        &["outcome", "error", "tasks"],
+        &["end_reason", "provider_code", "example_error", "tasks"],
         (),
         move |()| {
             let (console, ns) = (console.clone(), ns.clone());
@@ -222,8 +289,9 @@ pub(super) async fn export_failures(
                     .iter()
                     .map(|r| {
                         vec![
-                            outcome_param(r.outcome).to_owned(),
-                            r.error.clone(),
+                            reason_name(r.end_reason).to_owned(),
+                            r.end_code.to_string(),
+                            r.example.clone(),
                             r.tasks.to_string(),
                         ]
                     })
@@ -265,36 +333,32 @@ pub(super) async fn set_state(
     Ok(done(&caller, &format!("/console/campaigns/{id}"), &message))
 }
 
-/// The reason named by `outcome` and `error`, with its current count.
-async fn reason(
-    console: &Console,
-    ns: &str,
+/// The bulk retry of a campaign's failed tasks that ended for `reason` (a name from
+/// [`reason_name`]), as StartBulkOperation takes it.
+fn retry_request(
     id: Uuid,
     params: &HashMap<String, String>,
-) -> Result<FailureReason, PageError> {
-    let outcome = match params.get("outcome").map(String::as_str) {
-        Some("NONE") => None,
-        Some(name) => Some(Outcome::from_name(name).ok_or_else(|| {
-            PageError::bad(
-                "outcome",
-                "is not an attempt outcome (PERMANENT, TRANSIENT, …)",
-            )
-        })?),
-        None => return Err(PageError::bad("outcome", "is required")),
+    dry_run: bool,
+) -> Result<(EndReason, bulk::Request), PageError> {
+    let name = param(params, "reason").ok_or_else(|| PageError::bad("reason", "is required"))?;
+    let reason = EndReason::parse(name)
+        .ok_or_else(|| PageError::bad("reason", "is not an end reason (exhausted, …)"))?;
+    let request = bulk::Request {
+        action: bulk::Action::Retry,
+        filter: pb::TaskFilter {
+            campaign_id: id.to_string(),
+            states: vec![pb::TaskState::Failed as i32],
+            end_reasons: vec![crate::api::convert::tasks::end_reason(reason) as i32],
+            ..Default::default()
+        },
+        target: None,
+        dry_run,
     };
-    let error = params.get("error").cloned().unwrap_or_default();
-    let reasons = console.campaigns.failure_reasons(ns, id, REASONS).await?;
-    Ok(reasons
-        .into_iter()
-        .find(|r| r.outcome == outcome && r.error == error)
-        .unwrap_or(FailureReason {
-            outcome,
-            error,
-            tasks: 0,
-        }))
+    Ok((reason, request))
 }
 
-/// Asks before retrying: how many failed tasks of this reason there are now.
+/// Asks before retrying: how many failed tasks of this reason there are now (the bulk
+/// operation's dry run).
 pub(super) async fn retry_confirm(
     State(console): State<Console>,
     Extension(caller): Extension<Caller>,
@@ -305,20 +369,23 @@ pub(super) async fn retry_confirm(
     let id = campaign_id(&id)?;
     let ns = caller.namespace.as_str();
     let view = console.campaigns.get(ns, id).await?;
-    let r = reason(&console, ns, id, &params).await?;
+    let (reason, request) = retry_request(id, &params, true)?;
+    let counted = console.tasks.start_bulk(ns, request).await?;
     Ok(render(
         &headers,
         StatusCode::OK,
         "campaign_retry.html",
         page_context(&caller, &params, "campaigns"),
         json!({
-            "campaign": campaign_json(&view),
-            "reason": reason_json(id, &r),
+            "campaign": campaign_json(&view, None),
+            "reason": reason.as_str(),
+            "tasks": counted.matched,
         }),
     ))
 }
 
-/// Retries every failed task of the reason, as RetryTask does for each.
+/// Retries every failed task of the reason as a bulk operation (in batches, resumable), and
+/// shows its progress.
 pub(super) async fn retry(
     State(console): State<Console>,
     Extension(caller): Extension<Caller>,
@@ -328,16 +395,21 @@ pub(super) async fn retry(
     require_admin(&caller)?;
     let id = campaign_id(&id)?;
     let ns = caller.namespace.as_str();
-    let r = reason(&console, ns, id, &form).await?;
-    let retried = console
-        .campaigns
-        .retry_failed(ns, id, &r, |n| {
-            tracing::info!(campaign_id = %id, retried = n, "console: retrying failed tasks");
-        })
-        .await?;
+    console.campaigns.get(ns, id).await?;
+    let (reason, request) = retry_request(id, &form, false)?;
+    let started = console.tasks.start_bulk(ns, request).await?;
+    let op = started
+        .operation
+        .ok_or_else(|| PageError::bad("reason", "the retry was not started"))?;
+    tracing::info!(campaign_id = %id, reason = reason.as_str(), operation = %op.id,
+        matched = started.matched, "console: retrying failed tasks");
     Ok(done(
         &caller,
-        &format!("/console/campaigns/{id}"),
-        &format!("campaign {id}: {retried} failed tasks retried"),
+        &format!("/console/bulk/{}", op.id),
+        &format!(
+            "campaign {id}: retrying {} failed tasks ({})",
+            started.matched,
+            reason.as_str()
+        ),
     ))
 }

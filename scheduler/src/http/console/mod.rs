@@ -16,6 +16,7 @@
 //!   pooled connection for a few short reads and never takes a lock the scheduler waits on.
 
 mod accounts;
+mod bulk;
 mod campaigns;
 mod csv;
 mod schedules;
@@ -102,6 +103,8 @@ pub fn router(console: Console) -> Router {
         .route("/console/schedules.csv", get(schedules::export))
         .route("/console/schedules/{id}", get(schedules::detail))
         .route("/console/schedules/{id}/state", post(schedules::set_state))
+        .route("/console/schedules/{id}/run", post(schedules::run_now))
+        .route("/console/bulk/{id}", get(bulk::detail))
         .route("/console/tasks", get(tasks::search))
         .route("/console/tasks.csv", get(tasks::export))
         .route("/console/tasks/{id}", get(tasks::detail))
@@ -153,6 +156,7 @@ static TEMPLATES: LazyLock<Environment<'static>> = LazyLock::new(|| {
         ("schedule.html", include_str!("assets/schedule.html")),
         ("tasks.html", include_str!("assets/tasks.html")),
         ("task.html", include_str!("assets/task.html")),
+        ("bulk.html", include_str!("assets/bulk.html")),
         ("error.html", include_str!("assets/error.html")),
     ] {
         // The sources are part of the binary and covered by every page test; a template that
@@ -197,6 +201,7 @@ fn title(template: &str) -> &'static str {
         "schedule.html" => "Schedule",
         "tasks.html" => "Tasks",
         "task.html" => "Task",
+        "bulk.html" => "Bulk operation",
         _ => "Error",
     }
 }

@@ -22,7 +22,7 @@ use crate::http::dashboard::content_summary;
 use crate::rules;
 use crate::store::tasks::TaskFilter;
 use crate::store::Db;
-use crate::tasks::model::{TaskRecord, TaskState};
+use crate::tasks::model::{EndReason, TaskRecord, TaskState};
 use crate::tasks::selection::Selection;
 
 /// Tasks per page.
@@ -72,13 +72,21 @@ fn name_param(params: &HashMap<String, String>, name: &str) -> Result<Option<Str
         .transpose()
 }
 
-/// The search form's filter. (A task's end reason, when tasks carry one, is one more field
-/// here and in `list_tasks.sql`.)
+/// The search form's filter.
 fn filter(params: &HashMap<String, String>, limit: i64) -> Result<TaskFilter, PageError> {
     let states = match param(params, "state") {
         None => Vec::new(),
         Some(s) => vec![TaskState::parse(s).ok_or_else(|| {
             PageError::bad("state", format!("must be one of {}", STATES.join(", ")))
+        })?],
+    };
+    let end_reasons = match param(params, "reason") {
+        None => Vec::new(),
+        Some(s) => vec![EndReason::parse(s).ok_or_else(|| {
+            PageError::bad(
+                "reason",
+                format!("must be one of {}", reason_names().join(", ")),
+            )
         })?],
     };
     let recipient = param(params, "recipient").map(str::to_owned);
@@ -96,6 +104,8 @@ fn filter(params: &HashMap<String, String>, limit: i64) -> Result<TaskFilter, Pa
             campaign_id: uuid_param(params, "campaign")?,
             schedule_id: name_param(params, "schedule")?,
             account_id: name_param(params, "account")?,
+            audience_id: name_param(params, "audience")?,
+            end_reasons,
             ..Default::default()
         },
         before_id: uuid_param(params, "page")?,
@@ -103,10 +113,16 @@ fn filter(params: &HashMap<String, String>, limit: i64) -> Result<TaskFilter, Pa
     })
 }
 
+/// Every end reason's name, as the search form offers them.
+fn reason_names() -> Vec<&'static str> {
+    EndReason::ALL.iter().map(|r| r.as_str()).collect()
+}
+
 fn task_row(t: &TaskRecord) -> Value {
     json!({
         "id": t.id.to_string(),
         "state": t.state.as_str(),
+        "reason": t.end_reason.map(EndReason::as_str),
         "queue": t.queue,
         "recipient": t.recipient,
         "account": t.account_id,
@@ -145,6 +161,7 @@ pub(super) async fn search(
             "q": params,
             "query": query,
             "states": STATES,
+            "reasons": reason_names(),
             "tasks": records.iter().map(task_row).collect::<Vec<_>>(),
             "next": (!next.is_empty()).then_some(next),
         }),
@@ -162,6 +179,8 @@ const TASK_COLUMNS: &[&str] = &[
     "run_at",
     "created_at",
     "finished_at",
+    "end_reason",
+    "end_code",
     "last_error",
 ];
 
@@ -197,6 +216,11 @@ pub(super) async fn export(
                             t.run_at.to_rfc3339(),
                             t.created_at.to_rfc3339(),
                             t.finished_at.map(|t| t.to_rfc3339()).unwrap_or_default(),
+                            t.end_reason
+                                .map(EndReason::as_str)
+                                .unwrap_or_default()
+                                .to_owned(),
+                            t.end_code.map(|c| c.to_string()).unwrap_or_default(),
                             t.last_error.clone().unwrap_or_default(),
                         ]
                     })
@@ -234,6 +258,19 @@ async fn holds(console: &Console, ns: &str, t: &TaskRecord) -> Result<Vec<why::H
         (Some(id), None) => db.accounts().get(ns, id).await?.into_iter().collect(),
         (None, None) => Vec::new(),
     };
+    let serving = db
+        .executors()
+        .serving(ns, &t.queue, crate::lease::presence::FRESH)
+        .await?;
+    let recipient_blocked: Vec<String> = db
+        .leases()
+        .recipient_facts(ns, &[t.recipient.as_str()])
+        .await?
+        .blocked
+        .into_iter()
+        .filter(|(_, r)| *r == t.recipient)
+        .map(|(account, _)| account)
+        .collect();
     let pending = Pending {
         run_at: t.run_at,
         parked: t.parked,
@@ -244,6 +281,8 @@ async fn holds(console: &Console, ns: &str, t: &TaskRecord) -> Result<Vec<why::H
         } else {
             t.account_id.as_deref()
         },
+        serving: &serving,
+        recipient_blocked: &recipient_blocked,
     };
     Ok(why::holds(&pending, &accounts, console.tasks.clock().now()))
 }

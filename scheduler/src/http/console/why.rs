@@ -8,6 +8,7 @@
 use chrono::{DateTime, NaiveTime, Utc};
 
 use crate::accounts::model::{AccountRecord, AccountState};
+use crate::store::executors::Serving;
 
 /// The kinds of hold, as the page and the tests name them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,7 +33,15 @@ pub enum HoldKind {
     Paced,
     /// The task's pool has no account that could send it.
     NoAccount,
-    /// Nothing in herald holds it: an executor serving its queue takes it when one is connected.
+    /// The account sent to this recipient within its recipient interval, or the provider asked
+    /// to leave the recipient alone for a while.
+    RecipientSpacing,
+    /// The executors serving its queue hold none of its accounts' credentials.
+    NoCredentials,
+    /// No executor serving its queue is connected.
+    NoExecutor,
+    /// Nothing holds it: an executor serving its queue is connected and takes it at its next
+    /// claim.
     AwaitingExecutor,
 }
 
@@ -50,7 +59,10 @@ impl HoldKind {
             HoldKind::Throttled => "provider throttling",
             HoldKind::Paced => "account pacing",
             HoldKind::NoAccount => "no account",
-            HoldKind::AwaitingExecutor => "waiting for an executor",
+            HoldKind::RecipientSpacing => "recipient spacing",
+            HoldKind::NoCredentials => "no executor holds its credentials",
+            HoldKind::NoExecutor => "no executor for its queue",
+            HoldKind::AwaitingExecutor => "next claim",
         }
     }
 }
@@ -86,6 +98,11 @@ pub struct Pending<'a> {
     pub pool: Option<&'a str>,
     /// The account it is pinned to, if any (a pooled task's account is chosen at the claim).
     pub account: Option<&'a str>,
+    /// Who serves its queue now.
+    pub serving: &'a Serving,
+    /// The accounts that may not send to its recipient now (spacing, or the provider's
+    /// request); empty when unknown (a group of tasks).
+    pub recipient_blocked: &'a [String],
 }
 
 fn fmt(t: DateTime<Utc>) -> String {
@@ -213,23 +230,76 @@ pub fn holds(task: &Pending<'_>, accounts: &[AccountRecord], now: DateTime<Utc>)
             };
             return vec![Hold::new(HoldKind::NoAccount, what)];
         }
+        // A pooled task goes through any free account: it is held only when every one is.
         let held: Vec<Hold> = accounts
             .iter()
-            .filter_map(|a| account_hold(a, now))
-            .collect();
-        // A pooled task goes through any free account: it is held only when every one is.
-        if held.len() == accounts.len() {
+            .map(|a| {
+                account_hold(a, now)
+                    .or_else(|| recipient_hold(a, task.recipient_blocked))
+                    .or_else(|| credentials_hold(a, task.queue, task.serving))
+            })
+            .collect::<Option<Vec<Hold>>>()
+            .unwrap_or_default();
+        if !held.is_empty() {
             return held;
         }
+    }
+    if *task.serving == Serving::Nobody {
+        return vec![Hold::new(
+            HoldKind::NoExecutor,
+            format!(
+                "due, but no executor serving queue {} is connected to any scheduler",
+                task.queue
+            ),
+        )];
     }
     vec![Hold::new(
         HoldKind::AwaitingExecutor,
         format!(
-            "due, and nothing in herald holds it: an executor serving queue {} takes it as soon \
-             as one is connected with credit (if it stays here, none is)",
+            "due, and nothing holds it: an executor serving queue {} is connected and takes it \
+             at its next claim, as its credit allows",
             task.queue
         ),
     )]
+}
+
+/// Why `account` may not send to the task's recipient now, if it may not.
+fn recipient_hold(account: &AccountRecord, blocked: &[String]) -> Option<Hold> {
+    let id = &account.spec.id;
+    blocked.contains(id).then(|| {
+        let interval = account
+            .spec
+            .limits
+            .recipient_interval_ms
+            .filter(|ms| *ms > 0)
+            .map(|ms| format!(" (its recipient interval is {} s)", ms / 1000))
+            .unwrap_or_default();
+        Hold::new(
+            HoldKind::RecipientSpacing,
+            format!(
+                "account {id} sent to this recipient too recently{interval}, or the provider \
+                 asked it to leave the recipient alone for a while"
+            ),
+        )
+    })
+}
+
+/// Why no connected executor can send for `account`, if none can: executors serve the queue
+/// but none holds the account's credentials.
+fn credentials_hold(account: &AccountRecord, queue: &str, serving: &Serving) -> Option<Hold> {
+    match serving {
+        Serving::Accounts(held) if !held.contains(&account.spec.credentials_ref) => {
+            Some(Hold::new(
+                HoldKind::NoCredentials,
+                format!(
+                    "no connected executor serving queue {queue} holds the credentials of \
+                     account {} ({})",
+                    account.spec.id, account.spec.credentials_ref
+                ),
+            ))
+        }
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -275,6 +345,8 @@ mod tests {
         }
     }
 
+    const ANY: &Serving = &Serving::AnyAccount;
+
     fn pooled(run_at: DateTime<Utc>) -> Pending<'static> {
         Pending {
             run_at,
@@ -282,6 +354,8 @@ mod tests {
             queue: "q",
             pool: Some("p"),
             account: None,
+            serving: ANY,
+            recipient_blocked: &[],
         }
     }
 
@@ -378,6 +452,8 @@ mod tests {
             queue: "q",
             pool: None,
             account: Some("gone"),
+            serving: ANY,
+            recipient_blocked: &[],
         };
         let h = holds(&t, &[], now());
         assert_eq!(kinds(&h), [HoldKind::NoAccount]);
@@ -385,14 +461,50 @@ mod tests {
     }
 
     #[test]
-    fn a_queue_task_with_nothing_holding_it_waits_for_an_executor() {
-        let t = Pending {
+    fn a_queue_task_waits_for_the_next_claim_or_for_an_executor_to_connect() {
+        let mut t = Pending {
             run_at: now(),
             parked: false,
             queue: "q",
             pool: None,
             account: None,
+            serving: ANY,
+            recipient_blocked: &[],
         };
         assert_eq!(kinds(&holds(&t, &[], now())), [HoldKind::AwaitingExecutor]);
+        t.serving = &Serving::Nobody;
+        let h = holds(&t, &[], now());
+        assert_eq!(kinds(&h), [HoldKind::NoExecutor]);
+        assert!(h[0].detail.contains("queue q"), "{h:?}");
+    }
+
+    #[test]
+    fn recipient_spacing_holds_only_the_accounts_that_sent_to_the_recipient() {
+        let mut spaced = account("a");
+        spaced.spec.limits.recipient_interval_ms = Some(60_000);
+        let blocked = vec!["a".to_owned()];
+        let mut t = pooled(now());
+        t.recipient_blocked = &blocked;
+        let h = holds(&t, &[spaced.clone()], now());
+        assert_eq!(kinds(&h), [HoldKind::RecipientSpacing]);
+        assert!(h[0].detail.contains("60 s"), "{h:?}");
+        // Another account of the pool may send to the recipient: not held.
+        let h = holds(&t, &[spaced, account("b")], now());
+        assert_eq!(kinds(&h), [HoldKind::AwaitingExecutor]);
+    }
+
+    #[test]
+    fn an_account_whose_credentials_no_connected_executor_holds_is_named() {
+        let mut a = account("a");
+        a.spec.credentials_ref = "wa-main".into();
+        let elsewhere = Serving::Accounts(["wa-other".to_owned()].into());
+        let mut t = pooled(now());
+        t.serving = &elsewhere;
+        let h = holds(&t, &[a.clone()], now());
+        assert_eq!(kinds(&h), [HoldKind::NoCredentials]);
+        assert!(h[0].detail.contains("wa-main"), "{h:?}");
+        let here = Serving::Accounts(["wa-main".to_owned()].into());
+        t.serving = &here;
+        assert_eq!(kinds(&holds(&t, &[a], now())), [HoldKind::AwaitingExecutor]);
     }
 }

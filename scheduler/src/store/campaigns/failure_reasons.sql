@@ -1,15 +1,10 @@
--- A campaign's failed tasks grouped by how their last attempt ended and what it said (the
--- provider's code is part of the error text). The tasks come from tasks_campaign
--- (campaign_id, state, ...), each one's last attempt from the attempts primary key.
-SELECT a.outcome, coalesce(a.error, t.last_error, '') AS error, count(*) AS tasks
+-- A campaign's failed tasks grouped by why they ended and the provider's code (migration
+-- V15), largest first, each group with one of its errors as an example. The tasks come from
+-- tasks_campaign (campaign_id, state, ...): bounded by the campaign's size.
+SELECT t.end_reason::text AS end_reason, coalesce(t.end_code, 0) AS end_code,
+       min(coalesce(t.last_error, '')) AS example, count(*) AS tasks
 FROM herald.tasks t
-LEFT JOIN LATERAL (
-    SELECT outcome, error FROM herald.attempts
-    WHERE task_id = t.id
-    ORDER BY attempt DESC
-    LIMIT 1
-) a ON true
 WHERE t.campaign_id = $1 AND t.state = 'failed'
 GROUP BY 1, 2
-ORDER BY tasks DESC, error
+ORDER BY tasks DESC, end_reason, end_code
 LIMIT $2

@@ -7,7 +7,7 @@
 //! leased at pause time comes back parked too. Cancelling does the same with `cancelled:` for
 //! leased tasks, so a send that fails after the cancel is never retried.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::LazyLock;
 
 use chrono::{DateTime, Utc};
@@ -18,11 +18,11 @@ use uuid::Uuid;
 use super::sql::{column, statement, FromRow, Statement};
 use super::stats::delivery_counts;
 use super::tasks::announce_due_now;
+use super::tasks::columns::end_reason;
 use super::{repository, StoreError};
 use crate::campaigns::model::{
     AudienceProgress, CampaignRecord, CancelledRows, FailureReason, Progress,
 };
-use crate::tasks::model::Outcome;
 
 repository!(
     /// Campaigns.
@@ -44,7 +44,7 @@ static GET_CAMPAIGN: LazyLock<Statement> =
 static LIST_CAMPAIGNS: LazyLock<Statement> =
     LazyLock::new(|| expand("list_campaigns", include_str!("list_campaigns.sql")));
 const FAILURE_REASONS: Statement = statement!("failure_reasons");
-const FAILED_WITH_REASON: Statement = statement!("failed_with_reason");
+const SENDS_PER_INTERVAL: Statement = statement!("sends_per_interval");
 const LOCK_CAMPAIGN: Statement = statement!("lock_campaign");
 const PRESENT_RECIPIENTS: Statement = statement!("present_recipients");
 const COUNT_RECIPIENTS: Statement = statement!("count_recipients");
@@ -139,32 +139,44 @@ impl<C: GenericClient> CampaignRepo<'_, C> {
             .await?
             .iter()
             .map(|r| {
-                let code: Option<i16> = column(r, "outcome")?;
                 Ok(FailureReason {
-                    outcome: code.and_then(Outcome::from_code),
-                    error: column(r, "error")?,
+                    end_reason: end_reason(r, "end_reason")?,
+                    end_code: column(r, "end_code")?,
+                    example: column(r, "example")?,
                     tasks: column(r, "tasks")?,
                 })
             })
             .collect()
     }
 
-    /// The next `limit` failed tasks of a campaign with this reason, after `after` (ids in
-    /// order).
-    pub async fn failed_with_reason(
+    /// Sends per interval of `interval_ms` over the last `intervals` of them, per campaign of
+    /// `ids` (index 0 the latest interval).
+    pub async fn sends_per_interval(
         &self,
-        id: Uuid,
-        reason: &FailureReason,
-        after: Option<Uuid>,
-        limit: i64,
-    ) -> Result<Vec<Uuid>, StoreError> {
-        let code = reason.outcome.map(|o| o as i16);
-        FAILED_WITH_REASON
-            .query(self.db, &[&id, &code, &reason.error, &after, &limit])
-            .await?
-            .iter()
-            .map(|r| column(r, "id"))
-            .collect()
+        ids: &[Uuid],
+        intervals: i32,
+        interval_ms: i64,
+    ) -> Result<HashMap<Uuid, Vec<i64>>, StoreError> {
+        let mut out: HashMap<Uuid, Vec<i64>> = HashMap::new();
+        let rows = SENDS_PER_INTERVAL
+            .query(
+                self.db,
+                &[&ids, &f64::from(intervals), &(interval_ms as f64)],
+            )
+            .await?;
+        for r in rows {
+            let bucket: i32 = column(&r, "bucket")?;
+            let Ok(i) = usize::try_from(bucket) else {
+                continue;
+            };
+            let counts = out
+                .entry(column(&r, "campaign_id")?)
+                .or_insert_with(|| vec![0; intervals.max(0) as usize]);
+            if let Some(slot) = counts.get_mut(i) {
+                *slot += column::<i64>(&r, "sent")?;
+            }
+        }
+        Ok(out)
     }
 
     /// Locks a campaign for the rest of the transaction; its state and recipient count, or
