@@ -457,6 +457,56 @@ async fn a_late_failure_ends_the_task_failed_with_the_code() -> Result<()> {
 }
 
 #[tokio::test]
+async fn a_read_without_delivered_marks_the_task_read_and_counts_as_delivered() -> Result<()> {
+    let mut stack = Stack::start().await?;
+    let recipient = "16505550012";
+    stack
+        .fake
+        .plan_callbacks(recipient, CallbackPlan::after(&[Callback::Read]));
+    let id = stack
+        .tasks
+        .create_task(CreateTaskRequest {
+            task: Some(TaskSpec {
+                pool: "wa".into(),
+                ..task_spec("read-only", recipient, "Your order has shipped")
+            }),
+        })
+        .await?
+        .into_inner()
+        .task
+        .context("task")?
+        .id;
+    let task = stack
+        .wait_task(&id, |t| state(t) == DeliveryState::Read)
+        .await?;
+    assert_eq!(task.state(), TaskState::Succeeded);
+    let delivery = task.delivery.context("delivery")?;
+    // Meta never said delivered: no delivered time is made up, the read time is the one known.
+    assert_eq!(delivery.delivered_at, None);
+    assert_eq!(delivery.read_at.map(|t| t.seconds), Some(1_750_000_000));
+    let mut stats = StatsServiceClient::connect(stack.scheduler.grpc_url()).await?;
+    let answer = stats
+        .delivery_stats(DeliveryStatsRequest {
+            window: None,
+            queue: "read-only".into(),
+        })
+        .await?
+        .into_inner();
+    assert_eq!(
+        answer.counts,
+        Some(DeliveryCounts {
+            accepted: 1,
+            delivered: 1,
+            read: 1,
+            failed_after_acceptance: 0,
+        })
+    );
+    // Without a delivered time there is no delivery latency to measure.
+    assert_eq!(answer.latency.map(|l| l.count), Some(0));
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_batch_posted_while_the_scheduler_is_down_is_applied_after_it_returns() -> Result<()> {
     let mut stack = Stack::start().await?;
     let task = stack.send("16505550008").await?;
@@ -489,6 +539,19 @@ async fn a_batch_posted_while_the_scheduler_is_down_is_applied_after_it_returns(
     let task = stack.task(&task.id).await?;
     assert_eq!(state(&task), DeliveryState::Read, "{task:?}");
     assert!(task.delivery.context("delivery")?.delivered_at.is_some());
+    // Recorded once: the refused post left nothing, and Meta repeating the batch adds nothing.
+    assert_eq!(stack.fake.post_webhook(&body).await?, 200);
+    let rows: i64 = stack
+        .db
+        .connect()
+        .await?
+        .query_one(
+            "SELECT count(*) AS n FROM herald.delivery_events WHERE provider_message_id = $1",
+            &[&wamid],
+        )
+        .await?
+        .get("n");
+    assert_eq!(rows, 3, "accepted, delivered and read, once each");
     let unrecorded = counter(
         &stack.executor,
         "herald_callbacks_rejected_total",
