@@ -240,6 +240,22 @@ impl Tasks {
             .await?)
     }
 
+    /// The deliveries of the messages that window-closed fallbacks replaced, for the tasks
+    /// among `ids` that have one (docs/api.md, "The window-closed fallback").
+    pub async fn replaced_deliveries(
+        &self,
+        namespace: &str,
+        ids: &[Uuid],
+    ) -> Result<HashMap<Uuid, crate::callbacks::Delivery>, Error> {
+        Ok(self
+            .store
+            .conn()
+            .await?
+            .deliveries()
+            .replaced_of_tasks(namespace, ids)
+            .await?)
+    }
+
     /// Every attempt of a task, oldest first.
     pub async fn attempts(&self, namespace: &str, id: Uuid) -> Result<Vec<AttemptRecord>, Error> {
         let conn = self.store.conn().await?;
@@ -448,6 +464,8 @@ async fn render(
     v.into_result(tasks)
 }
 
+/// Checks that targeted pools and accounts exist and that their channels can send each task's
+/// content and window-closed fallback.
 async fn check_targets(
     db: &impl GenericClient,
     namespace: &str,
@@ -468,14 +486,25 @@ async fn check_targets(
             _ => None,
         })
         .collect();
+    let mut v = Violations::default();
+    // A task sent by queue goes through whatever sender the executor's config names for the
+    // queue, which the scheduler cannot see: a fallback that only WhatsApp can send needs
+    // accounts whose kind is known.
+    for (i, t) in tasks.iter().enumerate() {
+        if t.window_closed_fallback.is_some() && t.target == Target::Queue {
+            v.add(
+                format!("{}.window_closed_fallback", path(i)),
+                "needs a pool or account_id of WhatsApp Cloud accounts",
+            );
+        }
+    }
     if pools.is_empty() && accounts.is_empty() {
-        return Ok(());
+        return v.into_result(());
     }
     let found = db
         .accounts()
         .existing_targets(namespace, &pools, &accounts)
         .await?;
-    let mut v = Violations::default();
     for (i, t) in tasks.iter().enumerate() {
         let kinds = match &t.target {
             Target::Pool(p) => match found.pools.get(p) {
@@ -508,6 +537,22 @@ async fn check_targets(
             if let Some(p) = problems.into_iter().next() {
                 v.add(p.field, p.description);
                 break;
+            }
+        }
+        // The fallback answers WhatsApp's own refusal: every account it may go out through
+        // must be a WhatsApp Cloud number.
+        if t.window_closed_fallback.is_some() {
+            if let Some(other) = kinds
+                .iter()
+                .find(|k| k.as_str() != SenderKind::WhatsappCloud.as_str())
+            {
+                v.add(
+                    format!("{}.window_closed_fallback", path(i)),
+                    format!(
+                        "only whatsapp_cloud accounts send a window-closed fallback; the target \
+                         has a {other} account"
+                    ),
+                );
             }
         }
     }

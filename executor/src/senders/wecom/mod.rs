@@ -558,5 +558,6 @@ fn outcome(users: &[&str], r: SendResponse) -> Result<SendReceipt, SendError> {
     Ok(SendReceipt {
         provider_message_id: Some(r.msgid).filter(|m| !m.is_empty()),
         note,
+        window_closed: None,
     })
 }
