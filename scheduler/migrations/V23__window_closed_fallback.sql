@@ -13,6 +13,11 @@ ALTER TABLE herald.tasks
     -- task but no longer make its delivery, nor end it, nor settle an unknown outcome.
     ADD COLUMN fallback_replaces text;
 
+ALTER TABLE herald.templates
+    -- The fallback of the tasks whose content names this template and that have none of their
+    -- own: a herald.v1.TemplateContent, prost-encoded; NULL: none.
+    ADD COLUMN window_closed_fallback bytea;
+
 ALTER TABLE herald.attempts
     -- This attempt's send was refused with 131047 and it sent the fallback instead.
     ADD COLUMN window_closed_fallback boolean NOT NULL DEFAULT false;

@@ -11,12 +11,14 @@ use herald_proto::v1::campaign_service_client::CampaignServiceClient;
 use herald_proto::v1::stats_service_client::StatsServiceClient;
 use herald_proto::v1::suppression_service_client::SuppressionServiceClient;
 use herald_proto::v1::task_service_client::TaskServiceClient;
+use herald_proto::v1::template_service_client::TemplateServiceClient;
 use herald_proto::v1::{
-    content, AccountState, Attempt, CampaignRecipient, CampaignSpec, CheckSuppressionsRequest,
-    Content, CreateAccountRequest, CreateCampaignRequest, CreateTaskRequest, Delivery,
-    DeliveryCounts, DeliveryState, DeliveryStatsRequest, EndReason, GetCampaignRequest,
-    GetTaskRequest, ListAttemptsRequest, ListTasksRequest, MessagingTier, OutcomeClass,
-    StatsWindow, SuppressionReason, Task, TaskSpec, TaskState, TemplateContent,
+    content, template, AccountState, Attempt, CampaignRecipient, CampaignSpec,
+    CheckSuppressionsRequest, Content, CreateAccountRequest, CreateCampaignRequest,
+    CreateTaskRequest, CreateTemplateRequest, Delivery, DeliveryCounts, DeliveryState,
+    DeliveryStatsRequest, EndReason, GetCampaignRequest, GetTaskRequest, ListAttemptsRequest,
+    ListTasksRequest, MessagingTier, OutcomeClass, StatsWindow, SuppressionReason, Task, TaskSpec,
+    TaskState, Template, TemplateContent, TextTemplate,
 };
 use herald_tests::accounts::{accounts_client, get_account, whatsapp_account};
 use herald_tests::fakes::whatsapp::{
@@ -1388,5 +1390,108 @@ async fn a_bad_window_closed_fallback_is_invalid_argument_naming_the_field_and_c
         .into_inner()
         .tasks;
     assert!(listed.is_empty(), "a refused task was written: {listed:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_stored_templates_fallback_goes_with_the_tasks_that_name_it_and_can_send_it() -> Result<()>
+{
+    let mut stack = Stack::start().await?;
+    let mut wecom = whatsapp_account("wc-1", "wc", 100.0);
+    wecom.sender_kind = "wecom".into();
+    stack
+        .accounts
+        .create_account(CreateAccountRequest {
+            account: Some(wecom),
+        })
+        .await?;
+    let mut templates = TemplateServiceClient::connect(stack.scheduler.grpc_url()).await?;
+    templates
+        .create_template(CreateTemplateRequest {
+            template: Some(Template {
+                id: "shipped".into(),
+                kind: Some(template::Kind::Text(TextTemplate {
+                    body: "Order {{ order }} has shipped".into(),
+                })),
+                window_closed_fallback: Some(window_reopen()),
+                ..Default::default()
+            }),
+        })
+        .await?;
+    // A malformed fallback is refused when the template is stored.
+    let status = templates
+        .create_template(CreateTemplateRequest {
+            template: Some(Template {
+                id: "broken".into(),
+                kind: Some(template::Kind::Text(TextTemplate {
+                    body: "Hello".into(),
+                })),
+                window_closed_fallback: Some(TemplateContent {
+                    language: String::new(),
+                    ..window_reopen()
+                }),
+                ..Default::default()
+            }),
+        })
+        .await
+        .err()
+        .context("a fallback without a language was stored")?;
+    let fields: Vec<String> = status
+        .get_details_bad_request()
+        .context("bad request details")?
+        .field_violations
+        .into_iter()
+        .map(|v| v.field)
+        .collect();
+    assert_eq!(fields, ["template.window_closed_fallback.language"]);
+
+    let named = |pool: &str, recipient: &str| TaskSpec {
+        pool: pool.into(),
+        content: Some(Content {
+            body: Some(content::Body::Template(TemplateContent {
+                template_id: "shipped".into(),
+                variables: [("order".to_owned(), "A-1001".to_owned())].into(),
+                ..Default::default()
+            })),
+            ..Default::default()
+        }),
+        ..task_spec("orders", recipient, "unused")
+    };
+    // Through WhatsApp: the task takes the template's fallback, and the refused text is
+    // followed by it.
+    let recipient = "16505550065";
+    stack.fake.respond_next(Scripted::Code(131047));
+    let id = stack
+        .tasks
+        .create_task(CreateTaskRequest {
+            task: Some(named("wa", recipient)),
+        })
+        .await?
+        .into_inner()
+        .task
+        .context("task")?
+        .id;
+    let task = wait_for_task_state(&mut stack.tasks, &id, TaskState::Succeeded, WAIT).await?;
+    assert_eq!(task.window_closed_fallback, Some(window_reopen()));
+    assert!(task.window_closed_fallback_at.is_some());
+    assert_eq!(
+        accepted_to(&stack.fake, recipient),
+        vec![(
+            "template".to_owned(),
+            "window_reopen".to_owned(),
+            format!("{id}/1")
+        )]
+    );
+    // Through WeCom, which cannot send it: the task is created, without a fallback.
+    let other = stack
+        .tasks
+        .create_task(CreateTaskRequest {
+            task: Some(named("wc", "alice")),
+        })
+        .await?
+        .into_inner()
+        .task
+        .context("task")?;
+    assert_eq!(other.window_closed_fallback, None);
     Ok(())
 }

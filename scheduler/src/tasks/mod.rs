@@ -389,8 +389,8 @@ pub async fn prepare(
         .filter_map(|(i, s)| s.into_task(&path(i), now, &mut v))
         .collect();
     let tasks = v.into_result(tasks)?;
-    let tasks = render(db, namespace, tasks, path).await?;
-    check_targets(db, namespace, &tasks, path).await?;
+    let mut tasks = render(db, namespace, tasks, path).await?;
+    check_targets(db, namespace, &mut tasks, path).await?;
     Ok(tasks)
 }
 
@@ -441,7 +441,8 @@ pub fn with_origin(mut tasks: Vec<NewTask>, origin: &Origin) -> Vec<NewTask> {
     tasks
 }
 
-/// Renders stored templates into the tasks' content.
+/// Renders stored templates into the tasks' content; a task without a window-closed fallback
+/// of its own takes its stored template's.
 async fn render(
     db: &impl GenericClient,
     namespace: &str,
@@ -455,6 +456,10 @@ async fn render(
     let renderer = Renderer::load(db, namespace, ids).await?;
     let mut v = Violations::default();
     for (i, task) in tasks.iter_mut().enumerate() {
+        if task.window_closed_fallback.is_none() {
+            task.window_closed_fallback = renderer.window_closed_fallback(&task.content);
+            task.fallback_inherited = task.window_closed_fallback.is_some();
+        }
         let rendered: Option<pb::Content> =
             renderer.render(&task.content, &format!("{}.content", path(i)), &mut v);
         if let Some(rendered) = rendered {
@@ -465,33 +470,41 @@ async fn render(
 }
 
 /// Checks that targeted pools and accounts exist and that their channels can send each task's
-/// content and window-closed fallback.
+/// content and window-closed fallback. A fallback inherited from a stored template is dropped,
+/// not refused, where the target cannot send it: the caller did not ask for it.
 async fn check_targets(
     db: &impl GenericClient,
     namespace: &str,
-    tasks: &[NewTask],
+    tasks: &mut [NewTask],
     path: PathOf<'_>,
 ) -> Result<(), Error> {
-    let pools: Vec<&str> = tasks
+    // Owned: the checks below may drop an inherited fallback from a task.
+    let pools: Vec<String> = tasks
         .iter()
         .filter_map(|t| match &t.target {
-            Target::Pool(p) => Some(p.as_str()),
+            Target::Pool(p) => Some(p.clone()),
             _ => None,
         })
         .collect();
-    let accounts: Vec<&str> = tasks
+    let accounts: Vec<String> = tasks
         .iter()
         .filter_map(|t| match &t.target {
-            Target::Account(a) => Some(a.as_str()),
+            Target::Account(a) => Some(a.clone()),
             _ => None,
         })
         .collect();
+    let pools: Vec<&str> = pools.iter().map(String::as_str).collect();
+    let accounts: Vec<&str> = accounts.iter().map(String::as_str).collect();
     let mut v = Violations::default();
     // A task sent by queue goes through whatever sender the executor's config names for the
     // queue, which the scheduler cannot see: a fallback that only WhatsApp can send needs
     // accounts whose kind is known.
-    for (i, t) in tasks.iter().enumerate() {
+    for (i, t) in tasks.iter_mut().enumerate() {
         if t.window_closed_fallback.is_some() && t.target == Target::Queue {
+            if t.fallback_inherited {
+                t.window_closed_fallback = None;
+                continue;
+            }
             v.add(
                 format!("{}.window_closed_fallback", path(i)),
                 "needs a pool or account_id of WhatsApp Cloud accounts",
@@ -505,7 +518,7 @@ async fn check_targets(
         .accounts()
         .existing_targets(namespace, &pools, &accounts)
         .await?;
-    for (i, t) in tasks.iter().enumerate() {
+    for (i, t) in tasks.iter_mut().enumerate() {
         let kinds = match &t.target {
             Target::Pool(p) => match found.pools.get(p) {
                 Some(kinds) => kinds,
@@ -546,6 +559,10 @@ async fn check_targets(
                 .iter()
                 .find(|k| k.as_str() != SenderKind::WhatsappCloud.as_str())
             {
+                if t.fallback_inherited {
+                    t.window_closed_fallback = None;
+                    continue;
+                }
                 v.add(
                     format!("{}.window_closed_fallback", path(i)),
                     format!(

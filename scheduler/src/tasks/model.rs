@@ -361,8 +361,11 @@ pub struct NewTask {
     /// The duplicate content guard's window, in milliseconds (see `tasks::duplicates`).
     pub duplicate_window_ms: Option<i64>,
     /// The template sent instead when WhatsApp says the 24-hour window is closed (131047):
-    /// the spec's.
+    /// the spec's, else (when rendered) its stored template's.
     pub window_closed_fallback: Option<pb::TemplateContent>,
+    /// The fallback came from the stored template, not the spec: a target that cannot send
+    /// it drops it rather than refusing the task.
+    pub fallback_inherited: bool,
 }
 
 /// A window-closed fallback template as the task row stores it: a `herald.v1.Content` with

@@ -111,6 +111,7 @@ impl TaskSpec {
             send_window,
             duplicate_window_ms: self.duplicate_window_ms,
             window_closed_fallback: self.window_closed_fallback,
+            fallback_inherited: false,
         })
     }
 
