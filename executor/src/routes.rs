@@ -458,6 +458,7 @@ mod tests {
             max_attempts: 1,
             account_id: credentials_ref.into(),
             credentials_ref: credentials_ref.into(),
+            window_closed_fallback: None,
         }
     }
 

@@ -78,6 +78,7 @@ fn record(id: &str, body: &str, variables: Vec<String>) -> TemplateRecord {
         variables,
         created_at: Utc::now(),
         updated_at: Utc::now(),
+        window_closed_fallback: None,
     }
 }
 

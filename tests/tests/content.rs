@@ -632,6 +632,77 @@ async fn sends_of_one_media_url_upload_it_once_concurrent_or_not() -> Result<()>
 }
 
 #[tokio::test]
+async fn a_media_id_wecom_no_longer_knows_is_uploaded_again_and_resent_once() -> Result<()> {
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let url = scheduler.grpc_url();
+    create_accounts(&url, &[("wc-1", "wecom"), ("robot-1", "wecom_robot")]).await?;
+    let wecom = FakeWeCom::start("corp", "secret", 7, "robot").await?;
+    let host = FakeMedia::start().await?;
+    host.put("/expiring.png", "image/png", png());
+    let image = content(Body::Media(media(
+        MediaKind::Image,
+        link(&host.url("/expiring.png")),
+    )));
+    let _executor = ExecutorProcess::builder(std::slice::from_ref(&url))
+        .config_toml(wecom_config(&wecom, Some(&host)))
+        .spawn()
+        .await?;
+    let mut tasks = connect_tasks(&url).await?;
+    let first = send(&mut tasks, "wc-1", "u1", image.clone()).await?;
+    wait_for_task_state(&mut tasks, &first, TaskState::Succeeded, WAIT).await?;
+    ensure!(wecom.uploads().len() == 1, "{:?}", wecom.uploads());
+
+    // WeCom drops the id before the executor's cache would: the next send of the same link
+    // names it, is refused 40007, and goes again with a fresh upload, in its one attempt.
+    wecom.expire_media();
+    let second = send(&mut tasks, "wc-1", "u2", image.clone()).await?;
+    wait_for_task_state(&mut tasks, &second, TaskState::Succeeded, WAIT).await?;
+    let to_u2: Vec<(i64, bool, Value)> = wecom
+        .sends()
+        .iter()
+        .filter(|s| s.body["touser"] == "u2")
+        .map(|s| (s.errcode, s.delivered, s.body["image"]["media_id"].clone()))
+        .collect();
+    ensure!(to_u2.len() == 2, "{to_u2:?}");
+    ensure!(to_u2[0].0 == 40007 && !to_u2[0].1, "{to_u2:?}");
+    ensure!(to_u2[1].0 == 0 && to_u2[1].1, "{to_u2:?}");
+    ensure!(
+        to_u2[0].2 != to_u2[1].2,
+        "resent with the refused id: {to_u2:?}"
+    );
+    ensure!(wecom.uploads().len() == 2 && host.hits("/expiring.png") == 2);
+    let attempts = tasks
+        .list_attempts(ListAttemptsRequest {
+            task_id: second.clone(),
+        })
+        .await?
+        .into_inner()
+        .attempts;
+    ensure!(
+        attempts.len() == 1 && attempts[0].outcome() == OutcomeClass::Ok,
+        "{attempts:?}"
+    );
+
+    // Refused again after the re-upload: PERMANENT, as any 40007, with no third upload.
+    wecom.expire_media();
+    wecom.respond_next_send(herald_tests::fakes::wecom::Scripted::Errcode(40007));
+    let third = send(&mut tasks, "wc-1", "u3", image).await?;
+    let failed = wait_for_task_state(&mut tasks, &third, TaskState::Failed, WAIT).await?;
+    ensure!(failed.end_code == 40007, "{failed:?}");
+    ensure!(
+        wecom
+            .sends()
+            .iter()
+            .filter(|s| s.body["touser"] == "u3")
+            .count()
+            == 2
+    );
+    ensure!(wecom.uploads().len() == 3, "{:?}", wecom.uploads());
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_media_link_to_a_private_address_fails_permanent_and_fetches_nothing() -> Result<()> {
     let db = TestDb::new().await?;
     let scheduler = SchedulerProcess::spawn(&db).await?;

@@ -658,6 +658,12 @@ impl LeaseClient {
 
 fn request_from_lease(lease: pb::Lease) -> Option<SendRequest> {
     let content = Content::from_proto(lease.content)?;
+    let window_closed_fallback = lease.window_closed_fallback.and_then(|t| {
+        Content::from_proto(Some(pb::Content {
+            body: Some(pb::content::Body::Template(t)),
+            link_preview: false,
+        }))
+    });
     Some(SendRequest {
         task_id: lease.task_id,
         attempt: lease.attempt,
@@ -672,6 +678,7 @@ fn request_from_lease(lease: pb::Lease) -> Option<SendRequest> {
         max_attempts: lease.max_attempts,
         account_id: lease.account_id,
         credentials_ref: lease.credentials_ref,
+        window_closed_fallback,
     })
 }
 

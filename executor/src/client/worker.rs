@@ -131,6 +131,13 @@ fn result(
             // An OK attempt can still have something to say (e.g. WeCom recipients rejected
             // while the others got the message); the wire's error text is where it is kept.
             out.error = truncate(receipt.note.unwrap_or_default(), MAX_ERROR_BYTES);
+            // The content was refused and the window-closed fallback went instead: the
+            // refusal is the attempt's error, so the task shows why the template was sent.
+            if let Some(refusal) = receipt.window_closed {
+                out.window_closed_fallback = true;
+                out.error = truncate(refusal.message, MAX_ERROR_BYTES);
+                out.error_code = refusal.code.unwrap_or_default();
+            }
         }
         Err(error) => {
             out.set_outcome(error.class.to_proto());
@@ -141,6 +148,7 @@ fn result(
                     pb::RateLimitScope::Account
                 });
             }
+            out.window_closed_fallback = error.window_closed_fallback;
             out.error = truncate(error.message, MAX_ERROR_BYTES);
             out.error_code = error.code.unwrap_or_default();
             out.retry_after = error

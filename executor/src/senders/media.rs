@@ -9,7 +9,8 @@
 //!   trouble and 5xx are TRANSIENT.
 //! - [`UploadCache`] keeps one account's uploaded media ids, by (type, URL), until shortly
 //!   before they expire, and uploads single-flight: concurrent sends of the same URL wait for
-//!   one upload and share its id.
+//!   one upload and share its id. An id the provider refused (WeCom 40007) is forgotten, so
+//!   the next ask uploads again.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -221,6 +222,28 @@ impl UploadCache {
         });
         Ok(media_id)
     }
+
+    /// Forgets the id cached for (`kind`, `url`) if it is still `media_id`, the one the
+    /// provider refused: the next [`Self::get_or_upload`] uploads again. A newer id (another
+    /// send already uploaded again) is kept, so concurrent refusals cause one re-upload.
+    pub async fn forget(&self, kind: &str, url: &str, media_id: &str) {
+        let slot = {
+            let entries = self
+                .entries
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            entries.get(&(kind.to_owned(), url.to_owned())).cloned()
+        };
+        let Some(slot) = slot else {
+            return;
+        };
+        // Waits for an upload in flight: it may be replacing this very id.
+        let mut entry = slot.lock().await;
+        if entry.as_ref().is_some_and(|u| u.media_id == media_id) {
+            debug!(kind, "forgetting a media id the provider refused");
+            *entry = None;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -256,6 +279,21 @@ mod tests {
             assert_eq!(h.await??, "m1");
         }
         assert_eq!(uploads.load(Ordering::SeqCst), 1);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_refused_id_is_forgotten_once_and_a_newer_one_kept() -> anyhow::Result<()> {
+        let cache = UploadCache::new(Duration::from_secs(3600));
+        let id = |s: &'static str| move || async move { Ok::<_, SendError>(s.to_owned()) };
+        assert_eq!(cache.get_or_upload("image", "u", id("a")).await?, "a");
+        cache.forget("image", "u", "a").await;
+        assert_eq!(cache.get_or_upload("image", "u", id("b")).await?, "b");
+        // A late refusal of the old id leaves the new one alone.
+        cache.forget("image", "u", "a").await;
+        assert_eq!(cache.get_or_upload("image", "u", id("c")).await?, "b");
+        // Nothing cached for that URL: nothing to do.
+        cache.forget("image", "other", "b").await;
         Ok(())
     }
 

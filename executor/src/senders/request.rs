@@ -129,6 +129,10 @@ pub struct SendRequest {
     /// The name of that account's table in the executor's config file (`[accounts.<name>]`);
     /// empty when the task is routed by queue.
     pub credentials_ref: String,
+    /// What to send instead when WhatsApp refuses `content` because the recipient's 24-hour
+    /// window is closed (131047): the task's window-closed fallback template, while unused.
+    /// Only the WhatsApp sender acts on it.
+    pub window_closed_fallback: Option<Content>,
 }
 
 impl SendRequest {
@@ -149,6 +153,10 @@ pub struct SendReceipt {
     /// recipients the provider rejected while delivering to the others. Reported as the
     /// attempt's error text with outcome OK.
     pub note: Option<String>,
+    /// The refusal of the content (WhatsApp 131047: the window is closed) that made the
+    /// sender send the request's window-closed fallback instead; this receipt is the
+    /// fallback's. Reported as the attempt's error with outcome OK and the fallback flag.
+    pub window_closed: Option<SendError>,
 }
 
 /// How a failed send is classified (the non-OK outcome classes of the wire contract).
@@ -204,6 +212,10 @@ pub struct SendError {
     /// The provider's numeric error code (WhatsApp `error.code`, WeCom `errcode`), when it gave
     /// one: the scheduler keeps it as the task's end code and tells invalid recipients by it.
     pub code: Option<i64>,
+    /// The content was refused with WhatsApp's 131047 and this is the failure of the
+    /// window-closed fallback sent instead: the scheduler marks the fallback used, so a retry
+    /// sends the fallback and never the content again.
+    pub window_closed_fallback: bool,
 }
 
 /// Prefix of the error text of a recipient-scoped failure, until `AttemptResult` carries the
@@ -219,6 +231,7 @@ impl SendError {
             message: message.into(),
             recipient_scoped: false,
             code: None,
+            window_closed_fallback: false,
         }
     }
 

@@ -125,7 +125,7 @@ impl Sender for WebhookSender {
             debug!("webhook accepted");
             return Ok(SendReceipt {
                 provider_message_id,
-                note: None,
+                ..SendReceipt::default()
             });
         }
         let retry_after = retry_after(response.headers(), SystemTime::now());
@@ -222,6 +222,7 @@ mod tests {
             max_attempts: 5,
             account_id: String::new(),
             credentials_ref: String::new(),
+            window_closed_fallback: None,
         }
     }
 

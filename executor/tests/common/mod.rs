@@ -23,6 +23,7 @@ pub fn request(task_id: &str, recipient: &str, content: Content) -> SendRequest 
         max_attempts: 5,
         account_id: "acc-1".into(),
         credentials_ref: "acc".into(),
+        window_closed_fallback: None,
     }
 }
 

@@ -240,6 +240,7 @@ fn attempt_report(r: &pb::AttemptResult) -> Option<AttemptReport> {
         started_at: r.started_at.as_ref().and_then(convert::from_timestamp),
         recipient_scoped: r.rate_limit_scope == pb::RateLimitScope::Recipient as i32,
         error_code: (r.error_code != 0).then_some(r.error_code),
+        window_closed_fallback: r.window_closed_fallback,
     })
 }
 

@@ -188,6 +188,14 @@ impl TaskService for TaskApi {
             .await?
             .get(&id)
             .map(convert::callbacks::delivery);
+        if record.fallback_replaces.is_some() {
+            task.replaced_delivery = self
+                .tasks
+                .replaced_deliveries(&ns, &[id])
+                .await?
+                .get(&id)
+                .map(convert::callbacks::delivery);
+        }
         Ok(Response::new(task))
     }
 
@@ -207,11 +215,18 @@ impl TaskService for TaskApi {
         });
         let ids: Vec<Uuid> = records.iter().map(|r| r.id).collect();
         let deliveries = self.tasks.deliveries(&ns, &ids).await?;
+        let replacing: Vec<Uuid> = records
+            .iter()
+            .filter(|r| r.fallback_replaces.is_some())
+            .map(|r| r.id)
+            .collect();
+        let replaced = self.tasks.replaced_deliveries(&ns, &replacing).await?;
         let tasks = records
             .iter()
             .map(|r| {
                 let mut task = wire::task(r)?;
                 task.delivery = deliveries.get(&r.id).map(convert::callbacks::delivery);
+                task.replaced_delivery = replaced.get(&r.id).map(convert::callbacks::delivery);
                 Ok(task)
             })
             .collect::<Result<_, crate::store::StoreError>>()

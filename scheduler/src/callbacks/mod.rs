@@ -187,7 +187,10 @@ pub async fn record(
         let mut applied = u32::try_from(recorded.len()).unwrap_or(u32::MAX);
         // A task waiting after its WhatsApp lease ran out unreported: its message went out.
         // Before settling, so that a failure among the reports then ends it FAILED.
-        let named: Vec<Uuid> = recorded.iter().filter_map(|r| r.task_id).collect();
+        let named: Vec<(Uuid, &str)> = recorded
+            .iter()
+            .filter_map(|r| Some((r.task_id?, r.provider_message_id.as_str())))
+            .collect();
         for task in tx.deliveries().accept_awaiting(namespace, &named).await? {
             tracing::info!(task_id = %task, "a status callback showed the unreported send went out");
         }
@@ -296,8 +299,10 @@ pub async fn on_accepted(
 }
 
 /// After reports were recorded: ties the reports of the same messages recorded without a task
-/// to it, ends the tasks whose message failed after acceptance (among those reports' tasks and
-/// `also`), and leaves alone the recipients of failures that limit one recipient.
+/// to it, schedules again the tasks whose message failed with 131047 to send their
+/// window-closed fallback, ends the other tasks whose message failed after acceptance (among
+/// those reports' tasks and `also`), and leaves alone the recipients of failures that limit one
+/// recipient.
 async fn settle(
     db: &impl Db,
     namespace: &str,
@@ -320,6 +325,14 @@ async fn settle(
             .filter_map(|r| r.task_id),
     );
     let failed: Vec<Uuid> = failed.into_iter().collect();
+    // Before ending anything: a task with an unused fallback is not over yet.
+    let rescheduled = db.deliveries().window_closed(namespace, &failed).await?;
+    for task in &rescheduled {
+        tracing::info!(task_id = %task, "window closed after acceptance; the fallback template goes next");
+    }
+    if !rescheduled.is_empty() {
+        announce_due_now(db).await?;
+    }
     let ended = db.deliveries().fail_delivered(namespace, &failed).await?;
     let blocks: Vec<(Uuid, i64)> = ended
         .iter()

@@ -41,6 +41,9 @@ pub struct AttemptReport {
     pub recipient_scoped: bool,
     /// The provider's error code, when the executor reported one.
     pub error_code: Option<i64>,
+    /// The content was refused with 131047 and the window-closed fallback went instead; the
+    /// outcome is the fallback's (with OK, the error and code describe the refusal).
+    pub window_closed_fallback: bool,
 }
 
 /// One entry of a report batch: the lease it is about, and the report when it is one that can

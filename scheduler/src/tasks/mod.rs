@@ -240,6 +240,22 @@ impl Tasks {
             .await?)
     }
 
+    /// The deliveries of the messages that window-closed fallbacks replaced, for the tasks
+    /// among `ids` that have one (docs/api.md, "The window-closed fallback").
+    pub async fn replaced_deliveries(
+        &self,
+        namespace: &str,
+        ids: &[Uuid],
+    ) -> Result<HashMap<Uuid, crate::callbacks::Delivery>, Error> {
+        Ok(self
+            .store
+            .conn()
+            .await?
+            .deliveries()
+            .replaced_of_tasks(namespace, ids)
+            .await?)
+    }
+
     /// Every attempt of a task, oldest first.
     pub async fn attempts(&self, namespace: &str, id: Uuid) -> Result<Vec<AttemptRecord>, Error> {
         let conn = self.store.conn().await?;
@@ -373,8 +389,8 @@ pub async fn prepare(
         .filter_map(|(i, s)| s.into_task(&path(i), now, &mut v))
         .collect();
     let tasks = v.into_result(tasks)?;
-    let tasks = render(db, namespace, tasks, path).await?;
-    check_targets(db, namespace, &tasks, path).await?;
+    let mut tasks = render(db, namespace, tasks, path).await?;
+    check_targets(db, namespace, &mut tasks, path).await?;
     Ok(tasks)
 }
 
@@ -425,7 +441,8 @@ pub fn with_origin(mut tasks: Vec<NewTask>, origin: &Origin) -> Vec<NewTask> {
     tasks
 }
 
-/// Renders stored templates into the tasks' content.
+/// Renders stored templates into the tasks' content; a task without a window-closed fallback
+/// of its own takes its stored template's.
 async fn render(
     db: &impl GenericClient,
     namespace: &str,
@@ -439,6 +456,10 @@ async fn render(
     let renderer = Renderer::load(db, namespace, ids).await?;
     let mut v = Violations::default();
     for (i, task) in tasks.iter_mut().enumerate() {
+        if task.window_closed_fallback.is_none() {
+            task.window_closed_fallback = renderer.window_closed_fallback(&task.content);
+            task.fallback_inherited = task.window_closed_fallback.is_some();
+        }
         let rendered: Option<pb::Content> =
             renderer.render(&task.content, &format!("{}.content", path(i)), &mut v);
         if let Some(rendered) = rendered {
@@ -448,35 +469,56 @@ async fn render(
     v.into_result(tasks)
 }
 
+/// Checks that targeted pools and accounts exist and that their channels can send each task's
+/// content and window-closed fallback. A fallback inherited from a stored template is dropped,
+/// not refused, where the target cannot send it: the caller did not ask for it.
 async fn check_targets(
     db: &impl GenericClient,
     namespace: &str,
-    tasks: &[NewTask],
+    tasks: &mut [NewTask],
     path: PathOf<'_>,
 ) -> Result<(), Error> {
-    let pools: Vec<&str> = tasks
+    // Owned: the checks below may drop an inherited fallback from a task.
+    let pools: Vec<String> = tasks
         .iter()
         .filter_map(|t| match &t.target {
-            Target::Pool(p) => Some(p.as_str()),
+            Target::Pool(p) => Some(p.clone()),
             _ => None,
         })
         .collect();
-    let accounts: Vec<&str> = tasks
+    let accounts: Vec<String> = tasks
         .iter()
         .filter_map(|t| match &t.target {
-            Target::Account(a) => Some(a.as_str()),
+            Target::Account(a) => Some(a.clone()),
             _ => None,
         })
         .collect();
+    let pools: Vec<&str> = pools.iter().map(String::as_str).collect();
+    let accounts: Vec<&str> = accounts.iter().map(String::as_str).collect();
+    let mut v = Violations::default();
+    // A task sent by queue goes through whatever sender the executor's config names for the
+    // queue, which the scheduler cannot see: a fallback that only WhatsApp can send needs
+    // accounts whose kind is known.
+    for (i, t) in tasks.iter_mut().enumerate() {
+        if t.window_closed_fallback.is_some() && t.target == Target::Queue {
+            if t.fallback_inherited {
+                t.window_closed_fallback = None;
+                continue;
+            }
+            v.add(
+                format!("{}.window_closed_fallback", path(i)),
+                "needs a pool or account_id of WhatsApp Cloud accounts",
+            );
+        }
+    }
     if pools.is_empty() && accounts.is_empty() {
-        return Ok(());
+        return v.into_result(());
     }
     let found = db
         .accounts()
         .existing_targets(namespace, &pools, &accounts)
         .await?;
-    let mut v = Violations::default();
-    for (i, t) in tasks.iter().enumerate() {
+    for (i, t) in tasks.iter_mut().enumerate() {
         let kinds = match &t.target {
             Target::Pool(p) => match found.pools.get(p) {
                 Some(kinds) => kinds,
@@ -508,6 +550,26 @@ async fn check_targets(
             if let Some(p) = problems.into_iter().next() {
                 v.add(p.field, p.description);
                 break;
+            }
+        }
+        // The fallback answers WhatsApp's own refusal: every account it may go out through
+        // must be a WhatsApp Cloud number.
+        if t.window_closed_fallback.is_some() {
+            if let Some(other) = kinds
+                .iter()
+                .find(|k| k.as_str() != SenderKind::WhatsappCloud.as_str())
+            {
+                if t.fallback_inherited {
+                    t.window_closed_fallback = None;
+                    continue;
+                }
+                v.add(
+                    format!("{}.window_closed_fallback", path(i)),
+                    format!(
+                        "only whatsapp_cloud accounts send a window-closed fallback; the target \
+                         has a {other} account"
+                    ),
+                );
             }
         }
     }

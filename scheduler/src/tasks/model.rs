@@ -322,6 +322,8 @@ pub struct TaskSpec {
     pub send_window: Option<pb::SendWindow>,
     /// The duplicate content guard's window, in milliseconds; None for the queue's.
     pub duplicate_window_ms: Option<i64>,
+    /// The template sent instead when WhatsApp says the 24-hour window is closed (131047).
+    pub window_closed_fallback: Option<pb::TemplateContent>,
 }
 
 /// A task that met every rule, ready to insert.
@@ -362,6 +364,29 @@ pub struct NewTask {
     pub send_window: Option<SendWindow>,
     /// The duplicate content guard's window, in milliseconds (see `tasks::duplicates`).
     pub duplicate_window_ms: Option<i64>,
+    /// The template sent instead when WhatsApp says the 24-hour window is closed (131047):
+    /// the spec's, else (when rendered) its stored template's.
+    pub window_closed_fallback: Option<pb::TemplateContent>,
+    /// The fallback came from the stored template, not the spec: a target that cannot send
+    /// it drops it rather than refusing the task.
+    pub fallback_inherited: bool,
+}
+
+/// A window-closed fallback template as the task row stores it: a `herald.v1.Content` with
+/// the template as its body, so a lease can send it in place of the content as it is.
+pub fn fallback_content(template: &pb::TemplateContent) -> pb::Content {
+    pb::Content {
+        body: Some(pb::content::Body::Template(template.clone())),
+        link_preview: false,
+    }
+}
+
+/// The template of a stored window-closed fallback; None when it does not decode to one.
+pub fn fallback_template(bytes: &[u8]) -> Option<pb::TemplateContent> {
+    match content_of(bytes)?.body? {
+        pb::content::Body::Template(t) => Some(t),
+        _ => None,
+    }
 }
 
 /// Decodes stored content (a `herald.v1.Content`); None when it does not decode.
@@ -436,6 +461,12 @@ pub struct TaskRecord {
     pub audience_id: Option<String>,
     /// Parked by its campaign (paused or cancelled): the claim does not visit it.
     pub parked: bool,
+    /// The window-closed fallback, encoded as content ([`fallback_content`]).
+    pub window_closed_fallback: Option<Vec<u8>>,
+    /// When the fallback took the place of the content, once it has.
+    pub window_closed_fallback_at: Option<DateTime<Utc>>,
+    /// The provider message id of the accepted message the fallback replaced, if any.
+    pub fallback_replaces: Option<String>,
 }
 
 /// One recorded attempt.
@@ -461,6 +492,8 @@ pub struct AttemptRecord {
     pub leased_at: DateTime<Utc>,
     /// Recorded at.
     pub finished_at: DateTime<Utc>,
+    /// The send was refused with 131047 and the window-closed fallback went instead.
+    pub window_closed_fallback: bool,
 }
 
 /// A lease just granted by a claim: the task as the executor receives it.
@@ -499,4 +532,7 @@ pub struct GrantedLease {
     /// How long after the grant the executor waits before sending: a paced send's instant lies
     /// ahead of the claim (human-like gaps); zero for every other lease.
     pub send_after: std::time::Duration,
+    /// The window-closed fallback the executor may send in place of `content` (encoded as
+    /// content), while it has not been used; None once `content` is the fallback itself.
+    pub window_closed_fallback: Option<Vec<u8>>,
 }

@@ -38,6 +38,9 @@ impl TaskSpec {
             v.add(f("recipient"), "must not contain control characters");
         }
         let template_id = content(self.content.as_ref(), &f("content"), v);
+        if let Some(t) = &self.window_closed_fallback {
+            check_window_closed_fallback(t, &f("window_closed_fallback"), v);
+        }
         let due = self.due(path, now, v);
         let priority = self.priority.unwrap_or(DEFAULT_PRIORITY);
         if !(0..=9).contains(&priority) {
@@ -107,6 +110,8 @@ impl TaskSpec {
             origin: Origin::Request,
             send_window,
             duplicate_window_ms: self.duplicate_window_ms,
+            window_closed_fallback: self.window_closed_fallback,
+            fallback_inherited: false,
         })
     }
 
@@ -237,6 +242,40 @@ fn content(c: Option<&pb::Content>, path: &str, v: &mut Violations) -> Option<Op
     })
 }
 
+/// Checks a window-closed fallback template's shape (a task's, or a stored template's): an id
+/// and a language (WhatsApp needs one), variables within the content limit, header and buttons
+/// as a content template's. Which accounts may send it is checked once a task's target is known
+/// ([`crate::tasks::prepare`]).
+pub fn check_window_closed_fallback(t: &pb::TemplateContent, path: &str, v: &mut Violations) {
+    if t.template_id.is_empty() || t.template_id.chars().count() > 200 {
+        v.add(format!("{path}.template_id"), "must be 1 to 200 characters");
+    }
+    if t.language.is_empty() || t.language.len() > 35 {
+        v.add(
+            format!("{path}.language"),
+            "is required (the approved template's language code) and at most 35 characters",
+        );
+    }
+    let size: usize = t.variables.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if size > MAX_CONTENT_BYTES {
+        v.add(
+            format!("{path}.variables"),
+            "must be at most 65536 bytes in total",
+        );
+    }
+    // The shared content rules see a content holding this template and name its fields
+    // `<path>.template.<field>`; the fallback is the template itself.
+    let as_content = super::model::fallback_content(t);
+    let prefix = format!("{path}.template");
+    for violation in herald_proto::content::check(&as_content, path) {
+        let field = match violation.field.strip_prefix(&prefix) {
+            Some(rest) => format!("{path}{rest}"),
+            None => violation.field,
+        };
+        v.add(field, violation.description);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -362,6 +401,30 @@ mod tests {
         );
         s.retry = Some(RetryPolicy::Delays(vec![1, -1]));
         assert_eq!(check(&s), vec!["task.retry_policy.delays.delays[1]"]);
+    }
+
+    #[test]
+    fn a_window_closed_fallback_names_its_bad_fields() {
+        let mut s = spec();
+        s.window_closed_fallback = Some(pb::TemplateContent {
+            template_id: String::new(),
+            header: Some(pb::TemplateHeader { parameter: None }),
+            ..Default::default()
+        });
+        assert_eq!(
+            check(&s),
+            vec![
+                "task.window_closed_fallback.template_id",
+                "task.window_closed_fallback.language",
+                "task.window_closed_fallback.header",
+            ]
+        );
+        s.window_closed_fallback = Some(pb::TemplateContent {
+            template_id: "order_update".into(),
+            language: "en_US".into(),
+            ..Default::default()
+        });
+        assert!(check(&s).is_empty());
     }
 
     #[test]

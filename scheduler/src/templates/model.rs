@@ -86,6 +86,8 @@ pub struct TemplateRecord {
     pub created_at: DateTime<Utc>,
     /// Last changed.
     pub updated_at: DateTime<Utc>,
+    /// The window-closed fallback of the tasks that name it and have none of their own.
+    pub window_closed_fallback: Option<pb::TemplateContent>,
 }
 
 /// A template as a caller defines it.
@@ -97,6 +99,8 @@ pub struct TemplateSpec {
     pub description: String,
     /// What it renders into; None when the request set neither kind.
     pub kind: Option<TemplateKind>,
+    /// The window-closed fallback of the tasks that name it and have none of their own.
+    pub window_closed_fallback: Option<pb::TemplateContent>,
 }
 
 impl TemplateSpec {
@@ -151,6 +155,13 @@ impl TemplateSpec {
                 parameters.clone()
             }
         };
+        if let Some(t) = &self.window_closed_fallback {
+            crate::tasks::spec_checks::check_window_closed_fallback(
+                t,
+                &f("window_closed_fallback"),
+                v,
+            );
+        }
         if v.len() > before {
             return None;
         }
@@ -161,6 +172,7 @@ impl TemplateSpec {
             variables,
             created_at: Utc::now(),
             updated_at: Utc::now(),
+            window_closed_fallback: self.window_closed_fallback.clone(),
         })
     }
 }

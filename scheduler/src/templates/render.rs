@@ -103,6 +103,18 @@ impl Renderer {
             .collect()
     }
 
+    /// The window-closed fallback of the stored template `content` names, if it names one that
+    /// has a fallback (before rendering: the rendered content no longer names it).
+    pub fn window_closed_fallback(&self, content: &pb::Content) -> Option<pb::TemplateContent> {
+        let Some(pb::content::Body::Template(t)) = &content.body else {
+            return None;
+        };
+        self.templates
+            .get(&t.template_id)?
+            .window_closed_fallback
+            .clone()
+    }
+
     /// Renders `content`: text passes through, a stored template becomes what it renders to, an
     /// unknown template passes through unchanged. Problems are recorded under `field` (the
     /// content's path, e.g. `tasks[3].content`).
@@ -224,6 +236,7 @@ mod tests {
             variables,
             created_at: Utc::now(),
             updated_at: Utc::now(),
+            window_closed_fallback: None,
         }
     }
 

@@ -251,6 +251,12 @@ impl FakeWeCom {
     pub fn uploads(&self) -> Vec<Upload> {
         self.shared.media.uploads()
     }
+
+    /// Every media id issued so far expires now: a send naming one is answered 40007, as
+    /// when an id outlives its 3 days or WeCom drops it early.
+    pub fn expire_media(&self) {
+        self.shared.media.expire_all();
+    }
 }
 
 impl Drop for FakeWeCom {

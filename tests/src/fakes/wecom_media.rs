@@ -2,7 +2,8 @@
 //! (`media/upload` for an app, `webhook/upload_media` for a robot: multipart part `media`,
 //! answering `media_id` and `created_at`), and the shapes of `image`, `voice`, `video`,
 //! `file`, `news` and `template_card` messages. A media id must be one the fake issued, of the
-//! message's type (40007 otherwise, as for an expired id).
+//! message's type, and not expired (40007 otherwise). Ids expire only when a test says so
+//! ([`MediaStore::expire_all`]), as WeCom's do after 3 days or when it drops them early.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,6 +55,13 @@ impl MediaStore {
     /// Every upload so far.
     pub(crate) fn uploads(&self) -> Vec<Upload> {
         lock(&self.uploads).clone()
+    }
+
+    /// Forgets every media id issued so far: sends naming one are answered 40007 (invalid
+    /// media_id), as for an id that expired or that WeCom dropped early. Later uploads issue
+    /// new, valid ids.
+    pub(crate) fn expire_all(&self) {
+        lock(&self.ids).clear();
     }
 
     /// Reads a multipart upload of `media_type` and answers as WeCom does: the media id and

@@ -150,6 +150,9 @@ struct Shared {
     next_id: AtomicU64,
     callbacks: Mutex<Option<CallbackTarget>>,
     plans: Mutex<std::collections::HashMap<String, CallbackPlan>>,
+    /// Plans for the next messages accepted for a recipient, one message each, before its
+    /// standing plan.
+    once_plans: Mutex<std::collections::HashMap<String, VecDeque<CallbackPlan>>>,
     /// Every status webhook posted, with the answer (0: no answer).
     posted: Mutex<Vec<(u16, Value)>>,
     /// Bodies answered with anything but 200, for [`FakeWhatsApp::redeliver`].
@@ -278,6 +281,7 @@ impl FakeWhatsApp {
             next_id: AtomicU64::new(1),
             callbacks: Mutex::new(None),
             plans: Mutex::new(std::collections::HashMap::new()),
+            once_plans: Mutex::new(std::collections::HashMap::new()),
             posted: Mutex::new(Vec::new()),
             undelivered: Mutex::new(Vec::new()),
             hold: tokio::sync::watch::channel(false).0,
@@ -333,6 +337,16 @@ impl FakeWhatsApp {
     /// Every message accepted for `recipient` from now on is followed by `plan`'s webhooks.
     pub fn plan_callbacks(&self, recipient: &str, plan: CallbackPlan) {
         lock(&self.shared.plans).insert(recipient.to_owned(), plan);
+    }
+
+    /// Only the next message accepted for `recipient` is followed by `plan`'s webhooks (plans
+    /// queued this way go one message each, in order); later ones by the standing plan of
+    /// [`Self::plan_callbacks`], if any. For a message that fails and the one sent after it.
+    pub fn plan_callbacks_once(&self, recipient: &str, plan: CallbackPlan) {
+        lock(&self.shared.once_plans)
+            .entry(recipient.to_owned())
+            .or_default()
+            .push_back(plan);
     }
 
     /// Every status webhook posted so far, with the answer it got (0: none).
@@ -449,7 +463,10 @@ async fn messages(
     // An accepted message whose recipient has a plan: its status webhooks.
     if let (200, Answer::Json(v)) = (status, &answer) {
         let to = parsed["to"].as_str().unwrap_or_default().to_owned();
-        let plan = lock(&shared.plans).get(&to).cloned();
+        let once = lock(&shared.once_plans)
+            .get_mut(&to)
+            .and_then(VecDeque::pop_front);
+        let plan = once.or_else(|| lock(&shared.plans).get(&to).cloned());
         if let (Some(plan), Some(wamid)) = (plan, v["messages"][0]["id"].as_str()) {
             let data = parsed["biz_opaque_callback_data"]
                 .as_str()

@@ -11,6 +11,11 @@ pub const FREQUENCY_WAIT: Duration = Duration::from_secs(60);
 /// 45033 (too many concurrent calls): a short pause is enough.
 pub const CONCURRENCY_WAIT: Duration = Duration::from_secs(1);
 
+/// 40007, invalid media_id: the id expired (3 days) or WeCom dropped it early. When the id
+/// was uploaded from a link, uploading again and resending once can help
+/// (providers-media.md §2.1); a second 40007 is PERMANENT.
+pub const INVALID_MEDIA_ID: i64 = 40007;
+
 /// The access token is invalid (40014) or expired (42001): refresh once and retry.
 pub fn is_token_rejected(errcode: i64) -> bool {
     matches!(errcode, 40014 | 42001)

@@ -24,7 +24,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use toml::Spanned;
-use tracing::{debug, instrument, warn, Span};
+use tracing::{debug, info, instrument, warn, Span};
 
 use super::config::{BuildContext, BuildSender, ConfigError, DurationSpec};
 use super::http::transport_error;
@@ -483,7 +483,7 @@ impl Sender for WeComSender {
                 .with_retry_after(Some(over.retry_after)));
             }
         }
-        let token = self.tokens.get().await?;
+        let mut token = self.tokens.get().await?;
         let mut response = self.post(&token, &body).await?;
         if errcode::is_token_rejected(response.errcode) {
             debug!(
@@ -498,6 +498,16 @@ impl Sender for WeComSender {
                 ..e
             })?;
             response = self.post(&fresh, &body).await?;
+            token = fresh;
+        }
+        // An uploaded media id WeCom no longer knows (expired or dropped early): upload the
+        // link again and resend, once; a second 40007 is classified PERMANENT below.
+        if response.errcode == errcode::INVALID_MEDIA_ID
+            && self.media.forget_rejected(&req.content, &body).await
+        {
+            info!("wecom refused the cached media id (40007); uploading again and resending once");
+            let body = self.body(&req).await?;
+            response = self.post(&token, &body).await?;
         }
         Span::current().record("errcode", response.errcode);
         if response.errcode != 0 {
@@ -548,5 +558,6 @@ fn outcome(users: &[&str], r: SendResponse) -> Result<SendReceipt, SendError> {
     Ok(SendReceipt {
         provider_message_id: Some(r.msgid).filter(|m| !m.is_empty()),
         note,
+        window_closed: None,
     })
 }

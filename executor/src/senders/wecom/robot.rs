@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use toml::Spanned;
-use tracing::{instrument, Span};
+use tracing::{info, instrument, Span};
 
 use super::{
     check_len, content, errcode, recipients, text_of, upload, MessageType, MAX_TEXT_BYTES,
@@ -257,11 +257,23 @@ impl Sender for RobotSender {
             )
             .with_retry_after(Some(over.retry_after)));
         }
-        let answer: RobotResponse = super::call(
+        let mut answer: RobotResponse = super::call(
             self.client.post(self.url.expose()).json(&body),
             "wecom robot webhook",
         )
         .await?;
+        // An uploaded file id WeCom no longer knows: upload again and resend, once.
+        if answer.errcode == errcode::INVALID_MEDIA_ID
+            && self.media.forget_rejected(&req.content, &body).await
+        {
+            info!("wecom refused the cached media id (40007); uploading again and resending once");
+            let body = self.body(&req).await?;
+            answer = super::call(
+                self.client.post(self.url.expose()).json(&body),
+                "wecom robot webhook",
+            )
+            .await?;
+        }
         Span::current().record("errcode", answer.errcode);
         if answer.errcode != 0 {
             return Err(errcode::classify(

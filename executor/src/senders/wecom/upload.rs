@@ -2,6 +2,8 @@
 //! a task's `media.link` through the guarded [`MediaFetcher`], check WeCom's type and size
 //! limits, upload it (`media/upload` for an app, `webhook/upload_media` for a robot) and cache
 //! the id per account ([`UploadCache`], single-flight) until shortly before its 3 days end.
+//! When WeCom refuses a send's id anyway (40007: expired or dropped early), the senders drop it
+//! ([`Media::forget_rejected`]), upload again and resend once.
 //!
 //! Limits (providers-media.md §2.1): every file over 5 bytes; image JPG/PNG 10 MB (2 MB for a
 //! robot's inline image), voice AMR 2 MB, video MP4 10 MB, file 20 MB.
@@ -12,11 +14,12 @@ use base64::Engine as _;
 use herald_proto::v1::{self as pb, MediaKind};
 use md5::{Digest, Md5};
 use serde::Deserialize;
+use serde_json::Value;
 use tracing::{debug, info};
 
 use super::{call, errcode};
 use crate::senders::media::{MediaFetcher, UploadCache};
-use crate::senders::SendError;
+use crate::senders::{Content, SendError};
 
 /// A media id lives 3 days; stop using a cached one an hour before.
 pub(crate) const MEDIA_ID_TTL: Duration = Duration::from_secs(3 * 24 * 3600 - 3600);
@@ -138,6 +141,31 @@ impl Media {
                 Ok(answer.media_id)
             })
             .await
+    }
+
+    /// After WeCom refused the message `body` sending `content` with 40007 (invalid
+    /// media_id): forgets the id the body used when this cache uploaded it from the content's
+    /// link, and says whether it did. Then building the body again uploads afresh; a media id
+    /// the task gave itself cannot be uploaded again, so it stays refused.
+    pub(crate) async fn forget_rejected(&self, content: &Content, body: &Value) -> bool {
+        let Content::Rich(pb::Content {
+            body: Some(pb::content::Body::Media(m)),
+            ..
+        }) = content
+        else {
+            return false;
+        };
+        let (Some(pb::media::Source::Link(link)), Some(Limits { wtype, .. })) =
+            (&m.source, limits(m.kind()))
+        else {
+            return false;
+        };
+        let msgtype = body["msgtype"].as_str().unwrap_or_default();
+        let Some(id) = body[msgtype]["media_id"].as_str() else {
+            return false;
+        };
+        self.cache.forget(wtype, link, id).await;
+        true
     }
 
     /// A robot's inline image: the fetched bytes as base64, and their md5 (over the raw

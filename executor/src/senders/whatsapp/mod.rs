@@ -10,6 +10,11 @@
 //! which Meta echoes in status webhooks (`crate::callbacks`); the returned wamid is the provider
 //! message id. Errors are classified by `error.code` first,
 //! by HTTP status when the body has no code (see [`classify_code`], [`classify_status`]).
+//!
+//! A send refused with 131047 (the recipient's 24-hour customer-service window is closed) is
+//! followed at once, in the same attempt, by the request's window-closed fallback template when
+//! the lease carried one: the receipt (or error) is the template's, marked as the fallback's.
+//! The lease carries a fallback only while the task has never used it, so it goes at most once.
 
 use std::fmt;
 use std::time::{Duration, SystemTime};
@@ -18,7 +23,7 @@ use http::StatusCode;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use toml::Spanned;
-use tracing::{debug, instrument, warn, Span};
+use tracing::{debug, info, instrument, warn, Span};
 
 pub mod content;
 
@@ -40,6 +45,9 @@ const PAIR_LIMIT_WAIT: Duration = Duration::from_secs(6);
 const LONG_COOL_DOWN: Duration = Duration::from_secs(3600);
 /// 131057 (maintenance, e.g. a throughput upgrade of up to a minute): retry after that.
 const MAINTENANCE_WAIT: Duration = Duration::from_secs(60);
+/// Re-engagement message: the recipient's 24-hour customer-service window is closed, so only
+/// an approved template may be sent (providers.md §1.5).
+pub const WINDOW_CLOSED: i64 = 131_047;
 
 /// `sender = "whatsapp_cloud"`.
 #[derive(Debug, Deserialize)]
@@ -193,12 +201,17 @@ impl WhatsAppSender {
 
 /// The request body for `req`, or PERMANENT when the content cannot be expressed.
 pub fn message_body(req: &SendRequest) -> Result<Value, SendError> {
+    body_for(req, &req.content)
+}
+
+/// The request body sending `content` (the request's own, or its fallback) for `req`.
+fn body_for(req: &SendRequest, content: &super::Content) -> Result<Value, SendError> {
     let mut body = json!({
         "messaging_product": "whatsapp",
         "recipient_type": "individual",
         "to": req.recipient,
     });
-    let (kind, object) = content::message(&req.content)?;
+    let (kind, object) = content::message(content)?;
     body["type"] = json!(kind);
     body[kind] = object;
     // Echoed back in status webhooks, so a delivery report finds its task even before (or
@@ -289,12 +302,44 @@ struct SentMessage {
 impl Sender for WhatsAppSender {
     #[instrument(name = "whatsapp_send", skip_all, fields(task_id = %req.task_id, attempt = req.attempt, account = %req.account_id, status, code))]
     async fn send(&self, req: SendRequest) -> Result<SendReceipt, SendError> {
-        let body = message_body(&req)?;
+        let refusal = match self.post(&message_body(&req)?).await {
+            Err(e) if e.code == Some(WINDOW_CLOSED) => e,
+            sent => return sent,
+        };
+        let Some(fallback) = &req.window_closed_fallback else {
+            return Err(refusal);
+        };
+        info!("whatsapp says the 24-hour window is closed (131047); sending the fallback template");
+        // Built before posting: a fallback that cannot be expressed is the fallback's failure.
+        let sent = match body_for(&req, fallback) {
+            Ok(body) => self.post(&body).await,
+            Err(e) => Err(e),
+        };
+        match sent {
+            Ok(receipt) => Ok(SendReceipt {
+                window_closed: Some(refusal),
+                ..receipt
+            }),
+            Err(e) => Err(SendError {
+                message: format!(
+                    "{}; then the window-closed fallback failed: {}",
+                    refusal.message, e.message
+                ),
+                window_closed_fallback: true,
+                ..e
+            }),
+        }
+    }
+}
+
+impl WhatsAppSender {
+    /// Posts one message body: the receipt, or the Graph API's refusal classified.
+    async fn post(&self, body: &Value) -> Result<SendReceipt, SendError> {
         let response = self
             .client
             .post(self.url.clone())
             .bearer_auth(self.settings.access_token.expose())
-            .json(&body)
+            .json(body)
             .send()
             .await
             // TRANSIENT: /messages has no idempotency key, so the message may have gone out.
@@ -319,7 +364,7 @@ impl Sender for WhatsAppSender {
             debug!(wamid = ?id, "whatsapp accepted");
             return Ok(SendReceipt {
                 provider_message_id: id,
-                note: None,
+                ..SendReceipt::default()
             });
         }
         let parsed = serde_json::from_slice::<ErrorEnvelope>(&bytes).ok();
@@ -434,6 +479,7 @@ mod tests {
             max_attempts: 3,
             account_id: "acc".into(),
             credentials_ref: "wa".into(),
+            window_closed_fallback: None,
         }
     }
 

@@ -76,6 +76,7 @@ pub fn task_spec(spec: pb::TaskSpec, path: &str, v: &mut Violations) -> TaskSpec
             .duplicate_window
             .as_ref()
             .map(|d| duration_ms(d).unwrap_or(-1)),
+        window_closed_fallback: spec.window_closed_fallback,
     }
 }
 
@@ -308,6 +309,21 @@ pub fn task(t: &TaskRecord) -> Result<pb::Task, StoreError> {
         campaign_id: t.campaign_id.map(|id| id.to_string()).unwrap_or_default(),
         schedule_id: t.schedule_id.clone().unwrap_or_default(),
         audience_id: t.audience_id.clone().unwrap_or_default(),
+        window_closed_fallback: t
+            .window_closed_fallback
+            .as_deref()
+            .map(fallback)
+            .transpose()?,
+        window_closed_fallback_at: t.window_closed_fallback_at.map(timestamp),
+        // Read separately, as `delivery` is.
+        replaced_delivery: None,
+    })
+}
+
+/// Decodes a stored window-closed fallback (content holding a template) to its template.
+fn fallback(bytes: &[u8]) -> Result<pb::TemplateContent, StoreError> {
+    crate::tasks::model::fallback_template(bytes).ok_or_else(|| {
+        StoreError::Corrupt("task window_closed_fallback is not a template content".into())
     })
 }
 
@@ -324,6 +340,7 @@ pub fn attempt(a: &AttemptRecord) -> pb::Attempt {
         finished_at: Some(timestamp(a.finished_at)),
         retry_after: a.retry_after_ms.map(duration_from_ms),
         account: a.account.clone().unwrap_or_default(),
+        window_closed_fallback: a.window_closed_fallback,
     }
 }
 
@@ -346,6 +363,11 @@ pub fn lease(l: &GrantedLease) -> Result<pb::Lease, StoreError> {
         credentials_ref: l.credentials_ref.clone().unwrap_or_default(),
         traceparent: l.trace_parent.clone().unwrap_or_default(),
         send_after: (!l.send_after.is_zero()).then(|| super::duration(l.send_after)),
+        window_closed_fallback: l
+            .window_closed_fallback
+            .as_deref()
+            .map(fallback)
+            .transpose()?,
     })
 }
 

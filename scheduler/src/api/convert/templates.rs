@@ -24,6 +24,7 @@ pub fn template_spec(t: &pb::Template) -> TemplateSpec {
                 }),
             },
         }),
+        window_closed_fallback: t.window_closed_fallback.clone(),
     }
 }
 
@@ -52,5 +53,6 @@ pub fn template(r: &TemplateRecord) -> pb::Template {
         variables: r.variables.clone(),
         created_at: Some(timestamp(r.created_at)),
         updated_at: Some(timestamp(r.updated_at)),
+        window_closed_fallback: r.window_closed_fallback.clone(),
     }
 }

@@ -2,7 +2,9 @@
 -- after accepting it: FAILED, with the provider's code and text as the last error. The trigger
 -- on tasks raises `task.failed`. A task not yet SUCCEEDED (its report has not come) is left for
 -- the report, which calls this again; one already FAILED matches nothing, so a repeat is
--- harmless. Returns the tasks ended, with the code.
+-- harmless. The message a window-closed fallback replaced (migration 25) no longer speaks for
+-- its task: only a failure of the task's current message ends it. Returns the tasks ended,
+-- with the code.
 UPDATE herald.tasks t
 SET state = 'failed',
     end_reason = 'failed_after_acceptance',
@@ -13,7 +15,9 @@ SET state = 'failed',
 FROM (
     SELECT DISTINCT ON (e.task_id) e.task_id, e.error_code, e.error
     FROM herald.delivery_events e
+    JOIN herald.tasks r ON r.id = e.task_id
     WHERE e.task_id = ANY($2::uuid[]) AND e.namespace = $1 AND e.state = 4
+      AND e.provider_message_id IS DISTINCT FROM r.fallback_replaces
     ORDER BY e.task_id, e.occurred_at
 ) f
 WHERE t.id = f.task_id AND t.namespace = $1 AND t.state = 'succeeded'

@@ -24,6 +24,7 @@ const LINK_EVENTS: Statement = statement!("link_events");
 const FAIL_DELIVERED: Statement = statement!("fail_delivered");
 const TASK_DELIVERIES: Statement = statement!("task_deliveries");
 const ACCEPT_AWAITING: Statement = statement!("accept_awaiting");
+const WINDOW_CLOSED: Statement = statement!("window_closed");
 
 /// A report that was recorded, or tied to its task, by this transaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,18 +57,20 @@ fn recorded(rows: &[Row]) -> Result<Vec<Recorded>, StoreError> {
 }
 
 impl<C: GenericClient> DeliveryRepo<'_, C> {
-    /// Ends SUCCEEDED those of `tasks` waiting, after a WhatsApp lease ran out unreported, for
-    /// a status callback: one named them. Returns them.
+    /// Ends SUCCEEDED the tasks waiting, after a WhatsApp lease ran out unreported, for a
+    /// status callback: one named them, as (task, message id) pairs. Returns them.
     pub async fn accept_awaiting(
         &self,
         namespace: &str,
-        tasks: &[Uuid],
+        named: &[(Uuid, &str)],
     ) -> Result<Vec<Uuid>, StoreError> {
-        if tasks.is_empty() {
+        if named.is_empty() {
             return Ok(Vec::new());
         }
+        let tasks: Vec<Uuid> = named.iter().map(|n| n.0).collect();
+        let ids: Vec<&str> = named.iter().map(|n| n.1).collect();
         ACCEPT_AWAITING
-            .query(self.db, &[&namespace, &tasks])
+            .query(self.db, &[&namespace, &tasks, &ids])
             .await?
             .iter()
             .map(|r| column(r, "id"))
@@ -135,6 +138,25 @@ impl<C: GenericClient> DeliveryRepo<'_, C> {
         recorded(&rows)
     }
 
+    /// Schedules again, to send their window-closed fallback, the SUCCEEDED tasks among
+    /// `tasks` whose message failed after acceptance with 131047 and whose fallback was never
+    /// used; returns them.
+    pub async fn window_closed(
+        &self,
+        namespace: &str,
+        tasks: &[Uuid],
+    ) -> Result<Vec<Uuid>, StoreError> {
+        if tasks.is_empty() {
+            return Ok(Vec::new());
+        }
+        WINDOW_CLOSED
+            .query(self.db, &[&namespace, &tasks])
+            .await?
+            .iter()
+            .map(|r| column(r, "id"))
+            .collect()
+    }
+
     /// Ends the SUCCEEDED tasks among `tasks` whose message failed after acceptance; returns
     /// them with the provider's error code.
     pub async fn fail_delivered(
@@ -153,16 +175,37 @@ impl<C: GenericClient> DeliveryRepo<'_, C> {
             .collect()
     }
 
-    /// The deliveries of the tasks among `ids` that have one.
+    /// The deliveries of the tasks among `ids` that have one: of each task's current message.
     pub async fn of_tasks(
         &self,
         namespace: &str,
         ids: &[Uuid],
     ) -> Result<HashMap<Uuid, Delivery>, StoreError> {
+        self.folded(namespace, ids, false).await
+    }
+
+    /// The deliveries of the messages that window-closed fallbacks replaced, for the tasks
+    /// among `ids` that have one.
+    pub async fn replaced_of_tasks(
+        &self,
+        namespace: &str,
+        ids: &[Uuid],
+    ) -> Result<HashMap<Uuid, Delivery>, StoreError> {
+        self.folded(namespace, ids, true).await
+    }
+
+    async fn folded(
+        &self,
+        namespace: &str,
+        ids: &[Uuid],
+        replaced: bool,
+    ) -> Result<HashMap<Uuid, Delivery>, StoreError> {
         if ids.is_empty() {
             return Ok(HashMap::new());
         }
-        let rows = TASK_DELIVERIES.query(self.db, &[&ids, &namespace]).await?;
+        let rows = TASK_DELIVERIES
+            .query(self.db, &[&ids, &namespace, &replaced])
+            .await?;
         let mut out = HashMap::with_capacity(rows.len());
         for r in &rows {
             let delivery = Delivery {

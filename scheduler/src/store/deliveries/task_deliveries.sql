@@ -1,6 +1,7 @@
 -- The delivery of each task among $1 (namespace $2), folded from its reports: the furthest
 -- state any report reached, the first time of each state, the failure's code and text, and
--- the message id (the accepted send's, else the first report's).
+-- the message id (the accepted send's, else the first report's). $3 false: the task's current
+-- message; true: the message its window-closed fallback replaced (migration 25), if any.
 SELECT e.task_id,
        max(e.state) AS state,
        (array_agg(e.provider_message_id ORDER BY e.state, e.recorded_at))[1]
@@ -13,5 +14,7 @@ SELECT e.task_id,
            AS error_code,
        (array_agg(e.error ORDER BY e.occurred_at) FILTER (WHERE e.state = 4))[1] AS error
 FROM herald.delivery_events e
+JOIN herald.tasks t ON t.id = e.task_id
 WHERE e.task_id = ANY($1::uuid[]) AND e.namespace = $2
+  AND (e.provider_message_id IS NOT DISTINCT FROM t.fallback_replaces) = $3::boolean
 GROUP BY e.task_id

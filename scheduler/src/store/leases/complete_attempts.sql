@@ -3,16 +3,22 @@
 -- current lease: a report from an attempt whose lease expired and was granted again matches no
 -- row and changes nothing. A task cancelled while leased still takes its result, to learn
 -- whether the message went out, but stays CANCELLED.
+-- A report ($10) saying the window-closed fallback went instead of the content (refused with
+-- 131047), whatever the fallback's own outcome, marks the fallback used: later leases send it
+-- as the content and none carries it again, so it is never triggered twice (migration 25).
 WITH input AS (
     SELECT *
     FROM unnest($1::uuid[], $2::integer[], $3::smallint[], $4::text[], $5::text[],
-                $6::bigint[], $7::timestamptz[], $9::bigint[])
+                $6::bigint[], $7::timestamptz[], $9::bigint[], $10::boolean[])
         AS i(task_id, attempt, outcome, error, provider_message_id, retry_after_ms, started_at,
-             error_code)
+             error_code, fallback)
 ),
 decided AS (
     SELECT t.id, i.attempt, i.outcome, i.error, i.provider_message_id, i.retry_after_ms,
            i.started_at, i.error_code, t.executor_id, t.leased_at, t.account_id,
+           -- Only a lease that carried a fallback can have sent one.
+           i.fallback AND t.window_closed_fallback IS NOT NULL
+               AND t.window_closed_fallback_at IS NULL AS fallback,
            t.state AS old_state,
            -- ACCOUNT_UNAVAILABLE (5) says nothing about the task: it is not charged. Nor is
            -- RATE_LIMITED (2) for a pooled task, up to 10 times: the account (or the pair) is
@@ -84,6 +90,8 @@ updated AS (
         end_reason = p.new_reason,
         end_code = CASE WHEN p.new_reason IN ('permanent_error', 'invalid_recipient')
                         THEN p.error_code END,
+        window_closed_fallback_at = CASE WHEN p.fallback THEN herald.now()
+                                         ELSE t.window_closed_fallback_at END,
         lease_expires_at = NULL,
         updated_at = herald.now()
     FROM planned p
@@ -97,10 +105,10 @@ updated AS (
 recorded AS (
     INSERT INTO herald.attempts (task_id, attempt, executor_id, outcome, error,
                                  provider_message_id, retry_after_ms, leased_at, started_at,
-                                 account, error_code)
+                                 account, error_code, window_closed_fallback)
     SELECT p.id, p.attempt, COALESCE(p.executor_id, ''), p.outcome, p.error,
            p.provider_message_id, p.retry_after_ms, COALESCE(p.leased_at, herald.now()), p.started_at,
-           p.account_id, p.error_code
+           p.account_id, p.error_code, p.fallback
     FROM planned p
     ON CONFLICT (task_id, attempt) DO NOTHING
 )

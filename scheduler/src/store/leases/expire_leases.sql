@@ -6,9 +6,13 @@
 -- the message before the executor died. If a status callback already named the task, it went
 -- out: SUCCEEDED. Otherwise the task waits the grace $2 (ms) for one before it is due again
 -- (callbacks::record ends it SUCCEEDED if one comes), unless that attempt was its last.
+-- Reports on the message a window-closed fallback replaced (migration 25) say nothing about
+-- the fallback's own send.
 WITH lapsed AS (
     SELECT t.id,
-           EXISTS (SELECT 1 FROM herald.delivery_events e WHERE e.task_id = t.id) AS reported,
+           EXISTS (SELECT 1 FROM herald.delivery_events e
+                   WHERE e.task_id = t.id
+                     AND e.provider_message_id IS DISTINCT FROM t.fallback_replaces) AS reported,
            EXISTS (SELECT 1 FROM herald.accounts a
                    WHERE a.namespace = t.namespace AND a.id = t.account_id
                      AND a.sender_kind = 'whatsapp_cloud') AS callbacks

@@ -79,6 +79,7 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
         let mut retry_afters = Vec::with_capacity(n);
         let mut started = Vec::with_capacity(n);
         let mut codes = Vec::with_capacity(n);
+        let mut fallbacks = Vec::with_capacity(n);
         for r in reports {
             ids.push(r.task_id);
             attempts.push(r.attempt);
@@ -88,6 +89,7 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
             retry_afters.push(r.retry_after_ms);
             started.push(r.started_at);
             codes.push(r.error_code);
+            fallbacks.push(r.window_closed_fallback);
         }
         COMPLETE_ATTEMPTS
             .query(
@@ -102,6 +104,7 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
                     &started,
                     &namespace,
                     &codes,
+                    &fallbacks,
                 ],
             )
             .await?

@@ -23,13 +23,21 @@ pub const TASK_COLUMNS: &str = "t.id, t.queue, t.recipient, t.content, t.labels,
      t.cancel_outcome, t.last_error, t.created_at, t.updated_at, t.finished_at, t.pool, \
      t.account_id, t.window_start, t.window_end, t.window_zone, t.window_spread_ms, \
      t.end_reason::text AS end_reason, t.end_code, t.trace_parent, t.campaign_id, t.schedule_id, \
-     t.audience_id, t.route";
+     t.audience_id, t.route, t.window_closed_fallback, t.window_closed_fallback_at, \
+     t.fallback_replaces";
 
 /// What a lease returns of its task (`t` is `herald.tasks`); the statements add `account_id`
 /// and `credentials_ref`. Decoded by [`GrantedLease::from_row`]. `send_after_ms` is how far in
-/// the future the grant instant lies (a paced send; 0 for the rest).
+/// the future the grant instant lies (a paced send; 0 for the rest). Once the window-closed
+/// fallback has taken the place of the content, every lease sends the fallback and carries
+/// none: it is used once.
 pub const LEASE_COLUMNS: &str = "t.id AS task_id, t.lease_count AS attempt, t.queue, \
-     t.recipient, t.content, COALESCE(t.idempotency_key, t.id::text) AS idempotency_key, \
+     t.recipient, \
+     CASE WHEN t.window_closed_fallback_at IS NULL THEN t.content \
+          ELSE t.window_closed_fallback END AS content, \
+     CASE WHEN t.window_closed_fallback_at IS NULL THEN t.window_closed_fallback END \
+     AS window_closed_fallback, \
+     COALESCE(t.idempotency_key, t.id::text) AS idempotency_key, \
      t.run_at, t.leased_at, t.lease_expires_at AS expires_at, t.attempts AS attempts_before, \
      t.max_attempts, t.labels, t.trace_parent, \
      greatest(ceil(extract(epoch FROM t.leased_at - herald.clock()) * 1000), 0)::bigint \
@@ -63,6 +71,7 @@ pub const INSERT_INPUTS: &[(&str, &str)] = &[
     ("window_end", "time"),
     ("window_zone", "text"),
     ("window_spread_ms", "bigint"),
+    ("window_closed_fallback", "bytea"),
     // Inputs of computed columns (see insert_tasks.sql).
     ("given_run_at", "timestamptz"),
     ("delay_ms", "bigint"),
@@ -178,6 +187,7 @@ pub struct InsertArrays<'a> {
     window_end: Vec<Option<NaiveTime>>,
     window_zone: Vec<Option<&'a str>>,
     window_spread_ms: Vec<Option<i64>>,
+    window_closed_fallback: Vec<Option<Vec<u8>>>,
     given_run_at: Vec<Option<DateTime<Utc>>>,
     delay_ms: Vec<i64>,
     retry_delays: Vec<String>,
@@ -256,6 +266,11 @@ impl<'a> InsertArrays<'a> {
         self.window_end.push(w.map(|w| w.end));
         self.window_zone.push(w.map(|w| w.zone.as_str()));
         self.window_spread_ms.push(w.map(|w| w.spread_ms));
+        self.window_closed_fallback.push(
+            t.window_closed_fallback
+                .as_ref()
+                .map(|f| prost::Message::encode_to_vec(&crate::tasks::model::fallback_content(f))),
+        );
         self.given_run_at.push(given_run_at);
         self.delay_ms.push(delay_ms);
         self.retry_delays.push(delays);
@@ -267,7 +282,7 @@ impl<'a> InsertArrays<'a> {
         &'p self,
         namespace: &'p &str,
     ) -> Vec<&'p (dyn tokio_postgres::types::ToSql + Sync)> {
-        let params: [&'p (dyn tokio_postgres::types::ToSql + Sync); 30] = [
+        let params: [&'p (dyn tokio_postgres::types::ToSql + Sync); 31] = [
             namespace,
             &self.id,
             &self.queue,
@@ -294,6 +309,7 @@ impl<'a> InsertArrays<'a> {
             &self.window_end,
             &self.window_zone,
             &self.window_spread_ms,
+            &self.window_closed_fallback,
             &self.given_run_at,
             &self.delay_ms,
             &self.retry_delays,
@@ -304,7 +320,7 @@ impl<'a> InsertArrays<'a> {
 }
 
 /// Checks at compile time that [`InsertArrays::params`] covers every input plus the namespace.
-const _: () = assert!(INSERT_INPUTS.len() + 1 == 30);
+const _: () = assert!(INSERT_INPUTS.len() + 1 == 31);
 
 /// Reads a task state column written as text.
 pub fn state(row: &Row, name: &str) -> Result<TaskState, StoreError> {
@@ -377,6 +393,9 @@ impl FromRow for TaskRecord {
             schedule_id: column(r, "schedule_id")?,
             audience_id: column(r, "audience_id")?,
             parked: column::<String>(r, "route")?.starts_with("paused:"),
+            window_closed_fallback: column(r, "window_closed_fallback")?,
+            window_closed_fallback_at: column(r, "window_closed_fallback_at")?,
+            fallback_replaces: column(r, "fallback_replaces")?,
         })
     }
 }
@@ -402,6 +421,7 @@ impl FromRow for GrantedLease {
             send_after: std::time::Duration::from_millis(
                 u64::try_from(column::<i64>(r, "send_after_ms")?).unwrap_or(0),
             ),
+            window_closed_fallback: column(r, "window_closed_fallback")?,
         })
     }
 }

@@ -231,6 +231,7 @@ impl FromRow for AttemptRecord {
             retry_after_ms: column(r, "retry_after_ms")?,
             leased_at: column(r, "leased_at")?,
             finished_at: column(r, "finished_at")?,
+            window_closed_fallback: column(r, "window_closed_fallback")?,
         })
     }
 }

@@ -19,7 +19,8 @@ repository!(
 
 /// What a template read selects; decoded by [`TemplateRecord::from_row`].
 const TEMPLATE_COLUMNS: &str = "id, description, kind, body, provider_name, provider_language, \
-     parameters, provider_components, variables, created_at, updated_at";
+     parameters, provider_components, variables, created_at, updated_at, \
+     window_closed_fallback";
 
 fn expand(name: &'static str, sql: &str) -> Statement {
     Statement::built(name, sql.replace("{template_columns}", TEMPLATE_COLUMNS))
@@ -44,11 +45,17 @@ struct Columns<'a> {
     parameters: &'a [String],
     /// A provider template's fixed components, encoded (none when it has none).
     components: Option<Vec<u8>>,
+    /// The window-closed fallback, encoded (none when it has none).
+    fallback: Option<Vec<u8>>,
 }
 
 impl<'a> Columns<'a> {
-    fn of(kind: &'a TemplateKind) -> Self {
-        match kind {
+    fn of(t: &'a TemplateRecord) -> Self {
+        let fallback = t
+            .window_closed_fallback
+            .as_ref()
+            .map(prost::Message::encode_to_vec);
+        let columns = match &t.kind {
             TemplateKind::Text { body } => Columns {
                 kind: "text",
                 body: Some(body),
@@ -56,6 +63,7 @@ impl<'a> Columns<'a> {
                 language: None,
                 parameters: &[],
                 components: None,
+                fallback: None,
             },
             TemplateKind::Provider {
                 name,
@@ -75,7 +83,12 @@ impl<'a> Columns<'a> {
                         ..Default::default()
                     })
                 }),
+                fallback: None,
             },
+        };
+        Columns {
+            fallback,
+            ..columns
         }
     }
 
@@ -84,7 +97,7 @@ impl<'a> Columns<'a> {
         &'p self,
         namespace: &'p &str,
         t: &'p TemplateRecord,
-    ) -> [&'p (dyn ToSql + Sync); 10] {
+    ) -> [&'p (dyn ToSql + Sync); 11] {
         [
             namespace,
             &t.id,
@@ -96,6 +109,7 @@ impl<'a> Columns<'a> {
             &self.parameters,
             &t.variables,
             &self.components,
+            &self.fallback,
         ]
     }
 }
@@ -134,6 +148,14 @@ impl FromRow for TemplateRecord {
             }
             other => return Err(StoreError::Corrupt(format!("template kind {other:?}"))),
         };
+        let fallback: Option<Vec<u8>> = column(r, "window_closed_fallback")?;
+        let window_closed_fallback = fallback
+            .map(|bytes| {
+                prost::Message::decode(bytes.as_slice()).map_err(|e| {
+                    StoreError::Corrupt(format!("template window_closed_fallback: {e}"))
+                })
+            })
+            .transpose()?;
         Ok(TemplateRecord {
             id: column(r, "id")?,
             description: column(r, "description")?,
@@ -141,6 +163,7 @@ impl FromRow for TemplateRecord {
             variables: column(r, "variables")?,
             created_at: column(r, "created_at")?,
             updated_at: column(r, "updated_at")?,
+            window_closed_fallback,
         })
     }
 }
@@ -152,7 +175,7 @@ impl<C: GenericClient> TemplateRepo<'_, C> {
         namespace: &str,
         t: &TemplateRecord,
     ) -> Result<TemplateRecord, WriteError> {
-        let columns = Columns::of(&t.kind);
+        let columns = Columns::of(t);
         INSERT_TEMPLATE
             .fetch_opt(self.db, &columns.params(&namespace, t))
             .await
@@ -166,7 +189,7 @@ impl<C: GenericClient> TemplateRepo<'_, C> {
         namespace: &str,
         t: &TemplateRecord,
     ) -> Result<TemplateRecord, WriteError> {
-        let columns = Columns::of(&t.kind);
+        let columns = Columns::of(t);
         UPDATE_TEMPLATE
             .fetch_opt(self.db, &columns.params(&namespace, t))
             .await?
