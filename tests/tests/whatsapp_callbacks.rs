@@ -17,8 +17,8 @@ use herald_proto::v1::{
     CheckSuppressionsRequest, Content, CreateAccountRequest, CreateCampaignRequest,
     CreateTaskRequest, CreateTemplateRequest, Delivery, DeliveryCounts, DeliveryState,
     DeliveryStatsRequest, EndReason, GetCampaignRequest, GetTaskRequest, ListAttemptsRequest,
-    ListTasksRequest, MessagingTier, OutcomeClass, StatsWindow, SuppressionReason, Task, TaskSpec,
-    TaskState, Template, TemplateContent, TextTemplate,
+    ListTasksRequest, MessagingTier, OutcomeClass, RetryTaskRequest, StatsWindow,
+    SuppressionReason, Task, TaskSpec, TaskState, Template, TemplateContent, TextTemplate,
 };
 use herald_tests::accounts::{accounts_client, get_account, whatsapp_account};
 use herald_tests::fakes::whatsapp::{
@@ -460,6 +460,44 @@ async fn a_late_failure_ends_the_task_failed_with_the_code() -> Result<()> {
         .await?
         .get("blocked");
     assert!(blocked, "131049 did not back the recipient off");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_task_retried_after_a_late_failure_is_judged_by_its_new_message_only() -> Result<()> {
+    let mut stack = Stack::start().await?;
+    let recipient = "16505550013";
+    stack.fake.plan_callbacks(
+        recipient,
+        CallbackPlan::after(&[Callback::Sent, Callback::Failed(131047)]),
+    );
+    let task = stack.send(recipient).await?;
+    let failed = stack
+        .wait_task(&task.id, |t| t.state() == TaskState::Failed)
+        .await?;
+    let first = stack.wamid(&failed)?;
+    // Retried: the new message is accepted and delivered. The first message's failure must
+    // neither end the task again nor stand for its delivery.
+    stack.fake.plan_callbacks(
+        recipient,
+        CallbackPlan::after(&[Callback::Sent, Callback::Delivered]),
+    );
+    stack
+        .tasks
+        .retry_task(RetryTaskRequest {
+            id: task.id.clone(),
+            ..Default::default()
+        })
+        .await?;
+    let retried = stack
+        .wait_task(&task.id, |t| state(t) == DeliveryState::Delivered)
+        .await?;
+    assert_eq!(retried.state(), TaskState::Succeeded);
+    assert_ne!(
+        stack.wamid(&retried)?,
+        first,
+        "the delivery shows the old message"
+    );
     Ok(())
 }
 

@@ -1,7 +1,8 @@
 -- The delivery of each task among $1 (namespace $2), folded from its reports: the furthest
 -- state any report reached, the first time of each state, the failure's code and text, and
 -- the message id (the accepted send's, else the first report's). $3 false: the task's current
--- message; true: the message its window-closed fallback replaced (migration 25), if any.
+-- message (not one an earlier attempt sent before the task was retried); true: the message its
+-- window-closed fallback replaced (migration 25), if any.
 SELECT e.task_id,
        max(e.state) AS state,
        (array_agg(e.provider_message_id ORDER BY e.state, e.recorded_at))[1]
@@ -17,4 +18,8 @@ FROM herald.delivery_events e
 JOIN herald.tasks t ON t.id = e.task_id
 WHERE e.task_id = ANY($1::uuid[]) AND e.namespace = $2
   AND (e.provider_message_id IS NOT DISTINCT FROM t.fallback_replaces) = $3::boolean
+  AND ($3::boolean
+       OR NOT EXISTS (SELECT 1 FROM herald.attempts a
+                      WHERE a.task_id = e.task_id AND a.attempt < t.lease_count
+                        AND a.provider_message_id = e.provider_message_id))
 GROUP BY e.task_id
