@@ -633,6 +633,30 @@ async fn drive(
         "{still_failed} still failed after the retry"
     );
 
+    // Every list's export: a header row, then one row per item the list shows.
+    let campaign_id = &fx.campaign;
+    for (path, header, rows) in [
+        ("/console/accounts.csv".to_owned(), "id,", 1),
+        ("/console/campaigns.csv".to_owned(), "id,name,state,", 2),
+        ("/console/schedules.csv".to_owned(), "id,cron,", 1),
+        (
+            format!("/console/campaigns/{campaign_id}/failures.csv"),
+            "end_reason,provider_code,",
+            0,
+        ),
+    ] {
+        let csv = reqwest::get(format!("{base}{path}?ns=default"))
+            .await?
+            .text()
+            .await?;
+        let lines: Vec<&str> = csv.lines().collect();
+        ensure!(
+            lines.first().is_some_and(|h| h.starts_with(header)),
+            "{path} header: {csv}"
+        );
+        ensure!(lines.len() == 1 + rows, "{path} rows: {csv}");
+    }
+
     // Pause, resume and cancel the other campaign.
     let autumn: Uuid = fx.paused_campaign.parse()?;
     let campaign_state = || async {
