@@ -573,6 +573,19 @@ async fn drive(
     )
     .await?;
     ensure!(listed == 2, "{listed} campaigns listed");
+    // The launch's failures, by why they ended, on the list itself.
+    let reasons: Vec<String> = js(
+        &page,
+        &format!(
+            "[...document.querySelectorAll(\"tr[data-campaign='{}'] .reason\")].map((d) => d.textContent)",
+            fx.campaign
+        ),
+    )
+    .await?;
+    ensure!(
+        reasons == ["permanent_error 1"],
+        "failed by reason {reasons:?}"
+    );
     shoot(&page, "campaigns").await?;
     open(&page, &base, &format!("/console/campaigns/{}", fx.campaign)).await?;
     let sent: String = js(&page, "document.getElementById('c-sent').textContent").await?;

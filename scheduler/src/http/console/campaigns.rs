@@ -74,6 +74,35 @@ fn campaign_json(c: &CampaignView, sends: Option<&Vec<i64>>) -> Value {
     })
 }
 
+/// A campaign's failed tasks counted by why they ended (codes folded together), largest
+/// first; nothing to read when none failed.
+async fn failed_by_reason(
+    console: &Console,
+    ns: &str,
+    c: &CampaignView,
+) -> Result<Value, PageError> {
+    if c.progress.failed == 0 {
+        return Ok(json!([]));
+    }
+    let groups = console
+        .campaigns
+        .failure_reasons(ns, c.record.id, REASONS)
+        .await?;
+    let mut by_reason: Vec<(&'static str, i64)> = Vec::new();
+    for g in &groups {
+        let name = reason_name(g.end_reason);
+        match by_reason.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, tasks)) => *tasks += g.tasks,
+            None => by_reason.push((name, g.tasks)),
+        }
+    }
+    by_reason.sort_by(|a, b| b.1.cmp(&a.1));
+    Ok(json!(by_reason
+        .iter()
+        .map(|(reason, tasks)| json!({"reason": reason, "tasks": tasks}))
+        .collect::<Vec<_>>()))
+}
+
 /// Sparkline buckets: the last hour in 5-minute steps.
 const SPARK_INTERVALS: i32 = 12;
 /// One sparkline step.
@@ -139,16 +168,19 @@ pub(super) async fn list(
         .await?;
     let (views, next) = crate::store::sql::page(views, PAGE, |last| last.record.id.to_string());
     let sends = sends_of(&console, &views).await?;
+    let mut campaigns = Vec::with_capacity(views.len());
+    for c in &views {
+        let mut row = campaign_json(c, sends.get(&c.record.id));
+        row["failed_by_reason"] = failed_by_reason(&console, &caller.namespace, c).await?;
+        campaigns.push(row);
+    }
     Ok(render(
         &headers,
         StatusCode::OK,
         "campaigns.html",
         page_context(&caller, &params, "campaigns"),
         json!({
-            "campaigns": views
-                .iter()
-                .map(|c| campaign_json(c, sends.get(&c.record.id)))
-                .collect::<Vec<_>>(),
+            "campaigns": campaigns,
             "next": (!next.is_empty()).then_some(next),
         }),
     ))
