@@ -96,7 +96,7 @@ async fn failed_by_reason(
             None => by_reason.push((name, g.tasks)),
         }
     }
-    by_reason.sort_by(|a, b| b.1.cmp(&a.1));
+    by_reason.sort_by_key(|(_, tasks)| std::cmp::Reverse(*tasks));
     Ok(json!(by_reason
         .iter()
         .map(|(reason, tasks)| json!({"reason": reason, "tasks": tasks}))
