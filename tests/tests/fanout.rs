@@ -86,6 +86,25 @@ fn at(s: &str) -> Result<DateTime<Utc>> {
     Ok(DateTime::parse_from_rfc3339(s)?.with_timezone(&Utc))
 }
 
+/// Sets the clock three seconds before `fire` (an 08:00 UTC fire time of the daily
+/// schedules here) and returns it.
+async fn three_seconds_before(
+    db: &TestDb,
+    s: &SchedulerProcess,
+    fire: &str,
+) -> Result<DateTime<Utc>> {
+    let fire = at(fire)?;
+    set_clock(
+        db,
+        s,
+        fire - chrono::Duration::seconds(3),
+        "0 8 * * *",
+        fire,
+    )
+    .await?;
+    Ok(fire)
+}
+
 async fn text_template(s: &SchedulerProcess, id: &str, body: &str) -> Result<()> {
     TemplateServiceClient::connect(s.grpc_url())
         .await?
@@ -377,15 +396,7 @@ async fn a_sales_report_renders_each_persons_figures_and_a_catch_up_asks_for_the
         Response::ok()
             .body(r#"{"recipients": {"ann": {"total": 1200}, "bob": {"total": "800.50"}}}"#),
     );
-    let fire = at("2026-05-04T08:00:00Z")?;
-    set_clock(
-        &db,
-        &s,
-        fire - chrono::Duration::seconds(3),
-        "0 8 * * *",
-        fire,
-    )
-    .await?;
+    three_seconds_before(&db, &s, "2026-05-04T08:00:00Z").await?;
     ScheduleServiceClient::connect(s.grpc_url())
         .await?
         .create_schedule(CreateScheduleRequest {
@@ -486,15 +497,7 @@ async fn a_source_that_fails_twice_is_asked_again_until_it_answers() -> Result<(
     text_template(&s, "note", "{{ name }}: {{ figure }}").await?;
     source.respond_with(vec![Response::status(503), Response::status(500)]);
     source.set_default(Response::ok().body(r#"{"recipients": {"ann": {"figure": 7}}}"#));
-    let fire = at("2026-05-04T08:00:00Z")?;
-    set_clock(
-        &db,
-        &s,
-        fire - chrono::Duration::seconds(3),
-        "0 8 * * *",
-        fire,
-    )
-    .await?;
+    three_seconds_before(&db, &s, "2026-05-04T08:00:00Z").await?;
     ScheduleServiceClient::connect(s.grpc_url())
         .await?
         .create_schedule(CreateScheduleRequest {
@@ -696,15 +699,7 @@ async fn a_source_on_a_loopback_or_private_address_is_refused_unless_the_operato
     // A name is resolved when the source is called: `localhost` passes the call, but its
     // loopback address is refused after resolution. A refusal is not retried: the run gives up
     // at once, says why, and the source never hears of it.
-    let fire = at("2026-05-04T08:00:00Z")?;
-    set_clock(
-        &db,
-        &s,
-        fire - chrono::Duration::seconds(3),
-        "0 8 * * *",
-        fire,
-    )
-    .await?;
+    three_seconds_before(&db, &s, "2026-05-04T08:00:00Z").await?;
     schedules
         .create_schedule(noting_schedule(
             "by-name",
@@ -744,15 +739,7 @@ async fn a_failing_source_is_asked_as_often_as_the_schedules_retry_policy_says_t
     audience(&s, "team", vec![contact("ann", "Ann", "", &[], "")]).await?;
     text_template(&s, "note", "{{ name }}: {{ figure }}").await?;
     source.set_default(Response::status(503));
-    let fire = at("2026-05-04T08:00:00Z")?;
-    set_clock(
-        &db,
-        &s,
-        fire - chrono::Duration::seconds(3),
-        "0 8 * * *",
-        fire,
-    )
-    .await?;
+    three_seconds_before(&db, &s, "2026-05-04T08:00:00Z").await?;
     ScheduleServiceClient::connect(s.grpc_url())
         .await?
         .create_schedule(noting_schedule(
@@ -789,15 +776,7 @@ async fn with_overlap_skip_a_run_still_fanning_out_makes_the_next_fire_skip() ->
     text_template(&s, "note", "{{ name }}: {{ figure }}").await?;
     // The source is down: the first run waits an hour between tries and has no task yet.
     source.set_default(Response::status(503));
-    let fire = at("2026-05-04T08:00:00Z")?;
-    set_clock(
-        &db,
-        &s,
-        fire - chrono::Duration::seconds(3),
-        "0 8 * * *",
-        fire,
-    )
-    .await?;
+    three_seconds_before(&db, &s, "2026-05-04T08:00:00Z").await?;
     ScheduleServiceClient::connect(s.grpc_url())
         .await?
         .create_schedule(noting_schedule(
@@ -814,15 +793,7 @@ async fn with_overlap_skip_a_run_still_fanning_out_makes_the_next_fire_skip() ->
     })
     .await?;
     // The next day's fire finds it unfinished, though it has no live task.
-    let next = at("2026-05-05T08:00:00Z")?;
-    set_clock(
-        &db,
-        &s,
-        next - chrono::Duration::seconds(3),
-        "0 8 * * *",
-        next,
-    )
-    .await?;
+    three_seconds_before(&db, &s, "2026-05-05T08:00:00Z").await?;
     until("the second fire to be recorded", || async {
         Ok(runs(&s, "notes").await?.len() == 2)
     })

@@ -162,8 +162,13 @@ impl Schedules {
         let fire_time = transaction!(self.store, Error, |tx| {
             materializer::run_now(tx, namespace, id, &self.windows).await
         })?;
+        // Read back straight from the store: the schedule was just checked under its lock.
         let after = fire_time + chrono::Duration::milliseconds(1);
-        self.runs(namespace, id, Some(after), 1)
+        self.store
+            .conn()
+            .await?
+            .schedules()
+            .runs(namespace, id, Some(after), 1)
             .await?
             .into_iter()
             .find(|r| r.fire_time == fire_time)
