@@ -18,6 +18,12 @@
 //!   only unacknowledged data, never a slow query: a server that does not even acknowledge
 //!   TCP segments for 10 s is gone.
 //!
+//! - **No JIT compilation** (`options=-c jit=off`): herald's statements are short, and a
+//!   planner estimate inflated by a per-row subplan (the claim's suppression probe) crosses
+//!   PostgreSQL's JIT thresholds and compiles for seconds a statement that runs in
+//!   milliseconds: the routed claim spent 3.7 s of its 3.7 s in JIT, and the drain through
+//!   accounts fell to 1 % of the drain by queue (docs/performance.md).
+//!
 //! A value the URL sets itself (`connect_timeout=10`, `keepalives_idle=30`, `keepalives=0`,
 //! `tcp_user_timeout=…`) is kept.
 
@@ -35,6 +41,8 @@ pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
 pub const KEEPALIVE_RETRIES: u32 = 3;
 /// How long sent data may stay unacknowledged before the connection is dropped.
 pub const TCP_USER_TIMEOUT: Duration = Duration::from_secs(10);
+/// The server option turning JIT off, added to the URL's own `options`.
+pub const NO_JIT: &str = "-c jit=off";
 /// tokio-postgres's own keepalive idle time: a URL that leaves it at this did not set it.
 const DRIVER_KEEPALIVE_IDLE: Duration = Duration::from_secs(2 * 60 * 60);
 
@@ -53,6 +61,16 @@ fn apply_defaults(config: &mut Config) {
     }
     if config.get_tcp_user_timeout().is_none() {
         config.tcp_user_timeout(TCP_USER_TIMEOUT);
+    }
+    match config.get_options() {
+        None => {
+            config.options(NO_JIT);
+        }
+        Some(own) if !own.contains("jit") => {
+            let both = format!("{own} {NO_JIT}");
+            config.options(&both);
+        }
+        Some(_) => {}
     }
     if config.get_keepalives() {
         if config.get_keepalives_idle() == DRIVER_KEEPALIVE_IDLE {
@@ -98,6 +116,18 @@ mod tests {
         assert_eq!(c.get_keepalives_interval(), Some(KEEPALIVE_INTERVAL));
         assert_eq!(c.get_keepalives_retries(), Some(KEEPALIVE_RETRIES));
         assert_eq!(open_timeout(&c), CONNECT_TIMEOUT + Duration::from_secs(2));
+        assert_eq!(c.get_options(), Some(NO_JIT));
+    }
+
+    #[test]
+    fn jit_is_off_beside_the_urls_own_options_unless_it_sets_jit() {
+        let own = parsed("postgres://herald@db/herald?options=-c%20statement_timeout%3D5s");
+        assert_eq!(
+            own.get_options(),
+            Some("-c statement_timeout=5s -c jit=off")
+        );
+        let on = parsed("postgres://herald@db/herald?options=-c%20jit%3Don");
+        assert_eq!(on.get_options(), Some("-c jit=on"));
     }
 
     #[test]

@@ -440,6 +440,20 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn pooled_sessions_never_jit_compile() {
+        let admin = std::env::var("HERALD_TEST_PG_URL")
+            .unwrap_or_else(|_| panic!("HERALD_TEST_PG_URL is not set; run script/test"));
+        let store = Store::connect(&admin, 1).unwrap_or_else(|e| panic!("{e}"));
+        let conn = store.conn().await.unwrap_or_else(|e| panic!("{e}"));
+        let jit: String = conn
+            .query_one("SHOW jit", &[])
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .get(0);
+        assert_eq!(jit, "off");
+    }
+
+    #[tokio::test]
     async fn a_transaction_whose_server_turned_read_only_runs_again_on_a_fresh_connection() {
         let store = store().await;
         let conn = store.conn().await.unwrap_or_else(|e| panic!("{e}"));
