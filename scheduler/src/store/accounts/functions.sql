@@ -257,6 +257,12 @@ $$;
 -- pauses an account whose recent failure rate reached its pause_failure_rate (after at least
 -- 20 outcomes), raising `account.paused`. Returns true when an account that had no in-flight
 -- room gained some, so dispatchers should look again.
+--
+-- One statement for the whole batch: a report batch touches every account it sent for (all 100
+-- in the routed benchmark), and a row-at-a-time loop cost about half a millisecond per account
+-- per batch, the largest fixed cost of the routed report path (docs/performance.md, S5). Rows
+-- are locked in the caller's order (`ord`), as the claims' reservations lock them, so the two
+-- never deadlock.
 CREATE OR REPLACE FUNCTION herald.account_feedback(
     p_namespace text, p_ids text[], p_released integer[], p_refund integer[], p_ok integer[],
     p_rate_limited integer[], p_retry_after_ms bigint[], p_unavailable integer[],
@@ -264,114 +270,141 @@ CREATE OR REPLACE FUNCTION herald.account_feedback(
 ) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
-    a herald.accounts%ROWTYPE;
-    i integer;
-    v_tokens double precision;
-    v_rate double precision;
-    v_streak integer;
-    v_reason text;
-    v_changed_at timestamptz;
-    v_freed boolean := false;
-    v_now timestamptz;
-    v_outcomes integer;
-    v_ewma double precision;
-    v_steps integer;
-    v_pause boolean;
-    v_state herald.account_state;
-    v_state_reason text;
+    v_freed boolean;
 BEGIN
-    FOR i IN 1 .. coalesce(array_length(p_ids, 1), 0) LOOP
-        SELECT * INTO a FROM herald.accounts
-        WHERE namespace = p_namespace AND id = p_ids[i]
-        FOR UPDATE;
-        IF NOT FOUND THEN
-            CONTINUE;
-        END IF;
-        -- As in reserve_capacity: the clock after the lock, never behind the bucket's.
-        v_now := greatest(coalesce(p_now, herald.clock()), a.tokens_at);
-        IF a.max_in_flight IS NOT NULL AND a.in_flight >= a.max_in_flight
-           AND p_released[i] > 0 THEN
-            v_freed := true;
-        END IF;
-        -- Settle the bucket at the old rate before the rate changes.
-        v_tokens := least(a.burst::double precision,
-                          a.tokens + greatest(extract(epoch FROM v_now - a.tokens_at), 0)
-                                     * a.effective_rate);
-        v_rate := a.effective_rate;
-        v_streak := a.success_streak;
-        v_reason := a.rate_reason;
-        v_changed_at := a.rate_changed_at;
-        IF p_rate_limited[i] > 0 THEN
-            v_rate := greatest(a.rate_per_sec * a.adaptive_floor, a.effective_rate / 2);
-            v_streak := 0;
-            v_tokens := least(v_tokens, 0);
-            v_reason := format('halved to %s/s after the provider answered RATE_LIMITED',
-                               round(v_rate::numeric, 3));
-            v_changed_at := v_now;
-        ELSIF p_ok[i] > 0 THEN
-            v_streak := a.success_streak + p_ok[i];
-            v_steps := 0;
-            WHILE v_rate < a.rate_per_sec AND v_streak >= a.recovery_successes LOOP
-                v_rate := least(a.rate_per_sec, v_rate + a.rate_per_sec * 0.25);
-                v_streak := v_streak - a.recovery_successes;
-                v_steps := v_steps + 1;
-            END LOOP;
-            IF v_steps > 0 THEN
-                v_reason := format('raised to %s/s after %s successes',
-                                   round(v_rate::numeric, 3),
-                                   v_steps * a.recovery_successes);
-                v_changed_at := v_now;
-            END IF;
-        END IF;
-        -- The recent success rate: each outcome weighs 5 %, so about the last 20 count.
-        v_outcomes := p_ok[i] + p_rate_limited[i] + p_unavailable[i] + coalesce(p_failed[i], 0);
-        v_ewma := a.success_ewma;
-        IF v_outcomes > 0 THEN
-            v_ewma := a.success_ewma * power(0.95, v_outcomes)
-                      + (p_ok[i]::double precision / v_outcomes) * (1 - power(0.95, v_outcomes));
-        END IF;
-        v_state := CASE WHEN p_unavailable[i] > 0 AND a.state <> 'paused'
-                        THEN 'offline'::herald.account_state ELSE a.state END;
-        v_state_reason := CASE WHEN p_unavailable[i] > 0 AND a.state <> 'paused'
-                               THEN coalesce(p_reason[i], 'ACCOUNT_UNAVAILABLE')
-                               ELSE a.state_reason END;
-        v_pause := a.pause_failure_rate IS NOT NULL AND a.state <> 'paused' AND v_outcomes > 0
-                   AND a.outcomes_seen + v_outcomes >= 20
-                   AND 1 - v_ewma >= a.pause_failure_rate;
-        IF v_pause THEN
-            v_state := 'paused';
-            v_state_reason := format(
-                'paused itself: %s%% of recent sends failed (pause_failure_rate %s%%)',
-                round(((1 - v_ewma) * 100)::numeric, 1),
-                round((a.pause_failure_rate * 100)::numeric, 1));
-            PERFORM herald.notify_event('account.paused', jsonb_build_object(
-                'namespace', a.namespace, 'account_id', a.id, 'pool', a.pool,
-                'reason', v_state_reason, 'failure_rate', 1 - v_ewma));
-        END IF;
-        UPDATE herald.accounts SET
-            in_flight = greatest(0, a.in_flight - p_released[i]),
-            day_count = CASE WHEN a.day = (v_now AT TIME ZONE a.time_zone)::date
-                             THEN greatest(0, a.day_count - p_refund[i]) ELSE a.day_count END,
-            tokens = v_tokens,
-            tokens_at = v_now,
-            effective_rate = v_rate,
-            success_streak = v_streak,
-            rate_reason = v_reason,
-            rate_changed_at = v_changed_at,
+    WITH f AS (
+        SELECT *
+        FROM unnest(p_ids, p_released, p_refund, p_ok, p_rate_limited, p_retry_after_ms,
+                    p_unavailable, p_failed, p_reason)
+            WITH ORDINALITY AS f(id, released, refund, ok, rate_limited, retry_after_ms,
+                                 unavailable, failed, reason, ord)
+    ),
+    locked AS (
+        SELECT a.*, f.released, f.refund, f.ok, f.rate_limited, f.retry_after_ms,
+               f.unavailable, coalesce(f.failed, 0) AS failed, f.reason
+        FROM f
+        CROSS JOIN LATERAL (
+            SELECT * FROM herald.accounts a
+            WHERE a.namespace = p_namespace AND a.id = f.id
+            FOR UPDATE
+        ) a
+        ORDER BY f.ord
+    ),
+    -- As in reserve_capacity: the clock after the lock, never behind the bucket's. The bucket
+    -- is settled at the old rate before the rate changes.
+    settled AS (
+        SELECT l.*, v.now,
+               least(l.burst::double precision,
+                     l.tokens + greatest(extract(epoch FROM v.now - l.tokens_at), 0)
+                                * l.effective_rate) AS settled_tokens,
+               l.ok + l.rate_limited + l.unavailable + l.failed AS outcomes
+        FROM locked l
+        CROSS JOIN LATERAL (
+            SELECT greatest(coalesce(p_now, herald.clock()), l.tokens_at) AS now
+        ) v
+    ),
+    rated AS (
+        SELECT s.*,
+               CASE WHEN s.rate_limited > 0
+                    THEN greatest(s.rate_per_sec * s.adaptive_floor, s.effective_rate / 2)
+                    WHEN s.ok > 0 THEN up.rate
+                    ELSE s.effective_rate END AS new_rate,
+               CASE WHEN s.rate_limited > 0 THEN 0
+                    WHEN s.ok > 0 THEN up.streak
+                    ELSE s.success_streak END AS new_streak,
+               CASE WHEN s.rate_limited > 0 THEN least(s.settled_tokens, 0)
+                    ELSE s.settled_tokens END AS new_tokens,
+               CASE WHEN s.rate_limited > 0
+                    THEN format('halved to %s/s after the provider answered RATE_LIMITED',
+                                round(greatest(s.rate_per_sec * s.adaptive_floor,
+                                               s.effective_rate / 2)::numeric, 3))
+                    WHEN s.ok > 0 AND up.steps > 0
+                    THEN format('raised to %s/s after %s successes', round(up.rate::numeric, 3),
+                                up.steps * s.recovery_successes)
+                    ELSE s.rate_reason END AS new_reason,
+               CASE WHEN s.rate_limited > 0 OR (s.ok > 0 AND up.steps > 0) THEN s.now
+                    ELSE s.rate_changed_at END AS new_changed_at,
+               -- The recent success rate: each outcome weighs 5 %, so about the last 20 count.
+               CASE WHEN s.outcomes > 0
+                    THEN s.success_ewma * power(0.95, s.outcomes)
+                         + (s.ok::double precision / s.outcomes) * (1 - power(0.95, s.outcomes))
+                    ELSE s.success_ewma END AS new_ewma
+        FROM settled s
+        CROSS JOIN LATERAL herald.raised_rate(s.effective_rate, s.success_streak + s.ok,
+                                              s.rate_per_sec, s.recovery_successes) up
+    ),
+    judged AS (
+        SELECT r.*,
+               r.pause_failure_rate IS NOT NULL AND r.state <> 'paused' AND r.outcomes > 0
+                   AND r.outcomes_seen + r.outcomes >= 20
+                   AND 1 - r.new_ewma >= r.pause_failure_rate AS pause,
+               r.unavailable > 0 AND r.state <> 'paused' AS goes_offline
+        FROM rated r
+    ),
+    updated AS (
+        UPDATE herald.accounts a SET
+            in_flight = greatest(0, j.in_flight - j.released),
+            day_count = CASE WHEN j.day = (j.now AT TIME ZONE j.time_zone)::date
+                             THEN greatest(0, j.day_count - j.refund) ELSE j.day_count END,
+            tokens = j.new_tokens,
+            tokens_at = j.now,
+            effective_rate = j.new_rate,
+            success_streak = j.new_streak,
+            rate_reason = j.new_reason,
+            rate_changed_at = j.new_changed_at,
             throttled_until = CASE
-                WHEN p_rate_limited[i] > 0 AND p_retry_after_ms[i] > 0
-                THEN greatest(coalesce(a.throttled_until, v_now),
-                              v_now + p_retry_after_ms[i] * interval '1 millisecond')
-                ELSE a.throttled_until END,
-            state = v_state,
-            offline_until = CASE WHEN v_state = 'offline' AND p_unavailable[i] > 0
-                                 THEN v_now + a.offline_cooldown_ms * interval '1 millisecond'
-                                 ELSE a.offline_until END,
-            state_reason = v_state_reason,
-            success_ewma = v_ewma,
-            outcomes_seen = a.outcomes_seen + v_outcomes
-        WHERE namespace = p_namespace AND id = a.id;
-    END LOOP;
+                WHEN j.rate_limited > 0 AND j.retry_after_ms > 0
+                THEN greatest(coalesce(j.throttled_until, j.now),
+                              j.now + j.retry_after_ms * interval '1 millisecond')
+                ELSE j.throttled_until END,
+            state = CASE WHEN j.pause THEN 'paused'::herald.account_state
+                         WHEN j.goes_offline THEN 'offline'::herald.account_state
+                         ELSE j.state END,
+            offline_until = CASE WHEN NOT j.pause AND j.goes_offline
+                                 THEN j.now + j.offline_cooldown_ms * interval '1 millisecond'
+                                 ELSE j.offline_until END,
+            state_reason = CASE
+                WHEN j.pause THEN format(
+                    'paused itself: %s%% of recent sends failed (pause_failure_rate %s%%)',
+                    round(((1 - j.new_ewma) * 100)::numeric, 1),
+                    round((j.pause_failure_rate * 100)::numeric, 1))
+                WHEN j.goes_offline THEN coalesce(j.reason, 'ACCOUNT_UNAVAILABLE')
+                ELSE j.state_reason END,
+            success_ewma = j.new_ewma,
+            outcomes_seen = j.outcomes_seen + j.outcomes
+        FROM judged j
+        WHERE a.namespace = p_namespace AND a.id = j.id
+        RETURNING a.namespace, a.id, a.pool, a.state_reason, j.pause, j.new_ewma,
+                  j.max_in_flight IS NOT NULL AND j.in_flight >= j.max_in_flight
+                      AND j.released > 0 AS freed
+    ),
+    announced AS (
+        SELECT count(herald.notify_event('account.paused', jsonb_build_object(
+                   'namespace', u.namespace, 'account_id', u.id, 'pool', u.pool,
+                   'reason', u.state_reason, 'failure_rate', 1 - u.new_ewma))) AS n
+        FROM updated u
+        WHERE u.pause
+    )
+    SELECT coalesce(bool_or(u.freed), false) INTO v_freed
+    FROM updated u, announced;
     RETURN v_freed;
+END
+$$;
+
+-- How far `recovery_successes` runs of successes raise an effective rate towards the configured
+-- one, a quarter of it per run: the rate, the successes left over, and the runs used.
+CREATE OR REPLACE FUNCTION herald.raised_rate(
+    p_rate double precision, p_streak integer, p_configured double precision,
+    p_per_step integer, OUT rate double precision, OUT streak integer, OUT steps integer
+) LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    rate := p_rate;
+    streak := p_streak;
+    steps := 0;
+    WHILE rate < p_configured AND streak >= p_per_step LOOP
+        rate := least(p_configured, rate + p_configured * 0.25);
+        streak := streak - p_per_step;
+        steps := steps + 1;
+    END LOOP;
 END
 $$;
