@@ -35,7 +35,6 @@ use crate::auth::layer::{AuthLayer, AuthPolicy};
 use crate::campaigns::Campaigns;
 use crate::config::Config;
 use crate::lease::session::SessionContext;
-use crate::schedule::Schedules;
 
 /// Starts serving gRPC on `listener` until the replica's servers stop.
 pub(super) fn serve<H>(
@@ -106,13 +105,7 @@ where
         )
         .add_service(
             ScheduleServiceServer::new(ScheduleApi::new(
-                Schedules::new(
-                    replica.store.clone(),
-                    replica.followers.clock.clone(),
-                    config.min_schedule_period,
-                )
-                .source_policy(replica.sources.policy().clone())
-                .duplicate_windows(replica.tasks.duplicate_windows().clone()),
+                replica.schedules(config.min_schedule_period),
             ))
             .max_decoding_message_size(max),
         )

@@ -99,6 +99,20 @@ struct Replica {
     server_stop: CancellationToken,
 }
 
+impl Replica {
+    /// The schedules service as both the gRPC API and the console use it: this replica's
+    /// store, clock, variables-source policy and duplicate windows.
+    fn schedules(&self, min_period: std::time::Duration) -> crate::schedule::Schedules {
+        crate::schedule::Schedules::new(
+            self.store.clone(),
+            self.followers.clock.clone(),
+            min_period,
+        )
+        .source_policy(self.sources.policy().clone())
+        .duplicate_windows(self.tasks.duplicate_windows().clone())
+    }
+}
+
 /// Runs the scheduler until `shutdown` resolves, then drains executors and stops in order.
 /// `on_ready` is called once migrations are applied and both listeners serve.
 pub async fn run(
@@ -200,13 +214,7 @@ fn serve_http(
     let stop = replica.server_stop.clone();
     let console = crate::http::console::Console::new(
         replica.tasks.clone(),
-        crate::schedule::Schedules::new(
-            replica.store.clone(),
-            replica.followers.clock.clone(),
-            config.min_schedule_period,
-        )
-        .source_policy(replica.sources.policy().clone())
-        .duplicate_windows(replica.tasks.duplicate_windows().clone()),
+        replica.schedules(config.min_schedule_period),
     );
     let router = crate::http::router(
         replica.tasks.clone(),
