@@ -29,6 +29,7 @@ pub mod lease;
 pub mod loopback_tls;
 pub mod otlp;
 mod pg_cluster;
+mod poll;
 mod process;
 mod provider;
 mod proxy;
@@ -41,6 +42,7 @@ pub use db::TestDb;
 pub use grpc::{connect_health, connect_lease, connect_tasks, create_task, wait_for_task_state};
 pub use ha_cluster::HaCluster;
 pub use pg_cluster::PgCluster;
+pub use poll::until;
 pub use process::{
     herald_binary, ExecutorBuilder, ExecutorProcess, SchedulerBuilder, SchedulerProcess,
     READY_TIMEOUT,

@@ -3,11 +3,9 @@
 //! window (35 s, `lease/presence.rs`), so another replica's console stops saying a task only
 //! waits for its next claim.
 
-use std::time::Duration;
-
 use anyhow::{ensure, Context, Result};
 use herald_tests::lease::ScriptedExecutor;
-use herald_tests::{connect_tasks, create_task, task_spec, SchedulerProcess, TestDb};
+use herald_tests::{connect_tasks, create_task, task_spec, until, SchedulerProcess, TestDb};
 
 /// The task page of `task` on the console at `base`.
 async fn task_page(base: &str, task: &str) -> Result<String> {
@@ -22,18 +20,10 @@ async fn task_page(base: &str, task: &str) -> Result<String> {
 /// Polls the task page until it names `hold` (the console reads presence on each request).
 async fn until_held_by(base: &str, task: &str, hold: &str) -> Result<()> {
     let marker = format!("data-kind=\"{hold}\"");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let page = task_page(base, task).await?;
-        if page.contains(&marker) {
-            return Ok(());
-        }
-        ensure!(
-            tokio::time::Instant::now() < deadline,
-            "the task page never said {hold:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    until(&format!("the task page to say {hold:?}"), || async {
+        Ok(task_page(base, task).await?.contains(&marker))
+    })
+    .await
 }
 
 #[tokio::test]

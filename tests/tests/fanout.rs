@@ -23,28 +23,11 @@ use herald_proto::v1::{
     StartBulkOperationRequest, TaskFilter, TaskSpec, Template, TemplateContent, TextTemplate,
     VariablesSource,
 };
-use herald_tests::{Response, SchedulerProcess, TestDb, WebhookReceiver};
+use herald_tests::{until, Response, SchedulerProcess, TestDb, WebhookReceiver};
 use tonic::transport::Channel;
 
 /// The signing secret the scheduler is given for variables sources.
 const SECRET: &str = "whsec_c2VjcmV0LWZvci12YXJpYWJsZXMtc291cmNl";
-
-/// Polls until `f` holds (the materialiser works in the background; this is observation).
-async fn until<F, Fut>(what: &str, mut f: F) -> Result<()>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<bool>>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while !f().await? {
-        ensure!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Ok(())
-}
 
 /// Sets the database clock to `at` and waits until the scheduler's own clock follows (its
 /// next fire time of `cron` after "now" is `expect`).

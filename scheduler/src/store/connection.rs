@@ -66,6 +66,7 @@ fn apply_defaults(config: &mut Config) {
         None => {
             config.options(NO_JIT);
         }
+        // Options naming any JIT setting (jit, jit_above_cost, …) are the operator's choice.
         Some(own) if !own.contains("jit") => {
             let both = format!("{own} {NO_JIT}");
             config.options(&both);
