@@ -647,14 +647,17 @@ async fn quality_and_tier_updates_show_in_get_account() -> Result<()> {
         MessagingTier::Limit50
     );
 
-    // An inbound message opens the customer-service window (as RecordInbound does).
+    // An inbound message opens the customer-service window (as RecordInbound does). It is
+    // stamped now: retention forgets pairs whose window closed more than 24 hours ago, and it
+    // may run between the webhook and the read below.
+    let written_at = chrono::Utc::now().timestamp();
     let body = webhook_body(
         WABA,
         "messages",
         json!({"messaging_product": "whatsapp",
                "metadata": {"display_phone_number": "15550783881", "phone_number_id": PHONE_ID},
                "contacts": [{"profile": {"name": "Sheena"}, "wa_id": "16505550009"}],
-               "messages": [{"from": "16505550009", "id": "wamid.IN", "timestamp": "1749416383",
+               "messages": [{"from": "16505550009", "id": "wamid.IN", "timestamp": written_at.to_string(),
                              "type": "text", "text": {"body": "hi"}}]}),
     );
     assert_eq!(stack.fake.post_webhook(&body).await?, 200);
@@ -669,7 +672,7 @@ async fn quality_and_tier_updates_show_in_get_account() -> Result<()> {
         )
         .await?
         .get("inbound_at");
-    assert_eq!(inbound.map(|t| t.timestamp()), Some(1_749_416_383));
+    assert_eq!(inbound.map(|t| t.timestamp()), Some(written_at));
     Ok(())
 }
 
@@ -734,7 +737,7 @@ fn reply_from(from: &str, text: &str) -> serde_json::Value {
     json!({"messaging_product": "whatsapp",
            "metadata": {"display_phone_number": "15550783881", "phone_number_id": PHONE_ID},
            "contacts": [{"profile": {"name": "Sheena"}, "wa_id": from}],
-           "messages": [{"from": from, "id": format!("wamid.IN-{from}"), "timestamp": "1749416383",
+           "messages": [{"from": from, "id": format!("wamid.IN-{from}"), "timestamp": chrono::Utc::now().timestamp().to_string(),
                          "type": "text", "text": {"body": text}}]})
 }
 
