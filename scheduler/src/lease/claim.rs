@@ -6,26 +6,25 @@
 //! 1. [`read_budgets`]: what each account may send now (`herald.account_room`, the one
 //!    definition of the limits);
 //! 2. [`lock_candidates`]: lock due candidates of the routes that have room;
-//! 3. read what the accounts know of the candidates' recipients (spacing, provider blocks,
+//! 3. end the tasks of suppressed recipients, move those whose send window is closed to its
+//!    next opening, read what the accounts know of the recipients (spacing, provider blocks,
 //!    open conversations, last account), and assign pooled tasks to an account of their pool
 //!    ([`routing::assign`], pure and unit-tested: health, stickiness, tiers);
-//! 4. [`reserve`] and [`mark_recipients`]: reserve account capacity atomically
-//!    (`herald.reserve_capacity`) and record recipient sends; whatever a concurrent claim took
-//!    first is dropped here;
-//! 5. move candidates whose send window is closed to its next opening, and lease what is left
-//!    (`lease_assigned.sql`).
+//! 4. grant and lease in one round trip (`grant_leases.sql`, `herald.grant_claim`): reserve
+//!    account capacity atomically (`herald.reserve_capacity`), record recipient sends, give
+//!    back what a concurrent claim took first, and lease the rest.
 //!
 //! The reservation in step 4 is what keeps the limits across replicas: it locks each account row
-//! and grants no more than its room at that instant.
+//! and grants no more than its room at that instant. Doing step 4 in the database keeps those
+//! locks for one statement, not for four round trips (docs/performance.md, S5).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, Utc};
 use deadpool_postgres::Transaction;
 
-use crate::accounts::routing::{self, AccountRoom, Assignment, Candidate};
+use crate::accounts::routing::{self, AccountRoom, Candidate};
 use crate::store::leases::claim::{AccountBudget, ClaimParams};
 use crate::store::transaction;
 use crate::store::{Db, Store, StoreError};
@@ -239,14 +238,15 @@ async fn claim_in(
         .collect();
     let limit = usize::try_from(req.limit).unwrap_or(usize::MAX);
     let assigned = routing::assign(req.namespace, &candidates, &accounts, &facts, limit);
-    let (assigned, granted_at) = reserve(tx, req, assigned).await?;
-    let assigned = mark_recipients(tx, req, &accounts, assigned, &granted_at).await?;
-    // A routed lease is granted at its reserved instant; the rest at the lease's.
-    let leasing: Vec<_> = assigned
+    let tracked: Vec<&str> = accounts
         .iter()
-        .map(|a| (a.id, a.account.as_deref(), granted_at.get(&a.id).copied()))
+        .filter(|a| a.tracks_recipients())
+        .map(|a| a.id.as_str())
         .collect();
-    let leases = tx.leases().lease_assigned(&req.params(), &leasing).await?;
+    let leases = tx
+        .leases()
+        .grant(&req.params(), req.namespace, &assigned, &tracked)
+        .await?;
     let claimed = Claimed {
         leases,
         open_routes,
@@ -312,146 +312,4 @@ async fn lock_candidates(
         .candidates(req.namespace, &wide, &pinned, req.queues)
         .await?;
     Ok((candidates, open_routes))
-}
-
-/// Reserves capacity for the assigned tasks; accounts grant at most their room (and their
-/// tier's room for new conversations) at this instant. Keeps the assignments that got a slot,
-/// gives back the slots of those dropped for want of tier room, and returns the instant each
-/// kept routed task is granted at: its account's reservation instant, or for an account with
-/// human-like gaps the next of its paced instants, in the order the tasks were assigned.
-async fn reserve(
-    tx: &Transaction<'_>,
-    req: &ClaimRequest<'_>,
-    mut assigned: Vec<Assignment>,
-) -> Result<(Vec<Assignment>, HashMap<Uuid, DateTime<Utc>>), StoreError> {
-    let mut wanted: BTreeMap<&str, (i32, i32, i32)> = BTreeMap::new();
-    for a in &assigned {
-        if let Some(acc) = a.account.as_deref() {
-            let w = wanted.entry(acc).or_default();
-            if a.high {
-                w.0 += 1;
-            } else {
-                w.1 += 1;
-            }
-            if a.opens {
-                w.2 += 1;
-            }
-        }
-    }
-    let reservations = tx.leases().reserve(req.namespace, &wanted).await?;
-    let mut instants: HashMap<String, Instants> = HashMap::new();
-    let mut granted: HashMap<String, (i32, i32, i32)> = HashMap::new();
-    for r in reservations {
-        instants.insert(r.account.clone(), Instants::new(r.at, r.times));
-        granted.insert(r.account, (r.high, r.low, r.new));
-    }
-    let mut unused: Vec<String> = Vec::new();
-    assigned.retain(|a| match a.account.as_deref() {
-        None => true,
-        Some(acc) => granted.get_mut(acc).is_some_and(|g| {
-            let slot = if a.high { &mut g.0 } else { &mut g.1 };
-            if *slot == 0 {
-                return false;
-            }
-            *slot -= 1;
-            if a.opens {
-                if g.2 == 0 {
-                    unused.push(acc.to_owned());
-                    return false;
-                }
-                g.2 -= 1;
-            }
-            true
-        }),
-    });
-    if !unused.is_empty() {
-        tx.accounts()
-            .release_slots(req.namespace, &unused, true)
-            .await?;
-    }
-    let granted_at = assigned
-        .iter()
-        .filter_map(|a| {
-            let at = instants.get_mut(a.account.as_deref()?)?.next();
-            Some((a.id, at))
-        })
-        .collect();
-    Ok((assigned, granted_at))
-}
-
-/// The instants an account's reservation grants its sends at, handed out in order.
-struct Instants {
-    at: DateTime<Utc>,
-    paced: std::vec::IntoIter<DateTime<Utc>>,
-}
-
-impl Instants {
-    fn new(at: DateTime<Utc>, paced: Option<Vec<DateTime<Utc>>>) -> Self {
-        Instants {
-            at,
-            paced: paced.unwrap_or_default().into_iter(),
-        }
-    }
-
-    /// The next send's instant: a paced account has one per granted send (a task dropped
-    /// after the reservation leaves its instant unused), any other its reservation's instant.
-    fn next(&mut self) -> DateTime<Utc> {
-        if let Some(t) = self.paced.next() {
-            self.at = t;
-        }
-        self.at
-    }
-}
-
-/// Records recipient sends where the account tracks them (spacing, tier, sticky pool), at each
-/// task's granted instant
-/// (reservations on one account are serialised by its row lock, so these times are in order); a
-/// pair another claim just took comes back refused, its task is dropped and its account slot
-/// given back.
-async fn mark_recipients(
-    tx: &Transaction<'_>,
-    req: &ClaimRequest<'_>,
-    accounts: &[AccountRoom],
-    mut assigned: Vec<Assignment>,
-    granted_at: &HashMap<Uuid, DateTime<Utc>>,
-) -> Result<Vec<Assignment>, StoreError> {
-    let spaced: HashSet<&str> = accounts
-        .iter()
-        .filter(|a| a.tracks_recipients())
-        .map(|a| a.id.as_str())
-        .collect();
-    // One mark per pair: a pair can repeat in a claim where the account does not space sends.
-    let mut seen: HashSet<(&str, &str)> = HashSet::new();
-    let marks: Vec<(&str, &str, DateTime<Utc>, bool)> = assigned
-        .iter()
-        .filter_map(|a| {
-            let acc = a.account.as_deref()?;
-            let at = granted_at.get(&a.id)?;
-            (spaced.contains(acc) && seen.insert((acc, a.recipient.as_str()))).then_some((
-                acc,
-                a.recipient.as_str(),
-                *at,
-                a.opens,
-            ))
-        })
-        .collect();
-    if marks.is_empty() {
-        return Ok(assigned);
-    }
-    let accepted = tx.leases().mark_recipients(req.namespace, &marks).await?;
-    let mut refused: Vec<String> = Vec::new();
-    assigned.retain(|a| match a.account.as_deref() {
-        Some(acc) if spaced.contains(acc) => {
-            let keep = accepted.contains(&(acc.to_string(), a.recipient.clone()));
-            if !keep {
-                refused.push(acc.to_string());
-            }
-            keep
-        }
-        _ => true,
-    });
-    tx.accounts()
-        .release_slots(req.namespace, &refused, true)
-        .await?;
-    Ok(assigned)
 }

@@ -248,6 +248,146 @@ BEGIN
 END
 $$;
 
+-- Grants a routed claim's assignments in one call, after routing chose their accounts: the
+-- reservation (herald.reserve_capacity), the recipient marks and the slots given back, which
+-- were four round trips with the account rows locked across all of them (docs/performance.md,
+-- S5). Inputs are the assignments in the order routing made them, one array element each: task
+-- id, account (NULL: sent by queue), whether it is high priority, whether it opens a new
+-- conversation, its recipient; p_tracked lists the accounts that record sends per recipient
+-- (spacing, the messaging tier, a sticky pool).
+--
+-- Each account grants at most its room: assignments take its high or low slots in order, and
+-- one that would open a conversation beyond the tier's room gives its slot back. Kept sends on
+-- tracked accounts are recorded in recipient_sends at their grant instants (one per pair, the
+-- first in order); a pair a concurrent claim just took is refused and every assignment to it is
+-- dropped, its slot given back. Returns the kept assignments with their grant instants: the
+-- account's reservation instant or, for an account with human-like gaps, the next of its paced
+-- instants in order (an instant of a send dropped for its recipient stays unused); NULL for
+-- assignments sent by queue.
+CREATE OR REPLACE FUNCTION herald.grant_claim(
+    p_namespace text, p_ids uuid[], p_accounts text[], p_high boolean[], p_opens boolean[],
+    p_recipients text[], p_tracked text[]
+) RETURNS TABLE (out_id uuid, out_account text, out_at timestamptz)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_kept_ids uuid[];
+    v_kept_accounts text[];
+    v_kept_at timestamptz[];
+    v_released text[];
+BEGIN
+    WITH assigned AS (
+        SELECT *
+        FROM unnest(p_ids, p_accounts, p_high, p_opens, p_recipients)
+            WITH ORDINALITY AS a(id, account, high, opens, recipient, ord)
+    ),
+    -- Sorted by account, so concurrent claims lock account rows in one order.
+    wanted AS (
+        SELECT array_agg(w.account ORDER BY w.account) AS ids,
+               array_agg(w.high ORDER BY w.account) AS high,
+               array_agg(w.low ORDER BY w.account) AS low,
+               array_agg(w.new ORDER BY w.account) AS new
+        FROM (
+            SELECT a.account, (count(*) FILTER (WHERE a.high))::integer AS high,
+                   (count(*) FILTER (WHERE NOT a.high))::integer AS low,
+                   (count(*) FILTER (WHERE a.opens))::integer AS new
+            FROM assigned a
+            WHERE a.account IS NOT NULL
+            GROUP BY a.account
+        ) w
+    ),
+    reserved AS MATERIALIZED (
+        SELECT r.*
+        FROM wanted w
+        CROSS JOIN LATERAL herald.reserve_capacity(p_namespace, w.ids, w.high, w.low, w.new) r
+        WHERE w.ids IS NOT NULL
+    ),
+    -- A slot of its class (high or low), in assignment order.
+    slotted AS (
+        SELECT a.*, r.out_new, r.out_at, r.out_times,
+               a.account IS NULL
+               OR row_number() OVER (PARTITION BY a.account, a.high ORDER BY a.ord)
+                  <= coalesce(CASE WHEN a.high THEN r.out_high ELSE r.out_low END, 0) AS slot
+        FROM assigned a
+        LEFT JOIN reserved r ON r.out_account = a.account
+    ),
+    -- Of those with a slot that open a conversation, the first out_new may.
+    tiered AS (
+        SELECT s.*,
+               s.slot AND (s.account IS NULL OR NOT s.opens
+                           OR row_number() OVER (PARTITION BY s.account, s.slot AND s.opens
+                                                 ORDER BY s.ord) <= s.out_new) AS kept
+        FROM slotted s
+    ),
+    -- The kept sends' instants, handed out in order.
+    timed AS (
+        SELECT t.*,
+               CASE WHEN t.account IS NULL OR NOT t.kept THEN NULL
+                    WHEN cardinality(t.out_times) > 0
+                    THEN t.out_times[least(row_number() OVER (PARTITION BY t.account, t.kept
+                                                              ORDER BY t.ord),
+                                           cardinality(t.out_times))]
+                    ELSE t.out_at END AS at,
+               coalesce(t.account = ANY(p_tracked), false) AS tracked
+        FROM tiered t
+    ),
+    -- As store/leases/mark_recipients.sql did: a pair whose last send is too recent (or which
+    -- the provider blocked) is not updated and not returned. A concurrent claim inserting the
+    -- same pair waits for ours to commit, then finds the fresh row and is refused the same way.
+    marked AS (
+        INSERT INTO herald.recipient_sends AS s (namespace, account_id, recipient, last_sent_at,
+                                                 opened_at)
+        SELECT DISTINCT ON (t.account, t.recipient)
+               p_namespace, t.account, t.recipient, t.at, CASE WHEN t.opens THEN t.at END
+        FROM timed t
+        WHERE t.kept AND t.tracked
+        ORDER BY t.account, t.recipient, t.ord
+        ON CONFLICT (namespace, account_id, recipient) DO UPDATE
+        SET last_sent_at = EXCLUDED.last_sent_at,
+            opened_at = COALESCE(EXCLUDED.opened_at, s.opened_at)
+        WHERE (s.blocked_until IS NULL OR s.blocked_until <= EXCLUDED.last_sent_at)
+          AND s.last_sent_at <= EXCLUDED.last_sent_at - COALESCE(
+                (SELECT a.recipient_interval_ms FROM herald.accounts a
+                 WHERE a.namespace = s.namespace AND a.id = s.account_id), 0)
+              * interval '1 millisecond'
+        RETURNING s.account_id, s.recipient
+    ),
+    decided AS (
+        SELECT t.id, t.account, t.at, t.ord,
+               t.kept AND (NOT t.tracked OR m.account_id IS NOT NULL) AS leased,
+               -- A slot taken and not used: no tier room, or the recipient was refused.
+               t.slot AND t.account IS NOT NULL AS had_slot
+        FROM timed t
+        -- A join, not a probe per row: marked holds one row per pair.
+        LEFT JOIN marked m ON m.account_id = t.account AND m.recipient = t.recipient
+    )
+    SELECT array_agg(d.id ORDER BY d.ord) FILTER (WHERE d.leased),
+           array_agg(d.account ORDER BY d.ord) FILTER (WHERE d.leased),
+           array_agg(d.at ORDER BY d.ord) FILTER (WHERE d.leased),
+           array_agg(d.account ORDER BY d.account) FILTER (WHERE d.had_slot AND NOT d.leased)
+    INTO v_kept_ids, v_kept_accounts, v_kept_at, v_released
+    FROM decided d;
+
+    -- The rows are locked already, by the reservation; one element per account, as
+    -- account_feedback takes them.
+    IF v_released IS NOT NULL THEN
+        PERFORM herald.account_feedback(
+            p_namespace, array_agg(r.account ORDER BY r.account),
+            array_agg(r.n ORDER BY r.account), array_agg(r.n ORDER BY r.account),
+            array_fill(0, ARRAY[count(*)::integer]), array_fill(0, ARRAY[count(*)::integer]),
+            array_fill(0::bigint, ARRAY[count(*)::integer]),
+            array_fill(0, ARRAY[count(*)::integer]), array_fill(0, ARRAY[count(*)::integer]),
+            array_fill(NULL::text, ARRAY[count(*)::integer]))
+        FROM (SELECT u.account, count(*)::integer AS n
+              FROM unnest(v_released) AS u(account)
+              GROUP BY u.account) r;
+    END IF;
+
+    RETURN QUERY
+    SELECT k.id, k.account, k.at
+    FROM unnest(v_kept_ids, v_kept_accounts, v_kept_at) AS k(id, account, at);
+END
+$$;
+
 -- Applies what reports, expiries and releases say about accounts, one row per account:
 -- frees in-flight slots, refunds the daily count of leases that sent nothing, halves the
 -- effective rate on RATE_LIMITED (down to the floor) and pauses the account for retry_after,

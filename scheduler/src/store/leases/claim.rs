@@ -1,10 +1,10 @@
 //! The claim's statements, one method per step: the one-statement claim by queue, and the steps
 //! of a routed claim (read each account's room, lock due candidates, read what is known of
-//! their recipients, reserve capacity, record recipient sends, move tasks whose send window is
-//! closed, lease). `lease/claim.rs` runs them in one
+//! their recipients, move tasks whose send window is closed, then grant and lease in one round
+//! trip: reserve capacity, record recipient sends, lease). `lease/claim.rs` runs them in one
 //! transaction and decides between them.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 
 use std::sync::LazyLock;
 
@@ -13,7 +13,7 @@ use deadpool_postgres::GenericClient;
 use uuid::Uuid;
 
 use super::LeaseRepo;
-use crate::accounts::routing::{AccountRoom, Candidate, PairFacts};
+use crate::accounts::routing::{AccountRoom, Assignment, Candidate, PairFacts};
 use crate::store::sql::{column, statement, Statement};
 use crate::store::tasks::columns::with_columns;
 use crate::store::StoreError;
@@ -71,21 +71,15 @@ static NEXT_DUE: LazyLock<Statement> = LazyLock::new(|| {
         ),
     )
 });
-static LEASE_ASSIGNED: LazyLock<Statement> = LazyLock::new(|| {
+static GRANT_LEASES: LazyLock<Statement> = LazyLock::new(|| {
     Statement::built(
-        "lease_assigned",
-        with_columns(include_str!("lease_assigned.sql")),
+        "grant_leases",
+        with_columns(include_str!("grant_leases.sql")),
     )
 });
 const ACCOUNT_BUDGETS: Statement = statement!("account_budgets");
 const RECIPIENT_FACTS: Statement = statement!("recipient_facts");
 const DEFER_TO_WINDOW: Statement = statement!("defer_to_window");
-const RESERVE_CAPACITY: Statement = statement!("reserve_capacity");
-const MARK_RECIPIENTS: Statement = statement!("mark_recipients");
-
-/// A task to lease: its id, its account (None: by queue) and its grant instant (None: the
-/// lease's own).
-pub type Assigned<'a> = (Uuid, Option<&'a str>, Option<DateTime<Utc>>);
 
 /// What the executor asks for, as the claim statements take it.
 #[derive(Debug, Clone, Copy)]
@@ -111,24 +105,6 @@ pub struct AccountBudget {
     /// How long until time alone gives room again, in milliseconds (None: only an event
     /// will).
     pub available_in_ms: Option<f64>,
-}
-
-/// Capacity an account granted a claim.
-#[derive(Debug, Clone)]
-pub struct Reservation {
-    /// Account id.
-    pub account: String,
-    /// High-priority sends granted.
-    pub high: i32,
-    /// Other sends granted.
-    pub low: i32,
-    /// How many of them may open a new conversation.
-    pub new: i32,
-    /// The reservation's instant: the grant time of its leases.
-    pub at: DateTime<Utc>,
-    /// For an account with human-like gaps, the paced instant of each granted send (the first
-    /// is `at`); None otherwise, when every send is granted at `at`.
-    pub times: Option<Vec<DateTime<Utc>>>,
 }
 
 impl<C: GenericClient> LeaseRepo<'_, C> {
@@ -261,73 +237,37 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
             .collect()
     }
 
-    /// Reserves capacity: high- and low-priority sends, and new conversations, wanted per
-    /// account (sorted by id, so concurrent claims lock account rows in one order).
-    pub async fn reserve(
-        &self,
-        namespace: &str,
-        wanted: &BTreeMap<&str, (i32, i32, i32)>,
-    ) -> Result<Vec<Reservation>, StoreError> {
-        if wanted.is_empty() {
-            return Ok(Vec::new());
-        }
-        let ids: Vec<&str> = wanted.keys().copied().collect();
-        let highs: Vec<i32> = wanted.values().map(|w| w.0).collect();
-        let lows: Vec<i32> = wanted.values().map(|w| w.1).collect();
-        let new: Vec<i32> = wanted.values().map(|w| w.2).collect();
-        RESERVE_CAPACITY
-            .query(self.db, &[&namespace, &ids, &highs, &lows, &new])
-            .await?
-            .iter()
-            .map(|r| {
-                Ok(Reservation {
-                    account: column(r, "out_account")?,
-                    high: column(r, "out_high")?,
-                    low: column(r, "out_low")?,
-                    new: column(r, "out_new")?,
-                    at: column(r, "out_at")?,
-                    times: column(r, "out_times")?,
-                })
-            })
-            .collect()
-    }
-
-    /// Records sends (account, recipient, instant, opens a conversation) on accounts that
-    /// track recipients, one per pair; returns the pairs accepted (a pair sent to too recently
-    /// by a concurrent claim is refused).
-    pub async fn mark_recipients(
-        &self,
-        namespace: &str,
-        marks: &[(&str, &str, DateTime<Utc>, bool)],
-    ) -> Result<HashSet<(String, String)>, StoreError> {
-        if marks.is_empty() {
-            return Ok(HashSet::new());
-        }
-        let ids: Vec<&str> = marks.iter().map(|m| m.0).collect();
-        let recipients: Vec<&str> = marks.iter().map(|m| m.1).collect();
-        let times: Vec<DateTime<Utc>> = marks.iter().map(|m| m.2).collect();
-        let opens: Vec<bool> = marks.iter().map(|m| m.3).collect();
-        pairs(
-            MARK_RECIPIENTS
-                .query(self.db, &[&namespace, &ids, &recipients, &times, &opens])
-                .await?,
-        )
-    }
-
-    /// Leases assigned tasks, each with its account (None: by queue) and grant instant (None:
-    /// the lease's own).
-    pub async fn lease_assigned(
+    /// Grants routed assignments (in routing's order) and leases what was granted, in one
+    /// round trip (`grant_leases.sql`, `herald.grant_claim`): each account grants at most its
+    /// room, sends on `tracked` accounts are recorded per recipient (a pair a concurrent claim
+    /// just took is refused), and unused slots are given back. Assignments without an account
+    /// are leased as they are.
+    pub async fn grant(
         &self,
         p: &ClaimParams<'_>,
-        assigned: &[Assigned<'_>],
+        namespace: &str,
+        assigned: &[Assignment],
+        tracked: &[&str],
     ) -> Result<Vec<GrantedLease>, StoreError> {
-        let ids: Vec<Uuid> = assigned.iter().map(|a| a.0).collect();
-        let accounts: Vec<Option<&str>> = assigned.iter().map(|a| a.1).collect();
-        let granted_at: Vec<Option<DateTime<Utc>>> = assigned.iter().map(|a| a.2).collect();
-        LEASE_ASSIGNED
+        let ids: Vec<Uuid> = assigned.iter().map(|a| a.id).collect();
+        let accounts: Vec<Option<&str>> = assigned.iter().map(|a| a.account.as_deref()).collect();
+        let high: Vec<bool> = assigned.iter().map(|a| a.high).collect();
+        let opens: Vec<bool> = assigned.iter().map(|a| a.opens).collect();
+        let recipients: Vec<&str> = assigned.iter().map(|a| a.recipient.as_str()).collect();
+        GRANT_LEASES
             .fetch(
                 self.db,
-                &[&ids, &accounts, &p.executor_id, &p.ttl_ms, &granted_at],
+                &[
+                    &namespace,
+                    &ids,
+                    &accounts,
+                    &high,
+                    &opens,
+                    &recipients,
+                    &tracked,
+                    &p.executor_id,
+                    &p.ttl_ms,
+                ],
             )
             .await
     }
@@ -344,12 +284,6 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
         let at: Option<DateTime<Utc>> = column(&row, "run_at")?;
         Ok(wait_ms.zip(at))
     }
-}
-
-fn pairs(rows: Vec<tokio_postgres::Row>) -> Result<HashSet<(String, String)>, StoreError> {
-    rows.iter()
-        .map(|r| Ok((column(r, "account_id")?, column(r, "recipient")?)))
-        .collect()
 }
 
 #[cfg(test)]

@@ -1,0 +1,205 @@
+//! `herald.grant_claim`, the routed claim's grant step (#18): reservation, recipient marks and
+//! slots given back in one call. Driven here directly on a migrated database, so each rule is
+//! seen without routing in front of it: assignments take their account's slots in order, one
+//! that would open a conversation past the tier's room gives its slot back, a recipient sent to
+//! within the interval is refused with its slot given back, sends by queue pass as they are, and
+//! an account with gaps grants each send its own instant.
+
+use anyhow::{Context, Result};
+use chrono::{DateTime, Utc};
+use herald_tests::{SchedulerProcess, TestDb};
+use tokio_postgres::Client;
+use uuid::Uuid;
+
+/// A migrated database (the scheduler applies the migrations) with pool `p` and `accounts`,
+/// each given room for `room` sends at once and then adjusted by `extra` SQL.
+async fn database(accounts: &[&str], room: i32, extra: &str) -> Result<(TestDb, Client)> {
+    let db = TestDb::new().await?;
+    // Started and stopped: only its migrations are wanted.
+    drop(SchedulerProcess::spawn(&db).await?);
+    let conn = db.connect().await?;
+    conn.execute(
+        "INSERT INTO herald.pools (namespace, name) VALUES ('default', 'p')",
+        &[],
+    )
+    .await?;
+    for id in accounts {
+        conn.execute(
+            "INSERT INTO herald.accounts (namespace, id, sender_kind, pool, credentials_ref,
+                                          rate_per_sec, burst, effective_rate, tokens,
+                                          max_in_flight, high_priority_reserve)
+             VALUES ('default', $1, 'webhook', 'p', $1, 1000, 1000, 1000, 1000, $2, 0)",
+            &[id, &room],
+        )
+        .await?;
+    }
+    conn.batch_execute(extra).await?;
+    Ok((db, conn))
+}
+
+/// One assignment as routing makes it.
+struct Assign<'a> {
+    account: Option<&'a str>,
+    high: bool,
+    opens: bool,
+    recipient: &'a str,
+}
+
+fn to<'a>(account: &'a str, recipient: &'a str) -> Assign<'a> {
+    Assign {
+        account: Some(account),
+        high: false,
+        opens: false,
+        recipient,
+    }
+}
+
+/// Calls grant_claim with fresh task ids; returns the ids and, per id granted, its account and
+/// instant, in the order returned.
+async fn grant(
+    conn: &Client,
+    assigned: &[Assign<'_>],
+    tracked: &[&str],
+) -> Result<(
+    Vec<Uuid>,
+    Vec<(Uuid, Option<String>, Option<DateTime<Utc>>)>,
+)> {
+    let ids: Vec<Uuid> = assigned.iter().map(|_| Uuid::new_v4()).collect();
+    let accounts: Vec<Option<&str>> = assigned.iter().map(|a| a.account).collect();
+    let high: Vec<bool> = assigned.iter().map(|a| a.high).collect();
+    let opens: Vec<bool> = assigned.iter().map(|a| a.opens).collect();
+    let recipients: Vec<&str> = assigned.iter().map(|a| a.recipient).collect();
+    let rows = conn
+        .query(
+            "SELECT out_id, out_account, out_at FROM herald.grant_claim(
+                 'default', $1, $2, $3, $4, $5, $6)",
+            &[&ids, &accounts, &high, &opens, &recipients, &tracked],
+        )
+        .await
+        .context("grant_claim")?;
+    let granted = rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    Ok((ids, granted))
+}
+
+/// (in_flight, day_count) of an account.
+async fn counts(conn: &Client, account: &str) -> Result<(i32, i32)> {
+    let row = conn
+        .query_one(
+            "SELECT in_flight, day_count FROM herald.accounts WHERE id = $1",
+            &[&account],
+        )
+        .await?;
+    Ok((row.get(0), row.get(1)))
+}
+
+#[tokio::test]
+async fn assignments_take_their_accounts_room_in_order_and_a_conversation_past_the_tier_gives_its_slot_back(
+) -> Result<()> {
+    // "a" has room for two sends; "b" for many, but its tier allows one new conversation.
+    let (_db, conn) = database(
+        &["a", "b"],
+        2,
+        "UPDATE herald.accounts SET max_in_flight = 10, tier_limit = 1, tier_used = 0,
+                tier_counted_at = now() WHERE id = 'b'",
+    )
+    .await?;
+    let opening = |recipient| Assign {
+        opens: true,
+        ..to("b", recipient)
+    };
+    let by_queue = Assign {
+        account: None,
+        high: false,
+        opens: false,
+        recipient: "q",
+    };
+    let (ids, granted) = grant(
+        &conn,
+        &[
+            to("a", "r1"),
+            to("a", "r2"),
+            to("a", "r3"),
+            by_queue,
+            opening("r5"),
+            opening("r6"),
+        ],
+        &[],
+    )
+    .await?;
+    let granted_ids: Vec<Uuid> = granted.iter().map(|g| g.0).collect();
+    assert_eq!(
+        granted_ids,
+        vec![ids[0], ids[1], ids[3], ids[4]],
+        "the first two of a, the send by queue and b's first conversation, in order"
+    );
+    let by_queue = granted.iter().find(|g| g.0 == ids[3]).context("by queue")?;
+    assert_eq!((by_queue.1.as_deref(), by_queue.2), (None, None));
+    assert!(granted
+        .iter()
+        .filter(|g| g.0 != ids[3])
+        .all(|g| g.2.is_some()));
+    assert_eq!(counts(&conn, "a").await?, (2, 2), "a's third had no slot");
+    assert_eq!(
+        counts(&conn, "b").await?,
+        (1, 1),
+        "b reserved two; the one past the tier gave its slot and its day back"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_recipient_sent_to_within_the_interval_is_refused_and_its_slot_given_back() -> Result<()>
+{
+    // A concurrent claim marked r1 a moment ago; the interval is 6 s.
+    let (_db, conn) = database(
+        &["c"],
+        10,
+        "UPDATE herald.accounts SET recipient_interval_ms = 6000;
+         INSERT INTO herald.recipient_sends (namespace, account_id, recipient, last_sent_at)
+         VALUES ('default', 'c', 'r1', now())",
+    )
+    .await?;
+    let (ids, granted) = grant(&conn, &[to("c", "r1"), to("c", "r2")], &["c"]).await?;
+    let granted_ids: Vec<Uuid> = granted.iter().map(|g| g.0).collect();
+    assert_eq!(granted_ids, vec![ids[1]]);
+    assert_eq!(counts(&conn, "c").await?, (1, 1), "r1's slot given back");
+    let marked: DateTime<Utc> = conn
+        .query_one(
+            "SELECT last_sent_at FROM herald.recipient_sends WHERE recipient = 'r2'",
+            &[],
+        )
+        .await?
+        .get(0);
+    assert_eq!(Some(marked), granted[0].2, "marked at its grant instant");
+
+    // An account that does not record sends per recipient is not refused.
+    let (ids, granted) = grant(&conn, &[to("c", "r1")], &[]).await?;
+    assert_eq!(granted.len(), 1);
+    assert_eq!(granted[0].0, ids[0]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_account_with_gaps_grants_each_send_its_own_later_instant() -> Result<()> {
+    let (_db, conn) = database(
+        &["d"],
+        10,
+        "UPDATE herald.accounts SET gap_min_ms = 100, gap_max_ms = 200",
+    )
+    .await?;
+    let (_, granted) = grant(&conn, &[to("d", "r1"), to("d", "r2"), to("d", "r3")], &[]).await?;
+    let instants: Vec<DateTime<Utc>> = granted.iter().filter_map(|g| g.2).collect();
+    assert_eq!(instants.len(), 3, "{granted:?}");
+    for pair in instants.windows(2) {
+        let gap = pair[1] - pair[0];
+        assert!(
+            gap >= chrono::Duration::milliseconds(100)
+                && gap <= chrono::Duration::milliseconds(200),
+            "a drawn gap between consecutive sends: {gap}"
+        );
+    }
+    Ok(())
+}
