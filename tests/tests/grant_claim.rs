@@ -3,7 +3,8 @@
 //! seen without routing in front of it: assignments take their account's slots in order, one
 //! that would open a conversation past the tier's room gives its slot back, a recipient sent to
 //! within the interval is refused with its slot given back, sends by queue pass as they are, and
-//! an account with gaps grants each send its own instant.
+//! an account with gaps grants each send its own instant. And claims and report batches working
+//! on the same accounts at once lock them in one order, so they never deadlock.
 
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
@@ -201,5 +202,63 @@ async fn an_account_with_gaps_grants_each_send_its_own_later_instant() -> Result
             "a drawn gap between consecutive sends: {gap}"
         );
     }
+    Ok(())
+}
+
+#[tokio::test]
+async fn concurrent_reservations_and_feedback_on_the_same_accounts_never_deadlock() -> Result<()> {
+    // Claims reserve on accounts and give unused slots back; report batches apply outcomes to
+    // the same accounts. Each locks the rows in the order it is given (sorted by its caller).
+    // Two claim sessions and two report sessions run at once on eight shared accounts; a
+    // function locking in another order deadlocks here within a few rounds.
+    let ids: Vec<String> = (0..8).map(|i| format!("acct-{i}")).collect();
+    let names: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let (db, _conn) = database(&names, 1_000_000, "").await?;
+    let mut sessions = tokio::task::JoinSet::new();
+    for session in 0..4 {
+        let mut conn = db.connect().await?;
+        let ids = ids.clone();
+        let claims = session % 2 == 0;
+        sessions.spawn(async move {
+            let ones = vec![1_i32; ids.len()];
+            let zeros = vec![0_i32; ids.len()];
+            let no_wait = vec![0_i64; ids.len()];
+            let no_reason: Vec<Option<&str>> = vec![None; ids.len()];
+            for _ in 0..40 {
+                let tx = conn.transaction().await?;
+                if claims {
+                    tx.query(
+                        "SELECT * FROM herald.reserve_capacity('default', $1, $2, $3, $2)",
+                        &[&ids, &zeros, &ones],
+                    )
+                    .await
+                    .context("reserve")?;
+                }
+                // A claim gives its slots back; a report batch records successes.
+                let (released, ok) = if claims {
+                    (&ones, &zeros)
+                } else {
+                    (&zeros, &ones)
+                };
+                tx.query(
+                    "SELECT herald.account_feedback('default', $1, $2, $2, $3, $4, $5, $4, $4, $6)",
+                    &[&ids, released, ok, &zeros, &no_wait, &no_reason],
+                )
+                .await
+                .context("feedback")?;
+                tx.commit().await?;
+            }
+            anyhow::Ok(())
+        });
+    }
+    while let Some(session) = sessions.join_next().await {
+        session??;
+    }
+    let conn = db.connect().await?;
+    let in_flight: i64 = conn
+        .query_one("SELECT sum(in_flight)::bigint FROM herald.accounts", &[])
+        .await?
+        .get(0);
+    assert_eq!(in_flight, 0, "every slot reserved was given back");
     Ok(())
 }
