@@ -454,6 +454,35 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn columns_are_found_by_name_in_any_order_and_a_missing_one_is_named() {
+        let admin = std::env::var("HERALD_TEST_PG_URL")
+            .unwrap_or_else(|_| panic!("HERALD_TEST_PG_URL is not set; run script/test"));
+        let store = Store::connect(&admin, 1).unwrap_or_else(|e| panic!("{e}"));
+        let conn = store.conn().await.unwrap_or_else(|e| panic!("{e}"));
+        let row = conn
+            .query_one("SELECT 1::int4 AS a, 'x'::text AS b, 3::int4 AS c", &[])
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut columns = sql::Columns::new(&row);
+        // In order, then back to the first, then past the end and round again.
+        assert_eq!(columns.get::<i32>("a").ok(), Some(1));
+        assert_eq!(columns.get::<&str>("b").ok(), Some("x"));
+        assert_eq!(columns.get::<i32>("a").ok(), Some(1));
+        assert_eq!(columns.get::<i32>("c").ok(), Some(3));
+        assert_eq!(columns.get::<&str>("b").ok(), Some("x"));
+        let missing = columns.get::<i32>("d").err().map(|e| e.to_string());
+        assert!(
+            missing.as_deref().is_some_and(|m| m.contains("column d")),
+            "{missing:?}"
+        );
+        let mistyped = columns.get::<i32>("b").err().map(|e| e.to_string());
+        assert!(
+            mistyped.as_deref().is_some_and(|m| m.contains("column b")),
+            "{mistyped:?}"
+        );
+    }
+
+    #[tokio::test]
     async fn a_transaction_whose_server_turned_read_only_runs_again_on_a_fresh_connection() {
         let store = store().await;
         let conn = store.conn().await.unwrap_or_else(|e| panic!("{e}"));

@@ -8,7 +8,7 @@ use chrono::{DateTime, NaiveTime, Utc};
 use tokio_postgres::Row;
 use uuid::Uuid;
 
-use crate::store::sql::{column, FromRow};
+use crate::store::sql::{column, Columns, FromRow};
 use crate::store::StoreError;
 use crate::tasks::model::{
     CancelOutcome, DueAt, EndReason, GrantedLease, NewTask, Origin, RetryPolicy, SendWindow,
@@ -324,104 +324,155 @@ const _: () = assert!(INSERT_INPUTS.len() + 1 == 31);
 
 /// Reads a task state column written as text.
 pub fn state(row: &Row, name: &str) -> Result<TaskState, StoreError> {
-    let s: &str = column(row, name)?;
+    parse_state(column(row, name)?)
+}
+
+fn parse_state(s: &str) -> Result<TaskState, StoreError> {
     TaskState::parse(s).ok_or_else(|| StoreError::Corrupt(format!("task state {s:?}")))
 }
 
 /// Reads a task's end reason column written as text (NULL while the task has not ended).
 pub fn end_reason(row: &Row, name: &str) -> Result<Option<EndReason>, StoreError> {
-    let s: Option<&str> = column(row, name)?;
+    parse_end_reason(column(row, name)?)
+}
+
+fn parse_end_reason(s: Option<&str>) -> Result<Option<EndReason>, StoreError> {
     s.map(|s| EndReason::parse(s).ok_or_else(|| StoreError::Corrupt(format!("end reason {s:?}"))))
         .transpose()
 }
 
 /// Labels are written as a JSON object of strings; anything else reads as no labels.
 pub fn labels(row: &Row, name: &str) -> Result<BTreeMap<String, String>, StoreError> {
-    let value: serde_json::Value = column(row, name)?;
-    Ok(serde_json::from_value(value).unwrap_or_default())
+    Ok(parse_labels(column(row, name)?))
+}
+
+fn parse_labels(value: serde_json::Value) -> BTreeMap<String, String> {
+    serde_json::from_value(value).unwrap_or_default()
 }
 
 impl FromRow for TaskRecord {
+    /// Reads in TASK_COLUMNS order (see [`Columns`]).
     fn from_row(r: &Row) -> Result<Self, StoreError> {
-        let delays: Vec<i64> = column(r, "retry_delays_ms")?;
+        let mut c = Columns::new(r);
+        let id = c.get("id")?;
+        let queue = c.get("queue")?;
+        let recipient = c.get("recipient")?;
+        let content = c.get("content")?;
+        let labels = parse_labels(c.get("labels")?);
+        let state = parse_state(c.get("state")?)?;
+        let priority = c.get("priority")?;
+        let run_at = c.get("run_at")?;
+        let expire_at = c.get("expire_at")?;
+        let idempotency_key = c.get("idempotency_key")?;
+        let lease_count = c.get("lease_count")?;
+        let attempts = c.get("attempts")?;
+        let max_attempts = c.get("max_attempts")?;
+        let delays: Vec<i64> = c.get("retry_delays_ms")?;
+        let (initial_ms, max_ms, multiplier, jitter) = (
+            c.get("backoff_initial_ms")?,
+            c.get("backoff_max_ms")?,
+            c.get("backoff_multiplier")?,
+            c.get("backoff_jitter")?,
+        );
         let retry = if delays.is_empty() {
             RetryPolicy::Exponential {
-                initial_ms: column(r, "backoff_initial_ms")?,
-                max_ms: column(r, "backoff_max_ms")?,
-                multiplier: column(r, "backoff_multiplier")?,
-                jitter: column(r, "backoff_jitter")?,
+                initial_ms,
+                max_ms,
+                multiplier,
+                jitter,
             }
         } else {
             RetryPolicy::Delays(delays)
         };
-        let cancel: Option<i16> = column(r, "cancel_outcome")?;
+        let executor_id = c.get("executor_id")?;
+        let leased_at = c.get("leased_at")?;
+        let lease_expires_at = c.get("lease_expires_at")?;
+        let cancel: Option<i16> = c.get("cancel_outcome")?;
         Ok(TaskRecord {
-            id: column(r, "id")?,
-            queue: column(r, "queue")?,
-            recipient: column(r, "recipient")?,
-            content: column(r, "content")?,
-            labels: labels(r, "labels")?,
-            state: state(r, "state")?,
-            priority: column(r, "priority")?,
-            run_at: column(r, "run_at")?,
-            expire_at: column(r, "expire_at")?,
-            idempotency_key: column(r, "idempotency_key")?,
-            lease_count: column(r, "lease_count")?,
-            attempts: column(r, "attempts")?,
-            max_attempts: column(r, "max_attempts")?,
+            id,
+            queue,
+            recipient,
+            content,
+            labels,
+            state,
+            priority,
+            run_at,
+            expire_at,
+            idempotency_key,
+            lease_count,
+            attempts,
+            max_attempts,
             retry,
-            executor_id: column(r, "executor_id")?,
-            leased_at: column(r, "leased_at")?,
-            lease_expires_at: column(r, "lease_expires_at")?,
+            executor_id,
+            leased_at,
+            lease_expires_at,
             cancel_outcome: cancel.and_then(CancelOutcome::from_code),
-            last_error: column(r, "last_error")?,
-            created_at: column(r, "created_at")?,
-            updated_at: column(r, "updated_at")?,
-            finished_at: column(r, "finished_at")?,
-            pool: column(r, "pool")?,
-            account_id: column(r, "account_id")?,
+            last_error: c.get("last_error")?,
+            created_at: c.get("created_at")?,
+            updated_at: c.get("updated_at")?,
+            finished_at: c.get("finished_at")?,
+            pool: c.get("pool")?,
+            account_id: c.get("account_id")?,
             send_window: SendWindow::from_columns(
-                column(r, "window_start")?,
-                column(r, "window_end")?,
-                column(r, "window_zone")?,
-                column(r, "window_spread_ms")?,
+                c.get("window_start")?,
+                c.get("window_end")?,
+                c.get("window_zone")?,
+                c.get("window_spread_ms")?,
             ),
-            end_reason: end_reason(r, "end_reason")?,
-            end_code: column(r, "end_code")?,
-            trace_parent: column(r, "trace_parent")?,
-            campaign_id: column(r, "campaign_id")?,
-            schedule_id: column(r, "schedule_id")?,
-            audience_id: column(r, "audience_id")?,
-            parked: column::<String>(r, "route")?.starts_with("paused:"),
-            window_closed_fallback: column(r, "window_closed_fallback")?,
-            window_closed_fallback_at: column(r, "window_closed_fallback_at")?,
-            fallback_replaces: column(r, "fallback_replaces")?,
+            end_reason: parse_end_reason(c.get("end_reason")?)?,
+            end_code: c.get("end_code")?,
+            trace_parent: c.get("trace_parent")?,
+            campaign_id: c.get("campaign_id")?,
+            schedule_id: c.get("schedule_id")?,
+            audience_id: c.get("audience_id")?,
+            parked: c.get::<&str>("route")?.starts_with("paused:"),
+            window_closed_fallback: c.get("window_closed_fallback")?,
+            window_closed_fallback_at: c.get("window_closed_fallback_at")?,
+            fallback_replaces: c.get("fallback_replaces")?,
         })
     }
 }
 
 impl FromRow for GrantedLease {
+    /// Reads in LEASE_COLUMNS order, then the statements' account_id and credentials_ref (see
+    /// [`Columns`]).
     fn from_row(r: &Row) -> Result<Self, StoreError> {
+        let mut c = Columns::new(r);
+        let task_id = c.get("task_id")?;
+        let attempt = c.get("attempt")?;
+        let queue = c.get("queue")?;
+        let recipient = c.get("recipient")?;
+        let content = c.get("content")?;
+        let window_closed_fallback = c.get("window_closed_fallback")?;
+        let idempotency_key = c.get("idempotency_key")?;
+        let run_at = c.get("run_at")?;
+        let leased_at = c.get("leased_at")?;
+        let expires_at = c.get("expires_at")?;
+        let attempts_before = c.get("attempts_before")?;
+        let max_attempts = c.get("max_attempts")?;
+        let labels = parse_labels(c.get("labels")?);
+        let trace_parent = c.get("trace_parent")?;
+        let send_after = std::time::Duration::from_millis(
+            u64::try_from(c.get::<i64>("send_after_ms")?).unwrap_or(0),
+        );
         Ok(GrantedLease {
-            task_id: column(r, "task_id")?,
-            attempt: column(r, "attempt")?,
-            queue: column(r, "queue")?,
-            recipient: column(r, "recipient")?,
-            content: column(r, "content")?,
-            idempotency_key: column(r, "idempotency_key")?,
-            run_at: column(r, "run_at")?,
-            leased_at: column(r, "leased_at")?,
-            expires_at: column(r, "expires_at")?,
-            attempts_before: column(r, "attempts_before")?,
-            max_attempts: column(r, "max_attempts")?,
-            labels: labels(r, "labels")?,
-            account_id: column(r, "account_id")?,
-            credentials_ref: column(r, "credentials_ref")?,
-            trace_parent: column(r, "trace_parent")?,
-            send_after: std::time::Duration::from_millis(
-                u64::try_from(column::<i64>(r, "send_after_ms")?).unwrap_or(0),
-            ),
-            window_closed_fallback: column(r, "window_closed_fallback")?,
+            task_id,
+            attempt,
+            queue,
+            recipient,
+            content,
+            idempotency_key,
+            run_at,
+            leased_at,
+            expires_at,
+            attempts_before,
+            max_attempts,
+            labels,
+            account_id: c.get("account_id")?,
+            credentials_ref: c.get("credentials_ref")?,
+            trace_parent,
+            send_after,
+            window_closed_fallback,
         })
     }
 }
