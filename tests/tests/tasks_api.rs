@@ -602,6 +602,36 @@ async fn same_key_and_request_returns_the_existing_task() -> Result<()> {
 }
 
 #[tokio::test]
+async fn one_key_named_twice_in_a_batch_answers_the_one_task_twice() -> Result<()> {
+    let Env {
+        _db,
+        _scheduler,
+        mut client,
+        sql,
+    } = env().await?;
+    let twice = task_spec("default", "+15550001", "once")
+        .with_idempotency_key(&unique_id("idem"))
+        .with_delay(Duration::from_secs(600));
+    let other = task_spec("default", "+15550002", "other").with_delay(Duration::from_secs(600));
+    let results = client
+        .create_tasks(CreateTasksRequest {
+            tasks: vec![twice.clone(), other, twice],
+        })
+        .await?
+        .into_inner()
+        .results;
+    let tasks: Vec<_> = results
+        .iter()
+        .map(|r| r.task.clone().context("every answer carries its task"))
+        .collect::<Result<_>>()?;
+    assert_eq!(tasks[0], tasks[2], "both answers are the one stored task");
+    assert_ne!(tasks[0].id, tasks[1].id);
+    assert_eq!(tasks[1].recipient, "+15550002");
+    assert_eq!(row_counts(&sql).await?, (2, 1));
+    Ok(())
+}
+
+#[tokio::test]
 async fn same_key_with_a_different_request_is_already_exists() -> Result<()> {
     let Env {
         _db,
