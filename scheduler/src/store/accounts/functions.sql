@@ -349,7 +349,7 @@ BEGIN
                coalesce(t.account = ANY(p_tracked), false) AS tracked
         FROM tiered t
     ),
-    -- As store/leases/mark_recipients.sql did: a pair whose last send is too recent (or which
+    -- The recipient marks: a pair whose last send is too recent (or which
     -- the provider blocked) is not updated and not returned. A concurrent claim inserting the
     -- same pair waits for ours to commit, then finds the fresh row and is refused the same way.
     marked AS (
