@@ -80,7 +80,7 @@ async fn grant(
         .context("grant_claim")?;
     let granted = rows
         .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .map(|r| (r.get("out_id"), r.get("out_account"), r.get("out_at")))
         .collect();
     Ok((ids, granted))
 }
@@ -93,7 +93,7 @@ async fn counts(conn: &Client, account: &str) -> Result<(i32, i32)> {
             &[&account],
         )
         .await?;
-    Ok((row.get(0), row.get(1)))
+    Ok((row.get("in_flight"), row.get("day_count")))
 }
 
 #[tokio::test]
@@ -173,7 +173,7 @@ async fn a_recipient_sent_to_within_the_interval_is_refused_and_its_slot_given_b
             &[],
         )
         .await?
-        .get(0);
+        .get("last_sent_at");
     assert_eq!(Some(marked), granted[0].2, "marked at its grant instant");
 
     // An account that does not record sends per recipient is not refused.
@@ -256,9 +256,12 @@ async fn concurrent_reservations_and_feedback_on_the_same_accounts_never_deadloc
     }
     let conn = db.connect().await?;
     let in_flight: i64 = conn
-        .query_one("SELECT sum(in_flight)::bigint FROM herald.accounts", &[])
+        .query_one(
+            "SELECT sum(in_flight)::bigint AS in_flight FROM herald.accounts",
+            &[],
+        )
         .await?
-        .get(0);
+        .get("in_flight");
     assert_eq!(in_flight, 0, "every slot reserved was given back");
     Ok(())
 }

@@ -16,7 +16,7 @@ use herald_proto::v1::{
 };
 use herald_tests::lease::{result, ScriptedExecutor};
 use herald_tests::{
-    connect_tasks, create_task, task_spec, unique_id, SchedulerProcess, TaskSpecExt, TestDb,
+    connect_tasks, create_task, task_spec, unique_id, until, SchedulerProcess, TaskSpecExt, TestDb,
 };
 use prost_types::FieldMask;
 
@@ -54,23 +54,6 @@ fn body(content: Option<&Content>) -> String {
         Some(content::Body::Text(t)) => t.clone(),
         other => format!("{other:?}"),
     }
-}
-
-/// Polls until `f` holds (background work is observed, not awaited).
-async fn until<F, Fut>(what: &str, mut f: F) -> Result<()>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<bool>>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while !f().await? {
-        ensure!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Ok(())
 }
 
 #[tokio::test]

@@ -4,16 +4,15 @@
 //! fire-time rules.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
-use anyhow::{ensure, Result};
+use anyhow::Result;
 use herald_proto::v1::{
     content, schedule_service_client::ScheduleServiceClient, Content, CreateScheduleRequest,
     GetScheduleRequest, MisfirePolicy, OverlapPolicy, PauseScheduleRequest,
     PreviewFireTimesRequest, RepeatedTimePolicy, ResumeScheduleRequest, RunKind,
     RunScheduleNowRequest, ScheduleSpec,
 };
-use herald_tests::{SchedulerProcess, TestDb};
+use herald_tests::{until, SchedulerProcess, TestDb};
 use tonic::transport::Channel;
 
 async fn client(s: &SchedulerProcess) -> Result<ScheduleServiceClient<Channel>> {
@@ -56,23 +55,6 @@ async fn runs(db: &TestDb, id: &str) -> Result<BTreeMap<i64, (String, i64)>> {
         .iter()
         .map(|r| (r.get(0), (r.get(1), r.get(2))))
         .collect())
-}
-
-/// Polls until `f` holds (the materialiser works in the background; this is observation).
-async fn until<F, Fut>(what: &str, mut f: F) -> Result<()>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<bool>>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while !f().await? {
-        ensure!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Ok(())
 }
 
 #[tokio::test]

@@ -439,12 +439,17 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn pooled_sessions_never_jit_compile() {
+    /// A pooled session on the test cluster's admin database, as `Store::connect` opens it.
+    async fn admin_conn() -> deadpool_postgres::Object {
         let admin = std::env::var("HERALD_TEST_PG_URL")
             .unwrap_or_else(|_| panic!("HERALD_TEST_PG_URL is not set; run script/test"));
         let store = Store::connect(&admin, 1).unwrap_or_else(|e| panic!("{e}"));
-        let conn = store.conn().await.unwrap_or_else(|e| panic!("{e}"));
+        store.conn().await.unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[tokio::test]
+    async fn pooled_sessions_never_jit_compile() {
+        let conn = admin_conn().await;
         let jit: String = conn
             .query_one("SHOW jit", &[])
             .await
@@ -455,10 +460,7 @@ mod tests {
 
     #[tokio::test]
     async fn columns_are_found_by_name_in_any_order_and_a_missing_one_is_named() {
-        let admin = std::env::var("HERALD_TEST_PG_URL")
-            .unwrap_or_else(|_| panic!("HERALD_TEST_PG_URL is not set; run script/test"));
-        let store = Store::connect(&admin, 1).unwrap_or_else(|e| panic!("{e}"));
-        let conn = store.conn().await.unwrap_or_else(|e| panic!("{e}"));
+        let conn = admin_conn().await;
         let row = conn
             .query_one("SELECT 1::int4 AS a, 'x'::text AS b, 3::int4 AS c", &[])
             .await
