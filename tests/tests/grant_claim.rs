@@ -8,7 +8,9 @@
 
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
-use herald_tests::{SchedulerProcess, TestDb};
+use herald_tests::accounts::{create_many, pooled};
+use herald_tests::lease::ScriptedExecutor;
+use herald_tests::{connect_tasks, SchedulerProcess, TestDb};
 use tokio_postgres::Client;
 use uuid::Uuid;
 
@@ -263,5 +265,101 @@ async fn concurrent_reservations_and_feedback_on_the_same_accounts_never_deadloc
         .await?
         .get("in_flight");
     assert_eq!(in_flight, 0, "every slot reserved was given back");
+    Ok(())
+}
+
+/// A claim leases its assignments before granting them; one the grant refuses goes back to
+/// scheduled exactly as it was (its lease count, last executor, last grant time and account),
+/// the account keeps no slot for it, and the rest of the claim is leased and delivered.
+#[tokio::test]
+async fn a_refused_assignment_is_put_back_as_it_was_and_the_rest_is_leased() -> Result<()> {
+    let (db, conn) = database(
+        &["a1"],
+        10,
+        "UPDATE herald.accounts SET recipient_interval_ms = 3600000",
+    )
+    .await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
+    create_many(&mut tasks, vec![pooled("p", "+r"), pooled("p", "+s")]).await?;
+    let task = |recipient: &'static str| {
+        let conn = &conn;
+        async move {
+            let row = conn
+                .query_one(
+                    "SELECT id FROM herald.tasks WHERE recipient = $1",
+                    &[&recipient],
+                )
+                .await?;
+            anyhow::Ok(row.get::<_, Uuid>("id"))
+        }
+    };
+    let refused = task("+r").await?;
+    // As if it had been leased twice before, last by another executor on another account.
+    conn.execute(
+        "UPDATE herald.tasks SET lease_count = 2, executor_id = 'earlier',
+                leased_at = '2026-01-01T00:00:00Z', account_id = 'gone'
+         WHERE id = $1",
+        &[&refused],
+    )
+    .await?;
+
+    // Another claimer's send to (a1, +r), not committed yet: routing cannot see it, and the
+    // grant's recipient mark waits for it, then finds the pair just taken.
+    let other = db.connect().await?;
+    other
+        .batch_execute(
+            "BEGIN;
+             INSERT INTO herald.recipient_sends (namespace, account_id, recipient, last_sent_at)
+             VALUES ('default', 'a1', '+r', now())",
+        )
+        .await?;
+    let mut exec = ScriptedExecutor::connect(&scheduler.grpc_url(), "e", &[], 10).await?;
+    herald_tests::until("the grant waits for the other send to (a1, +r)", || async {
+        let row = conn
+            .query_one(
+                "SELECT count(*) AS n FROM pg_stat_activity
+                 WHERE datname = current_database() AND wait_event_type = 'Lock'
+                   AND query LIKE '%grant_claim%'",
+                &[],
+            )
+            .await?;
+        Ok(row.get::<_, i64>("n") > 0)
+    })
+    .await?;
+    other.batch_execute("COMMIT").await?;
+
+    let leases = exec.leases(1).await?;
+    assert_eq!(leases.len(), 1);
+    assert_eq!(leases[0].task_id, task("+s").await?.to_string());
+    assert_eq!(leases[0].account_id, "a1");
+    let row = conn
+        .query_one(
+            "SELECT state::text AS state, lease_count, executor_id, leased_at, lease_expires_at,
+                    account_id
+             FROM herald.tasks WHERE id = $1",
+            &[&refused],
+        )
+        .await?;
+    assert_eq!(row.get::<_, String>("state"), "scheduled");
+    assert_eq!(row.get::<_, i32>("lease_count"), 2);
+    assert_eq!(
+        row.get::<_, Option<String>>("executor_id").as_deref(),
+        Some("earlier")
+    );
+    let prior: DateTime<Utc> = "2026-01-01T00:00:00Z".parse()?;
+    assert_eq!(
+        row.get::<_, Option<DateTime<Utc>>>("leased_at"),
+        Some(prior)
+    );
+    assert_eq!(
+        row.get::<_, Option<DateTime<Utc>>>("lease_expires_at"),
+        None
+    );
+    assert_eq!(
+        row.get::<_, Option<String>>("account_id").as_deref(),
+        Some("gone")
+    );
+    assert_eq!(counts(&conn, "a1").await?.0, 1, "one slot in flight: +s's");
     Ok(())
 }

@@ -66,6 +66,20 @@ pub struct Candidate {
     pub windowed: bool,
     /// Whether its recipient is on the suppression list (the claim ends it instead).
     pub suppressed: bool,
+    /// What it holds from its last lease.
+    pub prior: PriorLease,
+}
+
+/// What a candidate holds from its last lease: a claim leases its assignments before the grant
+/// and puts back one the grant refuses exactly as it was.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PriorLease {
+    /// The executor that held it.
+    pub executor_id: Option<String>,
+    /// When it was granted.
+    pub leased_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// The account it went through.
+    pub account_id: Option<String>,
 }
 
 /// What the accounts know of the candidates' recipients, by (account, recipient).
@@ -312,6 +326,7 @@ mod tests {
             priority,
             windowed: false,
             suppressed: false,
+            prior: PriorLease::default(),
         }
     }
 

@@ -10,13 +10,16 @@
 //!    next opening, read what the accounts know of the recipients (spacing, provider blocks,
 //!    open conversations, last account), and assign pooled tasks to an account of their pool
 //!    ([`routing::assign`], pure and unit-tested: health, stickiness, tiers);
-//! 4. grant and lease in one round trip (`grant_leases.sql`, `herald.grant_claim`): reserve
-//!    account capacity atomically (`herald.reserve_capacity`), record recipient sends, give
-//!    back what a concurrent claim took first, and lease the rest.
+//! 4. lease the assignments, then grant them (`herald.grant_claim`): reserve account capacity
+//!    atomically (`herald.reserve_capacity`), record recipient sends, give back what a
+//!    concurrent claim took first; then settle: paced sends are leased from their drawn
+//!    instants and what the grant refused is scheduled again as it was
+//!    ([`LeaseRepo::grant`](crate::store::leases::LeaseRepo::grant)).
 //!
 //! The reservation in step 4 is what keeps the limits across replicas: it locks each account row
-//! and grants no more than its room at that instant. Doing step 4 in the database keeps those
-//! locks for one statement, not for four round trips (docs/performance.md, S5).
+//! and grants no more than its room at that instant. Report batches need the same rows to free
+//! slots, so the rows are locked as late as possible: after the lease update, for one
+//! statement and the commit (docs/performance.md, S5).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -245,7 +248,13 @@ async fn claim_in(
         .collect();
     let leases = tx
         .leases()
-        .grant(&req.params(), req.namespace, &assigned, &tracked)
+        .grant(
+            &req.params(),
+            req.namespace,
+            &assigned,
+            &candidates,
+            &tracked,
+        )
         .await?;
     let claimed = Claimed {
         leases,

@@ -10,6 +10,9 @@ DROP FUNCTION IF EXISTS herald.reserve_capacity(text, text[], integer[], integer
     timestamptz);
 DROP FUNCTION IF EXISTS herald.account_feedback(text, text[], integer[], integer[], integer[],
     integer[], bigint[], integer[], text[], timestamptz);
+-- Its result gained out_paced.
+DROP FUNCTION IF EXISTS herald.grant_claim(text, uuid[], text[], boolean[], boolean[], text[],
+    text[]);
 
 -- How far ahead a claim plans an account's paced sends (human-like gaps): the sends it grants
 -- fall at drawn instants from now to now plus this, and the executor holds each until its
@@ -281,17 +284,18 @@ $$;
 -- first in order); a pair a concurrent claim just took is refused and every assignment to it is
 -- dropped, its slot given back. Returns the kept assignments with their grant instants: the
 -- account's reservation instant or, for an account with human-like gaps, the next of its paced
--- instants in order (an instant of a send dropped for its recipient stays unused); NULL for
--- assignments sent by queue.
+-- instants in order (an instant of a send dropped for its recipient stays unused; out_paced is
+-- true); NULL for assignments sent by queue.
 CREATE OR REPLACE FUNCTION herald.grant_claim(
     p_namespace text, p_ids uuid[], p_accounts text[], p_high boolean[], p_opens boolean[],
     p_recipients text[], p_tracked text[]
-) RETURNS TABLE (out_id uuid, out_account text, out_at timestamptz)
+) RETURNS TABLE (out_id uuid, out_account text, out_at timestamptz, out_paced boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_kept_ids uuid[];
     v_kept_accounts text[];
     v_kept_at timestamptz[];
+    v_kept_paced boolean[];
     v_released text[];
 BEGIN
     WITH assigned AS (
@@ -346,6 +350,7 @@ BEGIN
                                                               ORDER BY t.ord),
                                            cardinality(t.out_times))]
                     ELSE t.out_at END AS at,
+               coalesce(cardinality(t.out_times) > 0, false) AS paced,
                coalesce(t.account = ANY(p_tracked), false) AS tracked
         FROM tiered t
     ),
@@ -371,7 +376,7 @@ BEGIN
         RETURNING s.account_id, s.recipient
     ),
     decided AS (
-        SELECT t.id, t.account, t.at, t.ord,
+        SELECT t.id, t.account, t.at, t.paced, t.ord,
                t.kept AND (NOT t.tracked OR m.account_id IS NOT NULL) AS leased,
                -- A slot taken and not used: no tier room, or the recipient was refused.
                t.slot AND t.account IS NOT NULL AS had_slot
@@ -382,8 +387,9 @@ BEGIN
     SELECT array_agg(d.id ORDER BY d.ord) FILTER (WHERE d.leased),
            array_agg(d.account ORDER BY d.ord) FILTER (WHERE d.leased),
            array_agg(d.at ORDER BY d.ord) FILTER (WHERE d.leased),
+           array_agg(d.paced ORDER BY d.ord) FILTER (WHERE d.leased),
            array_agg(d.account ORDER BY d.account) FILTER (WHERE d.had_slot AND NOT d.leased)
-    INTO v_kept_ids, v_kept_accounts, v_kept_at, v_released
+    INTO v_kept_ids, v_kept_accounts, v_kept_at, v_kept_paced, v_released
     FROM decided d;
 
     -- The rows are locked already, by the reservation; one element per account, as
@@ -402,8 +408,8 @@ BEGIN
     END IF;
 
     RETURN QUERY
-    SELECT k.id, k.account, k.at
-    FROM unnest(v_kept_ids, v_kept_accounts, v_kept_at) AS k(id, account, at);
+    SELECT k.id, k.account, k.at, k.paced
+    FROM unnest(v_kept_ids, v_kept_accounts, v_kept_at, v_kept_paced) AS k(id, account, at, paced);
 END
 $$;
 

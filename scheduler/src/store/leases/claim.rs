@@ -1,10 +1,10 @@
 //! The claim's statements, one method per step: the one-statement claim by queue, and the steps
 //! of a routed claim (read each account's room, lock due candidates, read what is known of
-//! their recipients, move tasks whose send window is closed, then grant and lease in one round
-//! trip: reserve capacity, record recipient sends, lease). `lease/claim.rs` runs them in one
-//! transaction and decides between them.
+//! their recipients, move tasks whose send window is closed, then lease the assignments, grant
+//! them (reserve capacity, record recipient sends) and settle what the grant changed).
+//! `lease/claim.rs` runs them in one transaction and decides between them.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use std::sync::LazyLock;
 
@@ -13,7 +13,7 @@ use deadpool_postgres::GenericClient;
 use uuid::Uuid;
 
 use super::LeaseRepo;
-use crate::accounts::routing::{AccountRoom, Assignment, Candidate, PairFacts};
+use crate::accounts::routing::{AccountRoom, Assignment, Candidate, PairFacts, PriorLease};
 use crate::store::sql::{column, statement, Statement};
 use crate::store::tasks::columns::with_columns;
 use crate::store::StoreError;
@@ -71,12 +71,14 @@ static NEXT_DUE: LazyLock<Statement> = LazyLock::new(|| {
         ),
     )
 });
-static GRANT_LEASES: LazyLock<Statement> = LazyLock::new(|| {
+static LEASE_ASSIGNED: LazyLock<Statement> = LazyLock::new(|| {
     Statement::built(
-        "grant_leases",
-        with_columns(include_str!("grant_leases.sql")),
+        "lease_assigned",
+        with_columns(include_str!("lease_assigned.sql")),
     )
 });
+const GRANT_ASSIGNED: Statement = statement!("grant_assigned");
+const SETTLE_GRANTS: Statement = statement!("settle_grants");
 const ACCOUNT_BUDGETS: Statement = statement!("account_budgets");
 const RECIPIENT_FACTS: Statement = statement!("recipient_facts");
 const DEFER_TO_WINDOW: Statement = statement!("defer_to_window");
@@ -186,6 +188,11 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
                     priority: column(r, "priority")?,
                     windowed: column(r, "windowed")?,
                     suppressed: column(r, "suppressed")?,
+                    prior: PriorLease {
+                        executor_id: column(r, "executor_id")?,
+                        leased_at: column(r, "leased_at")?,
+                        account_id: column(r, "account_id")?,
+                    },
                 })
             })
             .collect()
@@ -237,25 +244,45 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
             .collect()
     }
 
-    /// Grants routed assignments (in routing's order) and leases what was granted, in one
-    /// round trip (`grant_leases.sql`, `herald.grant_claim`): each account grants at most its
-    /// room, sends on `tracked` accounts are recorded per recipient (a pair a concurrent claim
-    /// just took is refused), and unused slots are given back. Assignments without an account
-    /// are leased as they are.
+    /// Grants routed assignments (in routing's order) and leases what was granted: each
+    /// account grants at most its room, sends on `tracked` accounts are recorded per recipient
+    /// (a pair a concurrent claim just took is refused), and unused slots are given back.
+    /// Assignments without an account are leased as they are.
+    ///
+    /// The tasks are leased first (`lease_assigned.sql`), then granted (`grant_assigned.sql`,
+    /// `herald.grant_claim`), then settled (`settle_grants.sql`, only when a send is paced or
+    /// refused: a refused task gets back what `candidates` read of its last lease). The grant locks the account rows until the commit, and report batches wait for
+    /// those locks to free in-flight slots; leasing before the grant keeps the lease update,
+    /// the grant's largest part, out of that hold (docs/performance.md, S5). Refusals are rare
+    /// (routing reads the same room and recipients first), so undoing them costs little.
     pub async fn grant(
         &self,
         p: &ClaimParams<'_>,
         namespace: &str,
         assigned: &[Assignment],
+        candidates: &[Candidate],
         tracked: &[&str],
     ) -> Result<Vec<GrantedLease>, StoreError> {
+        let ids: Vec<Uuid> = assigned.iter().map(|a| a.id).collect();
+        let accounts: Vec<Option<&str>> = assigned.iter().map(|a| a.account.as_deref()).collect();
+        let mut leased: HashMap<Uuid, GrantedLease> = LEASE_ASSIGNED
+            .fetch::<GrantedLease>(self.db, &[&ids, &accounts, &p.executor_id, &p.ttl_ms])
+            .await?
+            .into_iter()
+            .map(|l| (l.task_id, l))
+            .collect();
+        // Only what was leased is granted: a slot is never reserved for a task left behind.
+        let assigned: Vec<&Assignment> = assigned
+            .iter()
+            .filter(|a| leased.contains_key(&a.id))
+            .collect();
         let ids: Vec<Uuid> = assigned.iter().map(|a| a.id).collect();
         let accounts: Vec<Option<&str>> = assigned.iter().map(|a| a.account.as_deref()).collect();
         let high: Vec<bool> = assigned.iter().map(|a| a.high).collect();
         let opens: Vec<bool> = assigned.iter().map(|a| a.opens).collect();
         let recipients: Vec<&str> = assigned.iter().map(|a| a.recipient.as_str()).collect();
-        GRANT_LEASES
-            .fetch(
+        let granted = GRANT_ASSIGNED
+            .query(
                 self.db,
                 &[
                     &namespace,
@@ -265,11 +292,77 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
                     &opens,
                     &recipients,
                     &tracked,
-                    &p.executor_id,
-                    &p.ttl_ms,
                 ],
             )
-            .await
+            .await?;
+        let mut kept = Vec::with_capacity(granted.len());
+        let mut settle = Settle::default();
+        for row in &granted {
+            let id: Uuid = column(row, "id")?;
+            let Some(lease) = leased.remove(&id) else {
+                continue;
+            };
+            if column::<bool>(row, "paced")? {
+                if let Some(at) = column::<Option<DateTime<Utc>>>(row, "granted_at")? {
+                    settle.push(id, true, Some(at), None, None);
+                }
+            }
+            kept.push(lease);
+        }
+        // What is left was leased and not granted.
+        if !leased.is_empty() {
+            let priors: HashMap<Uuid, &PriorLease> =
+                candidates.iter().map(|c| (c.id, &c.prior)).collect();
+            for id in leased.into_keys() {
+                let prior = priors.get(&id).copied().cloned().unwrap_or_default();
+                settle.push(
+                    id,
+                    false,
+                    prior.leased_at,
+                    prior.executor_id,
+                    prior.account_id,
+                );
+            }
+        }
+        if !settle.ids.is_empty() {
+            let retimed = SETTLE_GRANTS
+                .query(
+                    self.db,
+                    &[
+                        &settle.ids,
+                        &settle.kept,
+                        &settle.at,
+                        &settle.executor_id,
+                        &settle.account_id,
+                        &p.ttl_ms,
+                    ],
+                )
+                .await?;
+            let mut times = HashMap::with_capacity(retimed.len());
+            for row in &retimed {
+                if column::<bool>(row, "kept")? {
+                    let send_after_ms: i64 = column(row, "send_after_ms")?;
+                    times.insert(
+                        column::<Uuid>(row, "id")?,
+                        (
+                            column::<DateTime<Utc>>(row, "leased_at")?,
+                            column::<DateTime<Utc>>(row, "expires_at")?,
+                            std::time::Duration::from_millis(
+                                u64::try_from(send_after_ms).unwrap_or(0),
+                            ),
+                        ),
+                    );
+                }
+            }
+            for lease in &mut kept {
+                if let Some((leased_at, expires_at, send_after)) = times.remove(&lease.task_id) {
+                    lease.leased_at = leased_at;
+                    lease.expires_at = expires_at;
+                    lease.send_after = send_after;
+                }
+            }
+        }
+        Ok(kept)
     }
 
     /// Time until the earliest scheduled task of `routes` is due, by the database clock, and
@@ -309,5 +402,32 @@ mod tests {
             );
             assert!(positions.windows(2).all(|w| w[0] < w[1]), "{sql}");
         }
+    }
+}
+
+/// The rows `settle_grants.sql` changes, as its array parameters.
+#[derive(Default)]
+struct Settle {
+    ids: Vec<Uuid>,
+    kept: Vec<bool>,
+    at: Vec<Option<DateTime<Utc>>>,
+    executor_id: Vec<Option<String>>,
+    account_id: Vec<Option<String>>,
+}
+
+impl Settle {
+    fn push(
+        &mut self,
+        id: Uuid,
+        kept: bool,
+        at: Option<DateTime<Utc>>,
+        executor_id: Option<String>,
+        account_id: Option<String>,
+    ) {
+        self.ids.push(id);
+        self.kept.push(kept);
+        self.at.push(at);
+        self.executor_id.push(executor_id);
+        self.account_id.push(account_id);
     }
 }
