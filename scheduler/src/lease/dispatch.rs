@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use tokio::sync::{broadcast, Semaphore};
+use tokio::sync::{broadcast, watch, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::claim::{self, ClaimRequest, NoAccountsCache};
@@ -15,11 +15,56 @@ use super::LeaseSettings;
 use crate::store::{Db, Store};
 use crate::tasks::model::GrantedLease;
 
+/// Claims each session runs at once while there is a backlog. A routed claim is a few
+/// statements in a row (budgets, candidates, facts, lease, grant), most of the time waiting on
+/// the database rather than holding a lock, so one claim at a time left the executor's credit
+/// unused while each ran: a second claim overlaps those waits and serialises only on the
+/// account rows the grants lock (S5 in docs/performance.md). Both share the credit, so together
+/// they never lease more than it. The second claims only while claims come back at least half
+/// full ([`Backlog`]): a trickle of due work is claimed by one claim at a time, as before, and
+/// never split between two that route it without seeing each other's choices.
+pub const CLAIMS_PER_SESSION: usize = 2;
+
+/// Whether a session's claims are finding a backlog (the last came back at least half a batch
+/// full); the session's extra claims run only then.
+#[derive(Clone)]
+pub struct Backlog(Arc<watch::Sender<bool>>);
+
+impl Backlog {
+    /// No backlog yet.
+    pub fn new() -> Self {
+        Backlog(Arc::new(watch::Sender::new(false)))
+    }
+
+    /// Records what a claim granted out of a batch of `batch`.
+    fn record(&self, granted: usize, batch: u32) {
+        let full = granted as u64 * 2 >= u64::from(batch.max(1));
+        self.0
+            .send_if_modified(|b| std::mem::replace(b, full) != full);
+    }
+
+    /// Waits until there is a backlog; false when stopped first.
+    async fn wait(&self, stop: &CancellationToken) -> bool {
+        let mut rx = self.0.subscribe();
+        tokio::select! {
+            _ = stop.cancelled() => false,
+            seen = rx.wait_for(|b| *b) => seen.is_ok(),
+        }
+    }
+}
+
+impl Default for Backlog {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// Upper bound on an idle sleep. Wake-ups come from events; this only bounds the damage of a
 /// notification lost while the LISTEN connection was down.
 const MAX_IDLE: Duration = Duration::from_secs(60);
 
-/// What the dispatcher needs from its session.
+/// What the dispatcher needs from its session; a session runs [`CLAIMS_PER_SESSION`] of them
+/// on one credit.
 pub struct Dispatcher {
     /// Database access.
     pub store: Store,
@@ -41,6 +86,10 @@ pub struct Dispatcher {
     pub events: broadcast::Receiver<Event>,
     /// Stops the dispatcher (stream closed or draining).
     pub stop: CancellationToken,
+    /// Whether the session's claims find a backlog.
+    pub backlog: Backlog,
+    /// An extra claim: it claims only while there is a backlog, and never waits for due work.
+    pub extra: bool,
 }
 
 impl Dispatcher {
@@ -53,6 +102,9 @@ impl Dispatcher {
     {
         let mut error_backoff = Duration::from_millis(50);
         loop {
+            if self.extra && !self.backlog.wait(&self.stop).await {
+                return;
+            }
             // Wait for at least one unit of credit, then take what else is free up to a batch.
             let want = tokio::select! {
                 _ = self.stop.cancelled() => return,
@@ -73,10 +125,20 @@ impl Dispatcher {
             };
             // Events that arrived while we had no credit are stale: the claim below sees them.
             self.drain_events();
-            match self.claim_until_some(want).await {
+            let claimed = if self.extra {
+                self.claim_once(want).await.map(Some)
+            } else {
+                self.claim_until_some(want).await
+            };
+            match claimed {
                 Ok(Some(leases)) => {
                     error_backoff = Duration::from_millis(50);
+                    self.backlog.record(leases.len(), self.settings.claim_batch);
                     let granted = leases.len() as u32;
+                    if granted == 0 {
+                        self.credit.add_permits(want as usize);
+                        continue;
+                    }
                     if granted < want {
                         self.credit.add_permits((want - granted) as usize);
                     }
@@ -99,6 +161,18 @@ impl Dispatcher {
         }
     }
 
+    /// One claim of up to `want` leases; empty when nothing could be claimed.
+    async fn claim_once(
+        &mut self,
+        want: u32,
+    ) -> Result<Vec<GrantedLease>, crate::store::StoreError> {
+        Ok(
+            claim::claim(&self.store, &self.no_accounts, &self.request(want))
+                .await?
+                .leases,
+        )
+    }
+
     /// Claims up to `want` leases, sleeping until something is due; None when stopped.
     async fn claim_until_some(
         &mut self,
@@ -106,19 +180,7 @@ impl Dispatcher {
     ) -> Result<Option<Vec<GrantedLease>>, crate::store::StoreError> {
         let mut contended = Duration::from_millis(1);
         loop {
-            let claimed = claim::claim(
-                &self.store,
-                &self.no_accounts,
-                &ClaimRequest {
-                    namespace: &self.namespace,
-                    executor_id: &self.executor_id,
-                    queues: self.queues.as_deref(),
-                    credentials: self.credentials.as_deref(),
-                    limit: i64::from(want),
-                    lease_ttl: self.settings.lease_ttl,
-                },
-            )
-            .await?;
+            let claimed = claim::claim(&self.store, &self.no_accounts, &self.request(want)).await?;
             if !claimed.leases.is_empty() {
                 return Ok(Some(claimed.leases));
             }
@@ -176,6 +238,18 @@ impl Dispatcher {
         }
     }
 
+    /// This executor's claim of up to `want` leases.
+    fn request(&self, want: u32) -> ClaimRequest<'_> {
+        ClaimRequest {
+            namespace: &self.namespace,
+            executor_id: &self.executor_id,
+            queues: self.queues.as_deref(),
+            credentials: self.credentials.as_deref(),
+            limit: i64::from(want),
+            lease_ttl: self.settings.lease_ttl,
+        }
+    }
+
     fn drain_events(&mut self) {
         while let Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) = self.events.try_recv() {}
     }
@@ -184,4 +258,30 @@ impl Dispatcher {
 /// A non-negative number of milliseconds as a sleep, capped at [`MAX_IDLE`].
 fn millis(ms: f64) -> Duration {
     Duration::from_micros((ms.max(0.0) * 1000.0).ceil() as u64).min(MAX_IDLE)
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::FutureExt;
+
+    use super::*;
+
+    #[test]
+    fn the_extra_claims_wait_for_a_claim_at_least_half_a_batch_full() {
+        let backlog = Backlog::new();
+        let stop = CancellationToken::new();
+        assert_eq!(backlog.wait(&stop).now_or_never(), None, "no claim yet");
+        backlog.record(255, 512);
+        assert_eq!(backlog.wait(&stop).now_or_never(), None, "under half");
+        backlog.record(256, 512);
+        assert_eq!(backlog.wait(&stop).now_or_never(), Some(true), "half full");
+        backlog.record(0, 512);
+        assert_eq!(
+            backlog.wait(&stop).now_or_never(),
+            None,
+            "an empty claim ends it"
+        );
+        stop.cancel();
+        assert_eq!(backlog.wait(&stop).now_or_never(), Some(false), "stopped");
+    }
 }

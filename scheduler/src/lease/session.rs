@@ -9,7 +9,7 @@ use tokio::sync::{broadcast, mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::claim::NoAccountsCache;
-use super::dispatch::Dispatcher;
+use super::dispatch::{Backlog, Dispatcher, CLAIMS_PER_SESSION};
 use super::events::Event;
 use super::registry::{Outbound, Registry};
 use super::reports::{self, ReportEntry};
@@ -154,8 +154,10 @@ async fn run(
     tracing::info!(executor_id = %executor_id, "executor disconnected");
 }
 
-/// Starts the dispatcher of a session: it grants leases within the executor's credit and hands
-/// each batch to the stream (or straight back to the queue if the stream is gone).
+/// Starts the dispatchers of a session ([`CLAIMS_PER_SESSION`], sharing the executor's credit;
+/// all but the first claim only while there is a backlog): they grant leases within it and hand
+/// each batch to the stream (or straight back to the queue if the stream is gone). The handle
+/// ends when every one of them has.
 fn spawn_dispatcher(
     ctx: &SessionContext,
     namespace: &str,
@@ -164,30 +166,41 @@ fn spawn_dispatcher(
     stop: CancellationToken,
     tx: &Outbound,
 ) -> tokio::task::JoinHandle<()> {
-    let dispatcher = Dispatcher {
-        store: ctx.store.clone(),
-        no_accounts: ctx.no_accounts.clone(),
-        namespace: namespace.to_owned(),
-        settings: ctx.settings.clone(),
-        executor_id: hello.executor_id.clone(),
-        queues: (!hello.queues.is_empty()).then(|| hello.queues.clone()),
-        credentials: (!hello.credentials_refs.is_empty()).then(|| hello.credentials_refs.clone()),
-        credit,
-        events: ctx.events.subscribe(),
-        stop,
-    };
-    let tx = tx.clone();
-    let store = ctx.store.clone();
-    let namespace = namespace.to_owned();
-    let executor_id = hello.executor_id.clone();
-    tokio::spawn(dispatcher.run(move |leases| {
-        let tx = tx.clone();
-        let store = store.clone();
-        let namespace = namespace.clone();
-        crate::telemetry::metrics::leases_granted(&leases);
-        crate::telemetry::lease_grant_spans(&leases, &executor_id);
-        async move { deliver(&store, &namespace, &tx, leases).await }
-    }))
+    let backlog = Backlog::new();
+    let dispatchers: Vec<_> = (0..CLAIMS_PER_SESSION)
+        .map(|i| {
+            let dispatcher = Dispatcher {
+                store: ctx.store.clone(),
+                no_accounts: ctx.no_accounts.clone(),
+                namespace: namespace.to_owned(),
+                settings: ctx.settings.clone(),
+                executor_id: hello.executor_id.clone(),
+                queues: (!hello.queues.is_empty()).then(|| hello.queues.clone()),
+                credentials: (!hello.credentials_refs.is_empty())
+                    .then(|| hello.credentials_refs.clone()),
+                credit: credit.clone(),
+                events: ctx.events.subscribe(),
+                stop: stop.clone(),
+                backlog: backlog.clone(),
+                extra: i > 0,
+            };
+            let tx = tx.clone();
+            let store = ctx.store.clone();
+            let namespace = namespace.to_owned();
+            let executor_id = hello.executor_id.clone();
+            tokio::spawn(dispatcher.run(move |leases| {
+                let tx = tx.clone();
+                let store = store.clone();
+                let namespace = namespace.clone();
+                crate::telemetry::metrics::leases_granted(&leases);
+                crate::telemetry::lease_grant_spans(&leases, &executor_id);
+                async move { deliver(&store, &namespace, &tx, leases).await }
+            }))
+        })
+        .collect();
+    tokio::spawn(async move {
+        futures::future::join_all(dispatchers).await;
+    })
 }
 
 /// How many reports queued-up batches are gathered into, at most, before one is applied.
