@@ -86,6 +86,20 @@ impl FireTimes {
         if !(5..=6).contains(&fields) {
             return Err(FireTimesError::Cron(format!("has {fields} fields")));
         }
+        // croner accepts `L` in any field and a bare `,` as a field, but in the seconds,
+        // minutes or hours either names no time at all, and its search then walks towards year
+        // 5000 (with `L` in the seconds, second by second: a `next_after` that never returned,
+        // found by fuzz_cron as a 240 s timeout). Those fields take numbers, ranges, lists and
+        // steps only, and name at least one value.
+        let time_fields = fields - 3;
+        if let Some(field) = expression.split_whitespace().take(time_fields).find(|f| {
+            !f.chars().all(|c| c.is_ascii_digit() || "*/,-".contains(c))
+                || !f.chars().any(|c| c.is_ascii_digit() || c == '*')
+        }) {
+            return Err(FireTimesError::Cron(format!(
+                "the time field {field:?} takes numbers, ranges, lists and steps only"
+            )));
+        }
         let cron = Cron::new(expression)
             .with_seconds_optional()
             .parse()
@@ -400,5 +414,27 @@ mod tests {
             Err(FireTimesError::Zone)
         ));
         assert!(FireTimes::parse("0 0 0 * * * *", "UTC", DstPolicy::default()).is_err());
+        // `L` or a bare `,` names no second, minute or hour; croner accepted them and then
+        // searched towards year 5000 (with `L` in the seconds, without end).
+        for expr in [
+            "L * * * 6 MON-FRI",
+            "0 L * * *",
+            "0 0 L * * *",
+            "0 5W * * *",
+            ", 7 * * 9 *",
+            ", * * */23 7-12/23 *",
+        ] {
+            assert!(
+                matches!(
+                    FireTimes::parse(expr, "UTC", DstPolicy::default()),
+                    Err(FireTimesError::Cron(_))
+                ),
+                "{expr}"
+            );
+        }
+        // Days and months keep their names and flags.
+        assert!(FireTimes::parse("0 9 L * *", "UTC", DstPolicy::default()).is_ok());
+        assert!(FireTimes::parse("0 9 * JUL MON-FRI", "UTC", DstPolicy::default()).is_ok());
+        assert!(FireTimes::parse("*/10 0-5,7 */2 1 * *", "UTC", DstPolicy::default()).is_ok());
     }
 }
