@@ -1,15 +1,18 @@
-//! Account in-flight slots (#14): every lease an account holds is counted once in
-//! `accounts.in_flight`, whatever fails in between. A report batch is one transaction, so a
+//! Account in-flight slots (#14): every lease an account holds is counted once in its
+//! in-flight count (`herald.account_in_flight`: the row's count less the releases waiting in
+//! `account_deltas`), whatever fails in between. A report batch is one transaction, so a
 //! connection that dies between the task transition and the slot release loses neither (the
-//! scheduler runs the batch again on a fresh connection and applies it once); and a
-//! count that drifted anyway (a manual edit here) is corrected by the reconciler.
+//! scheduler runs the batch again on a fresh connection and applies it once); a batch of
+//! successes frees its slots without waiting for a claim that holds the account row (#18); and
+//! a count that drifted anyway (a manual edit here) is corrected by the reconciler.
 
 use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use herald_proto::v1::account_service_client::AccountServiceClient;
+use herald_proto::v1::task_service_client::TaskServiceClient;
 use herald_proto::v1::{
-    Account, AccountLimits, CreateAccountRequest, OutcomeClass, TaskSpec, TaskState,
+    Account, AccountLimits, CreateAccountRequest, Lease, OutcomeClass, TaskSpec, TaskState,
 };
 use herald_tests::lease::{result, ScriptedExecutor};
 use herald_tests::{
@@ -45,7 +48,7 @@ async fn slots(db: &TestDb, account: &str) -> Result<(i32, i64)> {
     let conn = db.connect().await?;
     let row = conn
         .query_one(
-            "SELECT a.in_flight,
+            "SELECT herald.account_in_flight(a) AS in_flight,
                     (SELECT count(*) FROM herald.tasks t
                      WHERE t.account_id = a.id AND t.state = 'leased') AS leases
              FROM herald.accounts a WHERE a.id = $1",
@@ -75,14 +78,14 @@ async fn wait_for_slots(
     }
 }
 
-#[tokio::test]
-async fn a_connection_killed_mid_report_loses_no_slot() -> Result<()> {
-    let db = TestDb::new().await?;
-    let scheduler = SchedulerProcess::spawn(&db).await?;
-    let url = scheduler.grpc_url();
+/// One task of a fresh pool with account `wa-1`, leased by an executor: the task client, the
+/// task's id, the executor and its lease.
+async fn one_leased_task(
+    url: &str,
+) -> Result<(TaskServiceClient<Channel>, String, ScriptedExecutor, Lease)> {
     let pool = unique_id("pool");
-    create_account(&url, "wa-1", &pool).await?;
-    let mut tasks = connect_tasks(&url).await?;
+    create_account(url, "wa-1", &pool).await?;
+    let mut tasks = connect_tasks(url).await?;
     let queue = unique_id("q");
     let task = tasks
         .create_task(herald_proto::v1::CreateTaskRequest {
@@ -94,15 +97,22 @@ async fn a_connection_killed_mid_report_loses_no_slot() -> Result<()> {
         .await?
         .into_inner()
         .task
-        .expect("task in response");
-
-    let mut executor = ScriptedExecutor::connect(&url, "exec", &[&queue], 1).await?;
+        .context("task in response")?;
+    let mut executor = ScriptedExecutor::connect(url, "exec", &[&queue], 1).await?;
     let lease = executor.leases(1).await?.remove(0);
+    Ok((tasks, task.id, executor, lease))
+}
+
+#[tokio::test]
+async fn a_connection_killed_mid_report_loses_no_slot() -> Result<()> {
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let (mut tasks, task_id, mut executor, lease) = one_leased_task(&scheduler.grpc_url()).await?;
     assert_eq!(slots(&db, "wa-1").await?, (1, 1));
 
-    // The next change to an account row (the report's slot release) kills its own connection,
-    // once: after the task's transition was written in the same transaction. A sequence,
-    // because it is not rolled back with that transaction.
+    // The report's slot release (a row waiting to be folded into the account) kills its own
+    // connection, once: after the task's transition was written in the same transaction. A
+    // sequence, because it is not rolled back with that transaction.
     db.connect()
         .await?
         .batch_execute(
@@ -114,7 +124,7 @@ async fn a_connection_killed_mid_report_loses_no_slot() -> Result<()> {
                  END IF;
                  RETURN NEW;
              END $$;
-             CREATE TRIGGER kill_mid_report BEFORE UPDATE ON herald.accounts
+             CREATE TRIGGER kill_mid_report BEFORE INSERT ON herald.account_deltas
                  FOR EACH ROW EXECUTE FUNCTION kill_own_connection();",
         )
         .await?;
@@ -125,7 +135,7 @@ async fn a_connection_killed_mid_report_loses_no_slot() -> Result<()> {
         .report(vec![result(&lease, OutcomeClass::Ok)])
         .await?;
     assert!(acks[0].accepted, "{acks:?}");
-    wait_for_task_state(&mut tasks, &task.id, TaskState::Succeeded, WAIT).await?;
+    wait_for_task_state(&mut tasks, &task_id, TaskState::Succeeded, WAIT).await?;
     assert_eq!(slots(&db, "wa-1").await?, (0, 0));
     let attempts: i64 = db
         .connect()
@@ -200,5 +210,80 @@ async fn the_reconciler_corrects_a_count_that_drifted() -> Result<()> {
             .contains("account in-flight count differed from its leases"),
         "the correction is logged"
     );
+    Ok(())
+}
+
+/// (the row's own in-flight count, deltas waiting to be folded in, outcomes the row has seen).
+async fn account_row(db: &TestDb, account: &str) -> Result<(i32, i64, i32)> {
+    let row = db
+        .connect()
+        .await?
+        .query_one(
+            "SELECT a.in_flight, a.outcomes_seen,
+                    (SELECT count(*) FROM herald.account_deltas d WHERE d.account_id = a.id)
+                        AS waiting
+             FROM herald.accounts a WHERE a.id = $1",
+            &[&account],
+        )
+        .await?;
+    Ok((
+        row.try_get("in_flight")?,
+        row.try_get("waiting")?,
+        row.try_get("outcomes_seen")?,
+    ))
+}
+
+#[tokio::test]
+async fn a_report_batch_frees_its_slots_while_a_claim_holds_the_account_row() -> Result<()> {
+    // A claim holds the rows of the accounts it reserves on until it commits. A report batch
+    // whose sends succeeded records its freed slots and successes beside the row instead of
+    // updating it, so it neither waits for such a claim nor holds one up; the folder applies
+    // them once the row is free.
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let (mut tasks, task_id, mut executor, lease) = one_leased_task(&scheduler.grpc_url()).await?;
+    assert_eq!(account_row(&db, "wa-1").await?, (1, 0, 0));
+
+    // Hold the account row as a claim's reservation does.
+    let mut holder = db.connect().await?;
+    let hold = holder.transaction().await?;
+    hold.execute(
+        "SELECT 1 FROM herald.accounts WHERE id = 'wa-1' FOR UPDATE",
+        &[],
+    )
+    .await?;
+    let acks = tokio::time::timeout(
+        WAIT,
+        executor.report(vec![result(&lease, OutcomeClass::Ok)]),
+    )
+    .await
+    .context("the report waited for the account row")??;
+    assert!(acks[0].accepted, "{acks:?}");
+    wait_for_task_state(&mut tasks, &task_id, TaskState::Succeeded, WAIT).await?;
+    assert_eq!(
+        slots(&db, "wa-1").await?,
+        (0, 0),
+        "the slot is free at once"
+    );
+    assert_eq!(
+        account_row(&db, "wa-1").await?,
+        (1, 1, 0),
+        "the row itself is untouched; the release waits beside it"
+    );
+
+    // Once the row is free the folder applies the release and the success, and deletes it.
+    hold.rollback().await?;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let now = account_row(&db, "wa-1").await?;
+        if now == (0, 0, 1) {
+            break;
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("the waiting release was not folded in: {now:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(slots(&db, "wa-1").await?, (0, 0));
     Ok(())
 }

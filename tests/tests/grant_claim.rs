@@ -91,7 +91,8 @@ async fn grant(
 async fn counts(conn: &Client, account: &str) -> Result<(i32, i32)> {
     let row = conn
         .query_one(
-            "SELECT in_flight, day_count FROM herald.accounts WHERE id = $1",
+            "SELECT herald.account_in_flight(a) AS in_flight, day_count
+             FROM herald.accounts a WHERE id = $1",
             &[&account],
         )
         .await?;
@@ -209,8 +210,9 @@ async fn an_account_with_gaps_grants_each_send_its_own_later_instant() -> Result
 
 #[tokio::test]
 async fn concurrent_reservations_and_feedback_on_the_same_accounts_never_deadlock() -> Result<()> {
-    // Claims reserve on accounts and give unused slots back; report batches apply outcomes to
-    // the same accounts. Each locks the rows in the order it is given (sorted by its caller).
+    // Claims reserve on accounts and give unused slots back; report batches record outcomes for
+    // the same accounts, and folds apply what they left waiting. Each locks the rows in the
+    // order it is given (sorted by its caller).
     // Two claim sessions and two report sessions run at once on eight shared accounts; a
     // function locking in another order deadlocks here within a few rounds.
     let ids: Vec<String> = (0..8).map(|i| format!("acct-{i}")).collect();
@@ -248,6 +250,11 @@ async fn concurrent_reservations_and_feedback_on_the_same_accounts_never_deadloc
                 )
                 .await
                 .context("feedback")?;
+                if !claims {
+                    tx.query("SELECT herald.fold_account_deltas('default', $1)", &[&ids])
+                        .await
+                        .context("fold")?;
+                }
                 tx.commit().await?;
             }
             anyhow::Ok(())
@@ -259,7 +266,7 @@ async fn concurrent_reservations_and_feedback_on_the_same_accounts_never_deadloc
     let conn = db.connect().await?;
     let in_flight: i64 = conn
         .query_one(
-            "SELECT sum(in_flight)::bigint AS in_flight FROM herald.accounts",
+            "SELECT sum(herald.account_in_flight(a))::bigint AS in_flight FROM herald.accounts a",
             &[],
         )
         .await?

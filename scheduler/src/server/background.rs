@@ -11,7 +11,7 @@ use super::Replica;
 use crate::config::Config;
 use crate::lease::events::{self, Event};
 use crate::lease::registry::Registry;
-use crate::lease::{reconcile, sweeper};
+use crate::lease::{fold, reconcile, sweeper};
 use crate::telemetry::notify::Notifier;
 
 /// Starts every background job of the replica.
@@ -38,6 +38,7 @@ pub(super) fn start(replica: &Replica, config: &Config, notifier: Option<Notifie
         config.unknown_outcome_grace,
         stop.clone(),
     ));
+    jobs.spawn(fold::run(store.clone(), fold::FOLD_INTERVAL, stop.clone()));
     jobs.spawn(reconcile::run(
         store.clone(),
         config.reconcile_interval,

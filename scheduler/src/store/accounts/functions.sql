@@ -76,6 +76,15 @@ LANGUAGE sql STABLE AS $$
            * CASE a.quality WHEN 'red' THEN 0.3 WHEN 'yellow' THEN 0.7 ELSE 1.0 END
 $$;
 
+-- An account's in-flight count: the slots its row holds less those released by reports and
+-- still waiting in herald.account_deltas to be folded into it. What every limit and read uses.
+CREATE OR REPLACE FUNCTION herald.account_in_flight(a herald.accounts) RETURNS integer
+LANGUAGE sql STABLE AS $$
+    SELECT a.in_flight - coalesce((SELECT sum(d.released) FROM herald.account_deltas d
+                                   WHERE d.namespace = a.namespace AND d.account_id = a.id),
+                                  0)::integer
+$$;
+
 -- How much an account may send at p_now: the single definition of every limit, used both to
 -- plan a claim and to reserve capacity. `room` is what any task may take, `room_low` what a task
 -- below high_priority_min may take (the rest of the in-flight slots are kept for high
@@ -95,6 +104,7 @@ CREATE OR REPLACE FUNCTION herald.account_room(
 DECLARE
     v_local timestamp := p_now AT TIME ZONE a.time_zone;
     v_quiet boolean := false;
+    v_in_flight integer := herald.account_in_flight(a);
     big constant integer := 2147483647;
 BEGIN
     -- The ramp's function only for accounts on a ramp: this runs for every account each claim.
@@ -121,7 +131,7 @@ BEGIN
     END IF;
     room := least(floor(tokens)::integer,
                   coalesce(day_cap - day_used, big),
-                  coalesce(a.max_in_flight - a.in_flight, big));
+                  coalesce(a.max_in_flight - v_in_flight, big));
     -- Human-like gaps: at most as many sends as the minimum gap fits in the pacing horizon
     -- (reserve_capacity draws the actual gaps and may grant fewer), none before next_send_at.
     IF a.gap_min_ms IS NOT NULL THEN
@@ -129,7 +139,7 @@ BEGIN
                                       / greatest(a.gap_min_ms, 1))::integer);
     END IF;
     room_low := least(room,
-        coalesce(floor(a.max_in_flight * (1 - a.high_priority_reserve))::integer - a.in_flight,
+        coalesce(floor(a.max_in_flight * (1 - a.high_priority_reserve))::integer - v_in_flight,
                  big));
     available_at := p_now;
     IF a.state = 'paused' THEN
@@ -158,7 +168,7 @@ BEGIN
         available_at := greatest(available_at,
             ((v_local::date + 1)::timestamp AT TIME ZONE a.time_zone));
     END IF;
-    IF a.max_in_flight IS NOT NULL AND a.in_flight >= a.max_in_flight THEN
+    IF a.max_in_flight IS NOT NULL AND v_in_flight >= a.max_in_flight THEN
         available_at := NULL;
     END IF;
     IF available_at IS DISTINCT FROM p_now THEN
@@ -392,10 +402,10 @@ BEGIN
     INTO v_kept_ids, v_kept_accounts, v_kept_at, v_kept_paced, v_released
     FROM decided d;
 
-    -- The rows are locked already, by the reservation; one element per account, as
-    -- account_feedback takes them.
+    -- The rows are locked already, by the reservation, so the slots go back at once; one
+    -- element per account, as apply_account_feedback takes them.
     IF v_released IS NOT NULL THEN
-        PERFORM herald.account_feedback(
+        PERFORM herald.apply_account_feedback(
             p_namespace, array_agg(r.account ORDER BY r.account),
             array_agg(r.n ORDER BY r.account), array_agg(r.n ORDER BY r.account),
             array_fill(0, ARRAY[count(*)::integer]), array_fill(0, ARRAY[count(*)::integer]),
@@ -413,8 +423,8 @@ BEGIN
 END
 $$;
 
--- Applies what reports, expiries and releases say about accounts, one row per account:
--- frees in-flight slots, refunds the daily count of leases that sent nothing, halves the
+-- Applies what reports, expiries and releases say about accounts to their rows at once, one
+-- row per account (herald.account_feedback decides what waits instead): frees in-flight slots, refunds the daily count of leases that sent nothing, halves the
 -- effective rate on RATE_LIMITED (down to the floor) and pauses the account for retry_after,
 -- raises it back a quarter of the configured rate per run of `recovery_successes` successes
 -- (as many steps as the batch's successes make), takes the account offline for its cool-down
@@ -428,7 +438,7 @@ $$;
 -- per batch, the largest fixed cost of the routed report path (docs/performance.md, S5). Rows
 -- are locked in the caller's order (`ord`), as the claims' reservations lock them, so the two
 -- never deadlock.
-CREATE OR REPLACE FUNCTION herald.account_feedback(
+CREATE OR REPLACE FUNCTION herald.apply_account_feedback(
     p_namespace text, p_ids text[], p_released integer[], p_refund integer[], p_ok integer[],
     p_rate_limited integer[], p_retry_after_ms bigint[], p_unavailable integer[],
     p_failed integer[], p_reason text[], p_now timestamptz DEFAULT NULL
@@ -553,6 +563,128 @@ BEGIN
     SELECT coalesce(bool_or(u.freed), false) INTO v_freed
     FROM updated u, announced;
     RETURN v_freed;
+END
+$$;
+
+-- Takes what reports, expiries and releases say about accounts, one array element per account
+-- (see herald.apply_account_feedback for what each part does), without making report batches
+-- and claims wait for each other on the account rows (docs/performance.md, S5). An account whose
+-- news is only freed slots and successes, and whose rate is not recovering from a rate limit,
+-- gets a row in herald.account_deltas, and its row is not locked: herald.account_in_flight
+-- counts the freed slots at once, and the successes (the success rate, the streak) count when
+-- herald.fold_account_deltas folds them in, soon after. Anything else (a refund, RATE_LIMITED,
+-- ACCOUNT_UNAVAILABLE, a failure, successes that raise a lowered rate) is applied at once,
+-- with what was waiting for that account folded in first, so pausing, backing off, recovering
+-- and going offline act on the next claim as before. A caller that passes p_now (tests driving
+-- the clock) has everything applied at once. Returns true when an account that had no
+-- in-flight room gained some, so dispatchers should look again.
+CREATE OR REPLACE FUNCTION herald.account_feedback(
+    p_namespace text, p_ids text[], p_released integer[], p_refund integer[], p_ok integer[],
+    p_rate_limited integer[], p_retry_after_ms bigint[], p_unavailable integer[],
+    p_failed integer[], p_reason text[], p_now timestamptz DEFAULT NULL
+) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_deferred boolean[];
+    v_freed boolean := false;
+    v_now_ids text[];
+BEGIN
+    -- Read without a lock: an account whose rate dropped concurrently has this batch's
+    -- successes count towards its recovery at the next fold instead of now.
+    SELECT array_agg(p_now IS NULL AND coalesce(f.refund, 0) = 0
+                     AND coalesce(f.rate_limited, 0) = 0 AND coalesce(f.unavailable, 0) = 0
+                     AND coalesce(f.failed, 0) = 0
+                     AND coalesce(a.effective_rate >= a.rate_per_sec, true)
+                     ORDER BY f.ord)
+    INTO v_deferred
+    FROM unnest(p_ids, p_refund, p_rate_limited, p_unavailable, p_failed)
+        WITH ORDINALITY AS f(id, refund, rate_limited, unavailable, failed, ord)
+    LEFT JOIN herald.accounts a ON a.namespace = p_namespace AND a.id = f.id;
+
+    INSERT INTO herald.account_deltas (namespace, account_id, released, ok)
+    SELECT p_namespace, f.id, coalesce(f.released, 0), coalesce(f.ok, 0)
+    FROM unnest(p_ids, p_released, p_ok, v_deferred) AS f(id, released, ok, deferred)
+    WHERE f.deferred AND (coalesce(f.released, 0) > 0 OR coalesce(f.ok, 0) > 0);
+
+    -- Room came back on an account that was at its in-flight limit before these releases (the
+    -- deltas just written are counted by account_in_flight already).
+    SELECT coalesce(bool_or(herald.account_in_flight(a) + f.released >= a.max_in_flight), false)
+    INTO v_freed
+    FROM unnest(p_ids, p_released, v_deferred) AS f(id, released, deferred)
+    JOIN herald.accounts a ON a.namespace = p_namespace AND a.id = f.id
+    WHERE f.deferred AND f.released > 0 AND a.max_in_flight IS NOT NULL;
+
+    SELECT array_agg(f.id ORDER BY f.ord) INTO v_now_ids
+    FROM unnest(p_ids, v_deferred) WITH ORDINALITY AS f(id, deferred, ord)
+    WHERE NOT f.deferred;
+    IF v_now_ids IS NULL THEN
+        RETURN v_freed;
+    END IF;
+    -- Locks the rows in the caller's order, so the fold that follows finds them held.
+    SELECT herald.apply_account_feedback(
+        p_namespace, v_now_ids,
+        array_agg(f.released ORDER BY f.ord), array_agg(f.refund ORDER BY f.ord),
+        array_agg(f.ok ORDER BY f.ord), array_agg(f.rate_limited ORDER BY f.ord),
+        array_agg(f.retry_after_ms ORDER BY f.ord), array_agg(f.unavailable ORDER BY f.ord),
+        array_agg(f.failed ORDER BY f.ord), array_agg(f.reason ORDER BY f.ord), p_now)
+        OR v_freed
+    INTO v_freed
+    FROM unnest(p_ids, p_released, p_refund, p_ok, p_rate_limited, p_retry_after_ms,
+                p_unavailable, p_failed, p_reason, v_deferred)
+        WITH ORDINALITY AS f(id, released, refund, ok, rate_limited, retry_after_ms,
+                             unavailable, failed, reason, deferred, ord)
+    WHERE NOT f.deferred;
+    PERFORM herald.fold_account_deltas(p_namespace, v_now_ids);
+    RETURN v_freed;
+END
+$$;
+
+-- Folds what is waiting in herald.account_deltas for accounts p_ids of p_namespace into their
+-- rows (herald.apply_account_feedback) and deletes it. Room it frees was counted already, by
+-- herald.account_in_flight, when the delta was written. The rows are locked, in p_ids' order, before the deltas are read:
+-- two folds of one account then take turns, and each delta is deleted, and applied, by exactly
+-- one of them. A delta committed while this runs waits for the next fold.
+CREATE OR REPLACE FUNCTION herald.fold_account_deltas(p_namespace text, p_ids text[])
+RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_ids text[];
+    v_released integer[];
+    v_ok integer[];
+    v_zeros integer[];
+BEGIN
+    PERFORM 1
+    FROM unnest(p_ids) WITH ORDINALITY AS u(id, ord)
+    CROSS JOIN LATERAL (
+        SELECT 1 FROM herald.accounts a
+        WHERE a.namespace = p_namespace AND a.id = u.id
+        FOR UPDATE
+    ) l;
+
+    WITH gone AS (
+        DELETE FROM herald.account_deltas d
+        WHERE d.namespace = p_namespace AND d.account_id = ANY(p_ids)
+        RETURNING d.account_id, d.released, d.ok
+    ),
+    summed AS (
+        SELECT g.account_id, sum(g.released)::integer AS released, sum(g.ok)::integer AS ok
+        FROM gone g
+        GROUP BY g.account_id
+    )
+    SELECT array_agg(s.account_id ORDER BY u.ord), array_agg(s.released ORDER BY u.ord),
+           array_agg(s.ok ORDER BY u.ord)
+    INTO v_ids, v_released, v_ok
+    FROM summed s
+    JOIN unnest(p_ids) WITH ORDINALITY AS u(id, ord) ON u.id = s.account_id;
+
+    IF v_ids IS NULL THEN
+        RETURN;
+    END IF;
+    v_zeros := array_fill(0, ARRAY[cardinality(v_ids)]);
+    PERFORM herald.apply_account_feedback(
+        p_namespace, v_ids, v_released, v_zeros, v_ok, v_zeros,
+        array_fill(0::bigint, ARRAY[cardinality(v_ids)]), v_zeros, v_zeros,
+        array_fill(NULL::text, ARRAY[cardinality(v_ids)]));
 END
 $$;
 

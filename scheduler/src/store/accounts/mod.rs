@@ -35,7 +35,7 @@ const ACCOUNT_COLUMNS: &str = "a.id, a.sender_kind, a.pool, a.time_zone, a.crede
      a.rate_changed_at, \
      CASE WHEN a.day = (herald.now() AT TIME ZONE a.time_zone)::date THEN a.day_count ELSE 0 END \
          AS today_count, \
-     a.in_flight, a.offline_until, a.state_reason, a.throttled_until, a.created_at, a.updated_at, \
+     herald.account_in_flight(a) AS in_flight, a.offline_until, a.state_reason, a.throttled_until, a.created_at, a.updated_at, \
      (herald.account_day_cap(a, (herald.now() AT TIME ZONE a.time_zone)::date)).cap AS today_cap, \
      (herald.account_day_cap(a, (herald.now() AT TIME ZONE a.time_zone)::date)).ramp_day, \
      herald.tier_used(a, herald.now()) AS tier_used, \
@@ -92,6 +92,8 @@ const APPLY_FEEDBACK: Statement = statement!("apply_feedback");
 const DRIFTED_ACCOUNTS: Statement = statement!("drifted_accounts");
 const LOCK_ACCOUNT: Statement = statement!("lock_account");
 const RECONCILE_IN_FLIGHT: Statement = statement!("reconcile_in_flight");
+const WAITING_DELTAS: Statement = statement!("waiting_deltas");
+const FOLD_DELTAS: Statement = statement!("fold_deltas");
 
 /// The SQL of the limit functions (`account_room`, `reserve_capacity`, `account_feedback`),
 /// applied by the migrator whenever it changes.
@@ -578,6 +580,25 @@ impl<C: GenericClient> AccountRepo<'_, C> {
             .iter()
             .map(|r| Ok((column(r, "namespace")?, column(r, "id")?)))
             .collect()
+    }
+
+    /// The accounts with released slots or successes waiting to be folded into their rows,
+    /// as (namespace, ids); see [`Self::fold_deltas`].
+    pub async fn waiting_deltas(&self) -> Result<Vec<(String, Vec<String>)>, StoreError> {
+        WAITING_DELTAS
+            .query(self.db, &[])
+            .await?
+            .iter()
+            .map(|r| Ok((column(r, "namespace")?, column(r, "ids")?)))
+            .collect()
+    }
+
+    /// Folds the released slots and successes reports left waiting for accounts `ids` of
+    /// `namespace` into their rows, under their locks. Run it in a transaction of its own: it
+    /// holds the rows until commit.
+    pub async fn fold_deltas(&self, namespace: &str, ids: &[String]) -> Result<(), StoreError> {
+        FOLD_DELTAS.execute(self.db, &[&namespace, &ids]).await?;
+        Ok(())
     }
 
     /// Sets one account's in-flight count to the leases it holds, under its lock; returns the
