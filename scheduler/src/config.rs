@@ -40,6 +40,11 @@ pub struct Config {
     /// backstop: every lease change keeps them equal in its own transaction).
     #[arg(long, env = "HERALD_RECONCILE_INTERVAL", default_value = "30s", value_parser = humantime::parse_duration)]
     pub reconcile_interval: Duration,
+    /// How often the successes and freed slots reports leave beside the account rows are
+    /// folded into them: each fold locks those rows once, and the success rate and the
+    /// adaptive rate's streak lag by up to this much (docs/accounts.md).
+    #[arg(long, env = "HERALD_FOLD_INTERVAL", default_value = "200ms", value_parser = humantime::parse_duration)]
+    pub fold_interval: Duration,
 
     /// How often the gauges read from the database (live tasks, account figures) are refreshed.
     #[arg(long, env = "HERALD_METRICS_REFRESH", default_value = "15s", value_parser = humantime::parse_duration)]
@@ -175,6 +180,7 @@ impl Config {
             task_retention: Duration::from_secs(7 * 86_400),
             retention_interval: Duration::from_secs(60),
             reconcile_interval: Duration::from_secs(30),
+            fold_interval: Duration::from_millis(200),
             no_accounts_ttl: Duration::from_secs(1),
             metrics_refresh: crate::telemetry::metrics::TASK_COUNT_INTERVAL,
             cancel_wait: Duration::from_secs(5),

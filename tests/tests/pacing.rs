@@ -855,6 +855,54 @@ async fn every_full_run_of_successes_in_one_batch_raises_the_rate_a_step() -> Re
 }
 
 #[tokio::test]
+async fn successes_waiting_to_be_folded_do_not_count_towards_the_recovery_of_a_later_rate_limit(
+) -> Result<()> {
+    // Successes on an account at its configured rate wait beside the row (account_deltas); a
+    // rate limit that follows folds them in first, so they cannot raise the halved rate again.
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::builder(&db)
+        // The background folder would race the direct calls below.
+        .env("HERALD_FOLD_INTERVAL", "1h")
+        .spawn()
+        .await?;
+    let mut accounts = accounts_client(&scheduler.grpc_url()).await?;
+    create_account(
+        &mut accounts,
+        "adaptive",
+        "p",
+        AccountLimits {
+            recovery_successes: Some(4),
+            ..limits(100.0)
+        },
+    )
+    .await?;
+    let conn = db.connect().await?;
+    let feedback = "SELECT herald.account_feedback('default', ARRAY['adaptive'], ARRAY[0],
+                    ARRAY[0], ARRAY[$1::int4], ARRAY[$2::int4], ARRAY[0::bigint], ARRAY[0],
+                    ARRAY[0], ARRAY[NULL::text])";
+    conn.execute(feedback, &[&9i32, &0i32]).await?;
+    let waiting: i64 = conn
+        .query_one("SELECT count(*) AS n FROM herald.account_deltas", &[])
+        .await?
+        .get("n");
+    assert_eq!(waiting, 1, "the successes wait beside the row");
+    conn.execute(feedback, &[&0i32, &1i32]).await?;
+    let row = conn
+        .query_one(
+            "SELECT effective_rate, success_streak, outcomes_seen,
+                    (SELECT count(*) FROM herald.account_deltas) AS waiting
+             FROM herald.accounts WHERE id = 'adaptive'",
+            &[],
+        )
+        .await?;
+    assert_eq!(row.get::<_, f64>("effective_rate"), 50.0);
+    assert_eq!(row.get::<_, i32>("success_streak"), 0);
+    assert_eq!(row.get::<_, i32>("outcomes_seen"), 10);
+    assert_eq!(row.get::<_, i64>("waiting"), 0);
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_pooled_task_right_after_its_account_is_created_is_not_held_by_the_cache() -> Result<()> {
     let db = TestDb::new().await?;
     // A cache far longer than the wait below: only invalidation can release the task in time.

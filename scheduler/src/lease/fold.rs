@@ -6,8 +6,9 @@
 //! "Feedback"). The freed slots count at once (`herald.account_in_flight`); the successes move
 //! the adaptive rate and the success rate once folded. Folding every short while keeps the
 //! table a few pages and the per-claim sum over it small, and takes each account's lock once
-//! per fold instead of once per report batch. Safe on every replica at once: two folds of one
-//! account take turns on its row and each delta is applied once.
+//! per fold instead of once per report batch (every `HERALD_FOLD_INTERVAL`, 200 ms by default).
+//! Safe on every replica at once: two folds of one account take turns on its row and each delta
+//! is applied once.
 
 use std::time::Duration;
 
@@ -15,11 +16,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::store::transaction;
 use crate::store::{Db, Store, StoreError};
-
-/// How often waiting deltas are folded in: rare enough that a busy namespace's account rows
-/// are locked a few times a second rather than once per report batch, often enough that the
-/// success counts reach the adaptive rate and health within a fraction of a second.
-pub const FOLD_INTERVAL: Duration = Duration::from_millis(200);
 
 /// Runs until `stop`, folding every `interval`.
 pub async fn run(store: Store, interval: Duration, stop: CancellationToken) {

@@ -38,7 +38,7 @@ pub(super) fn start(replica: &Replica, config: &Config, notifier: Option<Notifie
         config.unknown_outcome_grace,
         stop.clone(),
     ));
-    jobs.spawn(fold::run(store.clone(), fold::FOLD_INTERVAL, stop.clone()));
+    jobs.spawn(fold::run(store.clone(), config.fold_interval, stop.clone()));
     jobs.spawn(reconcile::run(
         store.clone(),
         config.reconcile_interval,

@@ -424,7 +424,8 @@ END
 $$;
 
 -- Applies what reports, expiries and releases say about accounts to their rows at once, one
--- row per account (herald.account_feedback decides what waits instead): frees in-flight slots, refunds the daily count of leases that sent nothing, halves the
+-- row per account (herald.account_feedback decides what waits instead): frees in-flight slots,
+-- refunds the daily count of leases that sent nothing, halves the
 -- effective rate on RATE_LIMITED (down to the floor) and pauses the account for retry_after,
 -- raises it back a quarter of the configured rate per run of `recovery_successes` successes
 -- (as many steps as the batch's successes make), takes the account offline for its cool-down
@@ -620,7 +621,10 @@ BEGIN
     IF v_now_ids IS NULL THEN
         RETURN v_freed;
     END IF;
-    -- Locks the rows in the caller's order, so the fold that follows finds them held.
+    -- What was waiting happened first: folded before this batch's news, so successes from
+    -- before a rate limit do not count towards its recovery. The fold locks the rows in the
+    -- caller's order, as apply_account_feedback would.
+    PERFORM herald.fold_account_deltas(p_namespace, v_now_ids);
     SELECT herald.apply_account_feedback(
         p_namespace, v_now_ids,
         array_agg(f.released ORDER BY f.ord), array_agg(f.refund ORDER BY f.ord),
@@ -634,16 +638,16 @@ BEGIN
         WITH ORDINALITY AS f(id, released, refund, ok, rate_limited, retry_after_ms,
                              unavailable, failed, reason, deferred, ord)
     WHERE NOT f.deferred;
-    PERFORM herald.fold_account_deltas(p_namespace, v_now_ids);
     RETURN v_freed;
 END
 $$;
 
 -- Folds what is waiting in herald.account_deltas for accounts p_ids of p_namespace into their
 -- rows (herald.apply_account_feedback) and deletes it. Room it frees was counted already, by
--- herald.account_in_flight, when the delta was written. The rows are locked, in p_ids' order, before the deltas are read:
--- two folds of one account then take turns, and each delta is deleted, and applied, by exactly
--- one of them. A delta committed while this runs waits for the next fold.
+-- herald.account_in_flight, when the delta was written. The rows are locked, in p_ids' order,
+-- before the deltas are read: two folds of one account then take turns, and each delta is
+-- deleted, and applied, by exactly one of them. A delta committed while this runs waits for
+-- the next fold.
 CREATE OR REPLACE FUNCTION herald.fold_account_deltas(p_namespace text, p_ids text[])
 RETURNS void
 LANGUAGE plpgsql AS $$
