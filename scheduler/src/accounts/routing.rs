@@ -51,7 +51,8 @@ impl AccountRoom {
     }
 }
 
-/// A locked due task that may be leased.
+/// What routing weighs of a due task: the claim's candidate row carries more (see
+/// `store/leases/claim.rs`), and hands routing this part of it.
 #[derive(Debug, Clone)]
 pub struct Candidate {
     /// Task id.
@@ -62,24 +63,12 @@ pub struct Candidate {
     pub recipient: String,
     /// Priority.
     pub priority: i16,
-    /// Whether it has a send window (the claim moves it if the window is closed).
-    pub windowed: bool,
-    /// Whether its recipient is on the suppression list (the claim ends it instead).
-    pub suppressed: bool,
-    /// What it holds from its last lease.
-    pub prior: PriorLease,
 }
 
-/// What a candidate holds from its last lease: a claim leases its assignments before the grant
-/// and puts back one the grant refuses exactly as it was.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PriorLease {
-    /// The executor that held it.
-    pub executor_id: Option<String>,
-    /// When it was granted.
-    pub leased_at: Option<chrono::DateTime<chrono::Utc>>,
-    /// The account it went through.
-    pub account_id: Option<String>,
+impl AsRef<Candidate> for Candidate {
+    fn as_ref(&self) -> &Candidate {
+        self
+    }
 }
 
 /// What the accounts know of the candidates' recipients, by (account, recipient).
@@ -149,9 +138,9 @@ struct Left {
 /// Assigns candidates (in claim order) to accounts: pooled tasks to an account of the pool (see
 /// the module's rules), pinned tasks to their account. Takes at most `limit`. The claim has
 /// already taken out candidates whose send window is closed.
-pub fn assign(
+pub fn assign<C: AsRef<Candidate>>(
     namespace: &str,
-    candidates: &[Candidate],
+    candidates: &[C],
     accounts: &[AccountRoom],
     facts: &PairFacts,
     limit: usize,
@@ -194,7 +183,7 @@ pub fn assign(
     let mut used: HashMap<&str, Vec<usize>> = HashMap::new();
     let mut out = Vec::new();
 
-    for c in candidates {
+    for c in candidates.iter().map(AsRef::as_ref) {
         if out.len() >= limit {
             break;
         }
@@ -324,9 +313,6 @@ mod tests {
             route: route.into(),
             recipient: recipient.into(),
             priority,
-            windowed: false,
-            suppressed: false,
-            prior: PriorLease::default(),
         }
     }
 

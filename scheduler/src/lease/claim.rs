@@ -27,8 +27,8 @@ use std::time::{Duration, Instant};
 
 use deadpool_postgres::Transaction;
 
-use crate::accounts::routing::{self, AccountRoom, Candidate};
-use crate::store::leases::claim::{AccountBudget, ClaimParams};
+use crate::accounts::routing::{self, AccountRoom};
+use crate::store::leases::claim::{AccountBudget, CandidateRow, ClaimParams};
 use crate::store::transaction;
 use crate::store::{Db, Store, StoreError};
 use crate::tasks::model::GrantedLease;
@@ -200,9 +200,9 @@ async fn claim_in(
     let listed: Vec<Uuid> = candidates
         .iter()
         .filter(|c| c.suppressed)
-        .map(|c| c.id)
+        .map(|c| c.task.id)
         .collect();
-    let candidates: Vec<Candidate> = if listed.is_empty() {
+    let candidates: Vec<CandidateRow> = if listed.is_empty() {
         candidates
     } else {
         let ended: HashSet<Uuid> = tx
@@ -213,13 +213,13 @@ async fn claim_in(
             .collect();
         candidates
             .into_iter()
-            .filter(|c| !ended.contains(&c.id))
+            .filter(|c| !ended.contains(&c.task.id))
             .collect()
     };
     let recipients: Vec<&str> = candidates
         .iter()
-        .filter(|c| c.route != req.unrouted())
-        .map(|c| c.recipient.as_str())
+        .filter(|c| c.task.route != req.unrouted())
+        .map(|c| c.task.recipient.as_str())
         .collect::<HashSet<&str>>()
         .into_iter()
         .collect();
@@ -232,12 +232,12 @@ async fn claim_in(
     let windowed: Vec<Uuid> = candidates
         .iter()
         .filter(|c| c.windowed)
-        .map(|c| c.id)
+        .map(|c| c.task.id)
         .collect();
     let deferred = tx.leases().defer_closed_windows(&windowed).await?;
-    let candidates: Vec<Candidate> = candidates
+    let candidates: Vec<CandidateRow> = candidates
         .into_iter()
-        .filter(|c| !deferred.contains(&c.id))
+        .filter(|c| !deferred.contains(&c.task.id))
         .collect();
     let limit = usize::try_from(req.limit).unwrap_or(usize::MAX);
     let assigned = routing::assign(req.namespace, &candidates, &accounts, &facts, limit);
@@ -296,7 +296,7 @@ async fn lock_candidates(
     tx: &Transaction<'_>,
     req: &ClaimRequest<'_>,
     accounts: &[AccountRoom],
-) -> Result<(Vec<Candidate>, Vec<String>), StoreError> {
+) -> Result<(Vec<CandidateRow>, Vec<String>), StoreError> {
     let limit = i32::try_from(req.limit).unwrap_or(i32::MAX);
     let mut pool_room: BTreeMap<&str, i32> = BTreeMap::new();
     for a in accounts.iter().filter(|a| a.room > 0) {

@@ -13,11 +13,43 @@ use deadpool_postgres::GenericClient;
 use uuid::Uuid;
 
 use super::LeaseRepo;
-use crate::accounts::routing::{AccountRoom, Assignment, Candidate, PairFacts, PriorLease};
+use crate::accounts::routing::{AccountRoom, Assignment, Candidate, PairFacts};
 use crate::store::sql::{column, statement, Statement};
 use crate::store::tasks::columns::with_columns;
 use crate::store::StoreError;
 use crate::tasks::model::GrantedLease;
+
+/// A locked due task a routed claim may lease: what routing weighs ([`Candidate`]) and what
+/// the claim's other steps need of the row.
+#[derive(Debug, Clone)]
+pub struct CandidateRow {
+    /// What routing weighs.
+    pub task: Candidate,
+    /// Whether it has a send window (the claim moves it if the window is closed).
+    pub windowed: bool,
+    /// Whether its recipient is on the suppression list (the claim ends it instead).
+    pub suppressed: bool,
+    /// What it holds from its last lease.
+    pub prior: PriorLease,
+}
+
+impl AsRef<Candidate> for CandidateRow {
+    fn as_ref(&self) -> &Candidate {
+        &self.task
+    }
+}
+
+/// What a candidate holds from its last lease: a claim leases its assignments before the grant
+/// and puts back one the grant refuses exactly as it was.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PriorLease {
+    /// The executor that held it.
+    pub executor_id: Option<String>,
+    /// When it was granted.
+    pub leased_at: Option<DateTime<Utc>>,
+    /// The account it went through.
+    pub account_id: Option<String>,
+}
 
 /// Priority levels, highest first: the order claims visit them in.
 pub const PRIORITIES_DESC: [i16; 10] = [9, 8, 7, 6, 5, 4, 3, 2, 1, 0];
@@ -161,7 +193,7 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
         wide: &[(String, i32)],
         pinned: &[(String, i32)],
         queues: Option<&[String]>,
-    ) -> Result<Vec<Candidate>, StoreError> {
+    ) -> Result<Vec<CandidateRow>, StoreError> {
         let (wide_routes, wide_limits): (Vec<&str>, Vec<i32>) =
             wide.iter().map(|(r, l)| (r.as_str(), *l)).unzip();
         let (pinned_routes, pinned_limits): (Vec<&str>, Vec<i32>) =
@@ -181,11 +213,13 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
             .await?
             .iter()
             .map(|r| {
-                Ok(Candidate {
-                    id: column(r, "id")?,
-                    route: column(r, "route")?,
-                    recipient: column(r, "recipient")?,
-                    priority: column(r, "priority")?,
+                Ok(CandidateRow {
+                    task: Candidate {
+                        id: column(r, "id")?,
+                        route: column(r, "route")?,
+                        recipient: column(r, "recipient")?,
+                        priority: column(r, "priority")?,
+                    },
                     windowed: column(r, "windowed")?,
                     suppressed: column(r, "suppressed")?,
                     prior: PriorLease {
@@ -261,7 +295,7 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
         p: &ClaimParams<'_>,
         namespace: &str,
         assigned: &[Assignment],
-        candidates: &[Candidate],
+        candidates: &[CandidateRow],
         tracked: &[&str],
     ) -> Result<Vec<GrantedLease>, StoreError> {
         let ids: Vec<Uuid> = assigned.iter().map(|a| a.id).collect();
@@ -313,7 +347,7 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
         // What is left was leased and not granted.
         if !leased.is_empty() {
             let priors: HashMap<Uuid, &PriorLease> =
-                candidates.iter().map(|c| (c.id, &c.prior)).collect();
+                candidates.iter().map(|c| (c.task.id, &c.prior)).collect();
             for id in leased.into_keys() {
                 let prior = priors.get(&id).copied().cloned().unwrap_or_default();
                 settle.push(
