@@ -17,15 +17,26 @@ use tokio_util::sync::CancellationToken;
 use crate::store::transaction;
 use crate::store::{Db, Store, StoreError};
 
-/// Runs until `stop`, folding every `interval`.
+/// Runs until `stop`, folding every `interval`. A failure is logged when folding starts to
+/// fail and when it works again, not five times a second while the database is away.
 pub async fn run(store: Store, interval: Duration, stop: CancellationToken) {
+    let mut failing = false;
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(interval) => {}
         }
-        if let Err(e) = fold_once(&store).await {
-            tracing::warn!(error = %e, "cannot fold account deltas");
+        match fold_once(&store).await {
+            Ok(_) if failing => {
+                failing = false;
+                tracing::info!("folding account deltas again");
+            }
+            Ok(_) => {}
+            Err(e) if !failing => {
+                failing = true;
+                tracing::warn!(error = %e, "cannot fold account deltas; retrying quietly");
+            }
+            Err(_) => {}
         }
     }
 }
