@@ -311,8 +311,48 @@ pub enum ConnectError {
 mod tests {
     use super::*;
 
+    /// A store on a database of its own, dropped when the test ends, passed or failed.
+    struct ScratchStore {
+        store: Store,
+        admin: String,
+        name: String,
+    }
+
+    impl std::ops::Deref for ScratchStore {
+        type Target = Store;
+        fn deref(&self) -> &Store {
+            &self.store
+        }
+    }
+
+    impl Drop for ScratchStore {
+        fn drop(&mut self) {
+            let (admin, name) = (self.admin.clone(), self.name.clone());
+            // Drop cannot await, and the test's runtime may be ending: a runtime of its own.
+            // FORCE ends the pool's sessions, still open here.
+            let dropped = std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .ok()?;
+                runtime.block_on(async {
+                    let (client, connection) =
+                        tokio_postgres::connect(&admin, tokio_postgres::NoTls)
+                            .await
+                            .ok()?;
+                    tokio::spawn(connection);
+                    client
+                        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                        .await
+                        .ok()
+                })
+            });
+            let _ = dropped.join();
+        }
+    }
+
     /// A database of its own on the test cluster (`HERALD_TEST_PG_URL`, set by `script/test`).
-    async fn store() -> Store {
+    async fn store() -> ScratchStore {
         let admin = std::env::var("HERALD_TEST_PG_URL")
             .unwrap_or_else(|_| panic!("HERALD_TEST_PG_URL is not set; run script/test"));
         let name = format!("t_store_{}", uuid::Uuid::new_v4().simple());
@@ -345,7 +385,7 @@ mod tests {
         conn.batch_execute("CREATE TABLE tries (n integer)")
             .await
             .unwrap_or_else(|e| panic!("{e}"));
-        store
+        ScratchStore { store, admin, name }
     }
 
     /// Raises `sqlstate` the first `fail` times it runs in a transaction, counted by a sequence
