@@ -542,8 +542,11 @@ impl LeaseClient {
         match message.kind {
             Some(In::Leases(batch)) => {
                 self.progressed = true;
+                // One receipt instant for the batch: its leases then come due for extension
+                // together, in one frame, however long starting each send took.
+                let received = Instant::now();
                 for lease in batch.leases {
-                    self.on_lease(lease);
+                    self.on_lease(lease, received);
                 }
                 self.update_stats();
                 // Duplicates free their slot at once; leases arriving during shutdown are
@@ -598,8 +601,8 @@ impl LeaseClient {
         Ok(None)
     }
 
-    /// Starts a worker for a new lease.
-    fn on_lease(&mut self, lease: pb::Lease) {
+    /// Starts a worker for a new lease, received at `received`.
+    fn on_lease(&mut self, lease: pb::Lease, received: Instant) {
         let key = LeaseKey {
             task_id: lease.task_id.clone(),
             attempt: lease.attempt,
@@ -641,7 +644,7 @@ impl LeaseClient {
                 None => Err(SendError::permanent("lease carries no content")),
             },
         };
-        let (phase, cancel) = self.inflight.insert(key.clone(), Instant::now());
+        let (phase, cancel) = self.inflight.insert(key.clone(), received);
         let job = Job {
             key,
             queue,
