@@ -265,6 +265,14 @@ async fn a_report_batch_frees_its_slots_while_a_claim_holds_the_account_row() ->
         (0, 0),
         "the slot is free at once"
     );
+    let status = herald_tests::accounts::get_account(
+        &mut herald_tests::accounts::accounts_client(&scheduler.grpc_url()).await?,
+        "wa-1",
+    )
+    .await?
+    .status
+    .context("status")?;
+    assert_eq!(status.in_flight, 0, "GetAccount counts the waiting release");
     assert_eq!(
         account_row(&db, "wa-1").await?,
         (1, 1, 0),

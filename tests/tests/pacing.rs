@@ -819,10 +819,14 @@ async fn an_account_failing_past_its_threshold_pauses_itself_and_notifies() -> R
     Ok(())
 }
 
-#[tokio::test]
-async fn every_full_run_of_successes_in_one_batch_raises_the_rate_a_step() -> Result<()> {
-    let db = TestDb::new().await?;
-    let scheduler = SchedulerProcess::spawn(&db).await?;
+/// Feedback for the account `adaptive`: $1 successes and $2 rate limits, as a report batch
+/// gives it.
+const ADAPTIVE_FEEDBACK: &str = "SELECT herald.account_feedback('default', ARRAY['adaptive'],
+    ARRAY[0], ARRAY[0], ARRAY[$1::int4], ARRAY[$2::int4], ARRAY[0::bigint], ARRAY[0], ARRAY[0],
+    ARRAY[NULL::text])";
+
+/// The account `adaptive` at 100/s, raised a step every four successes after a rate limit.
+async fn create_adaptive_account(scheduler: &SchedulerProcess) -> Result<()> {
     let mut accounts = accounts_client(&scheduler.grpc_url()).await?;
     create_account(
         &mut accounts,
@@ -834,10 +838,16 @@ async fn every_full_run_of_successes_in_one_batch_raises_the_rate_a_step() -> Re
         },
     )
     .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn every_full_run_of_successes_in_one_batch_raises_the_rate_a_step() -> Result<()> {
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    create_adaptive_account(&scheduler).await?;
     let conn = db.connect().await?;
-    let feedback = "SELECT herald.account_feedback('default', ARRAY['adaptive'], ARRAY[0],
-                    ARRAY[0], ARRAY[$1::int4], ARRAY[$2::int4], ARRAY[0::bigint], ARRAY[0],
-                    ARRAY[0], ARRAY[NULL::text])";
+    let feedback = ADAPTIVE_FEEDBACK;
     // Two rate limits: 100 -> 50 -> 25 per second.
     conn.execute(feedback, &[&0i32, &1i32]).await?;
     conn.execute(feedback, &[&0i32, &1i32]).await?;
@@ -865,21 +875,9 @@ async fn successes_waiting_to_be_folded_do_not_count_towards_the_recovery_of_a_l
         .env("HERALD_FOLD_INTERVAL", "1h")
         .spawn()
         .await?;
-    let mut accounts = accounts_client(&scheduler.grpc_url()).await?;
-    create_account(
-        &mut accounts,
-        "adaptive",
-        "p",
-        AccountLimits {
-            recovery_successes: Some(4),
-            ..limits(100.0)
-        },
-    )
-    .await?;
+    create_adaptive_account(&scheduler).await?;
     let conn = db.connect().await?;
-    let feedback = "SELECT herald.account_feedback('default', ARRAY['adaptive'], ARRAY[0],
-                    ARRAY[0], ARRAY[$1::int4], ARRAY[$2::int4], ARRAY[0::bigint], ARRAY[0],
-                    ARRAY[0], ARRAY[NULL::text])";
+    let feedback = ADAPTIVE_FEEDBACK;
     conn.execute(feedback, &[&9i32, &0i32]).await?;
     let waiting: i64 = conn
         .query_one("SELECT count(*) AS n FROM herald.account_deltas", &[])

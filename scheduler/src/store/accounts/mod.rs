@@ -35,7 +35,8 @@ const ACCOUNT_COLUMNS: &str = "a.id, a.sender_kind, a.pool, a.time_zone, a.crede
      a.rate_changed_at, \
      CASE WHEN a.day = (herald.now() AT TIME ZONE a.time_zone)::date THEN a.day_count ELSE 0 END \
          AS today_count, \
-     herald.account_in_flight(a) AS in_flight, a.offline_until, a.state_reason, a.throttled_until, a.created_at, a.updated_at, \
+     herald.account_in_flight(a) AS in_flight, a.offline_until, a.state_reason, \
+     a.throttled_until, a.created_at, a.updated_at, \
      (herald.account_day_cap(a, (herald.now() AT TIME ZONE a.time_zone)::date)).cap AS today_cap, \
      (herald.account_day_cap(a, (herald.now() AT TIME ZONE a.time_zone)::date)).ramp_day, \
      herald.tier_used(a, herald.now()) AS tier_used, \

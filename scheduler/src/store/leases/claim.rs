@@ -286,9 +286,9 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
     /// The tasks are leased first (`lease_assigned.sql`), then granted (`grant_assigned.sql`,
     /// `herald.grant_claim`), then settled (`settle_grants.sql`, only when a send is paced or
     /// refused: a refused task gets back what `candidates` read of its last lease). The grant
-    /// locks the account rows until the commit, and report batches wait for those locks to free
-    /// in-flight slots; leasing before the grant keeps the lease update, the grant's largest
-    /// part, out of that hold (docs/performance.md, S5). Refusals are rare (routing reads the
+    /// locks the account rows until the commit, and other claims, folds and the reports applied
+    /// at once wait for those locks; leasing before the grant keeps the lease update, the
+    /// grant's largest part, out of that hold (docs/performance.md, S5). Refusals are rare (routing reads the
     /// same room and recipients first), so undoing them costs little.
     pub async fn grant(
         &self,
