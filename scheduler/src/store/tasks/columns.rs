@@ -85,11 +85,15 @@ const COMPUTED_INPUTS: usize = 4;
 /// `insert_tasks.sql` with its column lists filled in from [`INSERT_INPUTS`].
 pub fn insert_statement(template: &str) -> String {
     let stored = &INSERT_INPUTS[..INSERT_INPUTS.len() - COMPUTED_INPUTS];
-    let names: Vec<&str> = INSERT_INPUTS.iter().map(|(n, _)| *n).collect();
-    let params: Vec<String> = INSERT_INPUTS
+    // One `unnest` per array in the select list, not one multi-array `unnest` in FROM: the
+    // select list steps through the arrays together, while FROM materialises each array's
+    // elements into a tuple store of its own first (30 of them per batch), which cost about
+    // three times as much per row (docs/performance.md, S2). The arrays are always equally
+    // long, so stepping together pairs the elements of each task.
+    let inputs: Vec<String> = INSERT_INPUTS
         .iter()
         .enumerate()
-        .map(|(i, (_, ty))| format!("${}::{ty}[]", i + 2))
+        .map(|(i, (name, ty))| format!("unnest(${}::{ty}[]) AS {name}", i + 2))
         .collect();
     template
         .replace(
@@ -108,8 +112,7 @@ pub fn insert_statement(template: &str) -> String {
                 .collect::<Vec<_>>()
                 .join(", "),
         )
-        .replace("{inputs}", &params.join(", "))
-        .replace("{input_names}", &names.join(", "))
+        .replace("{inputs}", &inputs.join(", "))
 }
 
 /// A retry policy as the task row stores it: the backoff columns, and the explicit delays as

@@ -1,4 +1,5 @@
--- Inserts a batch of validated tasks in one statement; arrays are columns, one element a task.
+-- Inserts a batch of validated tasks in one statement; arrays are columns, one element a task,
+-- stepped through together by one unnest each in the select list (columns.rs says why).
 -- The column lists come from store/tasks/columns.rs (INSERT_INPUTS, TASK_COLUMNS), filled in
 -- at start-up.
 -- A task with no explicit run_at is due `delay_ms` after the database's herald.now(), so every due
@@ -23,7 +24,7 @@ SELECT $1,
        CASE WHEN sup.listed THEN herald.now() END,
        CASE WHEN sup.listed THEN 'not sent: the recipient is on the suppression list' END,
        {stored_values}
-FROM unnest({inputs}) AS i({input_names})
+FROM (SELECT {inputs}) AS i
 CROSS JOIN LATERAL (
     SELECT EXISTS (SELECT 1 FROM herald.suppressions s
                    WHERE s.namespace = $1 AND s.recipient = ltrim(i.recipient, '+')) AS listed
