@@ -314,6 +314,87 @@ async fn create_then_get_round_trips_every_field() -> Result<()> {
 // 2. Validation
 // ---------------------------------------------------------------------------------------------
 
+/// CreateTasks answers new tasks from what it sent and what the insert computed, not from a
+/// read: every kind of spec must come back exactly as GetTask later reads it. Covers what the
+/// database rounds (nanoseconds), fills in (the due time of a delay, the window's spread) or
+/// decides (a suppressed recipient is created CANCELLED).
+#[tokio::test]
+async fn create_tasks_answers_what_get_task_reads_for_every_kind_of_spec() -> Result<()> {
+    let Env {
+        _db,
+        _scheduler,
+        mut client,
+        sql,
+    } = env().await?;
+    sql.execute(
+        "INSERT INTO herald.suppressions (namespace, recipient, reason) \
+         VALUES ('default', '4915100000001', 'opt_out')",
+        &[],
+    )
+    .await
+    .context("suppressing a recipient")?;
+    let deadline =
+        SystemTime::now() + Duration::from_secs(26 * 3600) + Duration::from_nanos(123_456_789);
+    let specs = vec![
+        // Nanoseconds the column cannot keep, exponential backoff, a send window.
+        TaskSpec {
+            expire_at: Some(deadline.into()),
+            retry_policy: Some(RetryPolicy {
+                strategy: Some(retry_policy::Strategy::Exponential(ExponentialBackoff {
+                    initial: Some(duration(2, 0)),
+                    max: Some(duration(600, 0)),
+                    multiplier: 3.0,
+                    jitter: Some(0.25),
+                })),
+            }),
+            send_window: Some(herald_proto::v1::SendWindow {
+                start: "09:00".into(),
+                end: "17:30".into(),
+                time_zone: "Europe/Berlin".into(),
+                spread: None,
+            }),
+            labels: BTreeMap::from([("tenant".to_owned(), "acme".to_owned())]),
+            ..task_spec("default", "+4915100000002", "window")
+        },
+        // Due after a delay, in the recipient's local time, and the default policy.
+        task_spec("default", "+4915100000003", "delay").with_delay(Duration::from_millis(1500)),
+        TaskSpec {
+            local_time: (chrono::Utc::now() + chrono::Duration::days(3))
+                .format("%Y-%m-%dT09:15:00")
+                .to_string(),
+            local_time_zone: "Asia/Tokyo".into(),
+            ..task_spec("default", "+4915100000004", "local")
+        },
+        // A suppressed recipient: created already ended.
+        task_spec("default", "+4915100000001", "suppressed"),
+    ];
+    let results = client
+        .create_tasks(CreateTasksRequest { tasks: specs })
+        .await
+        .context("CreateTasks")?
+        .into_inner()
+        .results;
+    ensure!(results.len() == 4, "one answer per spec: {results:?}");
+    for (i, result) in results.into_iter().enumerate() {
+        let created = result
+            .task
+            .with_context(|| format!("answer {i} has no task"))?;
+        let fetched = get(&mut client, &created.id).await?;
+        assert_eq!(
+            fetched, created,
+            "answer {i}: GetTask differs from CreateTasks' answer"
+        );
+        if i == 3 {
+            assert_eq!(
+                created.state,
+                TaskState::Cancelled as i32,
+                "suppressed: {created:?}"
+            );
+        }
+    }
+    Ok(())
+}
+
 #[tokio::test]
 async fn create_task_rejects_each_bad_field_and_writes_nothing() -> Result<()> {
     let Env {

@@ -2,9 +2,9 @@
 //! lease returns, each list beside the code that decodes it by name. A task field is added here
 //! (and in a migration), and every statement that inserts, reads or leases tasks follows.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
-use chrono::{DateTime, NaiveTime, Utc};
+use chrono::{DateTime, NaiveTime, SubsecRound, Utc};
 use tokio_postgres::Row;
 use uuid::Uuid;
 
@@ -25,6 +25,11 @@ pub const TASK_COLUMNS: &str = "t.id, t.queue, t.recipient, t.content, t.labels,
      t.end_reason::text AS end_reason, t.end_code, t.trace_parent, t.campaign_id, t.schedule_id, \
      t.audience_id, t.route, t.window_closed_fallback, t.window_closed_fallback_at, \
      t.fallback_replaces";
+
+/// What the insert computes of a new task and returns (`t` is `herald.tasks`): the rest of its
+/// record is what the create path sent ([`InsertArrays::into_records`]).
+pub const CREATED_COLUMNS: &str = "t.id, t.state::text AS state, t.run_at, t.cancel_outcome, \
+     t.last_error, t.created_at, t.updated_at, t.finished_at, t.end_reason::text AS end_reason";
 
 /// What a lease returns of its task (`t` is `herald.tasks`); the statements add `account_id`
 /// and `credentials_ref`. Decoded by [`GrantedLease::from_row`]. `send_after_ms` is how far in
@@ -165,6 +170,7 @@ impl RetryColumns {
 /// A batch of new tasks as one array per input column.
 #[derive(Default)]
 pub struct InsertArrays<'a> {
+    tasks: Vec<&'a NewTask>,
     id: Vec<Uuid>,
     queue: Vec<&'a str>,
     recipient: Vec<&'a str>,
@@ -241,6 +247,7 @@ impl<'a> InsertArrays<'a> {
                 *paused,
             ),
         };
+        self.tasks.push(t);
         self.id.push(t.id);
         self.queue.push(&t.queue);
         self.recipient.push(&t.recipient);
@@ -278,6 +285,89 @@ impl<'a> InsertArrays<'a> {
         self.delay_ms.push(delay_ms);
         self.retry_delays.push(delays);
         self.parked.push(parked);
+    }
+
+    /// The records of the inserted tasks, from the rows the insert returned
+    /// ([`CREATED_COLUMNS`]) and what was sent: the answer to a create is built without
+    /// reading back or decoding what the create path already holds (docs/performance.md, S2).
+    /// Reads back as [`TaskRecord::from_row`] would (`tasks_api`'s round trip checks it).
+    pub fn into_records(mut self, rows: &[Row]) -> Result<Vec<TaskRecord>, StoreError> {
+        let at: HashMap<Uuid, usize> = self.id.iter().enumerate().map(|(i, id)| (*id, i)).collect();
+        rows.iter()
+            .map(|r| {
+                let mut c = Columns::new(r);
+                let id: Uuid = c.get("id")?;
+                let i = *at.get(&id).ok_or_else(|| {
+                    StoreError::Corrupt(format!(
+                        "the insert returned task {id}, not one it was given"
+                    ))
+                })?;
+                let t = self.tasks[i];
+                let state = parse_state(c.get("state")?)?;
+                let run_at = c.get("run_at")?;
+                let cancel: Option<i16> = c.get("cancel_outcome")?;
+                let last_error = c.get("last_error")?;
+                let created_at = c.get("created_at")?;
+                let updated_at = c.get("updated_at")?;
+                let finished_at = c.get("finished_at")?;
+                let end_reason = parse_end_reason(c.get("end_reason")?)?;
+                // As the row stores it: explicit delays, or else the backoff columns.
+                let retry = match &t.retry {
+                    RetryPolicy::Delays(delays) if !delays.is_empty() => {
+                        RetryPolicy::Delays(delays.clone())
+                    }
+                    _ => RetryPolicy::Exponential {
+                        initial_ms: self.backoff_initial_ms[i],
+                        max_ms: self.backoff_max_ms[i],
+                        multiplier: self.backoff_multiplier[i],
+                        jitter: self.backoff_jitter[i],
+                    },
+                };
+                Ok(TaskRecord {
+                    id,
+                    queue: t.queue.clone(),
+                    recipient: t.recipient.clone(),
+                    content: std::mem::take(&mut self.content[i]),
+                    labels: t.labels.clone(),
+                    state,
+                    priority: t.priority,
+                    run_at,
+                    // The column keeps microseconds.
+                    expire_at: t.expire_at.map(|at| at.trunc_subsecs(6)),
+                    idempotency_key: t.idempotency.as_ref().map(|(key, _)| key.clone()),
+                    lease_count: 0,
+                    attempts: 0,
+                    max_attempts: t.max_attempts,
+                    retry,
+                    executor_id: None,
+                    leased_at: None,
+                    lease_expires_at: None,
+                    cancel_outcome: cancel.and_then(CancelOutcome::from_code),
+                    last_error,
+                    created_at,
+                    updated_at,
+                    finished_at,
+                    pool: self.pool[i].map(str::to_owned),
+                    account_id: self.account_id[i].map(str::to_owned),
+                    send_window: SendWindow::from_columns(
+                        self.window_start[i].map(|at| at.trunc_subsecs(6)),
+                        self.window_end[i].map(|at| at.trunc_subsecs(6)),
+                        self.window_zone[i].map(str::to_owned),
+                        self.window_spread_ms[i],
+                    ),
+                    end_reason,
+                    end_code: None,
+                    trace_parent: t.trace_parent.clone(),
+                    campaign_id: self.campaign_id[i],
+                    schedule_id: self.schedule_id[i].map(str::to_owned),
+                    audience_id: self.audience_id[i].map(str::to_owned),
+                    parked: self.parked[i],
+                    window_closed_fallback: self.window_closed_fallback[i].take(),
+                    window_closed_fallback_at: None,
+                    fallback_replaces: None,
+                })
+            })
+            .collect()
     }
 
     /// The statement's parameters after the namespace, in [`INSERT_INPUTS`] order.
@@ -483,5 +573,6 @@ impl FromRow for GrantedLease {
 /// `sql` with its `{task_columns}` and `{lease_columns}` placeholders filled in.
 pub fn with_columns(sql: &str) -> String {
     sql.replace("{task_columns}", TASK_COLUMNS)
+        .replace("{created_columns}", CREATED_COLUMNS)
         .replace("{lease_columns}", LEASE_COLUMNS)
 }

@@ -29,5 +29,6 @@ CROSS JOIN LATERAL (
     SELECT EXISTS (SELECT 1 FROM herald.suppressions s
                    WHERE s.namespace = $1 AND s.recipient = ltrim(i.recipient, '+')) AS listed
 ) sup
--- What the create answers with: the tasks as stored, without reading them back.
-RETURNING {task_columns}
+-- What the insert computed; the create answers with these and what it sent, without reading
+-- the tasks back (InsertArrays::into_records in columns.rs).
+RETURNING {created_columns}

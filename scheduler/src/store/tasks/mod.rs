@@ -267,9 +267,10 @@ impl<C: GenericClient> TaskRepo<'_, C> {
         }
         let mut inserted: Vec<TaskRecord> = Vec::new();
         if any {
-            inserted = INSERT_TASKS
-                .fetch(self.db, &fresh.params(&namespace))
+            let rows = INSERT_TASKS
+                .query(self.db, &fresh.params(&namespace))
                 .await?;
+            inserted = fresh.into_records(&rows)?;
             if let Some(at) = inserted.iter().map(|t| t.run_at).min() {
                 announce_due(self.db, at).await?;
             }
