@@ -288,8 +288,8 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
     /// refused: a refused task gets back what `candidates` read of its last lease). The grant
     /// locks the account rows until the commit, and other claims, folds and the reports applied
     /// at once wait for those locks; leasing before the grant keeps the lease update, the
-    /// grant's largest part, out of that hold (docs/performance.md, S5). Refusals are rare (routing reads the
-    /// same room and recipients first), so undoing them costs little.
+    /// grant's largest part, out of that hold (docs/performance.md, S5). Refusals are rare
+    /// (routing reads the same room and recipients first), so undoing them costs little.
     pub async fn grant(
         &self,
         p: &ClaimParams<'_>,

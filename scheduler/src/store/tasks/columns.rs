@@ -167,6 +167,27 @@ impl RetryColumns {
     }
 }
 
+/// The policy a row's retry columns stand for: its explicit delays, or else its backoff. One
+/// rule for a read and for a create's answer, so both say what GetTask says.
+fn stored_retry(
+    delays: Vec<i64>,
+    initial_ms: i64,
+    max_ms: i64,
+    multiplier: f64,
+    jitter: f64,
+) -> RetryPolicy {
+    if delays.is_empty() {
+        RetryPolicy::Exponential {
+            initial_ms,
+            max_ms,
+            multiplier,
+            jitter,
+        }
+    } else {
+        RetryPolicy::Delays(delays)
+    }
+}
+
 /// A batch of new tasks as one array per input column.
 #[derive(Default)]
 pub struct InsertArrays<'a> {
@@ -311,18 +332,17 @@ impl<'a> InsertArrays<'a> {
                 let updated_at = c.get("updated_at")?;
                 let finished_at = c.get("finished_at")?;
                 let end_reason = parse_end_reason(c.get("end_reason")?)?;
-                // As the row stores it: explicit delays, or else the backoff columns.
-                let retry = match &t.retry {
-                    RetryPolicy::Delays(delays) if !delays.is_empty() => {
-                        RetryPolicy::Delays(delays.clone())
-                    }
-                    _ => RetryPolicy::Exponential {
-                        initial_ms: self.backoff_initial_ms[i],
-                        max_ms: self.backoff_max_ms[i],
-                        multiplier: self.backoff_multiplier[i],
-                        jitter: self.backoff_jitter[i],
-                    },
+                let delays = match &t.retry {
+                    RetryPolicy::Delays(delays) => delays.clone(),
+                    RetryPolicy::Exponential { .. } => Vec::new(),
                 };
+                let retry = stored_retry(
+                    delays,
+                    self.backoff_initial_ms[i],
+                    self.backoff_max_ms[i],
+                    self.backoff_multiplier[i],
+                    self.backoff_jitter[i],
+                );
                 Ok(TaskRecord {
                     id,
                     queue: t.queue.clone(),
@@ -460,23 +480,13 @@ impl FromRow for TaskRecord {
         let lease_count = c.get("lease_count")?;
         let attempts = c.get("attempts")?;
         let max_attempts = c.get("max_attempts")?;
-        let delays: Vec<i64> = c.get("retry_delays_ms")?;
-        let (initial_ms, max_ms, multiplier, jitter) = (
+        let retry = stored_retry(
+            c.get("retry_delays_ms")?,
             c.get("backoff_initial_ms")?,
             c.get("backoff_max_ms")?,
             c.get("backoff_multiplier")?,
             c.get("backoff_jitter")?,
         );
-        let retry = if delays.is_empty() {
-            RetryPolicy::Exponential {
-                initial_ms,
-                max_ms,
-                multiplier,
-                jitter,
-            }
-        } else {
-            RetryPolicy::Delays(delays)
-        };
         let executor_id = c.get("executor_id")?;
         let leased_at = c.get("leased_at")?;
         let lease_expires_at = c.get("lease_expires_at")?;
@@ -570,7 +580,8 @@ impl FromRow for GrantedLease {
     }
 }
 
-/// `sql` with its `{task_columns}` and `{lease_columns}` placeholders filled in.
+/// `sql` with its `{task_columns}`, `{created_columns}` and `{lease_columns}` placeholders
+/// filled in.
 pub fn with_columns(sql: &str) -> String {
     sql.replace("{task_columns}", TASK_COLUMNS)
         .replace("{created_columns}", CREATED_COLUMNS)

@@ -1,6 +1,6 @@
 -- Inserts a batch of validated tasks in one statement; arrays are columns, one element a task,
 -- stepped through together by one unnest each in the select list (columns.rs says why).
--- The column lists come from store/tasks/columns.rs (INSERT_INPUTS, TASK_COLUMNS), filled in
+-- The column lists come from store/tasks/columns.rs (INSERT_INPUTS, CREATED_COLUMNS), filled in
 -- at start-up.
 -- A task with no explicit run_at is due `delay_ms` after the database's herald.now(), so every due
 -- time is on the database clock. The route is what the claim routes by: '<namespace>/' for tasks
