@@ -245,14 +245,25 @@ async fn check(
     Ok(summary)
 }
 
-/// Waits until `executor` holds at least one lease.
-async fn holding_leases(conn: &tokio_postgres::Client, executor: &str) -> Result<()> {
+/// The database clock: lease times are stamped with it.
+async fn db_now(conn: &tokio_postgres::Client) -> Result<std::time::SystemTime> {
+    Ok(conn.query_one("SELECT herald.now()", &[]).await?.get(0))
+}
+
+/// Waits until `executor` holds at least one lease granted after `since`: leases of an earlier
+/// process with the same id, not yet expired, do not count.
+async fn holding_leases(
+    conn: &tokio_postgres::Client,
+    executor: &str,
+    since: std::time::SystemTime,
+) -> Result<()> {
     let deadline = tokio::time::Instant::now() + EVENT_WAIT;
     loop {
         let held: i64 = conn
             .query_one(
-                "SELECT count(*) FROM herald.tasks WHERE state = 'leased' AND executor_id = $1",
-                &[&executor],
+                "SELECT count(*) FROM herald.tasks
+                 WHERE state = 'leased' AND executor_id = $1 AND leased_at > $2",
+                &[&executor, &since],
             )
             .await?
             .get(0);
@@ -272,37 +283,61 @@ async fn an_executor_sigkilled_twenty_times_during_five_thousand_tasks_loses_not
 {
     const TOTAL: usize = 5_000;
     const KILLS: usize = 20;
+    /// Acceptances answered at once between one kill and the hold before the next.
+    const STEP: usize = 100;
+    /// Both executors' credit. Each round takes at most `STEP` plus both credits of fresh
+    /// tasks, so 20 rounds leave well over a thousand for the victim's last life: it always
+    /// finds work to lease, however fast the steady executor runs while the test is not looking.
+    const IN_FLIGHT: &str = "32";
     let db = TestDb::new().await?;
     let scheduler = SchedulerProcess::builder(&db)
         .env("HERALD_LEASE_TTL", LEASE_TTL)
         .spawn()
         .await?;
     let provider = FakeProvider::start().await?;
-    // Each send stays open a moment after the provider took it: kills land between the
-    // provider's acceptance and the stored report.
-    provider.set_mode(ProviderMode::AcceptSlowly(Duration::from_millis(20)));
+    // After each round's acceptances every answer is held: the victim is killed holding sends
+    // the provider took but that were never reported, and it cannot run out of work first.
+    let mut gate = Gate::new();
+    provider.set_mode(ProviderMode::HoldAfter(STEP, gate.clone()));
     let endpoints = [scheduler.grpc_url()];
-    let _steady = spawn_executor(&endpoints, &provider, "steady", "").await?;
-    let mut victim = spawn_executor(&endpoints, &provider, "victim", "").await?;
+    let spawn = |id: &'static str| {
+        ExecutorProcess::builder(&endpoints)
+            .config_toml(provider_config(&provider, ""))
+            .env("HERALD_EXECUTOR_ID", id)
+            .env("HERALD_SHUTDOWN_GRACE", "2s")
+            .env("HERALD_MAX_IN_FLIGHT", IN_FLIGHT)
+            .name(id)
+            .spawn()
+    };
+    let conn = db.connect().await?;
+    let _steady = spawn("steady").await?;
+    let mut life_began = db_now(&conn).await?;
+    let mut victim = spawn("victim").await?;
     let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
     let mut keys = Vec::new();
     create_run(&mut tasks, TOTAL, &mut keys).await?;
 
-    let conn = db.connect().await?;
-    let step = TOTAL / (KILLS + 5);
+    let mut hold_after = STEP;
     for kill in 1..=KILLS {
         provider
-            .wait_for_accepted(kill * step, RUN_WAIT)
+            .wait_for_accepted(hold_after, RUN_WAIT)
             .await
             .with_context(|| format!("before kill {kill}"))?;
-        // Each kill lands while the victim holds leases (its sends take 20 ms each).
-        holding_leases(&conn, "victim")
+        holding_leases(&conn, "victim", life_began)
             .await
             .with_context(|| format!("before kill {kill}"))?;
         victim.kill()?;
         victim.wait().await?;
-        victim = spawn_executor(&endpoints, &provider, "victim", "").await?;
+        life_began = db_now(&conn).await?;
+        // The next hold is armed before this one lets go, so no round runs unbounded.
+        hold_after = provider.accepted_total() + STEP;
+        let next = Gate::new();
+        provider.set_mode(ProviderMode::HoldAfter(hold_after, next.clone()));
+        std::mem::replace(&mut gate, next).release();
+        victim = spawn("victim").await?;
     }
+    provider.set_mode(ProviderMode::Accept);
+    gate.release();
     settle_and_check(&conn, &provider, &keys, "executor SIGKILL", KILLS).await?;
     Ok(())
 }
