@@ -324,6 +324,7 @@ pub(crate) async fn scale(opts: &Options, report: &mut Report) -> Result<()> {
                         &"probe",
                         &30_000i64,
                         &sql::ROUTE,
+                        &None::<Vec<Option<chrono::DateTime<chrono::Utc>>>>,
                     ],
                 )
                 .await?;

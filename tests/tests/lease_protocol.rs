@@ -335,6 +335,72 @@ async fn higher_priority_is_leased_first() -> Result<()> {
     Ok(())
 }
 
+/// A full batch lets the next claim start its walk of the due index where this one ended
+/// (scheduler/src/lease/due_marks.rs). A task the walk passed because another transaction held
+/// its row, and which becomes claimable without any announcement, lies below that start: it
+/// must still be leased, by the full walk that follows the first claim to come back short.
+#[tokio::test]
+async fn a_task_a_full_batch_walked_past_while_another_transaction_held_it_is_still_leased(
+) -> Result<()> {
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
+    let queue = unique_id("q");
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        ids.push(create(&mut tasks, task_spec(&queue, &format!("+30{i}"), "walk")).await?);
+    }
+    let mut sql = db.connect().await?;
+    // Due 50, 40, 30, 20 and 10 seconds ago, in creation order: the walk's order is known.
+    for (i, id) in ids.iter().enumerate() {
+        sql.execute(
+            "UPDATE herald.tasks SET run_at = now() - (50 - 10 * $2::int) * interval '1 second'
+             WHERE id = $1::text::uuid",
+            &[id, &(i as i32)],
+        )
+        .await?;
+    }
+    let held = sql.transaction().await?;
+    held.execute(
+        "SELECT 1 FROM herald.tasks WHERE id = $1::text::uuid FOR UPDATE",
+        &[&ids[0]],
+    )
+    .await?;
+
+    let mut exec = ScriptedExecutor::connect(&scheduler.grpc_url(), "walker", &[], 2).await?;
+    let mut first: Vec<String> = exec
+        .leases(2)
+        .await?
+        .into_iter()
+        .map(|l| l.task_id)
+        .collect();
+    first.sort();
+    let mut passed = ids[1..3].to_vec();
+    passed.sort();
+    assert_eq!(
+        first, passed,
+        "the oldest task's row was held: the walk skipped it"
+    );
+    // Released without a word: nothing announces that the oldest task is claimable again.
+    held.rollback().await?;
+
+    exec.credit(3).await?;
+    let mut rest: Vec<String> = exec
+        .leases(3)
+        .await?
+        .into_iter()
+        .map(|l| l.task_id)
+        .collect();
+    rest.sort();
+    let mut expected = vec![ids[0].clone(), ids[3].clone(), ids[4].clone()];
+    expected.sort();
+    assert_eq!(
+        rest, expected,
+        "every task leased once, the skipped one too"
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn an_idle_executor_gets_new_and_future_tasks_never_early() -> Result<()> {
     let db = TestDb::new().await?;

@@ -105,6 +105,9 @@ pub struct ClaimRequest<'a> {
     pub limit: i64,
     /// Lease duration.
     pub lease_ttl: Duration,
+    /// Where the queue claim's walk starts at each priority level (the dispatcher's
+    /// [`DueMarks`](super::due_marks::DueMarks)); the routed claim does not use them.
+    pub due_from: &'a [Option<chrono::DateTime<chrono::Utc>>],
 }
 
 impl ClaimRequest<'_> {
@@ -114,6 +117,7 @@ impl ClaimRequest<'_> {
             queues: self.queues,
             limit: self.limit,
             ttl_ms: i64::try_from(self.lease_ttl.as_millis()).unwrap_or(i64::MAX),
+            due_from: self.due_from,
         }
     }
 
@@ -133,6 +137,8 @@ pub struct Claimed {
     pub open_routes: Vec<String>,
     /// How long until an account without room gets room again by time alone.
     pub recheck_in: Option<Duration>,
+    /// Whether the leases came from the queue claim's walk, the one the due marks steer.
+    pub by_queue_walk: bool,
 }
 
 /// Claims due tasks, as one statement while the namespace has no accounts.
@@ -152,6 +158,7 @@ pub async fn claim(
             leases,
             open_routes: vec![req.unrouted()],
             recheck_in: Some(remaining),
+            by_queue_walk: true,
         });
     }
     // Idempotent: a claim whose commit happened unheard leased tasks that are never sent; they
@@ -182,6 +189,7 @@ async fn claim_in(
             leases,
             open_routes: vec![req.unrouted()],
             recheck_in: None,
+            by_queue_walk: true,
         };
         return Ok((claimed, false));
     }
@@ -192,6 +200,7 @@ async fn claim_in(
             leases: Vec::new(),
             open_routes,
             recheck_in,
+            by_queue_walk: false,
         };
         return Ok((claimed, true));
     }
@@ -260,6 +269,7 @@ async fn claim_in(
         leases,
         open_routes,
         recheck_in,
+        by_queue_walk: false,
     };
     Ok((claimed, true))
 }

@@ -1,15 +1,17 @@
 //! The dispatcher of one executor session: waits for credit, claims due tasks in batches, and
 //! when nothing is due sleeps until the next due time by the database clock, waking early on a
-//! cluster `Due` event. There is no polling period.
+//! cluster `Due` event. There is no polling period. While its claims come back full it starts
+//! each walk of the due index where the last one ended ([`DueMarks`]).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use tokio::sync::{broadcast, watch, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use super::claim::{self, ClaimRequest, NoAccountsCache};
+use super::claim::{self, ClaimRequest, Claimed, NoAccountsCache};
+use super::due_marks::DueMarks;
 use super::events::Event;
 use super::LeaseSettings;
 use crate::store::{Db, Store};
@@ -101,6 +103,7 @@ impl Dispatcher {
         Fut: std::future::Future<Output = bool>,
     {
         let mut error_backoff = Duration::from_millis(50);
+        let mut marks = DueMarks::default();
         loop {
             if self.extra && !self.backlog.wait(&self.stop).await {
                 return;
@@ -124,11 +127,11 @@ impl Dispatcher {
                 },
             };
             // Events that arrived while we had no credit are stale: the claim below sees them.
-            self.drain_events();
+            self.drain_events(&mut marks);
             let claimed = if self.extra {
-                self.claim_once(want).await.map(Some)
+                self.claim_once(want, &mut marks).await.map(Some)
             } else {
-                self.claim_until_some(want).await
+                self.claim_until_some(want, &mut marks).await
             };
             match claimed {
                 Ok(Some(leases)) => {
@@ -148,6 +151,7 @@ impl Dispatcher {
                 }
                 Ok(None) => return,
                 Err(e) => {
+                    marks.reset();
                     self.credit.add_permits(want as usize);
                     tracing::warn!(error = %e, executor_id = %self.executor_id, "claim failed");
                     // A Due event ends the backoff early: the listener announces one when its
@@ -161,26 +165,45 @@ impl Dispatcher {
         }
     }
 
+    /// One claim of up to `want` leases, its walk steered by `marks` and moving them.
+    async fn claim(
+        &self,
+        want: u32,
+        marks: &mut DueMarks,
+    ) -> Result<Claimed, crate::store::StoreError> {
+        let due_from = marks.for_claim(Instant::now());
+        let claimed = claim::claim(
+            &self.store,
+            &self.no_accounts,
+            &self.request(want, &due_from),
+        )
+        .await?;
+        if claimed.by_queue_walk {
+            marks.record(&claimed.leases, want, Instant::now());
+        } else {
+            marks.reset();
+        }
+        Ok(claimed)
+    }
+
     /// One claim of up to `want` leases; empty when nothing could be claimed.
     async fn claim_once(
         &mut self,
         want: u32,
+        marks: &mut DueMarks,
     ) -> Result<Vec<GrantedLease>, crate::store::StoreError> {
-        Ok(
-            claim::claim(&self.store, &self.no_accounts, &self.request(want))
-                .await?
-                .leases,
-        )
+        Ok(self.claim(want, marks).await?.leases)
     }
 
     /// Claims up to `want` leases, sleeping until something is due; None when stopped.
     async fn claim_until_some(
         &mut self,
         want: u32,
+        marks: &mut DueMarks,
     ) -> Result<Option<Vec<GrantedLease>>, crate::store::StoreError> {
         let mut contended = Duration::from_millis(1);
         loop {
-            let claimed = claim::claim(&self.store, &self.no_accounts, &self.request(want)).await?;
+            let claimed = self.claim(want, marks).await?;
             if !claimed.leases.is_empty() {
                 return Ok(Some(claimed.leases));
             }
@@ -238,8 +261,8 @@ impl Dispatcher {
         }
     }
 
-    /// This executor's claim of up to `want` leases.
-    fn request(&self, want: u32) -> ClaimRequest<'_> {
+    /// This executor's claim of up to `want` leases, the queue walk starting at `due_from`.
+    fn request<'a>(&'a self, want: u32, due_from: &'a [Option<DateTime<Utc>>]) -> ClaimRequest<'a> {
         ClaimRequest {
             namespace: &self.namespace,
             executor_id: &self.executor_id,
@@ -247,11 +270,21 @@ impl Dispatcher {
             credentials: self.credentials.as_deref(),
             limit: i64::from(want),
             lease_ttl: self.settings.lease_ttl,
+            due_from,
         }
     }
 
-    fn drain_events(&mut self) {
-        while let Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) = self.events.try_recv() {}
+    /// Drops the events that arrived while the dispatcher had no credit (the next claim sees
+    /// what they announced), telling `marks` of tasks due earlier than where walks start.
+    fn drain_events(&mut self, marks: &mut DueMarks) {
+        loop {
+            match self.events.try_recv() {
+                Ok(Event::Due(at)) => marks.heard_due(at),
+                Ok(_) => {}
+                Err(broadcast::error::TryRecvError::Lagged(_)) => marks.heard_due(None),
+                Err(_) => return,
+            }
+        }
     }
 }
 

@@ -497,7 +497,7 @@ pub struct AttemptRecord {
 }
 
 /// A lease just granted by a claim: the task as the executor receives it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct GrantedLease {
     /// Task.
     pub task_id: Uuid,
@@ -513,6 +513,8 @@ pub struct GrantedLease {
     pub idempotency_key: String,
     /// Due time.
     pub run_at: DateTime<Utc>,
+    /// Priority level: with the due time, where the claim's walk found it (lease/due_marks.rs).
+    pub priority: i16,
     /// Grant time.
     pub leased_at: DateTime<Utc>,
     /// Expiry.

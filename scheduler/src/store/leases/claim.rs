@@ -75,7 +75,8 @@ fn at_each_priority(statement: &str, branch: &str) -> String {
 
 /// The one-statement claim (`claim_due.sql`, expanded): public so the benchmark times exactly
 /// the statement the scheduler runs. Parameters: queues (`text[]` or NULL), limit, executor id,
-/// lease TTL in milliseconds, route (`<namespace>/`).
+/// lease TTL in milliseconds, route (`<namespace>/`), and where each priority level's walk
+/// starts (`timestamptz[]`, element `priority + 1`; NULL or missing: the oldest entry).
 pub static CLAIM_DUE_SQL: LazyLock<String> = LazyLock::new(|| {
     at_each_priority(
         include_str!("claim_due.sql"),
@@ -126,6 +127,9 @@ pub struct ClaimParams<'a> {
     pub limit: i64,
     /// Lease duration in milliseconds.
     pub ttl_ms: i64,
+    /// Where the queue claim's walk starts at each priority level, indexed by priority (None:
+    /// the oldest due entry); see lease/due_marks.rs.
+    pub due_from: &'a [Option<DateTime<Utc>>],
 }
 
 /// One account as a claim sees it now (`herald.account_room`): what routing weighs, where
@@ -151,7 +155,14 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
         CLAIM_DUE
             .fetch(
                 self.db,
-                &[&p.queues, &p.limit, &p.executor_id, &p.ttl_ms, &unrouted],
+                &[
+                    &p.queues,
+                    &p.limit,
+                    &p.executor_id,
+                    &p.ttl_ms,
+                    &unrouted,
+                    &p.due_from,
+                ],
             )
             .await
     }

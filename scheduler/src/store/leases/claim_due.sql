@@ -4,7 +4,8 @@
 -- (claim_due.at_priority.sql; see store/claim.rs for why the levels are literals). Append runs
 -- the branches in order and stops once the LIMIT is met, so lower levels are only probed when
 -- the higher ones run short, and each probe walks the (route, priority, run_at) index from the
--- oldest due task: tasks scheduled for the future are never visited however many there are.
+-- oldest due task, or from the level's mark in $6 (lease/due_marks.rs): tasks scheduled for the
+-- future are never visited however many there are.
 -- SKIP LOCKED lets every replica and session claim at once without handing a task out twice.
 -- herald.now() is the database clock: nothing is leased early.
 -- `= ANY(ARRAY(...))` pins the update to primary-key lookups: an `UPDATE ... FROM due` join was

@@ -43,7 +43,7 @@ pub const LEASE_COLUMNS: &str = "t.id AS task_id, t.lease_count AS attempt, t.qu
      CASE WHEN t.window_closed_fallback_at IS NULL THEN t.window_closed_fallback END \
      AS window_closed_fallback, \
      COALESCE(t.idempotency_key, t.id::text) AS idempotency_key, \
-     t.run_at, t.leased_at, t.lease_expires_at AS expires_at, t.attempts AS attempts_before, \
+     t.run_at, t.priority, t.leased_at, t.lease_expires_at AS expires_at, t.attempts AS attempts_before, \
      t.max_attempts, t.labels, t.trace_parent, \
      greatest(ceil(extract(epoch FROM t.leased_at - herald.clock()) * 1000), 0)::bigint \
      AS send_after_ms";
@@ -549,6 +549,7 @@ impl FromRow for GrantedLease {
         let window_closed_fallback = c.get("window_closed_fallback")?;
         let idempotency_key = c.get("idempotency_key")?;
         let run_at = c.get("run_at")?;
+        let priority = c.get("priority")?;
         let leased_at = c.get("leased_at")?;
         let expires_at = c.get("expires_at")?;
         let attempts_before = c.get("attempts_before")?;
@@ -566,6 +567,7 @@ impl FromRow for GrantedLease {
             content,
             idempotency_key,
             run_at,
+            priority,
             leased_at,
             expires_at,
             attempts_before,
