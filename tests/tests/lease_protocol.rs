@@ -335,13 +335,13 @@ async fn higher_priority_is_leased_first() -> Result<()> {
     Ok(())
 }
 
-/// A full batch lets the next claim start its walk of the due index where this one ended
+/// A claim lets the next one start its walk of the due index where it ended
 /// (scheduler/src/lease/due_marks.rs). A task the walk passed because another transaction held
 /// its row, and which becomes claimable without any announcement, lies below that start: it
-/// must still be leased, by the full walk that follows the first claim to come back short.
+/// must still be leased, by the full walk the dispatcher makes once its marks are old.
 #[tokio::test]
-async fn a_task_a_full_batch_walked_past_while_another_transaction_held_it_is_still_leased(
-) -> Result<()> {
+async fn a_task_a_claim_walked_past_while_another_transaction_held_it_is_still_leased() -> Result<()>
+{
     let db = TestDb::new().await?;
     let scheduler = SchedulerProcess::spawn(&db).await?;
     let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;

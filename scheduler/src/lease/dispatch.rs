@@ -1,7 +1,7 @@
 //! The dispatcher of one executor session: waits for credit, claims due tasks in batches, and
 //! when nothing is due sleeps until the next due time by the database clock, waking early on a
-//! cluster `Due` event. There is no polling period. While its claims come back full it starts
-//! each walk of the due index where the last one ended ([`DueMarks`]).
+//! cluster `Due` event. There is no polling period. Each walk of the due index starts where its
+//! last claim ended ([`DueMarks`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -156,7 +156,7 @@ impl Dispatcher {
                     tracing::warn!(error = %e, executor_id = %self.executor_id, "claim failed");
                     // A Due event ends the backoff early: the listener announces one when its
                     // connection comes back, so claims resume as soon as the database does.
-                    if !self.wait(error_backoff, None).await {
+                    if !self.wait(error_backoff, None, &mut marks).await {
                         return;
                     }
                     error_backoff = (error_backoff * 2).min(Duration::from_secs(5));
@@ -179,7 +179,7 @@ impl Dispatcher {
         )
         .await?;
         if claimed.by_queue_walk {
-            marks.record(&claimed.leases, want, Instant::now());
+            marks.record(&claimed.leases, Instant::now());
         } else {
             marks.reset();
         }
@@ -208,13 +208,15 @@ impl Dispatcher {
                 return Ok(Some(claimed.leases));
             }
             // Only routes with room can be served; their next due time, or the moment an
-            // account without room gets some back, is when to look again.
+            // account without room gets some back, is when to look again. The look starts at
+            // the marks, as the claim did.
+            let due_from = marks.for_claim(Instant::now());
             let next = self
                 .store
                 .conn()
                 .await?
                 .leases()
-                .next_due(&claimed.open_routes, self.queues.as_deref())
+                .next_due(&claimed.open_routes, self.queues.as_deref(), &due_from)
                 .await?;
             let blocked_ms = claimed.recheck_in.map(|d| d.as_secs_f64() * 1000.0);
             let (sleep, target) = match next {
@@ -231,15 +233,24 @@ impl Dispatcher {
                 ),
                 None => (blocked_ms.map_or(MAX_IDLE, millis), None),
             };
-            if !self.wait(sleep, target).await {
+            // A task below the marks is not in that look: the full walk is due when they expire.
+            let sleep = marks
+                .expires_in(Instant::now())
+                .map_or(sleep, |left| sleep.min(left));
+            if !self.wait(sleep, target, marks).await {
                 return Ok(None);
             }
         }
     }
 
-    /// Sleeps for `sleep`, or until an event announces work due before `target`. Returns false
-    /// when stopped.
-    async fn wait(&mut self, sleep: Duration, target: Option<DateTime<Utc>>) -> bool {
+    /// Sleeps for `sleep`, or until an event announces work due before `target`, telling
+    /// `marks` of every due announcement. Returns false when stopped.
+    async fn wait(
+        &mut self,
+        sleep: Duration,
+        target: Option<DateTime<Utc>>,
+        marks: &mut DueMarks,
+    ) -> bool {
         let timer = tokio::time::sleep(sleep);
         tokio::pin!(timer);
         loop {
@@ -248,13 +259,20 @@ impl Dispatcher {
                 _ = &mut timer => return true,
                 event = self.events.recv() => match event {
                     Ok(Event::Due(Some(at))) => {
+                        marks.heard_due(Some(at));
                         if target.is_none_or(|t| at < t) {
                             return true;
                         }
                     }
-                    Ok(Event::Due(None)) => return true,
+                    Ok(Event::Due(None)) => {
+                        marks.heard_due(None);
+                        return true;
+                    }
                     Ok(_) => {}
-                    Err(broadcast::error::RecvError::Lagged(_)) => return true,
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        marks.heard_due(None);
+                        return true;
+                    }
                     Err(broadcast::error::RecvError::Closed) => return false,
                 },
             }

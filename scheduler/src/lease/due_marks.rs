@@ -8,13 +8,14 @@
 //! docs/performance.md: about one buffer per 32 tasks leased, tens of thousands per claim
 //! after minutes of a held snapshot).
 //!
-//! A full batch at a level means every due task of that level up to the batch's latest due time
-//! was leased, or locked by another claim at that moment, or not yet committed. So the next walk
-//! at that level can start there. Tasks that land below a mark later (a returned lease keeps its
-//! old due time, a create that committed late, a row another transaction held) are not lost:
-//! a short batch, a due announcement earlier than a mark, or the mark's age past [`MARK_TTL`]
-//! puts every level back to a full walk. The marks only steer the walk; they never decide what
-//! is due.
+//! A claim at a level leases every due task of that level up to its latest due time, except
+//! rows another transaction held at that moment and rows not yet committed. So the next walk
+//! at that level, and the dispatcher's look for the next due time, can start there. What lands
+//! below a mark later is announced: new tasks and retries with their due time (the marks come
+//! down to it), returned leases and everything else as "due now" without a time (the marks are
+//! dropped). What is never announced, a row another transaction held while a walk passed it, is
+//! found by the full walk each dispatcher makes once its marks are [`MARK_TTL`] old. The marks
+//! only steer the walk; they never decide what is due.
 
 use std::time::{Duration, Instant};
 
@@ -22,9 +23,10 @@ use chrono::{DateTime, Utc};
 
 use crate::tasks::model::GrantedLease;
 
-/// The longest a set of marks steers claims before a walk from the oldest entry: bounds how
-/// late a task left below a mark can be, and costs one full walk per dispatcher per period.
-pub const MARK_TTL: Duration = Duration::from_secs(1);
+/// The longest a set of marks steers claims before a walk from the oldest entry: how late a
+/// task can be whose row another transaction held while a walk passed it. A full walk under a
+/// held snapshot reads every entry the snapshot keeps, so it is made this seldom.
+pub const MARK_TTL: Duration = Duration::from_secs(5);
 
 /// Priority levels (0 to 9): one mark each.
 const LEVELS: usize = 10;
@@ -40,26 +42,26 @@ pub struct DueMarks {
 }
 
 impl DueMarks {
-    /// The marks for a claim made at `now`, indexed by priority (the claim's `$6`, whose
-    /// element `priority + 1` it reads); forgets them first once they are [`MARK_TTL`] old.
+    /// The marks for a claim or a look for the next due time made at `now`, indexed by priority
+    /// (the statements read element `priority + 1`); forgets them first once they are
+    /// [`MARK_TTL`] old.
     pub fn for_claim(&mut self, now: Instant) -> Vec<Option<DateTime<Utc>>> {
-        if self
-            .since
-            .is_some_and(|since| now.saturating_duration_since(since) >= MARK_TTL)
-        {
+        if self.expires_in(now) == Some(Duration::ZERO) {
             self.reset();
         }
         self.marks.to_vec()
     }
 
-    /// Learns from a claim that asked for `want` leases through the queue walk and got
-    /// `leases`, at `now`. A full batch moves the marks of the levels it reached; a short one
-    /// means the walk found the end of what is due, so the next one starts from the oldest.
-    pub fn record(&mut self, leases: &[GrantedLease], want: u32, now: Instant) {
-        if leases.len() < want as usize {
-            self.reset();
-            return;
-        }
+    /// How long until the marks are forgotten (None: there are none). A dispatcher with nothing
+    /// due above its marks sleeps no longer than this, so its full walk is not put off.
+    pub fn expires_in(&self, now: Instant) -> Option<Duration> {
+        self.since
+            .map(|since| MARK_TTL.saturating_sub(now.saturating_duration_since(since)))
+    }
+
+    /// Learns from the leases a claim through the queue walk granted at `now`: each level they
+    /// reached is marked at their latest due time.
+    pub fn record(&mut self, leases: &[GrantedLease], now: Instant) {
         for lease in leases {
             let Some(mark) = usize::try_from(lease.priority)
                 .ok()
@@ -76,15 +78,18 @@ impl DueMarks {
         }
     }
 
-    /// Learns of tasks that became due at `at` (None: unknown). An announcement does not say
-    /// the level, and one earlier than any mark could be skipped by the walk that mark steers,
-    /// so every level walks from the oldest again.
+    /// Learns of tasks that became due at `at` (None: now, at an unknown due time). An
+    /// announcement does not say the level, so every mark later than `at` comes down to it;
+    /// without a time every level walks from the oldest entry again.
     pub fn heard_due(&mut self, at: Option<DateTime<Utc>>) {
-        let highest = self.marks.iter().flatten().max();
-        match (at, highest) {
-            (_, None) => {}
-            (Some(at), Some(highest)) if at >= *highest => {}
-            _ => self.reset(),
+        let Some(at) = at else {
+            self.reset();
+            return;
+        };
+        for mark in self.marks.iter_mut().flatten() {
+            if *mark > at {
+                *mark = at;
+            }
         }
     }
 
@@ -114,55 +119,65 @@ mod tests {
     }
 
     #[test]
-    fn a_full_batch_marks_each_level_it_reached_at_its_latest_due_time() {
+    fn a_claim_marks_each_level_it_reached_at_its_latest_due_time() {
         let mut marks = DueMarks::default();
         let now = Instant::now();
-        let batch = [lease(9, 3), lease(9, 7), lease(5, 2), lease(5, 4)];
-        marks.record(&batch, 4, now);
+        marks.record(&[lease(9, 3), lease(9, 7), lease(5, 2), lease(5, 4)], now);
         let claim = marks.for_claim(now);
         assert_eq!(claim.len(), 10);
         assert_eq!(claim[9], Some(at(7)));
         assert_eq!(claim[5], Some(at(4)));
-        assert_eq!(claim[0], None, "a level the batch never reached");
-    }
-
-    #[test]
-    fn a_short_batch_sends_every_level_back_to_the_oldest_entry() {
-        let mut marks = DueMarks::default();
-        let now = Instant::now();
-        marks.record(&[lease(5, 4), lease(5, 6)], 2, now);
-        marks.record(&[lease(3, 9)], 2, now);
-        assert!(marks.for_claim(now).iter().all(Option::is_none));
+        assert_eq!(claim[0], None, "a level the claim never reached");
+        marks.record(&[], now);
+        assert_eq!(
+            marks.for_claim(now)[5],
+            Some(at(4)),
+            "an empty claim moves nothing"
+        );
     }
 
     #[test]
     fn marks_are_forgotten_once_they_are_a_ttl_old() {
         let mut marks = DueMarks::default();
         let set = Instant::now();
-        marks.record(&[lease(5, 4)], 1, set);
-        // A later full batch moves the mark but not its age.
-        marks.record(&[lease(5, 8)], 1, set + MARK_TTL / 2);
+        assert_eq!(marks.expires_in(set), None);
+        marks.record(&[lease(5, 4)], set);
+        // A later claim moves the mark but not its age.
+        marks.record(&[lease(5, 8)], set + MARK_TTL / 2);
+        assert_eq!(marks.expires_in(set + MARK_TTL / 2), Some(MARK_TTL / 2));
         assert_eq!(marks.for_claim(set + MARK_TTL / 2)[5], Some(at(8)));
         assert!(marks.for_claim(set + MARK_TTL).iter().all(Option::is_none));
+        assert_eq!(marks.expires_in(set + MARK_TTL), None);
     }
 
     #[test]
-    fn a_task_due_before_any_mark_resets_them_and_a_later_one_does_not() {
+    fn an_announced_due_time_brings_the_later_marks_down_to_it() {
         let mut marks = DueMarks::default();
         let now = Instant::now();
-        marks.record(&[lease(9, 10), lease(5, 20)], 2, now);
-        marks.heard_due(Some(at(20)));
-        assert_eq!(marks.for_claim(now)[5], Some(at(20)), "not below any mark");
+        marks.record(&[lease(9, 10), lease(5, 20)], now);
+        marks.heard_due(Some(at(25)));
+        assert_eq!(
+            marks.for_claim(now)[5],
+            Some(at(20)),
+            "due after every mark"
+        );
         marks.heard_due(Some(at(15)));
-        assert!(
-            marks.for_claim(now).iter().all(Option::is_none),
-            "below level 5's mark, though above level 9's"
+        let claim = marks.for_claim(now);
+        assert_eq!(
+            claim[5],
+            Some(at(15)),
+            "the level is not said: every later mark"
         );
-        marks.record(&[lease(5, 20)], 1, now);
+        assert_eq!(claim[9], Some(at(10)));
+    }
+
+    #[test]
+    fn an_announcement_without_a_due_time_drops_every_mark() {
+        let mut marks = DueMarks::default();
+        let now = Instant::now();
+        marks.record(&[lease(5, 20)], now);
         marks.heard_due(None);
-        assert!(
-            marks.for_claim(now).iter().all(Option::is_none),
-            "an announcement without a time"
-        );
+        assert!(marks.for_claim(now).iter().all(Option::is_none));
+        assert_eq!(marks.expires_in(now), None);
     }
 }

@@ -412,13 +412,17 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
     }
 
     /// Time until the earliest scheduled task of `routes` is due, by the database clock, and
-    /// its due time; None when none is scheduled. Zero or negative means one is due now.
+    /// its due time; None when none is scheduled. Zero or negative means one is due now. Each
+    /// priority level's look starts at its mark in `due_from` (see [`ClaimParams::due_from`]).
     pub async fn next_due(
         &self,
         routes: &[String],
         queues: Option<&[String]>,
+        due_from: &[Option<DateTime<Utc>>],
     ) -> Result<Option<(f64, DateTime<Utc>)>, StoreError> {
-        let row = NEXT_DUE.query_one(self.db, &[&routes, &queues]).await?;
+        let row = NEXT_DUE
+            .query_one(self.db, &[&routes, &queues, &due_from])
+            .await?;
         let wait_ms: Option<f64> = column(&row, "wait_ms")?;
         let at: Option<DateTime<Utc>> = column(&row, "run_at")?;
         Ok(wait_ms.zip(at))
