@@ -1,7 +1,8 @@
 //! The dispatcher of one executor session: waits for credit, claims due tasks in batches, and
 //! when nothing is due sleeps until the next due time by the database clock, waking early on a
 //! cluster `Due` event. There is no polling period. Each walk of the due index starts where its
-//! last claim ended ([`DueMarks`]).
+//! last claim ended ([`DueMarks`]); one claim of each session walks from the oldest entry now
+//! and then, for the rows a walk passed while another transaction held them ([`Role`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,15 +18,42 @@ use super::LeaseSettings;
 use crate::store::{Db, Store};
 use crate::tasks::model::GrantedLease;
 
-/// Claims each session runs at once while there is a backlog. A routed claim is a few
-/// statements in a row (budgets, candidates, facts, lease, grant), most of the time waiting on
-/// the database rather than holding a lock, so one claim at a time left the executor's credit
-/// unused while each ran: a second claim overlaps those waits and serialises only on the
-/// account rows the grants lock (S5 in docs/performance.md). Both share the credit, so together
-/// they never lease more than it. The second claims only while claims come back at least half
-/// full ([`Backlog`]): a trickle of due work is claimed by one claim at a time, as before, and
-/// never split between two that route it without seeing each other's choices.
-pub const CLAIMS_PER_SESSION: usize = 2;
+/// What one of a session's claim loops does. All share the executor's credit, so together they
+/// never lease more than it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Claims whenever there is credit, and sleeps until the next due time when nothing is due.
+    Main,
+    /// Claims only while claims come back at least half full ([`Backlog`]). A routed claim is a
+    /// few statements in a row (budgets, candidates, facts, lease, grant), most of the time
+    /// waiting on the database rather than holding a lock, so one claim at a time left the
+    /// executor's credit unused while each ran: a second claim overlaps those waits and
+    /// serialises only on the account rows the grants lock (S5 in docs/performance.md). A
+    /// trickle of due work is claimed by one claim at a time and never split between two that
+    /// route it without seeing each other's choices.
+    Extra,
+    /// Every [`STRAGGLER_PERIOD`] (longer when its walks are slow), a small claim that walks the
+    /// due index from its oldest entry: it leases the rows the other claims' walks passed while
+    /// another transaction held them, which nothing announces (lease/due_marks.rs). Its own loop
+    /// so that a slow walk (under a held snapshot it reads every entry the snapshot keeps)
+    /// never holds up the claims that grant the rest.
+    Stragglers,
+}
+
+/// The claim loops of every session, in the order they start.
+pub const SESSION_ROLES: [Role; 3] = [Role::Main, Role::Extra, Role::Stragglers];
+
+/// The least time between two straggler walks of a session: how late a task can be whose row
+/// another transaction held while a walk passed it.
+pub const STRAGGLER_PERIOD: Duration = Duration::from_secs(5);
+
+/// A straggler walk waits at least this many times as long as the last one took, so that walks
+/// made slow by a held snapshot take no more than a twentieth of one database connection.
+const STRAGGLER_DUTY: u32 = 20;
+
+/// The most leases one straggler walk takes: stragglers are few, and credit it holds during its
+/// walk is credit the other claims cannot use.
+const STRAGGLER_BATCH: u32 = 32;
 
 /// Whether a session's claims are finding a backlog (the last came back at least half a batch
 /// full); the session's extra claims run only then.
@@ -65,8 +93,8 @@ impl Default for Backlog {
 /// notification lost while the LISTEN connection was down.
 const MAX_IDLE: Duration = Duration::from_secs(60);
 
-/// What the dispatcher needs from its session; a session runs [`CLAIMS_PER_SESSION`] of them
-/// on one credit.
+/// What the dispatcher needs from its session; a session runs one per [`SESSION_ROLES`] on one
+/// credit.
 pub struct Dispatcher {
     /// Database access.
     pub store: Store,
@@ -90,8 +118,8 @@ pub struct Dispatcher {
     pub stop: CancellationToken,
     /// Whether the session's claims find a backlog.
     pub backlog: Backlog,
-    /// An extra claim: it claims only while there is a backlog, and never waits for due work.
-    pub extra: bool,
+    /// What this claim loop does.
+    pub role: Role,
 }
 
 impl Dispatcher {
@@ -104,8 +132,18 @@ impl Dispatcher {
     {
         let mut error_backoff = Duration::from_millis(50);
         let mut marks = DueMarks::default();
+        let mut straggler_pause = STRAGGLER_PERIOD;
+        let batch = match self.role {
+            Role::Stragglers => STRAGGLER_BATCH.min(self.settings.claim_batch),
+            Role::Main | Role::Extra => self.settings.claim_batch,
+        };
         loop {
-            if self.extra && !self.backlog.wait(&self.stop).await {
+            let go = match self.role {
+                Role::Main => true,
+                Role::Extra => self.backlog.wait(&self.stop).await,
+                Role::Stragglers => self.pause(straggler_pause).await,
+            };
+            if !go {
                 return;
             }
             // Wait for at least one unit of credit, then take what else is free up to a batch.
@@ -115,7 +153,7 @@ impl Dispatcher {
                     Ok(p) => {
                         p.forget();
                         let extra = (self.credit.available_permits() as u32)
-                            .min(self.settings.claim_batch.saturating_sub(1));
+                            .min(batch.saturating_sub(1));
                         if extra > 0 {
                             if let Ok(p) = self.credit.try_acquire_many(extra) {
                                 p.forget();
@@ -128,16 +166,30 @@ impl Dispatcher {
             };
             // Events that arrived while we had no credit are stale: the claim below sees them.
             self.drain_events(&mut marks);
-            let claimed = if self.extra {
-                self.claim_once(want, &mut marks).await.map(Some)
-            } else {
-                self.claim_until_some(want, &mut marks).await
+            let started = Instant::now();
+            let claimed = match self.role {
+                Role::Main => self.claim_until_some(want, &mut marks).await,
+                Role::Extra => self.claim_once(want, &mut marks).await.map(Some),
+                // From the oldest entry: no marks.
+                Role::Stragglers => self
+                    .claim_once(want, &mut DueMarks::default())
+                    .await
+                    .map(Some),
             };
             match claimed {
                 Ok(Some(leases)) => {
                     error_backoff = Duration::from_millis(50);
-                    self.backlog.record(leases.len(), self.settings.claim_batch);
                     let granted = leases.len() as u32;
+                    if self.role == Role::Stragglers {
+                        // A full batch may have left more behind: look again at once.
+                        straggler_pause = if granted < want {
+                            STRAGGLER_PERIOD.max(started.elapsed() * STRAGGLER_DUTY)
+                        } else {
+                            Duration::ZERO
+                        };
+                    } else {
+                        self.backlog.record(leases.len(), self.settings.claim_batch);
+                    }
                     if granted == 0 {
                         self.credit.add_permits(want as usize);
                         continue;
@@ -171,7 +223,7 @@ impl Dispatcher {
         want: u32,
         marks: &mut DueMarks,
     ) -> Result<Claimed, crate::store::StoreError> {
-        let due_from = marks.for_claim(Instant::now());
+        let due_from = marks.due_from();
         let claimed = claim::claim(
             &self.store,
             &self.no_accounts,
@@ -179,7 +231,7 @@ impl Dispatcher {
         )
         .await?;
         if claimed.by_queue_walk {
-            marks.record(&claimed.leases, Instant::now());
+            marks.record(&claimed.leases);
         } else {
             marks.reset();
         }
@@ -202,15 +254,22 @@ impl Dispatcher {
         marks: &mut DueMarks,
     ) -> Result<Option<Vec<GrantedLease>>, crate::store::StoreError> {
         let mut contended = Duration::from_millis(1);
+        let idle_since = Instant::now();
         loop {
             let claimed = self.claim(want, marks).await?;
             if !claimed.leases.is_empty() {
                 return Ok(Some(claimed.leases));
             }
+            // Idle, this loop holds the credit the straggler claim would need, so it walks from
+            // the oldest entry itself once it has been idle for a straggler period.
+            if marks.is_set() && idle_since.elapsed() >= STRAGGLER_PERIOD {
+                marks.reset();
+                continue;
+            }
             // Only routes with room can be served; their next due time, or the moment an
             // account without room gets some back, is when to look again. The look starts at
             // the marks, as the claim did.
-            let due_from = marks.for_claim(Instant::now());
+            let due_from = marks.due_from();
             let next = self
                 .store
                 .conn()
@@ -233,13 +292,22 @@ impl Dispatcher {
                 ),
                 None => (blocked_ms.map_or(MAX_IDLE, millis), None),
             };
-            // A task below the marks is not in that look: the full walk is due when they expire.
-            let sleep = marks
-                .expires_in(Instant::now())
-                .map_or(sleep, |left| sleep.min(left));
+            let sleep = if marks.is_set() {
+                sleep.min(STRAGGLER_PERIOD.saturating_sub(idle_since.elapsed()))
+            } else {
+                sleep
+            };
             if !self.wait(sleep, target, marks).await {
                 return Ok(None);
             }
+        }
+    }
+
+    /// Sleeps for `pause`, whatever is announced meanwhile; false when stopped first.
+    async fn pause(&self, pause: Duration) -> bool {
+        tokio::select! {
+            _ = self.stop.cancelled() => false,
+            _ = tokio::time::sleep(pause) => true,
         }
     }
 

@@ -14,19 +14,14 @@
 //! below a mark later is announced: new tasks and retries with their due time (the marks come
 //! down to it), returned leases and everything else as "due now" without a time (the marks are
 //! dropped). What is never announced, a row another transaction held while a walk passed it, is
-//! found by the full walk each dispatcher makes once its marks are [`MARK_TTL`] old. The marks
-//! only steer the walk; they never decide what is due.
-
-use std::time::{Duration, Instant};
+//! leased by the session's straggler claim, which walks from the oldest entry every few seconds
+//! ([`Role::Stragglers`](super::dispatch::Role::Stragglers)), or by the dispatcher's own walk
+//! from the oldest entry once it has found nothing for as long. The marks only steer the walk;
+//! they never decide what is due.
 
 use chrono::{DateTime, Utc};
 
 use crate::tasks::model::GrantedLease;
-
-/// The longest a set of marks steers claims before a walk from the oldest entry: how late a
-/// task can be whose row another transaction held while a walk passed it. A full walk under a
-/// held snapshot reads every entry the snapshot keeps, so it is made this seldom.
-pub const MARK_TTL: Duration = Duration::from_secs(5);
 
 /// Priority levels (0 to 9): one mark each.
 const LEVELS: usize = 10;
@@ -37,31 +32,23 @@ const LEVELS: usize = 10;
 pub struct DueMarks {
     /// Indexed by priority.
     marks: [Option<DateTime<Utc>>; LEVELS],
-    /// When the oldest of the current marks was set.
-    since: Option<Instant>,
 }
 
 impl DueMarks {
-    /// The marks for a claim or a look for the next due time made at `now`, indexed by priority
-    /// (the statements read element `priority + 1`); forgets them first once they are
-    /// [`MARK_TTL`] old.
-    pub fn for_claim(&mut self, now: Instant) -> Vec<Option<DateTime<Utc>>> {
-        if self.expires_in(now) == Some(Duration::ZERO) {
-            self.reset();
-        }
+    /// The marks as a claim or a look for the next due time takes them, indexed by priority (the
+    /// statements read element `priority + 1`).
+    pub fn due_from(&self) -> Vec<Option<DateTime<Utc>>> {
         self.marks.to_vec()
     }
 
-    /// How long until the marks are forgotten (None: there are none). A dispatcher with nothing
-    /// due above its marks sleeps no longer than this, so its full walk is not put off.
-    pub fn expires_in(&self, now: Instant) -> Option<Duration> {
-        self.since
-            .map(|since| MARK_TTL.saturating_sub(now.saturating_duration_since(since)))
+    /// Whether any level's walk starts past the oldest entry.
+    pub fn is_set(&self) -> bool {
+        self.marks.iter().any(Option::is_some)
     }
 
-    /// Learns from the leases a claim through the queue walk granted at `now`: each level they
-    /// reached is marked at their latest due time.
-    pub fn record(&mut self, leases: &[GrantedLease], now: Instant) {
+    /// Learns from the leases a claim through the queue walk granted: each level they reached
+    /// is marked at their latest due time.
+    pub fn record(&mut self, leases: &[GrantedLease]) {
         for lease in leases {
             let Some(mark) = usize::try_from(lease.priority)
                 .ok()
@@ -72,9 +59,6 @@ impl DueMarks {
             if mark.is_none_or(|m| m < lease.run_at) {
                 *mark = Some(lease.run_at);
             }
-        }
-        if self.since.is_none() && self.marks.iter().any(Option::is_some) {
-            self.since = Some(now);
         }
     }
 
@@ -121,48 +105,34 @@ mod tests {
     #[test]
     fn a_claim_marks_each_level_it_reached_at_its_latest_due_time() {
         let mut marks = DueMarks::default();
-        let now = Instant::now();
-        marks.record(&[lease(9, 3), lease(9, 7), lease(5, 2), lease(5, 4)], now);
-        let claim = marks.for_claim(now);
+        marks.record(&[lease(9, 3), lease(9, 7), lease(5, 2), lease(5, 4)]);
+        let claim = marks.due_from();
         assert_eq!(claim.len(), 10);
         assert_eq!(claim[9], Some(at(7)));
         assert_eq!(claim[5], Some(at(4)));
         assert_eq!(claim[0], None, "a level the claim never reached");
-        marks.record(&[], now);
+        marks.record(&[]);
         assert_eq!(
-            marks.for_claim(now)[5],
+            marks.due_from()[5],
             Some(at(4)),
             "an empty claim moves nothing"
         );
-    }
-
-    #[test]
-    fn marks_are_forgotten_once_they_are_a_ttl_old() {
-        let mut marks = DueMarks::default();
-        let set = Instant::now();
-        assert_eq!(marks.expires_in(set), None);
-        marks.record(&[lease(5, 4)], set);
-        // A later claim moves the mark but not its age.
-        marks.record(&[lease(5, 8)], set + MARK_TTL / 2);
-        assert_eq!(marks.expires_in(set + MARK_TTL / 2), Some(MARK_TTL / 2));
-        assert_eq!(marks.for_claim(set + MARK_TTL / 2)[5], Some(at(8)));
-        assert!(marks.for_claim(set + MARK_TTL).iter().all(Option::is_none));
-        assert_eq!(marks.expires_in(set + MARK_TTL), None);
+        marks.record(&[lease(5, 3)]);
+        assert_eq!(
+            marks.due_from()[5],
+            Some(at(4)),
+            "marks never go back on a claim"
+        );
     }
 
     #[test]
     fn an_announced_due_time_brings_the_later_marks_down_to_it() {
         let mut marks = DueMarks::default();
-        let now = Instant::now();
-        marks.record(&[lease(9, 10), lease(5, 20)], now);
+        marks.record(&[lease(9, 10), lease(5, 20)]);
         marks.heard_due(Some(at(25)));
-        assert_eq!(
-            marks.for_claim(now)[5],
-            Some(at(20)),
-            "due after every mark"
-        );
+        assert_eq!(marks.due_from()[5], Some(at(20)), "due after every mark");
         marks.heard_due(Some(at(15)));
-        let claim = marks.for_claim(now);
+        let claim = marks.due_from();
         assert_eq!(
             claim[5],
             Some(at(15)),
@@ -174,10 +144,10 @@ mod tests {
     #[test]
     fn an_announcement_without_a_due_time_drops_every_mark() {
         let mut marks = DueMarks::default();
-        let now = Instant::now();
-        marks.record(&[lease(5, 20)], now);
+        marks.record(&[lease(5, 20)]);
+        assert!(marks.is_set());
         marks.heard_due(None);
-        assert!(marks.for_claim(now).iter().all(Option::is_none));
-        assert_eq!(marks.expires_in(now), None);
+        assert!(marks.due_from().iter().all(Option::is_none));
+        assert!(!marks.is_set());
     }
 }

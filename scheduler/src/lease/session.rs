@@ -9,7 +9,7 @@ use tokio::sync::{broadcast, mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::claim::NoAccountsCache;
-use super::dispatch::{Backlog, Dispatcher, CLAIMS_PER_SESSION};
+use super::dispatch::{Backlog, Dispatcher, SESSION_ROLES};
 use super::events::Event;
 use super::registry::{Outbound, Registry};
 use super::reports::{self, ReportEntry};
@@ -154,8 +154,8 @@ async fn run(
     tracing::info!(executor_id = %executor_id, "executor disconnected");
 }
 
-/// Starts the dispatchers of a session ([`CLAIMS_PER_SESSION`], sharing the executor's credit;
-/// all but the first claim only while there is a backlog): they grant leases within it and hand
+/// Starts the dispatchers of a session (one per [`SESSION_ROLES`], sharing the executor's
+/// credit; see [`Role`](super::dispatch::Role)): they grant leases within it and hand
 /// each batch to the stream (or straight back to the queue if the stream is gone). The handle
 /// ends when every one of them has.
 fn spawn_dispatcher(
@@ -167,8 +167,9 @@ fn spawn_dispatcher(
     tx: &Outbound,
 ) -> tokio::task::JoinHandle<()> {
     let backlog = Backlog::new();
-    let dispatchers: Vec<_> = (0..CLAIMS_PER_SESSION)
-        .map(|i| {
+    let dispatchers: Vec<_> = SESSION_ROLES
+        .into_iter()
+        .map(|role| {
             let dispatcher = Dispatcher {
                 store: ctx.store.clone(),
                 no_accounts: ctx.no_accounts.clone(),
@@ -182,7 +183,7 @@ fn spawn_dispatcher(
                 events: ctx.events.subscribe(),
                 stop: stop.clone(),
                 backlog: backlog.clone(),
-                extra: i > 0,
+                role,
             };
             let tx = tx.clone();
             let store = ctx.store.clone();
