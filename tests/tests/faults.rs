@@ -30,8 +30,8 @@ use herald_proto::v1::{
 };
 use herald_tests::lease::ScriptedExecutor;
 use herald_tests::{
-    connect_health, connect_tasks, task_spec, unique_id, ExecutorProcess, FakeProvider, Gate,
-    PgCluster, ProviderMode, SchedulerProcess, TaskSpecExt, TcpProxy, TestDb,
+    connect_health, connect_tasks, task_spec, unique_id, ExecutorBuilder, ExecutorProcess,
+    FakeProvider, Gate, PgCluster, ProviderMode, SchedulerProcess, TaskSpecExt, TcpProxy, TestDb,
 };
 use tokio_stream::StreamExt;
 use tonic::transport::Channel;
@@ -56,19 +56,27 @@ fn provider_config(provider: &FakeProvider, extra: &str) -> String {
     )
 }
 
+/// An executor named `id` sending queue `faults` to `provider`, not yet started.
+fn executor(
+    endpoints: &[String],
+    provider: &FakeProvider,
+    id: &str,
+    extra: &str,
+) -> ExecutorBuilder {
+    ExecutorProcess::builder(endpoints)
+        .config_toml(provider_config(provider, extra))
+        .env("HERALD_EXECUTOR_ID", id)
+        .env("HERALD_SHUTDOWN_GRACE", "2s")
+        .name(id)
+}
+
 async fn spawn_executor(
     endpoints: &[String],
     provider: &FakeProvider,
     id: &str,
     extra: &str,
 ) -> Result<ExecutorProcess> {
-    ExecutorProcess::builder(endpoints)
-        .config_toml(provider_config(provider, extra))
-        .env("HERALD_EXECUTOR_ID", id)
-        .env("HERALD_SHUTDOWN_GRACE", "2s")
-        .name(id)
-        .spawn()
-        .await
+    executor(endpoints, provider, id, extra).spawn().await
 }
 
 /// A fast fixed retry, and attempts enough that no fault here can use them up.
@@ -301,12 +309,8 @@ async fn an_executor_sigkilled_twenty_times_during_five_thousand_tasks_loses_not
     provider.set_mode(ProviderMode::HoldAfter(STEP, gate.clone()));
     let endpoints = [scheduler.grpc_url()];
     let spawn = |id: &'static str| {
-        ExecutorProcess::builder(&endpoints)
-            .config_toml(provider_config(&provider, ""))
-            .env("HERALD_EXECUTOR_ID", id)
-            .env("HERALD_SHUTDOWN_GRACE", "2s")
+        executor(&endpoints, &provider, id, "")
             .env("HERALD_MAX_IN_FLIGHT", IN_FLIGHT)
-            .name(id)
             .spawn()
     };
     let conn = db.connect().await?;

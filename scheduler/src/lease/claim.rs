@@ -69,6 +69,11 @@ impl NoAccountsCache {
         (until > now).then(|| until - now)
     }
 
+    /// Whether `namespace` is known, now, to have no accounts: its claims are the queue walk.
+    pub fn known_empty(&self, namespace: &str) -> bool {
+        self.remaining(namespace).is_some()
+    }
+
     fn remember(&self, namespace: &str) {
         if let Ok(mut map) = self.until.lock() {
             map.insert(namespace.to_owned(), Instant::now() + self.ttl);

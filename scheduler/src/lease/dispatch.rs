@@ -36,7 +36,8 @@ pub enum Role {
     /// due index from its oldest entry: it leases the rows the other claims' walks passed while
     /// another transaction held them, which nothing announces (lease/due_marks.rs). Its own loop
     /// so that a slow walk (under a held snapshot it reads every entry the snapshot keeps)
-    /// never holds up the claims that grant the rest.
+    /// never holds up the claims that grant the rest. Only in namespaces without accounts, the
+    /// only ones whose claims follow the marks.
     Stragglers,
 }
 
@@ -145,6 +146,12 @@ impl Dispatcher {
             };
             if !go {
                 return;
+            }
+            // Marks steer only the queue walk: where claims are routed there are no stragglers
+            // to find, and a routed claim here would only split the session's routing. Not
+            // known either way (no claim for a while): the idle main loop's own walk covers it.
+            if self.role == Role::Stragglers && !self.no_accounts.known_empty(&self.namespace) {
+                continue;
             }
             // Wait for at least one unit of credit, then take what else is free up to a batch.
             let want = tokio::select! {

@@ -1,9 +1,9 @@
 //! The lease engine, on domain types: one [`session`] per connected executor, the
 //! [`dispatch`]er granting leases within its credit and the [`due_marks`] steering its walks,
 //! [`claim`] planning, the application of [`reports`], the cluster [`events`] over
-//! LISTEN/NOTIFY, the [`registry`] of executors connected to this replica, the [`sweeper`] of lapsed leases, the [`reconcile`]r of account
-//! slots and the [`fold`]er of the slots and successes reports leave waiting. The wire framing
-//! of the stream lives in `api/lease.rs`.
+//! LISTEN/NOTIFY, the [`registry`] of executors connected to this replica, the [`sweeper`] of
+//! lapsed leases, the [`reconcile`]r of account slots and the [`fold`]er of the slots and
+//! successes reports leave waiting. The wire framing of the stream lives in `api/lease.rs`.
 
 pub mod claim;
 pub mod dispatch;
