@@ -28,7 +28,8 @@ use std::time::{Duration, Instant};
 use deadpool_postgres::Transaction;
 
 use crate::accounts::routing::{self, AccountRoom};
-use crate::store::leases::claim::{AccountBudget, CandidateRow, ClaimParams};
+pub use crate::store::leases::claim::ClaimRequest;
+use crate::store::leases::claim::{AccountBudget, CandidateRow};
 use crate::store::transaction;
 use crate::store::{Db, Store, StoreError};
 use crate::tasks::model::GrantedLease;
@@ -95,43 +96,6 @@ impl NoAccountsCache {
     }
 }
 
-/// What an executor asks for.
-#[derive(Debug, Clone)]
-pub struct ClaimRequest<'a> {
-    /// The namespace whose tasks are claimed.
-    pub namespace: &'a str,
-    /// Who holds the leases.
-    pub executor_id: &'a str,
-    /// Queues the executor serves; None for all.
-    pub queues: Option<&'a [String]>,
-    /// Accounts (credentials refs) the executor can send for; None for any.
-    pub credentials: Option<&'a [String]>,
-    /// At most this many leases.
-    pub limit: i64,
-    /// Lease duration.
-    pub lease_ttl: Duration,
-    /// Where the queue claim's walk starts at each priority level (the dispatcher's
-    /// [`DueMarks`](super::due_marks::DueMarks)); the routed claim does not use them.
-    pub due_from: &'a [Option<chrono::DateTime<chrono::Utc>>],
-}
-
-impl ClaimRequest<'_> {
-    fn params(&self) -> ClaimParams<'_> {
-        ClaimParams {
-            executor_id: self.executor_id,
-            queues: self.queues,
-            limit: self.limit,
-            ttl_ms: i64::try_from(self.lease_ttl.as_millis()).unwrap_or(i64::MAX),
-            due_from: self.due_from,
-        }
-    }
-
-    /// The route of tasks sent by queue alone.
-    fn unrouted(&self) -> String {
-        format!("{}/", self.namespace)
-    }
-}
-
 /// What a claim granted, and what the dispatcher needs to know to wait well when it granted
 /// nothing.
 #[derive(Debug, Default)]
@@ -155,10 +119,7 @@ pub async fn claim(
     if let Some(remaining) = no_accounts.remaining(req.namespace) {
         // One autocommitted statement: a single round trip per claim on the drain path.
         let conn = store.conn().await?;
-        let leases = conn
-            .leases()
-            .claim_due(&req.params(), &req.unrouted())
-            .await?;
+        let leases = conn.leases().claim_due(req).await?;
         return Ok(Claimed {
             leases,
             open_routes: vec![req.unrouted()],
@@ -186,10 +147,7 @@ async fn claim_in(
     let budgets = tx.leases().account_budgets(req.namespace).await?;
     if budgets.is_empty() {
         // No accounts: every task is sent by queue; one statement.
-        let leases = tx
-            .leases()
-            .claim_due(&req.params(), &req.unrouted())
-            .await?;
+        let leases = tx.leases().claim_due(req).await?;
         let claimed = Claimed {
             leases,
             open_routes: vec![req.unrouted()],
@@ -262,13 +220,7 @@ async fn claim_in(
         .collect();
     let leases = tx
         .leases()
-        .grant(
-            &req.params(),
-            req.namespace,
-            &assigned,
-            &candidates,
-            &tracked,
-        )
+        .grant(req, &assigned, &candidates, &tracked)
         .await?;
     let claimed = Claimed {
         leases,
@@ -331,9 +283,6 @@ async fn lock_candidates(
         .chain(pinned.iter())
         .map(|(route, _)| route.clone())
         .collect();
-    let candidates = tx
-        .leases()
-        .candidates(req.namespace, &wide, &pinned, req.queues)
-        .await?;
+    let candidates = tx.leases().candidates(req, &wide, &pinned).await?;
     Ok((candidates, open_routes))
 }

@@ -282,7 +282,7 @@ impl Dispatcher {
                 .conn()
                 .await?
                 .leases()
-                .next_due(&claimed.open_routes, self.queues.as_deref(), &due_from)
+                .next_due(&self.request(want, &due_from), &claimed.open_routes)
                 .await?;
             let blocked_ms = claimed.recheck_in.map(|d| d.as_secs_f64() * 1000.0);
             let (sleep, target) = match next {

@@ -7,6 +7,7 @@
 use std::collections::{HashMap, HashSet};
 
 use std::sync::LazyLock;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
@@ -116,20 +117,39 @@ const ACCOUNT_BUDGETS: Statement = statement!("account_budgets");
 const RECIPIENT_FACTS: Statement = statement!("recipient_facts");
 const DEFER_TO_WINDOW: Statement = statement!("defer_to_window");
 
-/// What the executor asks for, as the claim statements take it.
+/// What an executor's claim asks for: the one declaration of the claim's inputs, built by the
+/// dispatcher (`lease/dispatch.rs`), read by the claim's steps (`lease/claim.rs`) and bound
+/// to the statements here. A new input is a field here, its binding below and its SQL.
 #[derive(Debug, Clone, Copy)]
-pub struct ClaimParams<'a> {
+pub struct ClaimRequest<'a> {
+    /// The namespace whose tasks are claimed.
+    pub namespace: &'a str,
     /// Who holds the leases.
     pub executor_id: &'a str,
     /// Queues the executor serves; None for all.
     pub queues: Option<&'a [String]>,
+    /// Accounts (credentials refs) the executor can send for; None for any.
+    pub credentials: Option<&'a [String]>,
     /// At most this many leases.
     pub limit: i64,
-    /// Lease duration in milliseconds.
-    pub ttl_ms: i64,
+    /// Lease duration.
+    pub lease_ttl: Duration,
     /// Where the queue claim's walk starts at each priority level, indexed by priority (None:
-    /// the oldest due entry); see lease/due_marks.rs.
+    /// the oldest due entry; the dispatcher's [`DueMarks`](crate::lease::due_marks::DueMarks));
+    /// the routed claim does not use them.
     pub due_from: &'a [Option<DateTime<Utc>>],
+}
+
+impl ClaimRequest<'_> {
+    /// The lease duration in milliseconds, as the statements take it.
+    pub fn ttl_ms(&self) -> i64 {
+        i64::try_from(self.lease_ttl.as_millis()).unwrap_or(i64::MAX)
+    }
+
+    /// The route of tasks sent by queue alone (`<namespace>/`).
+    pub fn unrouted(&self) -> String {
+        format!("{}/", self.namespace)
+    }
 }
 
 /// One account as a claim sees it now (`herald.account_room`): what routing weighs, where
@@ -146,22 +166,18 @@ pub struct AccountBudget {
 }
 
 impl<C: GenericClient> LeaseRepo<'_, C> {
-    /// Leases due tasks of the queue-routed route `unrouted` (`<namespace>/`) in one statement.
-    pub async fn claim_due(
-        &self,
-        p: &ClaimParams<'_>,
-        unrouted: &str,
-    ) -> Result<Vec<GrantedLease>, StoreError> {
+    /// Leases due tasks of the request's queue-routed route in one statement.
+    pub async fn claim_due(&self, req: &ClaimRequest<'_>) -> Result<Vec<GrantedLease>, StoreError> {
         CLAIM_DUE
             .fetch(
                 self.db,
                 &[
-                    &p.queues,
-                    &p.limit,
-                    &p.executor_id,
-                    &p.ttl_ms,
-                    &unrouted,
-                    &p.due_from,
+                    &req.queues,
+                    &req.limit,
+                    &req.executor_id,
+                    &req.ttl_ms(),
+                    &req.unrouted(),
+                    &req.due_from,
                 ],
             )
             .await
@@ -200,10 +216,9 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
     /// account route.
     pub async fn candidates(
         &self,
-        namespace: &str,
+        req: &ClaimRequest<'_>,
         wide: &[(String, i32)],
         pinned: &[(String, i32)],
-        queues: Option<&[String]>,
     ) -> Result<Vec<CandidateRow>, StoreError> {
         let (wide_routes, wide_limits): (Vec<&str>, Vec<i32>) =
             wide.iter().map(|(r, l)| (r.as_str(), *l)).unzip();
@@ -217,8 +232,8 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
                     &wide_limits,
                     &pinned_routes,
                     &pinned_limits,
-                    &queues,
-                    &namespace,
+                    &req.queues,
+                    &req.namespace,
                 ],
             )
             .await?
@@ -303,8 +318,7 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
     /// (routing reads the same room and recipients first), so undoing them costs little.
     pub async fn grant(
         &self,
-        p: &ClaimParams<'_>,
-        namespace: &str,
+        req: &ClaimRequest<'_>,
         assigned: &[Assignment],
         candidates: &[CandidateRow],
         tracked: &[&str],
@@ -312,7 +326,7 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
         let ids: Vec<Uuid> = assigned.iter().map(|a| a.id).collect();
         let accounts: Vec<Option<&str>> = assigned.iter().map(|a| a.account.as_deref()).collect();
         let mut leased: HashMap<Uuid, GrantedLease> = LEASE_ASSIGNED
-            .fetch::<GrantedLease>(self.db, &[&ids, &accounts, &p.executor_id, &p.ttl_ms])
+            .fetch::<GrantedLease>(self.db, &[&ids, &accounts, &req.executor_id, &req.ttl_ms()])
             .await?
             .into_iter()
             .map(|l| (l.task_id, l))
@@ -331,7 +345,7 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
             .query(
                 self.db,
                 &[
-                    &namespace,
+                    &req.namespace,
                     &ids,
                     &accounts,
                     &high,
@@ -380,7 +394,7 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
                         &settle.at,
                         &settle.executor_id,
                         &settle.account_id,
-                        &p.ttl_ms,
+                        &req.ttl_ms(),
                     ],
                 )
                 .await?;
@@ -413,15 +427,15 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
 
     /// Time until the earliest scheduled task of `routes` is due, by the database clock, and
     /// its due time; None when none is scheduled. Zero or negative means one is due now. Each
-    /// priority level's look starts at its mark in `due_from` (see [`ClaimParams::due_from`]).
+    /// priority level's look starts at its mark (see [`ClaimRequest::due_from`]), among the
+    /// request's queues.
     pub async fn next_due(
         &self,
+        req: &ClaimRequest<'_>,
         routes: &[String],
-        queues: Option<&[String]>,
-        due_from: &[Option<DateTime<Utc>>],
     ) -> Result<Option<(f64, DateTime<Utc>)>, StoreError> {
         let row = NEXT_DUE
-            .query_one(self.db, &[&routes, &queues, &due_from])
+            .query_one(self.db, &[&routes, &req.queues, &req.due_from])
             .await?;
         let wait_ms: Option<f64> = column(&row, "wait_ms")?;
         let at: Option<DateTime<Utc>> = column(&row, "run_at")?;
