@@ -14,7 +14,8 @@
 //! - [`store`]: PostgreSQL, one repository per aggregate with its SQL in named `.sql` files,
 //!   and the migrations.
 //! - Running: [`server`] (wiring and the ordered shutdown), [`config`], [`tls`], [`telemetry`]
-//!   (traces, metrics, the notification webhook), [`db_watch`], [`retention`].
+//!   (traces, metrics, the notification webhook), [`db_watch`], [`retention`], and
+//!   [`low_water`] (where the sweeper's and retention's walks start).
 
 pub mod accounts;
 pub mod api;
@@ -28,6 +29,7 @@ pub mod db_watch;
 pub mod error;
 pub mod http;
 pub mod lease;
+pub mod low_water;
 pub mod retention;
 pub mod rules;
 pub mod schedule;

@@ -401,6 +401,69 @@ async fn a_task_a_claim_walked_past_while_another_transaction_held_it_is_still_l
     Ok(())
 }
 
+/// A sweep lets the next one start its walk of the lease expiries where it stopped
+/// (scheduler/src/low_water.rs). A lapsed lease the sweep passed because another transaction
+/// held its row lies below that start: it must still be returned, by the sweeper's periodic
+/// walk from the oldest expiry.
+#[tokio::test]
+async fn a_lapsed_lease_a_sweep_passed_while_another_transaction_held_it_is_still_returned(
+) -> Result<()> {
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::builder(&db)
+        .env("HERALD_LEASE_TTL", "1s")
+        .spawn()
+        .await?;
+    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
+    let queue = unique_id("q");
+    let held_id = create(&mut tasks, task_spec(&queue, "+401", "held")).await?;
+    let swept_id = create(&mut tasks, task_spec(&queue, "+402", "swept")).await?;
+    // One claim leases both, so both leases run out at the same instant; neither is reported.
+    let mut silent = ScriptedExecutor::connect(&scheduler.grpc_url(), "silent", &[], 2).await?;
+    assert_eq!(silent.leases(2).await?.len(), 2);
+
+    let mut sql = db.connect().await?;
+    let held = sql.transaction().await?;
+    held.execute(
+        "SELECT 1 FROM herald.tasks WHERE id = $1::text::uuid FOR UPDATE",
+        &[&held_id],
+    )
+    .await?;
+    let watch = db.connect().await?;
+    let charged = |id: String| {
+        let watch = &watch;
+        async move {
+            let row = watch
+                .query_one(
+                    "SELECT attempts FROM herald.tasks WHERE id = $1::text::uuid",
+                    &[&id],
+                )
+                .await?;
+            Ok(row.get::<_, i32>(0) >= 1)
+        }
+    };
+    // The sweep that returns the other lease walks past the held row's expiry.
+    herald_tests::until("the unheld lease to be swept", || charged(swept_id.clone())).await?;
+    let held_state: String = held
+        .query_one(
+            "SELECT state::text FROM herald.tasks WHERE id = $1::text::uuid",
+            &[&held_id],
+        )
+        .await?
+        .get(0);
+    assert_eq!(held_state, "leased", "the held row was passed, not swept");
+    // Released without a word: only a walk from the oldest expiry finds it now.
+    held.rollback().await?;
+    herald_tests::until("the passed lease to be swept", || charged(held_id.clone())).await?;
+    let attempts = tasks
+        .list_attempts(ListAttemptsRequest { task_id: held_id })
+        .await?
+        .into_inner()
+        .attempts;
+    let outcomes: Vec<_> = attempts.iter().map(|a| a.outcome()).collect();
+    assert_eq!(outcomes, vec![OutcomeClass::LeaseExpired]);
+    Ok(())
+}
+
 #[tokio::test]
 async fn an_idle_executor_gets_new_and_future_tasks_never_early() -> Result<()> {
     let db = TestDb::new().await?;

@@ -1,12 +1,14 @@
 //! The retention job: prunes finished tasks and forgets idempotency keys and recipient pairs
 //! past their retention.
 //! Safe on every replica at once (SKIP LOCKED); it runs on a fixed interval because nothing
-//! waits on it.
+//! waits on it. Batches walk the finished tasks from where the last one stopped
+//! ([`LowWater`]), from the oldest once per interval.
 
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::low_water::LowWater;
 use crate::store::retention::Pruned;
 use crate::store::{Db, Store, StoreError};
 
@@ -21,10 +23,13 @@ pub async fn run(
     interval: Duration,
     shutdown: CancellationToken,
 ) {
+    let mut tasks_from = LowWater::new(interval);
     loop {
         loop {
-            match prune(&store, task_retention, key_retention).await {
+            let from = tasks_from.next_walk_from();
+            match prune(&store, task_retention, key_retention, from).await {
                 Ok(p) => {
+                    tasks_from.walked_through(p.tasks_through);
                     if p.tasks > 0 || p.keys > 0 || p.recipients > 0 || p.replies > 0 {
                         tracing::info!(
                             tasks = p.tasks,
@@ -42,6 +47,7 @@ pub async fn run(
                     }
                 }
                 Err(e) => {
+                    tasks_from.forget();
                     tracing::warn!(error = %e, "pruning failed");
                     break;
                 }
@@ -54,11 +60,16 @@ pub async fn run(
     }
 }
 
-async fn prune(store: &Store, tasks: Duration, keys: Duration) -> Result<Pruned, StoreError> {
+async fn prune(
+    store: &Store,
+    tasks: Duration,
+    keys: Duration,
+    tasks_from: Option<chrono::DateTime<chrono::Utc>>,
+) -> Result<Pruned, StoreError> {
     store
         .conn()
         .await?
         .retention()
-        .prune(tasks, keys, BATCH)
+        .prune(tasks, keys, BATCH, tasks_from)
         .await
 }

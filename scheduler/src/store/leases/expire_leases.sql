@@ -8,8 +8,12 @@
 -- (callbacks::record ends it SUCCEEDED if one comes), unless that attempt was its last.
 -- Reports on the message a window-closed fallback replaced (migration 25) say nothing about
 -- the fallback's own send.
+-- The walk of tasks_lease_expiry starts at $3 (the sweeper's low-water mark, src/low_water.rs;
+-- NULL: the oldest entry), past the entries of leases reported or swept before. Returns where
+-- the next sweep can start: the sweep's time when it took every lapsed lease it found, else
+-- the latest expiry it took.
 WITH lapsed AS (
-    SELECT t.id,
+    SELECT t.id, t.lease_expires_at,
            EXISTS (SELECT 1 FROM herald.delivery_events e
                    WHERE e.task_id = t.id
                      AND e.provider_message_id IS DISTINCT FROM t.fallback_replaces) AS reported,
@@ -18,6 +22,7 @@ WITH lapsed AS (
                      AND a.sender_kind = 'whatsapp_cloud') AS callbacks
     FROM herald.tasks t
     WHERE t.state = 'leased' AND t.lease_expires_at <= herald.now()
+      AND t.lease_expires_at >= coalesce($3::timestamptz, '-infinity')
     ORDER BY t.lease_expires_at
     LIMIT $1
     FOR UPDATE OF t SKIP LOCKED
@@ -52,7 +57,8 @@ updated AS (
         updated_at = herald.now()
     FROM lapsed l
     WHERE t.id = l.id
-    RETURNING t.id, t.lease_count, t.executor_id, t.leased_at, t.state, t.account_id, t.namespace
+    RETURNING t.id, t.lease_count, t.executor_id, t.leased_at, t.state, t.account_id, t.namespace,
+              l.lease_expires_at AS lapsed_at
 ),
 recorded AS (
     INSERT INTO herald.attempts (task_id, attempt, executor_id, outcome, error, leased_at,
@@ -66,5 +72,6 @@ SELECT count(*)::bigint AS expired,
        count(*) FILTER (WHERE state = 'scheduled')::bigint AS rescheduled,
        -- Slots freed per account, as '<namespace>/<account>': the lapsed leases held them.
        COALESCE(array_agg(namespace || '/' || account_id) FILTER (WHERE account_id IS NOT NULL), '{}')
-           AS freed_accounts
+           AS freed_accounts,
+       CASE WHEN count(*) >= $1 THEN max(lapsed_at) ELSE herald.now() END AS swept_through
 FROM updated

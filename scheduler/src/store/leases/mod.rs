@@ -59,6 +59,8 @@ pub struct ExpiredLeases {
     pub expired: u64,
     /// Of those, tasks that went back to SCHEDULED.
     pub rescheduled: u64,
+    /// Where the next sweep's walk can start: no lapsed lease it could take is left before it.
+    pub swept_through: Option<DateTime<Utc>>,
 }
 
 impl<C: GenericClient> LeaseRepo<'_, C> {
@@ -217,15 +219,18 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
     /// Returns up to `batch` lapsed leases to their queue (or fails or expires their tasks),
     /// recording the lost attempts and freeing their slots; wakes dispatchers when tasks became
     /// leasable again.
-    /// A WhatsApp task waits `grace_ms` for a status callback before it is due again.
+    /// A WhatsApp task waits `grace_ms` for a status callback before it is due again. The walk
+    /// starts at `from` (see [`LowWater`](crate::low_water::LowWater)).
     pub async fn expire_leases(
         &self,
         batch: i64,
         grace_ms: i64,
+        from: Option<DateTime<Utc>>,
     ) -> Result<ExpiredLeases, StoreError> {
         let row = EXPIRE_LEASES
-            .query_one(self.db, &[&batch, &grace_ms])
+            .query_one(self.db, &[&batch, &grace_ms, &from])
             .await?;
+        let swept_through = column(&row, "swept_through")?;
         let expired = u64::try_from(column::<i64>(&row, "expired")?).unwrap_or(0);
         let rescheduled = u64::try_from(column::<i64>(&row, "rescheduled")?).unwrap_or(0);
         let freed: Vec<String> = column(&row, "freed_accounts")?;
@@ -239,6 +244,7 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
         Ok(ExpiredLeases {
             expired,
             rescheduled,
+            swept_through,
         })
     }
 
@@ -247,9 +253,13 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
         EXPIRE_DEADLINES.execute(self.db, &[&batch]).await
     }
 
-    /// Milliseconds until the next lease expiry or deadline, by the database clock.
-    pub async fn next_sweep_ms(&self) -> Result<Option<f64>, StoreError> {
-        column(&NEXT_SWEEP.query_one(self.db, &[]).await?, "wait_ms")
+    /// Milliseconds until the next lease expiry (looked for from `from`) or deadline, by the
+    /// database clock.
+    pub async fn next_sweep_ms(
+        &self,
+        from: Option<DateTime<Utc>>,
+    ) -> Result<Option<f64>, StoreError> {
+        column(&NEXT_SWEEP.query_one(self.db, &[&from]).await?, "wait_ms")
     }
 }
 

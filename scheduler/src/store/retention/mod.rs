@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 
 use super::sql::{column, statement, Statement};
@@ -23,6 +24,8 @@ const FORGET_REPLIES: Statement = statement!("forget_replies");
 pub struct Pruned {
     /// Finished tasks (and their attempts) deleted.
     pub tasks: u64,
+    /// The latest end time of a task deleted, where the next batch's walk can start.
+    pub tasks_through: Option<DateTime<Utc>>,
     /// Idempotency keys forgotten.
     pub keys: u64,
     /// (account, recipient) pairs forgotten.
@@ -36,18 +39,21 @@ impl<C: GenericClient> RetentionRepo<'_, C> {
     /// attempts; their idempotency keys start their own retention from the task's end. Then
     /// forgets keys whose retention is over, up to `batch` recipient pairs nothing needs (see
     /// `forget_recipients.sql`) and up to `batch` stored replies older than the task retention.
+    /// The walk for tasks starts at `tasks_from` (see [`LowWater`](crate::low_water::LowWater)).
     pub async fn prune(
         &self,
         task_retention: Duration,
         key_retention: Duration,
         batch: i64,
+        tasks_from: Option<DateTime<Utc>>,
     ) -> Result<Pruned, StoreError> {
         let task_ms = i64::try_from(task_retention.as_millis()).unwrap_or(i64::MAX);
         let key_ms = i64::try_from(key_retention.as_millis()).unwrap_or(i64::MAX);
         let row = PRUNE_TASKS
-            .query_one(self.db, &[&task_ms, &key_ms, &batch])
+            .query_one(self.db, &[&task_ms, &key_ms, &batch, &tasks_from])
             .await?;
         let tasks = u64::try_from(column::<i64>(&row, "pruned")?).unwrap_or(0);
+        let tasks_through = column(&row, "pruned_through")?;
         let keys = FORGET_KEYS.execute(self.db, &[]).await?;
         let recipients = FORGET_RECIPIENTS
             .execute(self.db, &[&task_ms, &batch])
@@ -55,6 +61,7 @@ impl<C: GenericClient> RetentionRepo<'_, C> {
         let replies = FORGET_REPLIES.execute(self.db, &[&task_ms, &batch]).await?;
         Ok(Pruned {
             tasks,
+            tasks_through,
             keys,
             recipients,
             replies,

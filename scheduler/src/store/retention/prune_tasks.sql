@@ -1,8 +1,12 @@
 -- Deletes up to $3 tasks that ended more than $1 ms ago, with their attempts and delivery
 -- reports; their idempotency keys start their own retention ($2 ms) from the task's end.
+-- The walk of tasks_finished starts at $4 (the job's low-water mark, src/low_water.rs; NULL:
+-- the oldest entry), past the entries of the tasks earlier batches deleted. Returns the latest
+-- end time deleted, where the next batch can start.
 WITH old AS (
     SELECT id, finished_at FROM herald.tasks
     WHERE finished_at < herald.now() - $1::bigint * interval '1 millisecond'
+      AND finished_at >= coalesce($4::timestamptz, '-infinity')
     ORDER BY finished_at
     LIMIT $3::bigint
     FOR UPDATE SKIP LOCKED
@@ -29,4 +33,4 @@ keys AS (
     SET forget_after = gone.finished_at + $2::bigint * interval '1 millisecond'
     FROM gone WHERE k.task_id = gone.id
 )
-SELECT count(*)::bigint AS pruned FROM gone
+SELECT count(*)::bigint AS pruned, max(finished_at) AS pruned_through FROM gone

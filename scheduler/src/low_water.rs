@@ -1,0 +1,107 @@
+//! Where a background job's next walk of a time-ordered index starts.
+//!
+//! Retention walks `tasks_finished` from its oldest entry and the sweeper walks
+//! `tasks_lease_expiry` from its oldest; each handles what it finds and leaves the entry behind
+//! until VACUUM removes it. While any transaction on the database holds an older snapshot,
+//! VACUUM can remove none of them, so every walk passes every entry handled since the snapshot
+//! was taken (S6 in docs/performance.md: hundreds of thousands of buffers per pruning batch
+//! after minutes of a held snapshot). A job that remembers how far its last walk got starts the
+//! next one there.
+//!
+//! What a walk passed and left, a row another transaction held (SKIP LOCKED) or one committed
+//! after the walk with an earlier time, would never be seen again below the mark; so once a
+//! period the mark is forgotten and the walk starts from the oldest entry. The mark only steers
+//! the walk: what the job acts on is decided by its statement alone.
+
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+
+/// One job's low-water mark: the time its next walk starts at (None: the oldest entry).
+#[derive(Debug, Clone)]
+pub struct LowWater {
+    mark: Option<DateTime<Utc>>,
+    /// How often a walk starts from the oldest entry.
+    period: Duration,
+    last_full_walk: Instant,
+}
+
+impl LowWater {
+    /// A mark that is forgotten every `period`; the first walk starts from the oldest entry.
+    pub fn new(period: Duration) -> Self {
+        Self {
+            mark: None,
+            period,
+            last_full_walk: Instant::now(),
+        }
+    }
+
+    /// Where the next walk starts: the mark, or None (the oldest entry) once a period has passed
+    /// since the last walk from there.
+    pub fn next_walk_from(&mut self) -> Option<DateTime<Utc>> {
+        if self.mark.is_none() || self.last_full_walk.elapsed() >= self.period {
+            self.mark = None;
+            self.last_full_walk = Instant::now();
+        }
+        self.mark
+    }
+
+    /// The mark as it stands, for a look that must agree with the last walk (None: the oldest
+    /// entry).
+    pub fn mark(&self) -> Option<DateTime<Utc>> {
+        self.mark
+    }
+
+    /// Records that a walk handled everything it could below `through`: the mark rises to it.
+    pub fn walked_through(&mut self, through: Option<DateTime<Utc>>) {
+        if through > self.mark {
+            self.mark = through;
+        }
+    }
+
+    /// Forgets the mark (after an error: what the walk did is not known).
+    pub fn forget(&mut self) {
+        self.mark = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+
+    use super::*;
+
+    fn at(s: i64) -> Option<DateTime<Utc>> {
+        Utc.timestamp_opt(s, 0).single()
+    }
+
+    #[test]
+    fn the_mark_only_rises_and_a_walk_starts_from_it() {
+        let mut low = LowWater::new(Duration::from_secs(3600));
+        assert_eq!(
+            low.next_walk_from(),
+            None,
+            "the first walk is from the oldest"
+        );
+        low.walked_through(at(10));
+        assert_eq!(low.next_walk_from(), at(10));
+        low.walked_through(at(5));
+        assert_eq!(
+            low.next_walk_from(),
+            at(10),
+            "a lower time does not lower it"
+        );
+        low.walked_through(None);
+        assert_eq!(low.next_walk_from(), at(10), "nothing walked leaves it");
+        low.forget();
+        assert_eq!(low.next_walk_from(), None);
+    }
+
+    #[test]
+    fn once_a_period_the_walk_starts_from_the_oldest_entry() {
+        let mut low = LowWater::new(Duration::ZERO);
+        assert_eq!(low.next_walk_from(), None);
+        low.walked_through(at(10));
+        assert_eq!(low.next_walk_from(), None, "the period has passed");
+    }
+}
