@@ -10,20 +10,31 @@
 //!
 //! What a walk passed and left, a row another transaction held (SKIP LOCKED) or one committed
 //! after the walk with an earlier time, would never be seen again below the mark; so once a
-//! period the mark is forgotten and the walk starts from the oldest entry. The mark only steers
-//! the walk: what the job acts on is decided by its statement alone.
+//! period the mark is forgotten and the walk starts from the oldest entry. That walk is the
+//! long one while a snapshot is held, so the period stretches to twenty times the last such
+//! walk's duration when that is longer (as the dispatcher's straggler claim does): the walks
+//! from the oldest take at most a twentieth of the job's time. The mark only steers the walk:
+//! what the job acts on is decided by its statement alone.
 
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
+/// How many times its own duration apart the walks from the oldest entry are, at least.
+const FULL_WALK_DUTY: u32 = 20;
+
 /// One job's low-water mark: the time its next walk starts at (None: the oldest entry).
 #[derive(Debug, Clone)]
 pub struct LowWater {
     mark: Option<DateTime<Utc>>,
-    /// How often a walk starts from the oldest entry.
+    /// How often a walk starts from the oldest entry, at most.
     period: Duration,
+    /// When the last walk from the oldest entry started.
     last_full_walk: Instant,
+    /// How long it took, once it is over.
+    last_full_walk_took: Option<Duration>,
+    /// Whether the walk under way started from the oldest entry.
+    walking_full: bool,
 }
 
 impl LowWater {
@@ -33,16 +44,22 @@ impl LowWater {
             mark: None,
             period,
             last_full_walk: Instant::now(),
+            last_full_walk_took: None,
+            walking_full: false,
         }
     }
 
-    /// Where the next walk starts: the mark, or None (the oldest entry) once a period has passed
-    /// since the last walk from there.
+    /// Where the next walk starts: the mark, or None (the oldest entry) once a period (or twenty
+    /// times the last such walk's duration) has passed since the last walk from there.
     pub fn next_walk_from(&mut self) -> Option<DateTime<Utc>> {
-        if self.mark.is_none() || self.last_full_walk.elapsed() >= self.period {
+        let spacing = self
+            .last_full_walk_took
+            .map_or(self.period, |took| self.period.max(took * FULL_WALK_DUTY));
+        if self.mark.is_none() || self.last_full_walk.elapsed() >= spacing {
             self.mark = None;
             self.last_full_walk = Instant::now();
         }
+        self.walking_full = self.mark.is_none();
         self.mark
     }
 
@@ -54,6 +71,9 @@ impl LowWater {
 
     /// Records that a walk handled everything it could below `through`: the mark rises to it.
     pub fn walked_through(&mut self, through: Option<DateTime<Utc>>) {
+        if std::mem::take(&mut self.walking_full) {
+            self.last_full_walk_took = Some(self.last_full_walk.elapsed());
+        }
         if through > self.mark {
             self.mark = through;
         }
@@ -62,6 +82,7 @@ impl LowWater {
     /// Forgets the mark (after an error: what the walk did is not known).
     pub fn forget(&mut self) {
         self.mark = None;
+        self.walking_full = false;
     }
 }
 
@@ -98,10 +119,25 @@ mod tests {
     }
 
     #[test]
+    fn a_long_walk_from_the_oldest_spaces_the_next_one_out() {
+        let mut low = LowWater::new(Duration::ZERO);
+        assert_eq!(low.next_walk_from(), None);
+        low.last_full_walk -= Duration::from_secs(1);
+        low.walked_through(at(10));
+        assert!(low.last_full_walk_took >= Some(Duration::from_secs(1)));
+        assert_eq!(
+            low.next_walk_from(),
+            at(10),
+            "a one-second walk is not repeated before twenty seconds"
+        );
+    }
+
+    #[test]
     fn once_a_period_the_walk_starts_from_the_oldest_entry() {
         let mut low = LowWater::new(Duration::ZERO);
         assert_eq!(low.next_walk_from(), None);
         low.walked_through(at(10));
+        low.last_full_walk -= Duration::from_secs(1);
         assert_eq!(low.next_walk_from(), None, "the period has passed");
     }
 }

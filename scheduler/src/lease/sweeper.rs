@@ -34,7 +34,7 @@ pub async fn run(store: Store, max_sleep: Duration, grace: Duration, shutdown: C
         }
         let sleep = match swept {
             Ok(Some(more_now)) if more_now => Duration::ZERO,
-            Ok(Some(_)) | Ok(None) => match next_sweep_ms(&store, &expiries).await {
+            Ok(Some(_)) | Ok(None) => match next_sweep_ms(&store, &expiries, max_sleep).await {
                 // A millisecond past the expiry, so the sweep's now() is beyond it.
                 Ok(Some(ms)) if ms > 0.0 => {
                     Duration::from_micros((ms * 1000.0) as u64 + 1_000).min(max_sleep)
@@ -59,12 +59,16 @@ pub async fn run(store: Store, max_sleep: Duration, grace: Duration, shutdown: C
     }
 }
 
-async fn next_sweep_ms(store: &Store, expiries: &LowWater) -> Result<Option<f64>, StoreError> {
+async fn next_sweep_ms(
+    store: &Store,
+    expiries: &LowWater,
+    within: Duration,
+) -> Result<Option<f64>, StoreError> {
     store
         .conn()
         .await?
         .leases()
-        .next_sweep_ms(expiries.mark())
+        .next_sweep_ms(expiries.mark(), within)
         .await
 }
 

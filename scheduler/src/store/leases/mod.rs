@@ -253,13 +253,18 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
         EXPIRE_DEADLINES.execute(self.db, &[&batch]).await
     }
 
-    /// Milliseconds until the next lease expiry (looked for from `from`) or deadline, by the
-    /// database clock.
+    /// Milliseconds until the next lease expiry (looked for from `from`) or deadline within
+    /// `within`, by the database clock; None when there is none that soon.
     pub async fn next_sweep_ms(
         &self,
         from: Option<DateTime<Utc>>,
+        within: Duration,
     ) -> Result<Option<f64>, StoreError> {
-        column(&NEXT_SWEEP.query_one(self.db, &[&from]).await?, "wait_ms")
+        let within_ms = duration_ms(within);
+        column(
+            &NEXT_SWEEP.query_one(self.db, &[&from, &within_ms]).await?,
+            "wait_ms",
+        )
     }
 }
 
