@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
 use chrono::{DateTime, Utc};
-use nix::sys::signal::{killpg, Signal};
+use nix::sys::signal::{self, killpg, Signal};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 use tokio::task::JoinHandle;
@@ -527,7 +527,33 @@ impl Drop for HaCluster {
         {
             let _ = kill_group(keeper);
         }
+        kill_strays(&self.root);
         let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+/// SIGKILLs every process still working in a folder under `root`. A PostgreSQL server's
+/// children leave its process group (each starts a session of its own) and exit when they find
+/// the server gone; the monitor's health-check worker never looks, and keeps the logger alive
+/// with it. Their working folder is the node's data folder, which names them.
+fn kill_strays(root: &Path) {
+    let Ok(root) = root.canonicalize() else {
+        return;
+    };
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if std::fs::read_link(entry.path().join("cwd")).is_ok_and(|cwd| cwd.starts_with(&root)) {
+            let _ = signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
     }
 }
 
