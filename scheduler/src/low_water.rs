@@ -23,6 +23,14 @@ use chrono::{DateTime, Utc};
 /// How many times its own duration apart the walks from the oldest entry are, at least.
 const FULL_WALK_DUTY: u32 = 20;
 
+/// How long after a walk from the oldest entry the next one may start: `period`, or twenty
+/// times as long as that walk `took` when that is longer, so such walks take at most a
+/// twentieth of their job's time. Shared by the sweeper, retention and the dispatcher's
+/// straggler claim.
+pub fn full_walk_spacing(period: Duration, took: Duration) -> Duration {
+    period.max(took * FULL_WALK_DUTY)
+}
+
 /// One job's low-water mark: the time its next walk starts at (None: the oldest entry).
 #[derive(Debug, Clone)]
 pub struct LowWater {
@@ -54,7 +62,7 @@ impl LowWater {
     pub fn next_walk_from(&mut self) -> Option<DateTime<Utc>> {
         let spacing = self
             .last_full_walk_took
-            .map_or(self.period, |took| self.period.max(took * FULL_WALK_DUTY));
+            .map_or(self.period, |took| full_walk_spacing(self.period, took));
         if self.mark.is_none() || self.last_full_walk.elapsed() >= spacing {
             self.mark = None;
             self.last_full_walk = Instant::now();
@@ -77,12 +85,6 @@ impl LowWater {
         if through > self.mark {
             self.mark = through;
         }
-    }
-
-    /// Forgets the mark (after an error: what the walk did is not known).
-    pub fn forget(&mut self) {
-        self.mark = None;
-        self.walking_full = false;
     }
 }
 
@@ -114,8 +116,6 @@ mod tests {
         );
         low.walked_through(None);
         assert_eq!(low.next_walk_from(), at(10), "nothing walked leaves it");
-        low.forget();
-        assert_eq!(low.next_walk_from(), None);
     }
 
     #[test]

@@ -15,6 +15,7 @@ use super::claim::{self, ClaimRequest, Claimed, NoAccountsCache};
 use super::due_marks::DueMarks;
 use super::events::Event;
 use super::LeaseSettings;
+use crate::low_water::full_walk_spacing;
 use crate::store::{Db, Store};
 use crate::tasks::model::GrantedLease;
 
@@ -47,10 +48,6 @@ pub const SESSION_ROLES: [Role; 3] = [Role::Main, Role::Extra, Role::Stragglers]
 /// The least time between two straggler walks of a session: how late a task can be whose row
 /// another transaction held while a walk passed it.
 pub const STRAGGLER_PERIOD: Duration = Duration::from_secs(5);
-
-/// A straggler walk waits at least this many times as long as the last one took, so that walks
-/// made slow by a held snapshot take no more than a twentieth of one database connection.
-const STRAGGLER_DUTY: u32 = 20;
 
 /// The most leases one straggler walk takes: stragglers are few, and credit it holds during its
 /// walk is credit the other claims cannot use.
@@ -190,7 +187,9 @@ impl Dispatcher {
                     if self.role == Role::Stragglers {
                         // A full batch may have left more behind: look again at once.
                         straggler_pause = if granted < want {
-                            STRAGGLER_PERIOD.max(started.elapsed() * STRAGGLER_DUTY)
+                            // Walks made slow by a held snapshot take at most a twentieth of
+                            // one database connection.
+                            full_walk_spacing(STRAGGLER_PERIOD, started.elapsed())
                         } else {
                             Duration::ZERO
                         };

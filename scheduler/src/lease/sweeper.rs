@@ -84,14 +84,7 @@ async fn sweep_once(
     let leases = transaction!(store, StoreError, idempotent = true, |tx| tx
         .leases()
         .expire_leases(BATCH, grace_ms, from)
-        .await);
-    let leases = match leases {
-        Ok(leases) => leases,
-        Err(e) => {
-            expiries.forget();
-            return Err(e);
-        }
-    };
+        .await)?;
     expiries.walked_through(leases.swept_through);
     let deadlines_passed = store.conn().await?.leases().expire_deadlines(BATCH).await?;
     // Campaigns whose last task ended are finished here, each once, with its notification. A

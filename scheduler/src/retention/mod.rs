@@ -47,7 +47,6 @@ pub async fn run(
                     }
                 }
                 Err(e) => {
-                    tasks_from.forget();
                     tracing::warn!(error = %e, "pruning failed");
                     break;
                 }

@@ -143,7 +143,7 @@ pub struct ClaimRequest<'a> {
 impl ClaimRequest<'_> {
     /// The lease duration in milliseconds, as the statements take it.
     pub fn ttl_ms(&self) -> i64 {
-        i64::try_from(self.lease_ttl.as_millis()).unwrap_or(i64::MAX)
+        super::duration_ms(self.lease_ttl)
     }
 
     /// The route of tasks sent by queue alone (`<namespace>/`).
