@@ -25,8 +25,8 @@ const FULL_WALK_DUTY: u32 = 20;
 
 /// How long after a walk from the oldest entry the next one may start: `period`, or twenty
 /// times as long as that walk `took` when that is longer, so such walks take at most a
-/// twentieth of their job's time. Shared by the sweeper, retention and the dispatcher's
-/// straggler claim.
+/// twentieth of their job's time. Shared by the sweeper, retention, the dispatcher's
+/// straggler claim and the live task gauge (telemetry/metrics.rs).
 pub fn full_walk_spacing(period: Duration, took: Duration) -> Duration {
     period.max(took * FULL_WALK_DUTY)
 }

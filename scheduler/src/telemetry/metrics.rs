@@ -12,6 +12,7 @@ use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio_util::sync::CancellationToken;
 
+use crate::low_water::full_walk_spacing;
 use crate::store::{Db, Store, StoreError};
 use crate::tasks::model::{GrantedLease, TaskState};
 
@@ -278,53 +279,70 @@ async fn refresh_account_gauges(store: &Store) -> Result<(), crate::store::Store
 }
 
 /// Refreshes [`TASKS`] and the account gauges every `every` (by default
-/// [`TASK_COUNT_INTERVAL`]) until `stop`.
+/// [`TASK_COUNT_INTERVAL`]) until `stop`, or every twenty times as long as the last count took
+/// when that is longer.
 ///
 /// Cost: one `GROUP BY state, queue` over live tasks only (SCHEDULED and LEASED, reached through
 /// the partial indexes on those states); finished tasks, usually the bulk of the table, are
 /// never read. With a million live tasks that is a few hundred milliseconds of one connection
 /// every 15 s per replica. Finished tasks are counted by [`TASKS_FINISHED`] instead.
+///
+/// While a transaction anywhere on the database holds an old snapshot, those partial indexes
+/// keep an entry for every task that passed through the live states since, and the count visits
+/// each one (S6 in docs/performance.md: 1.6 M buffers a count after minutes of it). Spacing the
+/// counts by their own duration keeps the gauge to a twentieth of one connection's time then,
+/// at the price of a staler gauge.
 pub async fn refresh_task_counts(store: Store, every: Duration, stop: CancellationToken) {
     loop {
-        refresh_live_counts(&store, Duration::ZERO).await;
+        let took = refresh_live_counts(&store, Duration::ZERO).await;
         if let Err(e) = refresh_account_gauges(&store).await {
             tracing::warn!(error = %e, "cannot read account figures for metrics");
         }
         tokio::select! {
             _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(every) => {}
+            _ = tokio::time::sleep(full_walk_spacing(every, took)) => {}
         }
     }
 }
 
 /// How old the live task counts may be when /metrics is scraped: a scrape recounts when they
-/// are older, so tasks created since the last periodic refresh show at once.
+/// are older (or older than twenty times the last count's duration, as for the periodic
+/// refresh), so tasks created since the last periodic refresh show at once.
 const SCRAPE_FRESHNESS: Duration = Duration::from_secs(1);
 
 /// The live counts' bookkeeping: the (state, queue) series set last time (a queue that
-/// empties must read 0, not its last value) and when they were counted.
+/// empties must read 0, not its last value), when they were counted and how long that took.
 #[derive(Default)]
 struct LiveCounts {
     seen: HashSet<(String, String)>,
     counted_at: Option<std::time::Instant>,
+    took: Duration,
 }
 
 static LIVE_COUNTS: LazyLock<tokio::sync::Mutex<LiveCounts>> = LazyLock::new(Default::default);
 
-/// Sets [`TASKS`] from a fresh count unless the last one is younger than `fresh_for`. One
-/// count at a time: concurrent scrapes wait for it and use it.
-async fn refresh_live_counts(store: &Store, fresh_for: Duration) {
+/// Sets [`TASKS`] from a fresh count unless the last one is younger than `fresh_for`, or than
+/// twenty times its own duration. One count at a time: concurrent scrapes wait for it and use
+/// it. Returns how long the last count took.
+async fn refresh_live_counts(store: &Store, fresh_for: Duration) -> Duration {
     let mut live = LIVE_COUNTS.lock().await;
+    let fresh_for = if fresh_for.is_zero() {
+        fresh_for
+    } else {
+        full_walk_spacing(fresh_for, live.took)
+    };
     if live.counted_at.is_some_and(|at| at.elapsed() < fresh_for) {
-        return;
+        return live.took;
     }
+    let started = std::time::Instant::now();
     let rows = match live_task_counts(store).await {
         Ok(rows) => rows,
         Err(e) => {
             tracing::warn!(error = %e, "cannot count tasks for metrics");
-            return;
+            return live.took;
         }
     };
+    live.took = started.elapsed();
     let now: HashSet<(String, String)> = rows
         .iter()
         .map(|(s, q, _)| (s.clone(), q.clone()))
@@ -345,4 +363,5 @@ async fn refresh_live_counts(store: &Store, fresh_for: Duration) {
     }
     live.seen = now;
     live.counted_at = Some(std::time::Instant::now());
+    live.took
 }
