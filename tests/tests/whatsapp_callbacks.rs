@@ -1364,6 +1364,53 @@ async fn a_failure_of_the_fallback_itself_ends_the_task_failed() -> Result<()> {
 }
 
 #[tokio::test]
+async fn a_retried_task_whose_new_message_finds_the_window_closed_sends_its_fallback() -> Result<()>
+{
+    let mut stack = Stack::start().await?;
+    let recipient = "16505550064";
+    use Callback::*;
+    // The text fails late for another reason (131026, undeliverable): no fallback for that.
+    stack
+        .fake
+        .plan_callbacks_once(recipient, CallbackPlan::after(&[Sent, Failed(131026)]));
+    // Sent again, it fails with 131047 (the window closed meanwhile); the template arrives.
+    stack
+        .fake
+        .plan_callbacks_once(recipient, CallbackPlan::after(&[Sent, Failed(131047)]));
+    stack
+        .fake
+        .plan_callbacks(recipient, CallbackPlan::after(&[Sent, Delivered]));
+    let id = stack.create_with_fallback(recipient).await?;
+    let failed = stack
+        .wait_task(&id, |t| t.state() == TaskState::Failed)
+        .await?;
+    assert_eq!(failed.end_code, 131026);
+    stack
+        .tasks
+        .retry_task(RetryTaskRequest {
+            id: id.clone(),
+            ..Default::default()
+        })
+        .await?;
+    // The first message's older failure must not stand for the new one's: the fallback goes.
+    let task = stack
+        .wait_task(&id, |t| {
+            t.state() == TaskState::Succeeded && state(t) == DeliveryState::Delivered
+        })
+        .await?;
+    let sent: Vec<String> = accepted_to(&stack.fake, recipient)
+        .into_iter()
+        .map(|m| m.0)
+        .collect();
+    assert_eq!(sent, ["text", "text", "template"]);
+    assert!(task.window_closed_fallback_at.is_some());
+    let replaced = task.replaced_delivery.context("replaced delivery")?;
+    assert_eq!(replaced.error_code, 131047);
+    assert_eq!(task.lease_count, 3);
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_bad_window_closed_fallback_is_invalid_argument_naming_the_field_and_creates_nothing(
 ) -> Result<()> {
     let mut stack = Stack::start().await?;

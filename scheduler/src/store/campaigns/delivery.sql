@@ -1,6 +1,6 @@
 -- How far campaign $1's accepted messages got: each task's reports (delivery_events_task),
--- folded to accepted, delivered (or read), read and failed after acceptance; of a task whose
--- message a window-closed fallback replaced (migration 25), the fallback's message.
+-- folded to accepted, delivered (or read), read and failed after acceptance; only those on
+-- each task's current message (herald.task_reports).
 SELECT count(*) FILTER (WHERE r.accepted) AS accepted,
        count(*) FILTER (WHERE r.delivered OR r.read) AS delivered,
        count(*) FILTER (WHERE r.read) AS read,
@@ -9,8 +9,6 @@ FROM herald.tasks t
 CROSS JOIN LATERAL (
     SELECT bool_or(d.state = 1) AS accepted, bool_or(d.state = 2) AS delivered,
            bool_or(d.state = 3) AS read, bool_or(d.state = 4) AS failed
-    FROM herald.delivery_events d
-    WHERE d.task_id = t.id
-      AND d.provider_message_id IS DISTINCT FROM t.fallback_replaces
+    FROM herald.task_reports(t) d
 ) r
 WHERE t.campaign_id = $1

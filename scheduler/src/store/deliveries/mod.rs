@@ -18,6 +18,10 @@ repository!(
     DeliveryRepo
 );
 
+/// Which delivery reports speak for a task (`herald.task_reports`), applied by the migrator
+/// whenever it changes.
+pub const FUNCTIONS_SQL: &str = include_str!("functions.sql");
+
 const LOCK_MESSAGES: Statement = statement!("lock_messages");
 const RECORD_EVENTS: Statement = statement!("record_events");
 const LINK_EVENTS: Statement = statement!("link_events");

@@ -1,12 +1,12 @@
 -- The late path of the window-closed fallback (migration 25). Among the SUCCEEDED tasks $2
--- (namespace $1), those whose message the provider failed after accepting it with 131047 (the
--- recipient's 24-hour window was closed) and that have a fallback never used go back to
--- SCHEDULED, due now, with the fallback marked used: their next lease sends the template in
--- place of the content (LEASE_COLUMNS), and no lease carries it as a fallback again. The failed
--- message is remembered (fallback_replaces) so that its reports, repeated or late, no longer
--- make the task's delivery nor end it. Runs before fail_delivered.sql, which then finds these
--- tasks no longer SUCCEEDED. A repeat of the same failure changes nothing: the fallback is used.
--- Returns the tasks scheduled again.
+-- (namespace $1), those whose current message (herald.message_failure) the provider failed
+-- after accepting it with 131047 (the recipient's 24-hour window was closed) and that have a
+-- fallback never used go back to SCHEDULED, due now, with the fallback marked used: their next
+-- lease sends the template in place of the content (LEASE_COLUMNS), and no lease carries it as
+-- a fallback again. The failed message is remembered (fallback_replaces) so that its reports,
+-- repeated or late, no longer make the task's delivery nor end it. Runs before
+-- fail_delivered.sql, which then finds these tasks no longer SUCCEEDED. A repeat of the same
+-- failure changes nothing: the fallback is used. Returns the tasks scheduled again.
 UPDATE herald.tasks t
 SET state = 'scheduled',
     run_at = herald.now(),
@@ -19,13 +19,10 @@ SET state = 'scheduled',
     last_error = format('delivery failed after acceptance: %s; sending the window-closed fallback',
                         concat_ws(' ', 'error ' || f.error_code::text, f.error)),
     updated_at = herald.now()
-FROM (
-    SELECT DISTINCT ON (e.task_id) e.task_id, e.provider_message_id, e.error_code, e.error
-    FROM herald.delivery_events e
-    WHERE e.task_id = ANY($2::uuid[]) AND e.namespace = $1 AND e.state = 4
-    ORDER BY e.task_id, e.occurred_at
-) f
-WHERE t.id = f.task_id AND t.namespace = $1 AND t.state = 'succeeded'
+FROM herald.tasks x
+CROSS JOIN LATERAL herald.message_failure(x) f
+WHERE x.id = ANY($2::uuid[]) AND x.namespace = $1
+  AND t.id = x.id AND t.state = 'succeeded'
   AND f.error_code = 131047
   AND t.window_closed_fallback IS NOT NULL AND t.window_closed_fallback_at IS NULL
 RETURNING t.id

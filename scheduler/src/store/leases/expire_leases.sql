@@ -6,17 +6,16 @@
 -- the message before the executor died. If a status callback already named the task, it went
 -- out: SUCCEEDED. Otherwise the task waits the grace $2 (ms) for one before it is due again
 -- (callbacks::record ends it SUCCEEDED if one comes), unless that attempt was its last.
--- Reports on the message a window-closed fallback replaced (migration 25) say nothing about
--- the fallback's own send.
+-- Only reports on the task's current message count (herald.task_reports): one on the message a
+-- window-closed fallback replaced (migration 25), or that an earlier attempt sent, says nothing
+-- about the last send.
 -- The walk of tasks_lease_expiry starts at $3 (the sweeper's low-water mark, src/low_water.rs;
 -- NULL: the oldest entry), past the entries of leases reported or swept before. Returns where
 -- the next sweep can start: the sweep's time when it took every lapsed lease it found, else
 -- the latest expiry it took.
 WITH lapsed AS (
     SELECT t.id, t.lease_expires_at,
-           EXISTS (SELECT 1 FROM herald.delivery_events e
-                   WHERE e.task_id = t.id
-                     AND e.provider_message_id IS DISTINCT FROM t.fallback_replaces) AS reported,
+           EXISTS (SELECT 1 FROM herald.task_reports(t)) AS reported,
            EXISTS (SELECT 1 FROM herald.accounts a
                    WHERE a.namespace = t.namespace AND a.id = t.account_id
                      AND a.sender_kind = 'whatsapp_cloud') AS callbacks

@@ -26,6 +26,7 @@ const REPEATABLE: &[(&str, &str)] = &[
     ("account_functions", super::accounts::FUNCTIONS_SQL),
     ("campaign_functions", super::campaigns::FUNCTIONS_SQL),
     ("task_functions", super::tasks::FUNCTIONS_SQL),
+    ("delivery_functions", super::deliveries::FUNCTIONS_SQL),
 ];
 
 /// Arbitrary but fixed: the advisory lock key that serialises migrations across replicas.

@@ -1,8 +1,9 @@
 -- How far the messages of namespace $1 accepted in [$2, $3) got, optionally of queue $4: counts
 -- by furthest report and accepted → delivered percentiles in milliseconds. A message is placed
 -- by its acceptance (delivery_events_accepted); its later reports are found by task
--- (delivery_events_task). A read without a delivered counts as delivered. A task whose message
--- a window-closed fallback replaced (migration 25) counts as the fallback's message got.
+-- (delivery_events_task). A read without a delivered counts as delivered. A task counts as its
+-- current message got (herald.task_reports): not the one its window-closed fallback replaced,
+-- nor one an earlier attempt sent.
 WITH accepted AS (
     SELECT DISTINCT ON (e.task_id) e.task_id, e.occurred_at AS accepted_at
     FROM herald.delivery_events e
@@ -18,9 +19,7 @@ folded AS (
         SELECT min(d.occurred_at) FILTER (WHERE d.state = 2) AS delivered_at,
                bool_or(d.state = 3) AS read,
                bool_or(d.state = 4) AS failed
-        FROM herald.delivery_events d
-        WHERE d.task_id = a.task_id
-          AND d.provider_message_id IS DISTINCT FROM t.fallback_replaces
+        FROM herald.task_reports(t) d
     ) r
     WHERE $4::text IS NULL OR t.queue = $4
 )

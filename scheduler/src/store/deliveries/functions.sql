@@ -1,0 +1,35 @@
+-- Which delivery reports speak for a task: the one rule the callbacks, the sweeper, a task's
+-- delivery and the delivery statistics share. Applied by the migrator whenever this file
+-- changes, like store/accounts/functions.sql.
+
+-- The reports on the message task p_task sent last: a task is judged by its current send. Left
+-- out are the reports on the message its window-closed fallback replaced (migration 25) and on
+-- a message an earlier attempt sent before the task was retried (the task sent again since:
+-- that message's failure must not end it, nor its delivery stand for the new one's).
+-- A single SELECT in SQL, so the planner inlines it where it is called (FROM, LATERAL, EXISTS)
+-- and plans it with the caller's query; most tasks were leased once, which skips the look at
+-- their attempts.
+CREATE OR REPLACE FUNCTION herald.task_reports(p_task herald.tasks)
+RETURNS SETOF herald.delivery_events
+LANGUAGE sql STABLE AS $$
+    SELECT e.*
+    FROM herald.delivery_events e
+    WHERE e.task_id = (p_task).id
+      AND e.provider_message_id IS DISTINCT FROM (p_task).fallback_replaces
+      AND ((p_task).lease_count <= 1
+           OR NOT EXISTS (SELECT 1 FROM herald.attempts a
+                          WHERE a.task_id = (p_task).id AND a.attempt < (p_task).lease_count
+                            AND a.provider_message_id = e.provider_message_id))
+$$;
+
+-- The first failure after acceptance reported for p_task's current message (see task_reports),
+-- if any: what ends the task, or sends its window-closed fallback.
+CREATE OR REPLACE FUNCTION herald.message_failure(p_task herald.tasks)
+RETURNS SETOF herald.delivery_events
+LANGUAGE sql STABLE AS $$
+    SELECT r.*
+    FROM herald.task_reports(p_task) r
+    WHERE r.state = 4
+    ORDER BY r.occurred_at
+    LIMIT 1
+$$;
