@@ -29,20 +29,20 @@ const PRUNE_TIMEOUT: Duration = Duration::from_secs(30);
 // Helpers
 // ---------------------------------------------------------------------------------------------
 
-/// A scheduler on a fresh database, a client for it, and a direct database connection. Tests
-/// bind every field (`_db` and `_scheduler` first, so they are dropped last, database last).
-struct Env {
-    client: Client,
-    sql: tokio_postgres::Client,
+/// What keeps a test's scheduler and database alive; when it goes, the scheduler stops and then
+/// the database is dropped. Tests bind it first, so it goes last.
+struct Running {
     _scheduler: SchedulerProcess,
     _db: TestDb,
 }
 
-async fn env() -> Result<Env> {
+/// A scheduler on a fresh database: what keeps it running, a client for it, and a direct
+/// database connection.
+async fn env() -> Result<(Running, Client, tokio_postgres::Client)> {
     env_with(&[]).await
 }
 
-async fn env_with(vars: &[(&str, &str)]) -> Result<Env> {
+async fn env_with(vars: &[(&str, &str)]) -> Result<(Running, Client, tokio_postgres::Client)> {
     let db = TestDb::new().await?;
     let mut builder = SchedulerProcess::builder(&db);
     for (key, value) in vars {
@@ -51,12 +51,11 @@ async fn env_with(vars: &[(&str, &str)]) -> Result<Env> {
     let scheduler = builder.spawn().await?;
     let client = connect_tasks(&scheduler.grpc_url()).await?;
     let sql = db.connect().await?;
-    Ok(Env {
-        client,
-        sql,
+    let running = Running {
         _scheduler: scheduler,
         _db: db,
-    })
+    };
+    Ok((running, client, sql))
 }
 
 /// `(rows in herald.tasks, rows in herald.idempotency_keys)`.
@@ -182,12 +181,7 @@ async fn list(client: &mut Client, request: ListTasksRequest) -> Result<Vec<Task
 
 #[tokio::test]
 async fn create_then_get_round_trips_every_field() -> Result<()> {
-    let Env {
-        _db,
-        _scheduler,
-        mut client,
-        sql,
-    } = env().await?;
+    let (_running, mut client, sql) = env().await?;
 
     // Everything explicit, with template content and explicit retry delays.
     let run_at = micros(SystemTime::now() + Duration::from_secs(2 * 3600))?;
@@ -320,12 +314,7 @@ async fn create_then_get_round_trips_every_field() -> Result<()> {
 /// decides (a suppressed recipient is created CANCELLED).
 #[tokio::test]
 async fn create_tasks_answers_what_get_task_reads_for_every_kind_of_spec() -> Result<()> {
-    let Env {
-        _db,
-        _scheduler,
-        mut client,
-        sql,
-    } = env().await?;
+    let (_running, mut client, sql) = env().await?;
     sql.execute(
         "INSERT INTO herald.suppressions (namespace, recipient, reason) \
          VALUES ('default', '4915100000001', 'opt_out')",
@@ -397,12 +386,7 @@ async fn create_tasks_answers_what_get_task_reads_for_every_kind_of_spec() -> Re
 
 #[tokio::test]
 async fn create_task_rejects_each_bad_field_and_writes_nothing() -> Result<()> {
-    let Env {
-        _db,
-        _scheduler,
-        mut client,
-        sql,
-    } = env().await?;
+    let (_running, mut client, sql) = env().await?;
     let now = SystemTime::now();
     let day = Duration::from_secs(86_400);
     let base =
@@ -588,12 +572,7 @@ async fn create_task_rejects_each_bad_field_and_writes_nothing() -> Result<()> {
 
 #[tokio::test]
 async fn create_tasks_names_the_bad_entry_and_writes_nothing() -> Result<()> {
-    let Env {
-        _db,
-        _scheduler,
-        mut client,
-        sql,
-    } = env().await?;
+    let (_running, mut client, sql) = env().await?;
     let good = |n: usize| {
         task_spec("default", &format!("+1555000{n}"), "hi")
             .with_idempotency_key(&unique_id("batch"))
@@ -656,12 +635,7 @@ async fn create_tasks_names_the_bad_entry_and_writes_nothing() -> Result<()> {
 
 #[tokio::test]
 async fn same_key_and_request_returns_the_existing_task() -> Result<()> {
-    let Env {
-        _db,
-        _scheduler,
-        mut client,
-        sql,
-    } = env().await?;
+    let (_running, mut client, sql) = env().await?;
     let spec = task_spec("default", "+15550001", "once")
         .with_idempotency_key(&unique_id("idem"))
         .with_delay(Duration::from_secs(600));
@@ -684,12 +658,7 @@ async fn same_key_and_request_returns_the_existing_task() -> Result<()> {
 
 #[tokio::test]
 async fn one_key_named_twice_in_a_batch_answers_the_one_task_twice() -> Result<()> {
-    let Env {
-        _db,
-        _scheduler,
-        mut client,
-        sql,
-    } = env().await?;
+    let (_running, mut client, sql) = env().await?;
     let twice = task_spec("default", "+15550001", "once")
         .with_idempotency_key(&unique_id("idem"))
         .with_delay(Duration::from_secs(600));
@@ -714,12 +683,7 @@ async fn one_key_named_twice_in_a_batch_answers_the_one_task_twice() -> Result<(
 
 #[tokio::test]
 async fn same_key_with_a_different_request_is_already_exists() -> Result<()> {
-    let Env {
-        _db,
-        _scheduler,
-        mut client,
-        sql,
-    } = env().await?;
+    let (_running, mut client, sql) = env().await?;
     let key = unique_id("idem");
     let spec = task_spec("default", "+15550001", "once").with_idempotency_key(&key);
     let first = create_task(&mut client, spec.clone()).await?;
@@ -758,12 +722,7 @@ async fn same_key_with_a_different_request_is_already_exists() -> Result<()> {
 
 #[tokio::test]
 async fn create_tasks_resolves_a_known_key_and_creates_the_rest() -> Result<()> {
-    let Env {
-        _db,
-        _scheduler,
-        mut client,
-        sql,
-    } = env().await?;
+    let (_running, mut client, sql) = env().await?;
     let known = task_spec("default", "+15550001", "first").with_idempotency_key(&unique_id("k"));
     let original = create_task(&mut client, known.clone()).await?;
 
@@ -802,12 +761,7 @@ async fn create_tasks_resolves_a_known_key_and_creates_the_rest() -> Result<()> 
 
 #[tokio::test]
 async fn create_tasks_with_one_conflicting_key_creates_nothing() -> Result<()> {
-    let Env {
-        _db,
-        _scheduler,
-        mut client,
-        sql,
-    } = env().await?;
+    let (_running, mut client, sql) = env().await?;
     let key = unique_id("k");
     let original = task_spec("default", "+15550001", "first").with_idempotency_key(&key);
     create_task(&mut client, original).await?;
@@ -839,12 +793,7 @@ async fn create_tasks_with_one_conflicting_key_creates_nothing() -> Result<()> {
 
 #[tokio::test]
 async fn concurrent_creates_with_one_key_make_one_task() -> Result<()> {
-    let Env {
-        _db,
-        _scheduler,
-        client,
-        sql,
-    } = env().await?;
+    let (_running, client, sql) = env().await?;
     let spec = task_spec("default", "+15550001", "race").with_idempotency_key(&unique_id("race"));
     let mut handles = Vec::new();
     for _ in 0..10 {
@@ -873,12 +822,7 @@ async fn concurrent_creates_with_one_key_make_one_task() -> Result<()> {
 
 #[tokio::test]
 async fn idempotency_key_outlives_its_pruned_task() -> Result<()> {
-    let Env {
-        _db,
-        _scheduler,
-        mut client,
-        sql,
-    } = env_with(&[
+    let (_running, mut client, sql) = env_with(&[
         ("HERALD_TASK_RETENTION", "0s"),
         ("HERALD_RETENTION_INTERVAL", "100ms"),
     ])
@@ -955,12 +899,7 @@ async fn idempotency_key_outlives_its_pruned_task() -> Result<()> {
 
 #[tokio::test]
 async fn list_tasks_filters_by_state_and_queue() -> Result<()> {
-    let Env {
-        _db,
-        _scheduler,
-        mut client,
-        sql: _,
-    } = env().await?;
+    let (_running, mut client, _) = env().await?;
     let a1 = create_task(&mut client, task_spec("alpha", "r1", "a1")).await?;
     let a2 = create_task(&mut client, task_spec("alpha", "r2", "a2")).await?;
     let b1 = create_task(&mut client, task_spec("beta", "r3", "b1")).await?;
@@ -1023,12 +962,7 @@ async fn list_tasks_filters_by_state_and_queue() -> Result<()> {
 
 #[tokio::test]
 async fn list_tasks_filters_by_created_and_run_ranges() -> Result<()> {
-    let Env {
-        _db,
-        _scheduler,
-        mut client,
-        sql: _,
-    } = env().await?;
+    let (_running, mut client, _) = env().await?;
     let now = SystemTime::now();
     let hour = Duration::from_secs(3600);
     // Created in this order; due in the opposite order, so the two ranges pick differently.
@@ -1125,12 +1059,7 @@ async fn list_tasks_filters_by_created_and_run_ranges() -> Result<()> {
 
 #[tokio::test]
 async fn list_tasks_pages_newest_first() -> Result<()> {
-    let Env {
-        _db,
-        _scheduler,
-        mut client,
-        sql: _,
-    } = env().await?;
+    let (_running, mut client, _) = env().await?;
     let mut created = Vec::new();
     for n in 0..5 {
         created.push(
@@ -1173,12 +1102,7 @@ async fn list_tasks_pages_newest_first() -> Result<()> {
 
 #[tokio::test]
 async fn list_tasks_rejects_bad_tokens_and_unspecified_state() -> Result<()> {
-    let Env {
-        _db,
-        _scheduler,
-        mut client,
-        sql: _,
-    } = env().await?;
+    let (_running, mut client, _) = env().await?;
     create_task(&mut client, task_spec("default", "r", "hi")).await?;
     for token in ["not a token!", "AAAA"] {
         let result = client
@@ -1212,12 +1136,7 @@ async fn list_tasks_rejects_bad_tokens_and_unspecified_state() -> Result<()> {
 
 #[tokio::test]
 async fn malformed_ids_are_invalid_argument() -> Result<()> {
-    let Env {
-        _db,
-        _scheduler,
-        mut client,
-        sql: _,
-    } = env().await?;
+    let (_running, mut client, _) = env().await?;
     for bad in ["", "not-a-uuid", "12345"] {
         let context = || format!("id {bad:?}");
         expect_invalid(
@@ -1257,12 +1176,7 @@ async fn malformed_ids_are_invalid_argument() -> Result<()> {
 
 #[tokio::test]
 async fn unknown_ids_are_not_found() -> Result<()> {
-    let Env {
-        _db,
-        _scheduler,
-        mut client,
-        sql,
-    } = env().await?;
+    let (_running, mut client, sql) = env().await?;
     // A task exists, so NOT_FOUND below is about the id, not an empty table.
     create_task(&mut client, task_spec("default", "r", "hi")).await?;
     let unknown = uuid::Uuid::now_v7().to_string();
@@ -1307,12 +1221,7 @@ async fn unknown_ids_are_not_found() -> Result<()> {
 
 #[tokio::test]
 async fn cancelling_a_scheduled_task_is_not_started_and_repeatable() -> Result<()> {
-    let Env {
-        _db,
-        _scheduler,
-        mut client,
-        sql: _,
-    } = env().await?;
+    let (_running, mut client, _) = env().await?;
     let created = create_task(
         &mut client,
         task_spec("default", "r", "hi").with_delay(Duration::from_secs(3600)),
@@ -1358,12 +1267,7 @@ async fn cancelling_a_scheduled_task_is_not_started_and_repeatable() -> Result<(
 
 #[tokio::test]
 async fn retry_task_requires_a_failed_task() -> Result<()> {
-    let Env {
-        _db,
-        _scheduler,
-        mut client,
-        sql: _,
-    } = env().await?;
+    let (_running, mut client, _) = env().await?;
     let scheduled = create_task(
         &mut client,
         task_spec("default", "r1", "hi").with_delay(Duration::from_secs(3600)),
