@@ -841,23 +841,7 @@ async fn idempotency_key_outlives_its_pruned_task() -> Result<()> {
         TaskState::Cancelled
     );
 
-    let id: uuid::Uuid = created.id.parse()?;
-    let deadline = tokio::time::Instant::now() + PRUNE_TIMEOUT;
-    let mut poll = tokio::time::interval(Duration::from_millis(50));
-    loop {
-        poll.tick().await;
-        let remaining: i64 = sql
-            .query_one("SELECT count(*) FROM herald.tasks WHERE id = $1", &[&id])
-            .await?
-            .get(0);
-        if remaining == 0 {
-            break;
-        }
-        ensure!(
-            tokio::time::Instant::now() < deadline,
-            "the cancelled task was not pruned within {PRUNE_TIMEOUT:?}"
-        );
-    }
+    wait_pruned(&sql, &created.id).await?;
     let keys: i64 = sql
         .query_one(
             "SELECT count(*) FROM herald.idempotency_keys WHERE key = $1",
@@ -891,6 +875,73 @@ async fn idempotency_key_outlives_its_pruned_task() -> Result<()> {
     )?;
     assert_eq!(row_counts(&sql).await?, (0, 1));
     Ok(())
+}
+
+#[tokio::test]
+async fn a_finished_task_retention_passed_while_it_was_locked_is_pruned_once_released() -> Result<()>
+{
+    // Long enough to lock the first task before it is due for pruning.
+    let (_running, mut client, sql) = env_with(&[
+        ("HERALD_TASK_RETENTION", "3s"),
+        ("HERALD_RETENTION_INTERVAL", "100ms"),
+    ])
+    .await?;
+    let mut ended = Vec::new();
+    for body in ["first", "second"] {
+        let created = create_task(&mut client, task_spec("default", "+15550001", body)).await?;
+        client
+            .cancel_task(CancelTaskRequest {
+                id: created.id.clone(),
+            })
+            .await?;
+        ended.push(created.id);
+    }
+    let (first, second) = (&ended[0], &ended[1]);
+    // Another transaction holds the task that ended first: retention skips it and deletes the
+    // one that ended after it, so its walks now start past the held task's end time.
+    sql.batch_execute("BEGIN").await?;
+    let held = sql
+        .query(
+            "SELECT id FROM herald.tasks WHERE id = $1::text::uuid FOR UPDATE",
+            &[first],
+        )
+        .await?;
+    ensure!(
+        held.len() == 1,
+        "the first task was pruned before it was locked"
+    );
+    wait_pruned(&sql, second).await?;
+    assert_eq!(task_rows(&sql, first).await?, 1, "a locked task was pruned");
+    sql.batch_execute("COMMIT").await?;
+    // Released, it is still found: a walk from the oldest end time comes round.
+    wait_pruned(&sql, first).await
+}
+
+/// How many rows herald.tasks has for task `id` (0 or 1).
+async fn task_rows(sql: &tokio_postgres::Client, id: &str) -> Result<i64> {
+    Ok(sql
+        .query_one(
+            "SELECT count(*) FROM herald.tasks WHERE id = $1::text::uuid",
+            &[&id],
+        )
+        .await?
+        .get(0))
+}
+
+/// Waits until retention has deleted task `id`.
+async fn wait_pruned(sql: &tokio_postgres::Client, id: &str) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + PRUNE_TIMEOUT;
+    let mut poll = tokio::time::interval(Duration::from_millis(50));
+    loop {
+        poll.tick().await;
+        if task_rows(sql, id).await? == 0 {
+            return Ok(());
+        }
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "task {id} was not pruned within {PRUNE_TIMEOUT:?}"
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
