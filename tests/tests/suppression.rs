@@ -2,7 +2,7 @@
 //! check, list (with page tokens) and remove; a task to a listed recipient is created already
 //! ended SUPPRESSED; one queued before its recipient was listed is ended by the claim instead
 //! of being leased. Suppression by an opt-out reply through the executor's WhatsApp webhook is
-//! in whatsapp_callbacks.rs.
+//! in whatsapp_callbacks/replies.rs.
 
 use std::time::Duration;
 

@@ -1,0 +1,138 @@
+//! Replies: an opt-out keyword suppresses the sender.
+
+use super::*;
+
+/// A `messages` webhook value: `from` wrote `text` to the account.
+fn reply_from(from: &str, text: &str) -> serde_json::Value {
+    json!({"messaging_product": "whatsapp",
+           "metadata": {"display_phone_number": "15550783881", "phone_number_id": PHONE_ID},
+           "contacts": [{"profile": {"name": "Sheena"}, "wa_id": from}],
+           "messages": [{"from": from, "id": format!("wamid.IN-{from}"), "timestamp": chrono::Utc::now().timestamp().to_string(),
+                         "type": "text", "text": {"body": text}}]})
+}
+
+#[tokio::test]
+async fn an_opt_out_reply_suppresses_the_sender_and_its_queued_task_is_never_sent() -> Result<()> {
+    let mut stack = Stack::start().await?;
+    // Queued for in an hour: one to the recipient who will opt out, one to another.
+    let queue = |recipient: &str| TaskSpec {
+        pool: "wa".into(),
+        when: Some(herald_proto::v1::task_spec::When::Delay(
+            prost_types::Duration {
+                seconds: 3600,
+                nanos: 0,
+            },
+        )),
+        ..task_spec("promo", recipient, "Spring sale")
+    };
+    let mut ids = Vec::new();
+    for recipient in ["16505550031", "16505550032"] {
+        let task = stack
+            .tasks
+            .create_task(CreateTaskRequest {
+                task: Some(queue(recipient)),
+            })
+            .await?
+            .into_inner()
+            .task
+            .context("task")?;
+        ids.push(task.id);
+    }
+
+    // "Stop" (any case, trimmed) opts out; a sentence that contains the word does not.
+    let body = webhook_body(WABA, "messages", reply_from("16505550031", " Stop "));
+    assert_eq!(stack.fake.post_webhook(&body).await?, 200);
+    let body = webhook_body(
+        WABA,
+        "messages",
+        reply_from("16505550032", "stop sending at night"),
+    );
+    assert_eq!(stack.fake.post_webhook(&body).await?, 200);
+
+    let mut suppressions = SuppressionServiceClient::connect(stack.scheduler.grpc_url()).await?;
+    let listed = suppressions
+        .check_suppressions(CheckSuppressionsRequest {
+            recipients: vec!["16505550031".into(), "16505550032".into()],
+        })
+        .await?
+        .into_inner()
+        .suppressions;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(
+        (listed[0].recipient.as_str(), listed[0].reason()),
+        ("16505550031", SuppressionReason::OptOut)
+    );
+    // Both replies are kept, minimally.
+    let replies: Vec<(String, String, Option<String>)> = stack
+        .db
+        .connect()
+        .await?
+        .query(
+            "SELECT sender, kind, body FROM herald.inbound_messages \
+             WHERE credentials_ref = 'wa-1' ORDER BY sender",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| (r.get("sender"), r.get("kind"), r.get("body")))
+        .collect();
+    assert_eq!(
+        replies,
+        [
+            ("16505550031".into(), "text".into(), Some("Stop".into())),
+            (
+                "16505550032".into(),
+                "text".into(),
+                Some("stop sending at night".into())
+            ),
+        ]
+    );
+
+    // An hour later both are due: the claim ends the opted-out one instead of sending it.
+    stack
+        .db
+        .connect()
+        .await?
+        .execute("SELECT herald.set_test_clock(interval '61 minutes')", &[])
+        .await?;
+    let sent = stack
+        .wait_task(&ids[1], |t| t.state() == TaskState::Succeeded)
+        .await?;
+    assert_eq!(sent.end_reason(), EndReason::Sent);
+    let skipped = stack
+        .wait_task(&ids[0], |t| t.state() == TaskState::Cancelled)
+        .await?;
+    assert_eq!(
+        (skipped.end_reason(), skipped.lease_count),
+        (EndReason::Suppressed, 0)
+    );
+    let to_opted_out = stack
+        .fake
+        .requests()
+        .iter()
+        .filter(|r| r.body["to"] == "16505550031")
+        .count();
+    assert_eq!(
+        to_opted_out, 0,
+        "a message went to the recipient who opted out"
+    );
+
+    // A new task to them is created already ended, with the reason.
+    let later = stack
+        .tasks
+        .create_task(CreateTaskRequest {
+            task: Some(TaskSpec {
+                pool: "wa".into(),
+                ..task_spec("promo", "+16505550031", "Last chance")
+            }),
+        })
+        .await?
+        .into_inner()
+        .task
+        .context("task")?;
+    assert_eq!(
+        (later.state(), later.end_reason()),
+        (TaskState::Cancelled, EndReason::Suppressed)
+    );
+    Ok(())
+}

@@ -1,0 +1,346 @@
+//! Status webhooks on a task's message: delivered, read, late failures, order and repeats, and a
+//! batch held while the scheduler was down.
+
+use super::*;
+
+#[tokio::test]
+async fn delivered_and_read_show_on_the_task_with_their_times() -> Result<()> {
+    let mut stack = Stack::start().await?;
+    stack.fake.plan_callbacks(
+        "16505550002",
+        CallbackPlan::after(&[Callback::Sent, Callback::Delivered, Callback::Read]),
+    );
+    let task = stack.send("16505550002").await?;
+    // The webhooks may come before the executor's own report: wait for both.
+    let task = stack
+        .wait_task(&task.id, |t| {
+            state(t) == DeliveryState::Read && t.state() == TaskState::Succeeded
+        })
+        .await?;
+    let delivery = task.delivery.clone().context("delivery")?;
+    assert!(delivery.provider_message_id.starts_with("wamid."));
+    assert!(delivery.accepted_at.is_some());
+    assert_eq!(
+        delivery.delivered_at.map(|t| t.seconds),
+        Some(1_750_000_000)
+    );
+    assert_eq!(delivery.read_at.map(|t| t.seconds), Some(1_750_000_000));
+    assert_eq!(delivery.failed_at, None);
+    assert_eq!(task.state(), TaskState::Succeeded);
+    // The send carried the fencing token for Meta to echo.
+    let sent = stack.fake.requests();
+    assert_eq!(
+        sent[0].body["biz_opaque_callback_data"],
+        format!("{}/1", task.id)
+    );
+    stack.fake.wait_posted(3, WAIT).await?;
+    let applied = counter(
+        &stack.executor,
+        "herald_callbacks_applied_total",
+        &["field=\"messages\"", "kind=\"read\""],
+    )
+    .await?;
+    assert_eq!(applied, 1.0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn out_of_order_and_repeated_statuses_keep_the_furthest_state() -> Result<()> {
+    let mut stack = Stack::start().await?;
+    use Callback::*;
+    stack.fake.plan_callbacks(
+        "16505550003",
+        CallbackPlan::after(&[Read, Delivered, Read, Delivered, Sent]),
+    );
+    // Read without delivered (Meta may skip it when both happen at once).
+    stack
+        .fake
+        .plan_callbacks("16505550004", CallbackPlan::after(&[Read, Read]));
+    let shuffled = stack.send("16505550003").await?;
+    let read_only = stack.send("16505550004").await?;
+    stack.fake.wait_posted(7, WAIT).await?;
+    assert!(
+        stack.fake.posted().iter().all(|(status, _)| *status == 200),
+        "{:?}",
+        stack.fake.posted()
+    );
+
+    let task = stack.task(&shuffled.id).await?;
+    let delivery = task.delivery.clone().context("delivery")?;
+    assert_eq!(delivery.state(), DeliveryState::Read, "{delivery:?}");
+    assert!(delivery.delivered_at.is_some() && delivery.read_at.is_some());
+    let task = stack.task(&read_only.id).await?;
+    let delivery = task.delivery.clone().context("delivery")?;
+    assert_eq!(delivery.state(), DeliveryState::Read);
+    assert_eq!(delivery.delivered_at, None);
+    // Each (wamid, status) once.
+    let rows: i64 = stack
+        .db
+        .connect()
+        .await?
+        .query_one(
+            "SELECT count(*) AS n FROM herald.delivery_events WHERE task_id = $1::text::uuid",
+            &[&shuffled.id],
+        )
+        .await?
+        .get("n");
+    assert_eq!(rows, 3, "accepted, delivered, read");
+    Ok(())
+}
+
+#[tokio::test]
+async fn statuses_that_come_before_the_sends_report_are_matched() -> Result<()> {
+    let mut stack = Stack::start().await?;
+    // Posted and recorded before the fake answers the send: the scheduler does not know the
+    // wamid yet, and this one carries no callback data either.
+    stack.fake.plan_callbacks(
+        "16505550005",
+        CallbackPlan {
+            statuses: vec![Callback::Delivered],
+            before_response: true,
+            with_callback_data: false,
+        },
+    );
+    // A failure that beats the report: the task must not stay SUCCEEDED.
+    stack.fake.plan_callbacks(
+        "16505550006",
+        CallbackPlan {
+            statuses: vec![Callback::Failed(131026)],
+            before_response: true,
+            with_callback_data: true,
+        },
+    );
+    let early = stack.send("16505550005").await?;
+    let task = stack
+        .wait_task(&early.id, |t| state(t) == DeliveryState::Delivered)
+        .await?;
+    assert_eq!(task.state(), TaskState::Succeeded);
+    assert!(stack.fake.posted().iter().all(|(status, _)| *status == 200));
+
+    let id = stack
+        .tasks
+        .create_task(CreateTaskRequest {
+            task: Some(TaskSpec {
+                pool: "wa".into(),
+                ..task_spec("orders", "16505550006", "hello")
+            }),
+        })
+        .await?
+        .into_inner()
+        .task
+        .context("task")?
+        .id;
+    let failed = wait_for_task_state(&mut stack.tasks, &id, TaskState::Failed, WAIT).await?;
+    assert!(
+        failed.last_error.contains("131026"),
+        "{}",
+        failed.last_error
+    );
+    assert_eq!(state(&failed), DeliveryState::FailedAfterAcceptance);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_late_failure_ends_the_task_failed_with_the_code() -> Result<()> {
+    let mut stack = Stack::start().await?;
+    stack.fake.plan_callbacks(
+        "16505550007",
+        CallbackPlan::after(&[Callback::Sent, Callback::Failed(131047)]),
+    );
+    let task = stack.send("16505550007").await?;
+    // SUCCEEDED first (the send was accepted), then FAILED when the webhook says so.
+    let task = stack
+        .wait_task(&task.id, |t| t.state() == TaskState::Failed)
+        .await?;
+    assert!(task.last_error.contains("131047"), "{}", task.last_error);
+    assert_eq!(
+        (task.end_reason(), task.end_code),
+        (EndReason::FailedAfterAcceptance, 131047)
+    );
+    let delivery = task.delivery.clone().context("delivery")?;
+    assert_eq!(delivery.state(), DeliveryState::FailedAfterAcceptance);
+    assert_eq!(delivery.error_code, 131047);
+    assert!(
+        delivery.error.contains("Re-engagement"),
+        "{}",
+        delivery.error
+    );
+    assert!(delivery.failed_at.is_some() && delivery.accepted_at.is_some());
+    // A late delivered (out of order) cannot revive it.
+    let late = status_of(&task, &delivery.provider_message_id, Callback::Delivered);
+    let body = webhook_body(WABA, "messages", late);
+    assert_eq!(stack.fake.post_webhook(&body).await?, 200);
+    let task = stack.task(&task.id).await?;
+    assert_eq!(task.state(), TaskState::Failed);
+    assert_eq!(state(&task), DeliveryState::FailedAfterAcceptance);
+
+    // A late failure that limits one recipient (131049, the per-user marketing limit) also
+    // leaves that recipient alone on the account, as the send's own answer would.
+    stack.fake.plan_callbacks(
+        "16505550011",
+        CallbackPlan::after(&[Callback::Failed(131049)]),
+    );
+    let limited = stack.send("16505550011").await?;
+    stack
+        .wait_task(&limited.id, |t| t.state() == TaskState::Failed)
+        .await?;
+    let blocked: bool = stack
+        .db
+        .connect()
+        .await?
+        .query_one(
+            "SELECT blocked_until > herald.now() AS blocked FROM herald.recipient_sends \
+             WHERE account_id = 'wa-1' AND recipient = '16505550011'",
+            &[],
+        )
+        .await?
+        .get("blocked");
+    assert!(blocked, "131049 did not back the recipient off");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_task_retried_after_a_late_failure_is_judged_by_its_new_message_only() -> Result<()> {
+    let mut stack = Stack::start().await?;
+    let recipient = "16505550013";
+    stack.fake.plan_callbacks(
+        recipient,
+        CallbackPlan::after(&[Callback::Sent, Callback::Failed(131047)]),
+    );
+    let task = stack.send(recipient).await?;
+    let failed = stack
+        .wait_task(&task.id, |t| t.state() == TaskState::Failed)
+        .await?;
+    let first = stack.wamid(&failed)?;
+    // Retried: the new message is accepted and delivered. The first message's failure must
+    // neither end the task again nor stand for its delivery.
+    stack.fake.plan_callbacks(
+        recipient,
+        CallbackPlan::after(&[Callback::Sent, Callback::Delivered]),
+    );
+    stack
+        .tasks
+        .retry_task(RetryTaskRequest {
+            id: task.id.clone(),
+            ..Default::default()
+        })
+        .await?;
+    let retried = stack
+        .wait_task(&task.id, |t| state(t) == DeliveryState::Delivered)
+        .await?;
+    assert_eq!(retried.state(), TaskState::Succeeded);
+    assert_ne!(
+        stack.wamid(&retried)?,
+        first,
+        "the delivery shows the old message"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_read_without_delivered_marks_the_task_read_and_counts_as_delivered() -> Result<()> {
+    let mut stack = Stack::start().await?;
+    let recipient = "16505550012";
+    stack
+        .fake
+        .plan_callbacks(recipient, CallbackPlan::after(&[Callback::Read]));
+    let id = stack
+        .tasks
+        .create_task(CreateTaskRequest {
+            task: Some(TaskSpec {
+                pool: "wa".into(),
+                ..task_spec("read-only", recipient, "Your order has shipped")
+            }),
+        })
+        .await?
+        .into_inner()
+        .task
+        .context("task")?
+        .id;
+    // The webhook may come before the executor's own report: wait for both.
+    let task = stack
+        .wait_task(&id, |t| {
+            state(t) == DeliveryState::Read && t.state() == TaskState::Succeeded
+        })
+        .await?;
+    let delivery = task.delivery.context("delivery")?;
+    // Meta never said delivered: no delivered time is made up, the read time is the one known.
+    assert_eq!(delivery.delivered_at, None);
+    assert_eq!(delivery.read_at.map(|t| t.seconds), Some(1_750_000_000));
+    let mut stats = StatsServiceClient::connect(stack.scheduler.grpc_url()).await?;
+    let answer = stats
+        .delivery_stats(DeliveryStatsRequest {
+            window: None,
+            queue: "read-only".into(),
+        })
+        .await?
+        .into_inner();
+    assert_eq!(
+        answer.counts,
+        Some(DeliveryCounts {
+            accepted: 1,
+            delivered: 1,
+            read: 1,
+            failed_after_acceptance: 0,
+        })
+    );
+    // Without a delivered time there is no delivery latency to measure.
+    assert_eq!(answer.latency.map(|l| l.count), Some(0));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_batch_posted_while_the_scheduler_is_down_is_applied_after_it_returns() -> Result<()> {
+    let mut stack = Stack::start().await?;
+    let task = stack.send("16505550008").await?;
+    let task = stack
+        .wait_task(&task.id, |t| state(t) == DeliveryState::Accepted)
+        .await?;
+    let wamid = stack.wamid(&task)?;
+    let addr = stack.scheduler.grpc_addr().to_owned();
+    stack.scheduler.kill()?;
+    stack.scheduler.wait().await?;
+
+    // Meta's batch: a delivered and a read, in one webhook.
+    let mut value = status_of(&task, &wamid, Callback::Delivered);
+    let read = status_of(&task, &wamid, Callback::Read);
+    let statuses = value["statuses"].as_array_mut().context("statuses")?;
+    statuses.push(read["statuses"][0].clone());
+    let body = webhook_body(WABA, "messages", value);
+    let answer = stack.fake.post_webhook(&body).await?;
+    assert!(
+        (500..600).contains(&answer),
+        "answered {answer} while the scheduler was down"
+    );
+
+    // The scheduler comes back on the same address; Meta delivers the batch again.
+    stack.scheduler = SchedulerProcess::builder(&stack.db)
+        .env("HERALD_GRPC_ADDR", &addr)
+        .spawn()
+        .await?;
+    assert_eq!(stack.fake.redeliver().await?, vec![200]);
+    let task = stack.task(&task.id).await?;
+    assert_eq!(state(&task), DeliveryState::Read, "{task:?}");
+    assert!(task.delivery.context("delivery")?.delivered_at.is_some());
+    // Recorded once: the refused post left nothing, and Meta repeating the batch adds nothing.
+    assert_eq!(stack.fake.post_webhook(&body).await?, 200);
+    let rows: i64 = stack
+        .db
+        .connect()
+        .await?
+        .query_one(
+            "SELECT count(*) AS n FROM herald.delivery_events WHERE provider_message_id = $1",
+            &[&wamid],
+        )
+        .await?
+        .get("n");
+    assert_eq!(rows, 3, "accepted, delivered and read, once each");
+    let unrecorded = counter(
+        &stack.executor,
+        "herald_callbacks_rejected_total",
+        &["reason=\"unrecorded\""],
+    )
+    .await?;
+    assert_eq!(unrecorded, 1.0);
+    Ok(())
+}

@@ -1,0 +1,125 @@
+//! A send whose outcome the executor never reported: a status callback settles it, else it is
+//! sent again after the grace.
+
+use super::*;
+
+/// Waits until the fake has recorded a message to `recipient`.
+async fn wait_for_request(fake: &FakeWhatsApp, recipient: &str) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !fake.requests().iter().any(|r| r.body["to"] == recipient) {
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "no message to {recipient} reached the fake"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
+/// Messages the fake accepted for `recipient`.
+fn messages_to(fake: &FakeWhatsApp, recipient: &str) -> usize {
+    fake.requests()
+        .iter()
+        .filter(|r| r.body["to"] == recipient && r.status == 200)
+        .count()
+}
+
+#[tokio::test]
+async fn an_executor_killed_after_meta_accepted_sends_once_a_callback_settles_it() -> Result<()> {
+    // Short leases, so the kill is noticed quickly; a long grace, so only a callback (not the
+    // clock) can settle the task before the test ends.
+    let mut stack = Stack::start_with(|b| {
+        b.env("HERALD_LEASE_TTL", "2s")
+            .env("HERALD_UNKNOWN_OUTCOME_GRACE", "1h")
+    })
+    .await?;
+    let recipient = "16505550051";
+    // Meta accepts the message, but the executor never hears back: it is killed while waiting.
+    stack.fake.hold_answers();
+    let id = stack
+        .tasks
+        .create_task(CreateTaskRequest {
+            task: Some(TaskSpec {
+                pool: "wa".into(),
+                ..task_spec("orders", recipient, "Your order has shipped")
+            }),
+        })
+        .await?
+        .into_inner()
+        .task
+        .context("task")?
+        .id;
+    wait_for_request(&stack.fake, recipient).await?;
+    stack.executor.kill()?;
+    stack.executor.wait().await?;
+
+    // The lease runs out unreported: the attempt is charged and the task waits for a callback
+    // (due again only after the grace), instead of being leased again at once.
+    let waiting = stack
+        .wait_task(&id, |t| {
+            t.state() == TaskState::Scheduled && t.attempts == 1
+        })
+        .await?;
+    let due_in = waiting.run_at.context("run_at")?.seconds - chrono::Utc::now().timestamp();
+    assert!(
+        due_in > 3000,
+        "due again in {due_in} s, not after the grace"
+    );
+
+    // A new executor takes over the webhook; Meta's `sent` status names the task.
+    stack.executor = executor(&stack.scheduler.grpc_url(), &stack.fake).await?;
+    stack
+        .fake
+        .send_callbacks_to(&webhook_url(&stack.executor)?, APP_SECRET);
+    let wamid = "wamid.fake00000001";
+    let body = webhook_body(WABA, "messages", status_of(&waiting, wamid, Callback::Sent));
+    assert_eq!(stack.fake.post_webhook(&body).await?, 200);
+    let task = stack
+        .wait_task(&id, |t| t.state() == TaskState::Succeeded)
+        .await?;
+    assert_eq!(task.end_reason(), EndReason::Sent);
+    let delivery = task.delivery.clone().context("delivery")?;
+    assert_eq!(
+        (delivery.state(), delivery.provider_message_id.as_str()),
+        (DeliveryState::Accepted, wamid)
+    );
+    stack.fake.release_answers();
+    assert_eq!(messages_to(&stack.fake, recipient), 1, "sent twice");
+    Ok(())
+}
+
+#[tokio::test]
+async fn without_a_callback_the_task_is_sent_again_after_the_grace() -> Result<()> {
+    let mut stack = Stack::start_with(|b| {
+        b.env("HERALD_LEASE_TTL", "2s")
+            .env("HERALD_UNKNOWN_OUTCOME_GRACE", "1s")
+    })
+    .await?;
+    let recipient = "16505550052";
+    stack.fake.hold_answers();
+    let id = stack
+        .tasks
+        .create_task(CreateTaskRequest {
+            task: Some(TaskSpec {
+                pool: "wa".into(),
+                ..task_spec("orders", recipient, "Your order has shipped")
+            }),
+        })
+        .await?
+        .into_inner()
+        .task
+        .context("task")?
+        .id;
+    wait_for_request(&stack.fake, recipient).await?;
+    stack.executor.kill()?;
+    stack.executor.wait().await?;
+    stack.fake.release_answers();
+    // Nothing says the first send went out: after the grace a new executor sends it again.
+    stack.executor = executor(&stack.scheduler.grpc_url(), &stack.fake).await?;
+    let task = stack
+        .wait_task(&id, |t| t.state() == TaskState::Succeeded)
+        .await?;
+    assert_eq!(task.lease_count, 2);
+    assert_eq!(messages_to(&stack.fake, recipient), 2);
+    Ok(())
+}
