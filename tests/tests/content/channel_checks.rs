@@ -1,0 +1,131 @@
+//! What a channel cannot send is INVALID_ARGUMENT naming the field, and creates nothing.
+
+use super::*;
+
+#[tokio::test]
+async fn content_a_channel_cannot_send_is_invalid_argument_naming_the_field() -> Result<()> {
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let url = scheduler.grpc_url();
+    create_accounts(
+        &url,
+        &[
+            ("wa-1", "whatsapp_cloud"),
+            ("wc-1", "wecom"),
+            ("robot-1", "wecom_robot"),
+        ],
+    )
+    .await?;
+    let mut tasks = connect_tasks(&url).await?;
+    let rows = |n: usize| ListSection {
+        title: String::new(),
+        rows: (0..n)
+            .map(|i| ListRow {
+                id: format!("r{i}"),
+                title: format!("Row {i}"),
+                description: String::new(),
+            })
+            .collect(),
+    };
+    let cases: Vec<(&str, Content, &str)> = vec![
+        (
+            "wc-1",
+            content(Body::Location(Location::default())),
+            "task.content.location",
+        ),
+        (
+            "wa-1",
+            content(Body::Markdown("**x**".into())),
+            "task.content.markdown",
+        ),
+        (
+            "wa-1",
+            content(Body::Media(media(
+                MediaKind::Image,
+                link("http://example.com/a.png"),
+            ))),
+            "task.content.media.link",
+        ),
+        (
+            "robot-1",
+            content(Body::Media(media(
+                MediaKind::Sticker,
+                link("https://example.com/s.webp"),
+            ))),
+            "task.content.media.kind",
+        ),
+        (
+            "robot-1",
+            content(Body::Media(media(
+                MediaKind::Image,
+                media::Source::MediaId("m1".into()),
+            ))),
+            "task.content.media.media_id",
+        ),
+        (
+            "wa-1",
+            content(Body::Interactive(Interactive {
+                body: "Pick".into(),
+                action: Some(Action::List(ListAction {
+                    button: "Options".into(),
+                    sections: vec![rows(11)],
+                })),
+                ..Default::default()
+            })),
+            "task.content.interactive.list.sections",
+        ),
+        (
+            "wa-1",
+            content(Body::Media(Media {
+                caption: "no".into(),
+                ..media(MediaKind::Sticker, media::Source::MediaId("s".into()))
+            })),
+            "task.content.media.caption",
+        ),
+        (
+            "wa-1",
+            content(Body::Template(TemplateContent {
+                template_id: "t".into(),
+                language: "en".into(),
+                buttons: vec![TemplateButton {
+                    index: 12,
+                    parameter: Some(template_button::Parameter::UrlSuffix("x".into())),
+                }],
+                ..Default::default()
+            })),
+            "task.content.template.buttons[0].index",
+        ),
+        (
+            "wc-1",
+            content(Body::Text("x".repeat(2049))),
+            "task.content.text",
+        ),
+    ];
+    for (account, c, field) in cases {
+        let status = send(&mut tasks, account, "ann", c)
+            .await
+            .err()
+            .with_context(|| format!("{field}: accepted"))?
+            .downcast::<tonic::Status>()
+            .map_err(|e| anyhow::anyhow!("{field}: {e}"))?;
+        ensure!(
+            status.code() == tonic::Code::InvalidArgument,
+            "{field}: {status:?}"
+        );
+        let fields: Vec<String> = status
+            .get_details_bad_request()
+            .context("bad request details")?
+            .field_violations
+            .into_iter()
+            .map(|v| v.field)
+            .collect();
+        ensure!(fields == [field], "{field}: {fields:?}");
+    }
+    let listed = tasks
+        .list_tasks(herald_proto::v1::ListTasksRequest::default())
+        .await?
+        .into_inner()
+        .tasks;
+    ensure!(listed.is_empty(), "a refused task was written: {listed:?}");
+    Ok(())
+}

@@ -1,0 +1,200 @@
+//! Every WeCom content type in the shape WeCom documents.
+
+use super::*;
+
+#[tokio::test]
+async fn every_wecom_content_type_reaches_the_fake_in_its_documented_shape() -> Result<()> {
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let url = scheduler.grpc_url();
+    create_accounts(&url, &[("wc-1", "wecom"), ("robot-1", "wecom_robot")]).await?;
+    let wecom = FakeWeCom::start("corp", "secret", 7, "robot").await?;
+    let host = FakeMedia::start().await?;
+    host.put("/a.png", "image/png", png());
+    host.put("/q3.pdf", "application/pdf", b"%PDF-1.4 fake".to_vec());
+    host.put("/v.mp4", "video/mp4", b"....ftypmp42 fake".to_vec());
+    host.put("/v.amr", "audio/amr", b"#!AMR\n fake".to_vec());
+    let _executor = ExecutorProcess::builder(std::slice::from_ref(&url))
+        .config_toml(wecom_config(&wecom, Some(&host)))
+        .spawn()
+        .await?;
+    let mut tasks = connect_tasks(&url).await?;
+
+    let news = Body::News(News {
+        articles: vec![NewsArticle {
+            title: "Q3".into(),
+            description: "Results".into(),
+            url: "https://example.com/q3".into(),
+            picture_url: "https://example.com/q3.png".into(),
+        }],
+    });
+    // (account, name, content, [(JSON pointer, expected)])
+    let cases: Vec<(&str, &str, Content, Fields)> = vec![
+        (
+            "wc-1",
+            "markdown",
+            content(Body::Markdown("**hi**".into())),
+            vec![("/markdown/content", "**hi**".into())],
+        ),
+        (
+            "wc-1",
+            "text card",
+            content(Body::TextCard(TextCard {
+                title: "Shipped".into(),
+                description: "Order 42".into(),
+                url: "https://example.com/o/42".into(),
+                button_text: "More".into(),
+            })),
+            vec![
+                ("/msgtype", "textcard".into()),
+                ("/textcard/btntxt", "More".into()),
+            ],
+        ),
+        (
+            "wc-1",
+            "news",
+            content(news.clone()),
+            vec![(
+                "/news/articles/0/picurl",
+                "https://example.com/q3.png".into(),
+            )],
+        ),
+        (
+            "wc-1",
+            "text notice card",
+            content(Body::TextNotice(TextNoticeCard {
+                title: "Build".into(),
+                description: "main".into(),
+                url: "https://example.com/b/1".into(),
+                emphasis: "100".into(),
+                emphasis_description: "tests".into(),
+                ..Default::default()
+            })),
+            vec![
+                ("/msgtype", "template_card".into()),
+                ("/template_card/card_type", "text_notice".into()),
+                (
+                    "/template_card/card_action/url",
+                    "https://example.com/b/1".into(),
+                ),
+            ],
+        ),
+        (
+            "wc-1",
+            "image",
+            content(Body::Media(media(
+                MediaKind::Image,
+                link(&host.url("/a.png")),
+            ))),
+            vec![("/msgtype", "image".into())],
+        ),
+        (
+            "wc-1",
+            "file",
+            content(Body::Media(Media {
+                filename: "q3.pdf".into(),
+                ..media(MediaKind::Document, link(&host.url("/q3.pdf")))
+            })),
+            vec![("/msgtype", "file".into())],
+        ),
+        (
+            "wc-1",
+            "video",
+            content(Body::Media(Media {
+                title: "Demo".into(),
+                ..media(MediaKind::Video, link(&host.url("/v.mp4")))
+            })),
+            vec![("/video/title", "Demo".into())],
+        ),
+        (
+            "wc-1",
+            "voice",
+            content(Body::Media(media(
+                MediaKind::Audio,
+                link(&host.url("/v.amr")),
+            ))),
+            vec![("/msgtype", "voice".into())],
+        ),
+        (
+            "robot-1",
+            "robot markdown",
+            content(Body::Markdown("# hi".into())),
+            vec![("/markdown/content", "# hi".into())],
+        ),
+        (
+            "robot-1",
+            "robot news",
+            content(news),
+            vec![("/news/articles/0/title", "Q3".into())],
+        ),
+        (
+            "robot-1",
+            "robot image",
+            content(Body::Media(media(
+                MediaKind::Image,
+                link(&host.url_by_name("/a.png")),
+            ))),
+            vec![("/msgtype", "image".into())],
+        ),
+        (
+            "robot-1",
+            "robot file",
+            content(Body::Media(media(
+                MediaKind::Document,
+                link(&host.url("/q3.pdf")),
+            ))),
+            vec![("/msgtype", "file".into())],
+        ),
+    ];
+    for (account, name, c, expected) in &cases {
+        let id = send(&mut tasks, account, "ann", c.clone())
+            .await
+            .context(*name)?;
+        wait_for_task_state(&mut tasks, &id, TaskState::Succeeded, WAIT)
+            .await
+            .with_context(|| {
+                format!(
+                    "{name}: {:?} {:?}",
+                    wecom.sends().last(),
+                    wecom.robot_requests().last()
+                )
+            })?;
+        let last = if account.starts_with("robot") {
+            wecom.robot_requests().last().map(|r| r.body.clone())
+        } else {
+            wecom.sends().last().map(|r| r.body.clone())
+        }
+        .context("no request")?;
+        for (pointer, value) in expected {
+            ensure!(
+                last.pointer(pointer) == Some(value),
+                "{name}: {pointer} should be {value}, the request was {last}"
+            );
+        }
+    }
+    // The robot's image went inline, its md5 over the PNG's bytes (the fake checked it).
+    let robot_image = wecom
+        .robot_requests()
+        .into_iter()
+        .find(|r| r.body["msgtype"] == "image")
+        .context("robot image")?;
+    ensure!(robot_image.body["image"]["md5"] == herald_tests::fakes::wecom_media::md5_hex(&png()));
+    let uploads = wecom.uploads();
+    let kinds: Vec<(&str, bool)> = uploads
+        .iter()
+        .map(|u| (u.media_type.as_str(), u.robot))
+        .collect();
+    ensure!(
+        kinds
+            == [
+                ("image", false),
+                ("file", false),
+                ("video", false),
+                ("voice", false),
+                ("file", true)
+            ],
+        "{uploads:?}"
+    );
+    ensure!(uploads[1].filename == "q3.pdf" && uploads[1].content_type == "application/pdf");
+    Ok(())
+}
