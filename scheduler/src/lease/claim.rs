@@ -218,9 +218,14 @@ async fn claim_in(
         .filter(|a| a.tracks_recipients())
         .map(|a| a.id.as_str())
         .collect();
+    let paced: Vec<&str> = accounts
+        .iter()
+        .filter(|a| a.paced)
+        .map(|a| a.id.as_str())
+        .collect();
     let leases = tx
         .leases()
-        .grant(req, &assigned, &candidates, &tracked)
+        .grant(req, &assigned, &candidates, &tracked, &paced)
         .await?;
     let claimed = Claimed {
         leases,

@@ -1,7 +1,8 @@
 //! The claim's statements, one method per step: the one-statement claim by queue, and the steps
 //! of a routed claim (read each account's room, lock due candidates, read what is known of
-//! their recipients, move tasks whose send window is closed, then lease the assignments, grant
-//! them (reserve capacity, record recipient sends) and settle what the grant changed).
+//! their recipients, move tasks whose send window is closed, then lease the assignments and
+//! grant them (reserve capacity, record recipient sends): paced sends after the grant, from
+//! the instants it drew, the rest before it, put back if the grant refuses them).
 //! `lease/claim.rs` runs them in one transaction and decides between them.
 
 use std::collections::{HashMap, HashSet};
@@ -112,7 +113,7 @@ static LEASE_ASSIGNED: LazyLock<Statement> = LazyLock::new(|| {
     )
 });
 const GRANT_ASSIGNED: Statement = statement!("grant_assigned");
-const SETTLE_GRANTS: Statement = statement!("settle_grants");
+const RETURN_REFUSED: Statement = statement!("return_refused");
 const ACCOUNT_BUDGETS: Statement = statement!("account_budgets");
 const RECIPIENT_FACTS: Statement = statement!("recipient_facts");
 const DEFER_TO_WINDOW: Statement = statement!("defer_to_window");
@@ -204,6 +205,7 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
                         active: column(r, "active")?,
                         health: column(r, "health")?,
                         sticky: column(r, "sticky")?,
+                        paced: column(r, "paced")?,
                     },
                     credentials_ref: column(r, "credentials_ref")?,
                     available_in_ms: column(r, "available_in_ms")?,
@@ -309,32 +311,34 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
     /// (a pair a concurrent claim just took is refused), and unused slots are given back.
     /// Assignments without an account are leased as they are.
     ///
-    /// The tasks are leased first (`lease_assigned.sql`), then granted (`grant_assigned.sql`,
-    /// `herald.grant_claim`), then settled (`settle_grants.sql`, only when a send is paced or
-    /// refused: a refused task gets back what `candidates` read of its last lease). The grant
-    /// locks the account rows until the commit, and other claims, folds and the reports applied
-    /// at once wait for those locks; leasing before the grant keeps the lease update, the
-    /// grant's largest part, out of that hold (docs/performance.md, S5). Refusals are rare
-    /// (routing reads the same room and recipients first), so undoing them costs little.
+    /// Assignments to accounts that are not `paced` are leased first (`lease_assigned.sql`),
+    /// then granted (`grant_assigned.sql`, `herald.grant_claim`); the few the grant refuses are
+    /// put back as `candidates` read them (`return_refused.sql`). The grant locks the account
+    /// rows until the commit, and other claims, folds and the reports applied at once wait for
+    /// those locks; leasing before the grant keeps the lease update, the grant's largest part,
+    /// out of that hold (docs/performance.md, S5). Refusals are rare (routing reads the same
+    /// room and recipients first), so undoing them costs little.
+    ///
+    /// Assignments to `paced` accounts (human-like gaps) are leased after the grant instead,
+    /// from the instants it drew, so each is written once: leased before, every one was
+    /// re-timed by a second update (S7). Their tasks are locked since `candidates`, so the
+    /// lease cannot miss one the grant kept.
     pub async fn grant(
         &self,
         req: &ClaimRequest<'_>,
         assigned: &[Assignment],
         candidates: &[CandidateRow],
         tracked: &[&str],
+        paced: &[&str],
     ) -> Result<Vec<GrantedLease>, StoreError> {
-        let ids: Vec<Uuid> = assigned.iter().map(|a| a.id).collect();
-        let accounts: Vec<Option<&str>> = assigned.iter().map(|a| a.account.as_deref()).collect();
-        let mut leased: HashMap<Uuid, GrantedLease> = LEASE_ASSIGNED
-            .fetch::<GrantedLease>(self.db, &[&ids, &accounts, &req.executor_id, &req.ttl_ms()])
-            .await?
-            .into_iter()
-            .map(|l| (l.task_id, l))
-            .collect();
+        let is_paced = |a: &Assignment| a.account.as_deref().is_some_and(|id| paced.contains(&id));
+        let (before, after): (Vec<&Assignment>, Vec<&Assignment>) =
+            assigned.iter().partition(|a| !is_paced(a));
+        let mut leased = self.lease(req, &before, &[]).await?;
         // Only what was leased is granted: a slot is never reserved for a task left behind.
         let assigned: Vec<&Assignment> = assigned
             .iter()
-            .filter(|a| leased.contains_key(&a.id))
+            .filter(|a| is_paced(a) || leased.contains_key(&a.id))
             .collect();
         let ids: Vec<Uuid> = assigned.iter().map(|a| a.id).collect();
         let accounts: Vec<Option<&str>> = assigned.iter().map(|a| a.account.as_deref()).collect();
@@ -355,74 +359,75 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
                 ],
             )
             .await?;
-        let mut kept = Vec::with_capacity(granted.len());
-        let mut settle = Settle::default();
+        let by_id: HashMap<Uuid, &Assignment> = after.iter().map(|a| (a.id, *a)).collect();
+        let mut order = Vec::with_capacity(granted.len());
+        let mut paced_kept: Vec<&Assignment> = Vec::new();
+        let mut instants: Vec<Option<DateTime<Utc>>> = Vec::new();
         for row in &granted {
             let id: Uuid = column(row, "id")?;
-            let Some(lease) = leased.remove(&id) else {
-                continue;
-            };
-            if column::<bool>(row, "paced")? {
-                if let Some(at) = column::<Option<DateTime<Utc>>>(row, "granted_at")? {
-                    settle.push(id, true, Some(at), None, None);
-                }
+            if let Some(a) = by_id.get(&id) {
+                paced_kept.push(a);
+                instants.push(column(row, "granted_at")?);
             }
-            kept.push(lease);
+            order.push(id);
         }
+        let mut paced_leased = self.lease(req, &paced_kept, &instants).await?;
+        // In the grant's order, which is routing's.
+        let kept: Vec<GrantedLease> = order
+            .iter()
+            .filter_map(|id| leased.remove(id).or_else(|| paced_leased.remove(id)))
+            .collect();
         // What is left was leased and not granted.
         if !leased.is_empty() {
             let priors: HashMap<Uuid, &PriorLease> =
                 candidates.iter().map(|c| (c.task.id, &c.prior)).collect();
+            let mut refused = Refused::default();
             for id in leased.into_keys() {
                 let prior = priors.get(&id).copied().cloned().unwrap_or_default();
-                settle.push(
-                    id,
-                    false,
-                    prior.leased_at,
-                    prior.executor_id,
-                    prior.account_id,
-                );
+                refused.push(id, prior);
             }
-        }
-        if !settle.ids.is_empty() {
-            let retimed = SETTLE_GRANTS
-                .query(
+            RETURN_REFUSED
+                .execute(
                     self.db,
                     &[
-                        &settle.ids,
-                        &settle.kept,
-                        &settle.at,
-                        &settle.executor_id,
-                        &settle.account_id,
-                        &req.ttl_ms(),
+                        &refused.ids,
+                        &refused.leased_at,
+                        &refused.executor_id,
+                        &refused.account_id,
                     ],
                 )
                 .await?;
-            let mut times = HashMap::with_capacity(retimed.len());
-            for row in &retimed {
-                if column::<bool>(row, "kept")? {
-                    let send_after_ms: i64 = column(row, "send_after_ms")?;
-                    times.insert(
-                        column::<Uuid>(row, "id")?,
-                        (
-                            column::<DateTime<Utc>>(row, "leased_at")?,
-                            column::<DateTime<Utc>>(row, "expires_at")?,
-                            std::time::Duration::from_millis(
-                                u64::try_from(send_after_ms).unwrap_or(0),
-                            ),
-                        ),
-                    );
-                }
-            }
-            for lease in &mut kept {
-                if let Some((leased_at, expires_at, send_after)) = times.remove(&lease.task_id) {
-                    lease.leased_at = leased_at;
-                    lease.expires_at = expires_at;
-                    lease.send_after = send_after;
-                }
-            }
         }
         Ok(kept)
+    }
+
+    /// Leases `assigned` to their accounts, each from its instant in `at` (a paced send's drawn
+    /// instant) or, where there is none, now; by task id.
+    async fn lease(
+        &self,
+        req: &ClaimRequest<'_>,
+        assigned: &[&Assignment],
+        at: &[Option<DateTime<Utc>>],
+    ) -> Result<HashMap<Uuid, GrantedLease>, StoreError> {
+        if assigned.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let ids: Vec<Uuid> = assigned.iter().map(|a| a.id).collect();
+        let accounts: Vec<Option<&str>> = assigned.iter().map(|a| a.account.as_deref()).collect();
+        let at: Vec<Option<DateTime<Utc>>> = if at.is_empty() {
+            vec![None; ids.len()]
+        } else {
+            at.to_vec()
+        };
+        Ok(LEASE_ASSIGNED
+            .fetch::<GrantedLease>(
+                self.db,
+                &[&ids, &accounts, &req.executor_id, &req.ttl_ms(), &at],
+            )
+            .await?
+            .into_iter()
+            .map(|l| (l.task_id, l))
+            .collect())
     }
 
     /// Time until the earliest scheduled task of `routes` is due, by the database clock, and
@@ -469,29 +474,21 @@ mod tests {
     }
 }
 
-/// The rows `settle_grants.sql` changes, as its array parameters.
+/// The refused assignments `return_refused.sql` puts back, as its array parameters: what each
+/// task held from its last lease.
 #[derive(Default)]
-struct Settle {
+struct Refused {
     ids: Vec<Uuid>,
-    kept: Vec<bool>,
-    at: Vec<Option<DateTime<Utc>>>,
+    leased_at: Vec<Option<DateTime<Utc>>>,
     executor_id: Vec<Option<String>>,
     account_id: Vec<Option<String>>,
 }
 
-impl Settle {
-    fn push(
-        &mut self,
-        id: Uuid,
-        kept: bool,
-        at: Option<DateTime<Utc>>,
-        executor_id: Option<String>,
-        account_id: Option<String>,
-    ) {
+impl Refused {
+    fn push(&mut self, id: Uuid, prior: PriorLease) {
         self.ids.push(id);
-        self.kept.push(kept);
-        self.at.push(at);
-        self.executor_id.push(executor_id);
-        self.account_id.push(account_id);
+        self.leased_at.push(prior.leased_at);
+        self.executor_id.push(prior.executor_id);
+        self.account_id.push(prior.account_id);
     }
 }

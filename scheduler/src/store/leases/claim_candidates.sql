@@ -7,7 +7,7 @@
 -- `suppressed`: the recipient is on the namespace ($6) suppression list (migration 15); the
 -- caller ends such a task instead of routing it. One primary-key probe per candidate.
 -- executor_id, leased_at and account_id are what the task held from its last lease: a claim
--- puts them back if the grant refuses the task after leasing it (settle_grants.sql).
+-- puts them back if the grant refuses the task after leasing it (return_refused.sql).
 SELECT c.id, c.route, c.recipient, c.priority, c.run_at, c.windowed, c.executor_id, c.leased_at,
        c.account_id,
        EXISTS (SELECT 1 FROM herald.suppressions s

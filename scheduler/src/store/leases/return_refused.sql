@@ -1,0 +1,15 @@
+-- Puts back, in the same transaction, the assignments of a routed claim that were leased before
+-- the grant (see lease_assigned.sql) and that the grant refused: each is scheduled again exactly
+-- as it was, so no lease, attempt number or account shows for a grant that never happened.
+-- Per task: $1 id, $2 its prior leased_at, $3 its prior executor id, $4 its prior account.
+UPDATE herald.tasks t
+SET state = 'scheduled',
+    lease_count = t.lease_count - 1,
+    executor_id = s.executor_id,
+    leased_at = s.leased_at,
+    lease_expires_at = NULL,
+    account_id = s.account_id
+FROM unnest($1::uuid[], $2::timestamptz[], $3::text[], $4::text[])
+    AS s(id, leased_at, executor_id, account_id)
+-- = ANY($1) pins the update to primary-key lookups (see extend_leases.sql).
+WHERE t.id = ANY($1::uuid[]) AND t.id = s.id AND t.state = 'leased'
