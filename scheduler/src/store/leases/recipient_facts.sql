@@ -3,8 +3,8 @@
 -- leave the recipient alone, or it was sent to within the account's interval), whether a send
 -- now is free of the messaging tier (a conversation opened in the last 24 hours, or the
 -- recipient wrote in the last 24 hours), and when it was last sent to (sticky routing). One
--- probe of recipient_sends_recipient per recipient, forced by LATERAL: left to itself the
--- planner walked every account's pairs through the primary key.
+-- probe of the primary key (namespace, recipient, account_id) per recipient, forced by LATERAL:
+-- left to itself the planner walked every pair of the namespace (migration 27 has the key).
 SELECT s.account_id, s.recipient,
        (s.blocked_until > herald.now()
         OR s.last_sent_at > herald.now() - COALESCE(a.recipient_interval_ms, 0)
