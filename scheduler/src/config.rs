@@ -36,6 +36,14 @@ pub struct Config {
     /// How often the pruning pass runs.
     #[arg(long, env = "HERALD_RETENTION_INTERVAL", default_value = "1m", value_parser = humantime::parse_duration)]
     pub retention_interval: Duration,
+    /// How long a finished task stays in the hot table (where late delivery reports find it
+    /// cheapest) before it moves, with its attempts, into the history.
+    #[arg(long, env = "HERALD_HISTORY_AFTER", default_value = "10m", value_parser = humantime::parse_duration)]
+    pub history_after: Duration,
+    /// How wide, in end time, each history partition is: retention drops whole partitions, so
+    /// a finished task is kept for the task retention plus up to this much.
+    #[arg(long, env = "HERALD_HISTORY_PARTITION", default_value = "1d", value_parser = humantime::parse_duration)]
+    pub history_partition: Duration,
     /// How often account in-flight counts are checked against the leases accounts hold (a
     /// backstop: every lease change keeps them equal in its own transaction).
     #[arg(long, env = "HERALD_RECONCILE_INTERVAL", default_value = "30s", value_parser = humantime::parse_duration)]
@@ -179,6 +187,8 @@ impl Config {
             idempotency_retention: Duration::from_secs(7 * 86_400),
             task_retention: Duration::from_secs(7 * 86_400),
             retention_interval: Duration::from_secs(60),
+            history_after: Duration::from_secs(600),
+            history_partition: Duration::from_secs(86_400),
             reconcile_interval: Duration::from_secs(30),
             fold_interval: Duration::from_millis(200),
             no_accounts_ttl: Duration::from_secs(1),

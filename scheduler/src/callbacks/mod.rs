@@ -316,14 +316,17 @@ async fn settle(
     pairs.sort();
     pairs.dedup_by(|a, b| a.0 == b.0);
     let linked = db.deliveries().link(namespace, &pairs).await?;
+    let reported: Vec<Uuid> = recorded
+        .iter()
+        .chain(&linked)
+        .filter(|r| r.state == DeliveryState::FailedAfterAcceptance)
+        .filter_map(|r| r.task_id)
+        .collect();
+    // A late failure may name a task that ended long ago and moved into the history: back to
+    // the hot table, where the statements below change tasks. (`also` were just accepted.)
+    db.history().restore(&reported).await?;
     let mut failed: HashSet<Uuid> = also.iter().copied().collect();
-    failed.extend(
-        recorded
-            .iter()
-            .chain(&linked)
-            .filter(|r| r.state == DeliveryState::FailedAfterAcceptance)
-            .filter_map(|r| r.task_id),
-    );
+    failed.extend(reported);
     let failed: Vec<Uuid> = failed.into_iter().collect();
     // Before ending anything: a task with an unused fallback is not over yet.
     let rescheduled = db.deliveries().window_closed(namespace, &failed).await?;

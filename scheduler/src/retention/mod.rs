@@ -1,35 +1,74 @@
-//! The retention job: prunes finished tasks and forgets idempotency keys and recipient pairs
-//! past their retention.
-//! Safe on every replica at once (SKIP LOCKED); it runs on a fixed interval because nothing
-//! waits on it. Batches walk the finished tasks from where the last one stopped
-//! ([`LowWater`]), from the oldest once per interval.
+//! The retention job: moves finished tasks into the history, drops history partitions past the
+//! task retention, and prunes what is left of finished tasks, idempotency keys and recipient
+//! pairs past their retention.
+//! Safe on every replica at once (SKIP LOCKED, and an advisory lock around partition changes);
+//! it runs on a fixed interval because nothing waits on it. Batches walk the finished tasks
+//! from where the last one stopped ([`LowWater`]), from the oldest once per interval.
 
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
 use crate::low_water::LowWater;
-use crate::store::retention::Pruned;
 use crate::store::{Db, Store, StoreError};
 
 /// Rows deleted per statement, to keep each transaction short.
 const BATCH: i64 = 1_000;
 
+/// How long a partition change waits for a reader of the history before giving up until the
+/// next pass: every query on the history would queue behind a waiting one.
+const PARTITION_LOCK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How many partition widths ahead partitions exist, so a pass that could not make one (a long
+/// reader held the lock) is retried long before a task needs it.
+const PARTITIONS_AHEAD: u32 = 2;
+
+/// What the retention job keeps and for how long.
+#[derive(Debug, Clone, Copy)]
+pub struct Retention {
+    /// How long finished tasks (and their attempts) are kept.
+    pub tasks: Duration,
+    /// How long idempotency keys outlive their task's end, at least the task retention.
+    pub keys: Duration,
+    /// How often a pass runs.
+    pub interval: Duration,
+    /// How long a finished task stays in the hot table before it moves into the history.
+    pub history_after: Duration,
+    /// How wide each history partition is.
+    pub history_partition: Duration,
+}
+
 /// Runs until `shutdown`.
-pub async fn run(
-    store: Store,
-    task_retention: Duration,
-    key_retention: Duration,
-    interval: Duration,
-    shutdown: CancellationToken,
-) {
-    let mut tasks_from = LowWater::new(interval);
+pub async fn run(store: Store, retention: Retention, shutdown: CancellationToken) {
+    let mut archive_from = LowWater::new(retention.interval);
+    let mut prune_from = LowWater::new(retention.interval);
     loop {
+        if let Err(e) = keep_partitions(&store, &retention).await {
+            tracing::warn!(error = %e, "history partition upkeep failed; trying again next pass");
+        }
         loop {
-            let from = tasks_from.next_walk_from();
-            match prune(&store, task_retention, key_retention, from).await {
+            let from = archive_from.next_walk_from();
+            match archive(&store, &retention, from).await {
+                Ok(a) => {
+                    archive_from.walked_through(a.through);
+                    if a.tasks > 0 {
+                        tracing::debug!(tasks = a.tasks, "finished tasks moved to the history");
+                    }
+                    if (a.tasks as i64) < BATCH {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "moving finished tasks to the history failed");
+                    break;
+                }
+            }
+        }
+        loop {
+            let from = prune_from.next_walk_from();
+            match prune(&store, &retention, from).await {
                 Ok(p) => {
-                    tasks_from.walked_through(p.tasks_through);
+                    prune_from.walked_through(p.tasks_through);
                     if p.tasks > 0 || p.keys > 0 || p.recipients > 0 || p.replies > 0 {
                         tracing::info!(
                             tasks = p.tasks,
@@ -54,21 +93,65 @@ pub async fn run(
         }
         tokio::select! {
             _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(interval) => {}
+            _ = tokio::time::sleep(retention.interval) => {}
         }
     }
 }
 
+/// Makes the history partitions from the retention's start to a little ahead, and drops those
+/// past it.
+async fn keep_partitions(store: &Store, r: &Retention) -> Result<(), StoreError> {
+    let made = store
+        .conn()
+        .await?
+        .history()
+        .ensure_partitions(
+            r.tasks,
+            r.history_partition * PARTITIONS_AHEAD,
+            r.history_partition,
+            PARTITION_LOCK_TIMEOUT,
+        )
+        .await?;
+    // A connection of its own, discarded after: the drop sets its lock_timeout.
+    let conn = store.conn().await?;
+    let dropped = conn
+        .history()
+        .drop_expired(r.tasks, PARTITION_LOCK_TIMEOUT)
+        .await;
+    Store::discard(conn);
+    let dropped = dropped?;
+    if made > 0 || dropped > 0 {
+        tracing::info!(
+            partitions_made = made,
+            tasks_dropped = dropped,
+            "history partitions kept"
+        );
+    }
+    Ok(())
+}
+
+async fn archive(
+    store: &Store,
+    r: &Retention,
+    from: Option<chrono::DateTime<chrono::Utc>>,
+) -> Result<crate::store::history::Archived, StoreError> {
+    store
+        .conn()
+        .await?
+        .history()
+        .archive(r.history_after, r.tasks, r.keys, BATCH, from)
+        .await
+}
+
 async fn prune(
     store: &Store,
-    tasks: Duration,
-    keys: Duration,
-    tasks_from: Option<chrono::DateTime<chrono::Utc>>,
-) -> Result<Pruned, StoreError> {
+    r: &Retention,
+    from: Option<chrono::DateTime<chrono::Utc>>,
+) -> Result<crate::store::retention::Pruned, StoreError> {
     store
         .conn()
         .await?
         .retention()
-        .prune(tasks, keys, BATCH, tasks_from)
+        .prune(r.tasks, r.keys, BATCH, from)
         .await
 }

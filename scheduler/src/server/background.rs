@@ -82,9 +82,13 @@ pub(super) fn start(replica: &Replica, config: &Config, notifier: Option<Notifie
     ));
     jobs.spawn(crate::retention::run(
         store.clone(),
-        config.task_retention,
-        config.idempotency_retention,
-        config.retention_interval,
+        crate::retention::Retention {
+            tasks: config.task_retention,
+            keys: config.idempotency_retention,
+            interval: config.retention_interval,
+            history_after: config.history_after,
+            history_partition: config.history_partition,
+        },
         stop.clone(),
     ));
     jobs

@@ -15,6 +15,7 @@ pub mod deliveries;
 mod error;
 pub mod executors;
 pub mod fanouts;
+pub mod history;
 pub mod leases;
 pub mod migrate;
 pub mod notifications;
@@ -269,6 +270,10 @@ pub trait Db: GenericClient + Sized {
     /// The notification outbox and live counts telemetry reads.
     fn notifications(&self) -> notifications::NotificationRepo<'_, Self> {
         notifications::NotificationRepo::new(self)
+    }
+    /// Finished tasks moved out of the hot table, and back.
+    fn history(&self) -> history::HistoryRepo<'_, Self> {
+        history::HistoryRepo::new(self)
     }
     /// Pruning of what outlived its retention.
     fn retention(&self) -> retention::RetentionRepo<'_, Self> {

@@ -1,2 +1,2 @@
 -- How many tasks a filter (TASK_FILTER) selects now: a bulk operation's dry run.
-SELECT count(*) AS selected FROM herald.tasks t WHERE {task_filter}
+SELECT count(*) AS selected FROM herald.task_records t WHERE {task_filter}

@@ -3,7 +3,7 @@
 -- tasks_campaign (campaign_id, state, ...): bounded by the campaign's size.
 SELECT t.end_reason::text AS end_reason, coalesce(t.end_code, 0) AS end_code,
        min(coalesce(t.last_error, '')) AS example, count(*) AS tasks
-FROM herald.tasks t
+FROM herald.task_records t
 WHERE t.campaign_id = $1 AND t.state = 'failed'
 GROUP BY 1, 2
 ORDER BY tasks DESC, end_reason, end_code

@@ -4,7 +4,7 @@
 SELECT t.campaign_id,
        floor(extract(epoch FROM herald.now() - t.run_at) * 1000 / $3::float8)::int AS bucket,
        count(*) AS sent
-FROM herald.tasks t
+FROM herald.task_records t
 WHERE t.campaign_id = ANY($1) AND t.state = 'succeeded'
   AND t.run_at > herald.now() - $2::float8 * $3::float8 * interval '1 millisecond'
   AND t.run_at <= herald.now()

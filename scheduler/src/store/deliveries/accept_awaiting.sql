@@ -13,6 +13,6 @@ SET state = 'succeeded',
 FROM unnest($2::uuid[], $3::text[]) AS n(task_id, provider_message_id)
 WHERE t.id = n.task_id AND t.namespace = $1
   AND t.state = 'scheduled' AND t.awaiting_callback_until IS NOT NULL
-  AND EXISTS (SELECT 1 FROM herald.task_reports(t) r
+  AND EXISTS (SELECT 1 FROM herald.task_reports(t.id, t.lease_count, t.fallback_replaces) r
               WHERE r.provider_message_id = n.provider_message_id)
 RETURNING t.id

@@ -15,7 +15,7 @@ resolved AS (
            i.provider_message_id, i.state, COALESCE(t.id, known.task_id) AS task_id,
            COALESCE(i.occurred_at, herald.now()) AS occurred_at, i.error_code, i.error
     FROM input i
-    LEFT JOIN herald.tasks t ON t.id = i.task_id AND t.namespace = $7
+    LEFT JOIN herald.task_records t ON t.id = i.task_id AND t.namespace = $7
     LEFT JOIN LATERAL (
         SELECT e.task_id
         FROM herald.delivery_events e

@@ -14,9 +14,9 @@ SELECT e.task_id,
        (array_agg(e.error_code ORDER BY e.occurred_at) FILTER (WHERE e.state = 4))[1]
            AS error_code,
        (array_agg(e.error ORDER BY e.occurred_at) FILTER (WHERE e.state = 4))[1] AS error
-FROM herald.tasks t
+FROM herald.task_records t
 CROSS JOIN LATERAL (
-    SELECT r.* FROM herald.task_reports(t) r WHERE NOT $3::boolean
+    SELECT r.* FROM herald.task_reports(t.id, t.lease_count, t.fallback_replaces) r WHERE NOT $3::boolean
     UNION ALL
     SELECT r.* FROM herald.delivery_events r
     WHERE $3::boolean AND r.task_id = t.id AND r.provider_message_id = t.fallback_replaces

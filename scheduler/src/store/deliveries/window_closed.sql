@@ -20,7 +20,7 @@ SET state = 'scheduled',
                         concat_ws(' ', 'error ' || f.error_code::text, f.error)),
     updated_at = herald.now()
 FROM herald.tasks x
-CROSS JOIN LATERAL herald.message_failure(x) f
+CROSS JOIN LATERAL herald.message_failure(x.id, x.lease_count, x.fallback_replaces) f
 WHERE x.id = ANY($2::uuid[]) AND x.namespace = $1
   AND t.id = x.id AND t.state = 'succeeded'
   AND f.error_code = 131047

@@ -15,7 +15,7 @@
 -- the latest expiry it took.
 WITH lapsed AS (
     SELECT t.id, t.lease_expires_at,
-           EXISTS (SELECT 1 FROM herald.task_reports(t)) AS reported,
+           EXISTS (SELECT 1 FROM herald.task_reports(t.id, t.lease_count, t.fallback_replaces)) AS reported,
            EXISTS (SELECT 1 FROM herald.accounts a
                    WHERE a.namespace = t.namespace AND a.id = t.account_id
                      AND a.sender_kind = 'whatsapp_cloud') AS callbacks

@@ -1,5 +1,8 @@
--- Deletes up to $3 tasks that ended more than $1 ms ago, with their attempts and delivery
--- reports; their idempotency keys start their own retention ($2 ms) from the task's end.
+-- Deletes up to $3 tasks that ended more than $1 ms ago and are still in herald.tasks (the
+-- retention job moves the others into the history, whose partitions it drops instead: these
+-- are a campaign's that ran longer than the retention, or ones the job fell behind on), with
+-- their attempts, delivery reports and duplicate content guard rows; their idempotency keys
+-- start their own retention ($2 ms) from the task's end.
 -- The walk of tasks_finished starts at $4 (the job's low-water mark, src/low_water.rs; NULL:
 -- the oldest entry), past the entries of the tasks earlier batches deleted. Returns the latest
 -- end time deleted, where the next batch can start.
@@ -20,6 +23,9 @@ attempts AS (
 ),
 deliveries AS (
     DELETE FROM herald.delivery_events e USING gone WHERE e.task_id = gone.id
+),
+guards AS (
+    DELETE FROM herald.content_guard g USING gone WHERE g.task_id = gone.id
 ),
 -- Delivery reports no task ever claimed (another installation's messages, or sends whose
 -- report never came) go after the task retention too.

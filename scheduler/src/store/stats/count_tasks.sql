@@ -1,12 +1,13 @@
 -- Counts tasks by state in the window [$2, $3). A task is placed in time by one instant: when
 -- it ended (finished_at) if it has, else when it is due (run_at). The two arms are disjoint
--- (only ended tasks have finished_at) and each can walk an index: tasks_finished and
--- tasks_pending_run_at (namespace, run_at).
+-- (only ended tasks have finished_at) and each can walk an index: tasks_finished with
+-- task_history_finished, and tasks_pending_run_at (namespace, run_at) (only live tasks, all in
+-- herald.tasks).
 -- Ended tasks are also split by why they ended (end_reason; NULL for pending ones).
 SELECT state, end_reason, count(*) AS tasks
 FROM (
     SELECT state::text AS state, end_reason::text AS end_reason
-    FROM herald.tasks
+    FROM herald.task_records
     WHERE namespace = $1
       AND finished_at >= $2 AND finished_at < $3
       AND ($4::text IS NULL OR queue = $4)

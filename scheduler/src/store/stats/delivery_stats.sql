@@ -14,12 +14,12 @@ WITH accepted AS (
 folded AS (
     SELECT a.accepted_at, r.delivered_at, r.read, r.failed
     FROM accepted a
-    JOIN herald.tasks t ON t.id = a.task_id
+    JOIN herald.task_records t ON t.id = a.task_id
     CROSS JOIN LATERAL (
         SELECT min(d.occurred_at) FILTER (WHERE d.state = 2) AS delivered_at,
                bool_or(d.state = 3) AS read,
                bool_or(d.state = 4) AS failed
-        FROM herald.task_reports(t) d
+        FROM herald.task_reports(t.id, t.lease_count, t.fallback_replaces) d
     ) r
     WHERE $4::text IS NULL OR t.queue = $4
 )

@@ -6,10 +6,10 @@ SELECT t.id, t.queue, t.recipient, t.template_id, t.content, t.labels,
        -- A task that expired before any attempt still names the account it was pinned to.
        coalesce(last.account, t.account_id) AS account,
        t.attempts, t.finished_at
-FROM herald.tasks t
+FROM herald.task_records t
 LEFT JOIN LATERAL (
     SELECT a.outcome, a.error, a.account
-    FROM herald.attempts a
+    FROM herald.attempt_records a
     WHERE a.task_id = t.id
     ORDER BY a.attempt DESC
     LIMIT 1

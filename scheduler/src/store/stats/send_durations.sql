@@ -9,8 +9,8 @@ SELECT t.queue,
            ::double precision AS avg_ms,
        max(greatest(extract(epoch FROM a.finished_at - a.started_at), 0) * 1000)
            ::double precision AS max_ms
-FROM herald.attempts a
-JOIN herald.tasks t ON t.id = a.task_id
+FROM herald.attempt_records a
+JOIN herald.task_records t ON t.id = a.task_id
 WHERE a.finished_at >= $2 AND a.finished_at < $3
   AND a.started_at IS NOT NULL
   AND t.namespace = $1

@@ -17,9 +17,9 @@ SELECT CASE $5::smallint
        count(*) FILTER (WHERE a.outcome = 4) AS permanent,
        count(*) FILTER (WHERE a.outcome = 5) AS account_unavailable,
        count(*) FILTER (WHERE a.outcome = 6) AS lease_expired
-FROM herald.attempts a
+FROM herald.attempt_records a
 -- Attempts carry no namespace or queue; their task does.
-JOIN herald.tasks t ON t.id = a.task_id
+JOIN herald.task_records t ON t.id = a.task_id
 WHERE a.finished_at >= $2 AND a.finished_at < $3
   AND t.namespace = $1
   AND ($4::text IS NULL OR t.queue = $4)

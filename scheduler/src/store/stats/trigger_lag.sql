@@ -8,7 +8,7 @@
 WITH lags AS (
     SELECT t.queue,
            (extract(epoch FROM t.leased_at - t.run_at) * 1000)::double precision AS ms
-    FROM herald.tasks t
+    FROM herald.task_records t
     WHERE t.namespace = $1
       AND ($4::text IS NULL OR t.queue = $4)
       AND t.leased_at >= $2 AND t.leased_at < $3

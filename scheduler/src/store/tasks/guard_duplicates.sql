@@ -12,7 +12,7 @@ WITH new AS (
 dups AS (
     SELECT n.id FROM new n
     WHERE EXISTS (SELECT 1 FROM herald.content_guard g
-                  JOIN herald.tasks o ON o.id = g.task_id
+                  JOIN herald.task_records o ON o.id = g.task_id
                   WHERE g.namespace = $1 AND g.recipient = n.recipient AND g.content_hash = n.hash
                     AND g.run_at > n.run_at - n.window_ms * interval '1 millisecond'
                     AND g.run_at < n.run_at + n.window_ms * interval '1 millisecond'

@@ -409,7 +409,13 @@ impl<C: GenericClient> TaskRepo<'_, C> {
     /// transaction: the transition, the slot and the announcement commit together.
     pub async fn cancel(&self, namespace: &str, id: Uuid) -> Result<CancelResult, StoreError> {
         let Some(row) = CANCEL_TASK.query_opt(self.db, &[&id, &namespace]).await? else {
-            return Ok(CancelResult::NotFound);
+            // Not in the hot table: ended and moved into the history, or not there at all.
+            return Ok(
+                match self.db.leases().states(namespace, &[id]).await?.remove(&id) {
+                    Some(state) => CancelResult::AlreadyEnded(state),
+                    None => CancelResult::NotFound,
+                },
+            );
         };
         let state = state(&row, "state")?;
         let attempt: i32 = column(&row, "attempt")?;
@@ -494,13 +500,15 @@ impl<C: GenericClient> TaskRepo<'_, C> {
         Ok(updated)
     }
 
-    /// Re-drives a FAILED task; returns false when it is not FAILED (or does not exist).
+    /// Re-drives a FAILED task (brought back from the history first, so the caller's
+    /// transaction is where it moves); returns false when it is not FAILED (or does not exist).
     pub async fn retry(
         &self,
         namespace: &str,
         id: Uuid,
         run_at: Option<DateTime<Utc>>,
     ) -> Result<bool, StoreError> {
+        self.db.history().restore(&[id]).await?;
         let changed = RETRY_TASK
             .query_opt(self.db, &[&id, &namespace, &run_at])
             .await?

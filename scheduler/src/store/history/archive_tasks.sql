@@ -1,0 +1,40 @@
+-- Moves up to $4 tasks that ended more than $1 ms ago (but not more than the task retention,
+-- $2 ms: those are pruned instead) from herald.tasks into the history, with their attempts, in
+-- one statement. A campaign's tasks stay while it can still get recipients: its unique
+-- (campaign_id, recipient) index is what keeps a resumed campaign from messaging anyone twice.
+-- The task's idempotency key is kept for the longer of the two retentions ($2, $3 ms) from its
+-- end, as pruning kept it. The walk of tasks_finished starts at $5 (the job's low-water mark,
+-- src/low_water.rs; NULL: the oldest entry). Returns how many moved and the latest end time
+-- moved, where the next batch can start.
+WITH picked AS (
+    SELECT t.id
+    FROM herald.tasks t
+    WHERE t.finished_at < herald.now() - $1::bigint * interval '1 millisecond'
+      AND t.finished_at >= greatest(coalesce($5::timestamptz, '-infinity'),
+                                    herald.now() - $2::bigint * interval '1 millisecond')
+      AND (t.campaign_id IS NULL
+           OR EXISTS (SELECT 1 FROM herald.campaigns c
+                      WHERE c.id = t.campaign_id AND c.state IN ('finished', 'cancelled')))
+    ORDER BY t.finished_at
+    LIMIT $4::bigint
+    FOR UPDATE OF t SKIP LOCKED
+),
+moved AS (
+    DELETE FROM herald.tasks t USING picked p WHERE t.id = p.id RETURNING t.*
+),
+tasks_out AS (
+    INSERT INTO herald.task_history SELECT * FROM moved
+),
+attempts_moved AS (
+    DELETE FROM herald.attempts a USING moved m WHERE a.task_id = m.id
+    RETURNING jsonb_populate_record(a, jsonb_build_object('task_finished_at', m.finished_at)) AS r
+),
+attempts_out AS (
+    INSERT INTO herald.attempt_history SELECT (r).* FROM attempts_moved
+),
+keys AS (
+    UPDATE herald.idempotency_keys k
+    SET forget_after = m.finished_at + greatest($2::bigint, $3::bigint) * interval '1 millisecond'
+    FROM moved m WHERE k.task_id = m.id
+)
+SELECT count(*)::bigint AS archived, max(finished_at) AS archived_through FROM moved

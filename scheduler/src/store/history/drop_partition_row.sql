@@ -1,0 +1,2 @@
+-- Forgets partition pair $1, once both its tables are dropped.
+DELETE FROM herald.history_partitions WHERE suffix = $1

@@ -1,0 +1,261 @@
+//! The task history (migration V28) on the real scheduler binary: finished tasks and their
+//! attempts leave `herald.tasks` for the partitioned history after the history delay; GetTask,
+//! ListTasks, ListAttempts, the statistics and CancelTask answer for them as before; RetryTask
+//! brings a failed one back and it is sent again; and partitions past the task retention are
+//! dropped whole, with their tasks' delivery reports.
+
+use anyhow::{Context, Result};
+use herald_proto::v1::stats_service_client::StatsServiceClient;
+use herald_proto::v1::task_service_client::TaskServiceClient;
+use herald_proto::v1::{
+    CancelTaskRequest, CountTasksRequest, GetTaskRequest, ListAttemptsRequest, ListTasksRequest,
+    OutcomeClass, RetryTaskRequest, StatsWindow, Task, TaskState,
+};
+use herald_tests::lease::{result, ScriptedExecutor};
+use herald_tests::{connect_tasks, task_spec, until, SchedulerProcess, TestDb};
+use tonic::transport::Channel;
+use tonic::Code;
+
+type Client = TaskServiceClient<Channel>;
+
+/// A scheduler whose retention job runs every 100 ms and moves tasks into the history as soon
+/// as they end, plus `vars`; with its client and a direct database connection.
+async fn env_with(
+    vars: &[(&str, &str)],
+) -> Result<(SchedulerProcess, TestDb, Client, tokio_postgres::Client)> {
+    let db = TestDb::new().await?;
+    let mut builder = SchedulerProcess::builder(&db)
+        .env("HERALD_HISTORY_AFTER", "0s")
+        .env("HERALD_RETENTION_INTERVAL", "100ms");
+    for (key, value) in vars {
+        builder = builder.env(key, value);
+    }
+    let scheduler = builder.spawn().await?;
+    let client = connect_tasks(&scheduler.grpc_url()).await?;
+    let sql = db.connect().await?;
+    Ok((scheduler, db, client, sql))
+}
+
+/// How many rows of `id` are in `table`.
+async fn rows(sql: &tokio_postgres::Client, table: &str, id: &str) -> Result<i64> {
+    let column = if table.starts_with("herald.attempt") {
+        "task_id"
+    } else {
+        "id"
+    };
+    Ok(sql
+        .query_one(
+            &format!("SELECT count(*) FROM {table} WHERE {column}::text = $1"),
+            &[&id],
+        )
+        .await?
+        .get(0))
+}
+
+/// Waits until task `id` is in the history and no longer in the hot table.
+async fn wait_moved(sql: &tokio_postgres::Client, id: &str) -> Result<()> {
+    until(&format!("task {id} to move into the history"), || async {
+        Ok(rows(sql, "herald.tasks", id).await? == 0
+            && rows(sql, "herald.task_history", id).await? == 1)
+    })
+    .await
+}
+
+async fn get(client: &mut Client, id: &str) -> Result<Task> {
+    Ok(client
+        .get_task(GetTaskRequest { id: id.into() })
+        .await?
+        .into_inner())
+}
+
+/// Runs one task to the end through a scripted executor: leased, then reported `outcome`.
+async fn run_once(exec: &mut ScriptedExecutor, outcome: OutcomeClass) -> Result<String> {
+    let lease = exec.leases(1).await?.remove(0);
+    exec.report(vec![result(&lease, outcome)]).await?;
+    Ok(lease.task_id)
+}
+
+#[tokio::test]
+async fn finished_tasks_move_into_the_history_and_every_read_still_finds_them() -> Result<()> {
+    let (scheduler, _db, mut client, sql) = env_with(&[]).await?;
+    let sent = client
+        .create_task(herald_proto::v1::CreateTaskRequest {
+            task: Some(task_spec("default", "+15550001", "sent")),
+        })
+        .await?
+        .into_inner()
+        .task
+        .context("no task")?;
+    let mut exec = ScriptedExecutor::connect(&scheduler.grpc_url(), "history-1", &[], 1).await?;
+    assert_eq!(run_once(&mut exec, OutcomeClass::Ok).await?, sent.id);
+    wait_moved(&sql, &sent.id).await?;
+    assert_eq!(
+        rows(&sql, "herald.attempts", &sent.id).await?,
+        0,
+        "the attempts leave with their task"
+    );
+    assert_eq!(rows(&sql, "herald.attempt_history", &sent.id).await?, 1);
+
+    let task = get(&mut client, &sent.id).await?;
+    assert_eq!(task.state(), TaskState::Succeeded);
+    assert_eq!(task.attempts, 1);
+    let listed = client
+        .list_tasks(ListTasksRequest {
+            states: vec![TaskState::Succeeded as i32],
+            ..ListTasksRequest::default()
+        })
+        .await?
+        .into_inner()
+        .tasks;
+    assert_eq!(
+        listed.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(),
+        vec![sent.id.as_str()],
+        "ListTasks finds the moved task by its state"
+    );
+    let attempts = client
+        .list_attempts(ListAttemptsRequest {
+            task_id: sent.id.clone(),
+        })
+        .await?
+        .into_inner()
+        .attempts;
+    assert_eq!(attempts.len(), 1, "ListAttempts reads the history too");
+    assert_eq!(attempts[0].outcome(), OutcomeClass::Ok);
+
+    let mut stats = StatsServiceClient::connect(scheduler.grpc_url()).await?;
+    let counts = stats
+        .count_tasks(CountTasksRequest {
+            window: Some(StatsWindow {
+                time_zone: "UTC".into(),
+                ..StatsWindow::default()
+            }),
+            ..CountTasksRequest::default()
+        })
+        .await?
+        .into_inner();
+    assert_eq!(
+        counts.succeeded, 1,
+        "the statistics count moved tasks: {counts:?}"
+    );
+
+    let cancel = client
+        .cancel_task(CancelTaskRequest {
+            id: sent.id.clone(),
+        })
+        .await;
+    let status = cancel.err().context("cancelling an ended task must fail")?;
+    assert_eq!(
+        status.code(),
+        Code::FailedPrecondition,
+        "a moved task has ended; it is not missing: {status:?}"
+    );
+    assert_eq!(rows(&sql, "herald.task_history", &sent.id).await?, 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_failed_task_in_the_history_is_retried_and_sent_again() -> Result<()> {
+    let (scheduler, _db, mut client, sql) = env_with(&[]).await?;
+    let created = client
+        .create_task(herald_proto::v1::CreateTaskRequest {
+            task: Some(task_spec("default", "+15550002", "again")),
+        })
+        .await?
+        .into_inner()
+        .task
+        .context("no task")?;
+    let mut exec = ScriptedExecutor::connect(&scheduler.grpc_url(), "history-2", &[], 1).await?;
+    run_once(&mut exec, OutcomeClass::Permanent).await?;
+    wait_moved(&sql, &created.id).await?;
+    assert_eq!(
+        get(&mut client, &created.id).await?.state(),
+        TaskState::Failed
+    );
+
+    let retried = client
+        .retry_task(RetryTaskRequest {
+            id: created.id.clone(),
+            ..RetryTaskRequest::default()
+        })
+        .await?
+        .into_inner();
+    assert_eq!(retried.state(), TaskState::Scheduled);
+    assert_eq!(rows(&sql, "herald.tasks", &created.id).await?, 1);
+    assert_eq!(rows(&sql, "herald.task_history", &created.id).await?, 0);
+    assert_eq!(
+        rows(&sql, "herald.attempts", &created.id).await?,
+        1,
+        "its first attempt came back with it"
+    );
+
+    exec.credit(1).await?;
+    let lease = exec.leases(1).await?.remove(0);
+    assert_eq!(lease.task_id, created.id);
+    assert_eq!(
+        lease.attempt, 2,
+        "the retry is a new attempt, fenced past the first"
+    );
+    exec.report(vec![result(&lease, OutcomeClass::Ok)]).await?;
+    wait_moved(&sql, &created.id).await?;
+    let task = get(&mut client, &created.id).await?;
+    assert_eq!(task.state(), TaskState::Succeeded);
+    let attempts = client
+        .list_attempts(ListAttemptsRequest {
+            task_id: created.id.clone(),
+        })
+        .await?
+        .into_inner()
+        .attempts;
+    assert_eq!(
+        attempts.iter().map(|a| a.outcome()).collect::<Vec<_>>(),
+        vec![OutcomeClass::Permanent, OutcomeClass::Ok]
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn history_partitions_past_the_retention_are_dropped_with_their_tasks() -> Result<()> {
+    let (_scheduler, _db, mut client, sql) = env_with(&[
+        ("HERALD_TASK_RETENTION", "3s"),
+        ("HERALD_HISTORY_PARTITION", "1s"),
+    ])
+    .await?;
+    let created = client
+        .create_task(herald_proto::v1::CreateTaskRequest {
+            task: Some(task_spec("default", "+15550003", "gone")),
+        })
+        .await?
+        .into_inner()
+        .task
+        .context("no task")?;
+    client
+        .cancel_task(CancelTaskRequest {
+            id: created.id.clone(),
+        })
+        .await?;
+    wait_moved(&sql, &created.id).await?;
+    let partition: String = sql
+        .query_one(
+            "SELECT tableoid::regclass::text FROM herald.task_history WHERE id::text = $1",
+            &[&created.id],
+        )
+        .await?
+        .get(0);
+
+    until("the task's partition to be dropped", || async {
+        Ok(sql
+            .query_one("SELECT to_regclass($1) IS NULL", &[&partition])
+            .await?
+            .get(0))
+    })
+    .await?;
+    let status = client
+        .get_task(GetTaskRequest {
+            id: created.id.clone(),
+        })
+        .await
+        .err()
+        .context("a task past its retention must be gone")?;
+    assert_eq!(status.code(), Code::NotFound);
+    Ok(())
+}
