@@ -68,6 +68,10 @@ pub(crate) async fn soak(opts: &Options, s1_rate: Option<f64>, report: &mut Repo
         .env("HERALD_CLAIM_BATCH", opts.claim_batch.to_string())
         .env("HERALD_TASK_RETENTION", "1m")
         .env("HERALD_RETENTION_INTERVAL", "5s")
+        // Finished tasks leave the hot table at once, into 10-second partitions: the minute's
+        // retention is then six partitions, dropped whole as they age out.
+        .env("HERALD_HISTORY_AFTER", "0s")
+        .env("HERALD_HISTORY_PARTITION", "10s")
         .spawn()
         .await
         .context("starting the scheduler")?;
@@ -263,12 +267,17 @@ async fn scrape(url: &str) -> Result<Scrape> {
     Ok(out)
 }
 
-/// `herald.tasks` and `herald.attempts` with their indexes and TOAST, in MiB.
+/// `herald.tasks`, `herald.attempts` and every partition of their history, with their
+/// indexes and TOAST, in MiB.
 async fn size_mib(client: &tokio_postgres::Client) -> Result<f64> {
     let bytes: i64 = client
         .query_one(
-            "SELECT pg_total_relation_size('herald.tasks')
-                    + pg_total_relation_size('herald.attempts')",
+            "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint
+             FROM pg_class c
+             WHERE c.relnamespace = 'herald'::regnamespace AND c.relkind = 'r'
+               AND (c.relname IN ('tasks', 'attempts')
+                    OR c.relname LIKE 'task\\_history\\_%'
+                    OR c.relname LIKE 'attempt\\_history\\_%')",
             &[],
         )
         .await?

@@ -15,6 +15,11 @@ use crate::store::{Db, Store, StoreError};
 /// Rows deleted per statement, to keep each transaction short.
 const BATCH: i64 = 1_000;
 
+/// Tasks moved into the history per statement: larger than a pruning batch, since a move
+/// writes each task twice and its per-statement cost is worth spreading; no other path locks
+/// finished tasks but a retry or a late delivery failure, which waits at most one batch.
+const ARCHIVE_BATCH: i64 = 5_000;
+
 /// How long a partition change waits for a reader of the history before giving up until the
 /// next pass: every query on the history would queue behind a waiting one.
 const PARTITION_LOCK_TIMEOUT: Duration = Duration::from_secs(2);
@@ -43,18 +48,38 @@ pub async fn run(store: Store, retention: Retention, shutdown: CancellationToken
     let mut archive_from = LowWater::new(retention.interval);
     let mut prune_from = LowWater::new(retention.interval);
     loop {
-        if let Err(e) = keep_partitions(&store, &retention).await {
-            tracing::warn!(error = %e, "history partition upkeep failed; trying again next pass");
+        match drop_expired_partitions(&store, &retention).await {
+            Ok(dropped) if dropped > 0 => {
+                tracing::info!(
+                    tasks = dropped,
+                    "history partitions past the retention dropped"
+                );
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "dropping history partitions failed; trying again next pass");
+            }
         }
         loop {
             let from = archive_from.next_walk_from();
+            // Again before every batch: a backlog of moves can take longer than the partitions
+            // made at the start of the pass reach ahead, and a task whose partition does not
+            // exist fails its whole batch.
+            match ensure_partitions(&store, &retention).await {
+                Ok(made) if made > 0 => tracing::info!(made, "history partitions made"),
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "making history partitions failed; trying again next pass");
+                    break;
+                }
+            }
             match archive(&store, &retention, from).await {
                 Ok(a) => {
                     archive_from.walked_through(a.through);
                     if a.tasks > 0 {
                         tracing::debug!(tasks = a.tasks, "finished tasks moved to the history");
                     }
-                    if (a.tasks as i64) < BATCH {
+                    if (a.tasks as i64) < ARCHIVE_BATCH {
                         break;
                     }
                 }
@@ -98,10 +123,9 @@ pub async fn run(store: Store, retention: Retention, shutdown: CancellationToken
     }
 }
 
-/// Makes the history partitions from the retention's start to a little ahead, and drops those
-/// past it.
-async fn keep_partitions(store: &Store, r: &Retention) -> Result<(), StoreError> {
-    let made = store
+/// Makes the history partitions from the retention's start to a little ahead; returns how many.
+async fn ensure_partitions(store: &Store, r: &Retention) -> Result<i32, StoreError> {
+    store
         .conn()
         .await?
         .history()
@@ -111,7 +135,11 @@ async fn keep_partitions(store: &Store, r: &Retention) -> Result<(), StoreError>
             r.history_partition,
             PARTITION_LOCK_TIMEOUT,
         )
-        .await?;
+        .await
+}
+
+/// Drops the history partitions past the retention; returns how many tasks went.
+async fn drop_expired_partitions(store: &Store, r: &Retention) -> Result<u64, StoreError> {
     // A connection of its own, discarded after: the drop sets its lock_timeout.
     let conn = store.conn().await?;
     let dropped = conn
@@ -119,15 +147,7 @@ async fn keep_partitions(store: &Store, r: &Retention) -> Result<(), StoreError>
         .drop_expired(r.tasks, PARTITION_LOCK_TIMEOUT)
         .await;
     Store::discard(conn);
-    let dropped = dropped?;
-    if made > 0 || dropped > 0 {
-        tracing::info!(
-            partitions_made = made,
-            tasks_dropped = dropped,
-            "history partitions kept"
-        );
-    }
-    Ok(())
+    dropped
 }
 
 async fn archive(
@@ -139,7 +159,7 @@ async fn archive(
         .conn()
         .await?
         .history()
-        .archive(r.history_after, r.tasks, r.keys, BATCH, from)
+        .archive(r.history_after, r.tasks, r.keys, ARCHIVE_BATCH, from)
         .await
 }
 

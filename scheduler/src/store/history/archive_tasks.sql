@@ -6,10 +6,19 @@
 -- end, as pruning kept it. The walk of tasks_finished starts at $5 (the job's low-water mark,
 -- src/low_water.rs; NULL: the oldest entry). Returns how many moved and the latest end time
 -- moved, where the next batch can start.
-WITH picked AS (
+-- The rows are not locked before they are deleted (a second write of each): a retry or a late
+-- failure changing one meanwhile makes the DELETE re-check its own conditions on the new
+-- version, and a task that is live again no longer matches. One replica moves at a time (a
+-- transaction-scoped advisory lock; the others move nothing this pass), so two never wait on
+-- each other's rows.
+WITH gate AS (
+    SELECT pg_try_advisory_xact_lock(7526744137461661954) AS mine
+),
+picked AS (
     SELECT t.id
     FROM herald.tasks t
-    WHERE t.finished_at < herald.now() - $1::bigint * interval '1 millisecond'
+    WHERE (SELECT mine FROM gate)
+      AND t.finished_at < herald.now() - $1::bigint * interval '1 millisecond'
       AND t.finished_at >= greatest(coalesce($5::timestamptz, '-infinity'),
                                     herald.now() - $2::bigint * interval '1 millisecond')
       AND (t.campaign_id IS NULL
@@ -17,10 +26,13 @@ WITH picked AS (
                       WHERE c.id = t.campaign_id AND c.state IN ('finished', 'cancelled')))
     ORDER BY t.finished_at
     LIMIT $4::bigint
-    FOR UPDATE OF t SKIP LOCKED
 ),
 moved AS (
-    DELETE FROM herald.tasks t USING picked p WHERE t.id = p.id RETURNING t.*
+    DELETE FROM herald.tasks t
+    WHERE t.id IN (SELECT id FROM picked)
+      AND t.finished_at < herald.now() - $1::bigint * interval '1 millisecond'
+      AND t.state IN ('succeeded', 'failed', 'cancelled', 'expired')
+    RETURNING t.*
 ),
 tasks_out AS (
     INSERT INTO herald.task_history SELECT * FROM moved
@@ -35,6 +47,8 @@ attempts_out AS (
 keys AS (
     UPDATE herald.idempotency_keys k
     SET forget_after = m.finished_at + greatest($2::bigint, $3::bigint) * interval '1 millisecond'
-    FROM moved m WHERE k.task_id = m.id
+    FROM moved m
+    WHERE m.idempotency_key IS NOT NULL
+      AND k.namespace = m.namespace AND k.key = m.idempotency_key AND k.task_id = m.id
 )
 SELECT count(*)::bigint AS archived, max(finished_at) AS archived_through FROM moved

@@ -80,6 +80,10 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_tasks bigint;
 BEGIN
+    -- Already dropped by a pass cut short before it forgot the pair.
+    IF to_regclass(format('herald.%I', 'task_history_' || p_suffix)) IS NULL THEN
+        RETURN 0;
+    END IF;
     EXECUTE format('DELETE FROM herald.delivery_events e USING herald.%I h '
                    'WHERE e.task_id = h.id', 'task_history_' || p_suffix);
     EXECUTE format('DELETE FROM herald.content_guard g USING herald.%I h '
