@@ -1,18 +1,21 @@
 //! The task history (migration V28) on the real scheduler binary: finished tasks and their
 //! attempts leave `herald.tasks` for the partitioned history after the history delay; GetTask,
 //! ListTasks, ListAttempts, the statistics and CancelTask answer for them as before; RetryTask
-//! brings a failed one back and it is sent again; and partitions past the task retention are
+//! brings a failed one back and it is sent again, one by one or by a bulk operation; and partitions past the task retention are
 //! dropped whole, with their tasks' delivery reports.
 
 use anyhow::{Context, Result};
 use herald_proto::v1::stats_service_client::StatsServiceClient;
 use herald_proto::v1::task_service_client::TaskServiceClient;
 use herald_proto::v1::{
-    CancelTaskRequest, CountTasksRequest, GetTaskRequest, ListAttemptsRequest, ListTasksRequest,
-    OutcomeClass, RetryTaskRequest, StatsWindow, Task, TaskState,
+    BulkAction, BulkOperationState, CancelTaskRequest, CountTasksRequest, GetBulkOperationRequest,
+    GetTaskRequest, ListAttemptsRequest, ListTasksRequest, OutcomeClass, RetryTaskRequest,
+    StartBulkOperationRequest, StatsWindow, Task, TaskFilter, TaskState,
 };
 use herald_tests::lease::{result, ScriptedExecutor};
-use herald_tests::{connect_tasks, task_spec, until, SchedulerProcess, TestDb};
+use herald_tests::{
+    connect_tasks, create_task, task_spec, until, SchedulerProcess, TaskSpecExt, TestDb,
+};
 use tonic::transport::Channel;
 use tonic::Code;
 
@@ -257,5 +260,77 @@ async fn history_partitions_past_the_retention_are_dropped_with_their_tasks() ->
         .err()
         .context("a task past its retention must be gone")?;
     assert_eq!(status.code(), Code::NotFound);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_bulk_retry_selects_and_re_drives_failed_tasks_in_the_history() -> Result<()> {
+    // Batches of 7: the selection pages across the history by its cursor.
+    let (scheduler, _db, mut client, sql) = env_with(&[("HERALD_BULK_BATCH_SIZE", "7")]).await?;
+    let mut exec = ScriptedExecutor::connect(&scheduler.grpc_url(), "history-4", &[], 20).await?;
+    let mut ids = Vec::new();
+    for i in 0..20 {
+        ids.push(
+            create_task(
+                &mut client,
+                task_spec("default", &format!("+1555010{i:02}"), "bulk").with_max_attempts(1),
+            )
+            .await?
+            .id,
+        );
+    }
+    let leases = exec.leases(20).await?;
+    exec.report(
+        leases
+            .iter()
+            .map(|l| result(l, OutcomeClass::Permanent))
+            .collect(),
+    )
+    .await?;
+    for id in &ids {
+        wait_moved(&sql, id).await?;
+    }
+
+    let retry = |dry_run| StartBulkOperationRequest {
+        action: BulkAction::Retry as i32,
+        filter: Some(TaskFilter {
+            queue: "default".into(),
+            states: vec![TaskState::Failed as i32],
+            ..TaskFilter::default()
+        }),
+        dry_run,
+        reschedule: None,
+    };
+    let dry = client.start_bulk_operation(retry(true)).await?.into_inner();
+    assert_eq!(dry.matched, 20, "the dry run counts the history's tasks");
+    let op = client
+        .start_bulk_operation(retry(false))
+        .await?
+        .into_inner()
+        .operation
+        .context("no operation")?;
+    until("the bulk retry to finish", || {
+        let mut client = client.clone();
+        let id = op.id.clone();
+        async move {
+            let op = client
+                .get_bulk_operation(GetBulkOperationRequest { id })
+                .await?
+                .into_inner();
+            Ok(op.state() == BulkOperationState::Done)
+        }
+    })
+    .await?;
+    let done = client
+        .get_bulk_operation(GetBulkOperationRequest { id: op.id.clone() })
+        .await?
+        .into_inner();
+    assert_eq!(done.changed, 20);
+    exec.credit(20).await?;
+    let again = exec.leases(20).await?;
+    assert!(
+        again.iter().all(|l| l.attempt == 2),
+        "each was re-driven once, fenced past its first attempt"
+    );
     Ok(())
 }

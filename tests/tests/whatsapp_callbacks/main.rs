@@ -35,6 +35,7 @@ use tonic_types::StatusExt;
 mod account_events;
 mod delivery_stats;
 mod handshake_and_signatures;
+mod history;
 mod replies;
 mod statuses;
 mod unknown_outcomes;

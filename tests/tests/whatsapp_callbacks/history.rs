@@ -1,0 +1,68 @@
+//! Reports that come after their task moved into the history (migration V28): the task is
+//! brought back, judged and moved out again, as if it had never left.
+
+use super::*;
+
+/// Waits until task `id` has left `herald.tasks` for the history.
+async fn wait_moved(db: &TestDb, id: &str) -> Result<()> {
+    let sql = db.connect().await?;
+    herald_tests::until(&format!("task {id} to move into the history"), || async {
+        let hot: i64 = sql
+            .query_one(
+                "SELECT count(*) FROM herald.tasks WHERE id::text = $1",
+                &[&id],
+            )
+            .await?
+            .get(0);
+        let moved: i64 = sql
+            .query_one(
+                "SELECT count(*) FROM herald.task_history WHERE id::text = $1",
+                &[&id],
+            )
+            .await?
+            .get(0);
+        Ok(hot == 0 && moved == 1)
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_late_failure_for_a_task_in_the_history_ends_it_failed() -> Result<()> {
+    let mut stack = Stack::start_with(|b| {
+        b.env("HERALD_HISTORY_AFTER", "0s")
+            .env("HERALD_RETENTION_INTERVAL", "100ms")
+    })
+    .await?;
+    stack
+        .fake
+        .plan_callbacks("16505550021", CallbackPlan::after(&[Callback::Sent]));
+    let task = stack.send("16505550021").await?;
+    let task = stack
+        .wait_task(&task.id, |t| {
+            t.state() == TaskState::Succeeded && state(t) == DeliveryState::Accepted
+        })
+        .await?;
+    wait_moved(&stack.db, &task.id).await?;
+    let wamid = stack.wamid(&task)?;
+
+    let late = status_of(&task, &wamid, Callback::Failed(131026));
+    assert_eq!(
+        stack
+            .fake
+            .post_webhook(&webhook_body(WABA, "messages", late))
+            .await?,
+        200
+    );
+    let task = stack
+        .wait_task(&task.id, |t| t.state() == TaskState::Failed)
+        .await?;
+    assert_eq!(
+        (task.end_reason(), task.end_code),
+        (EndReason::FailedAfterAcceptance, 131026)
+    );
+    assert_eq!(state(&task), DeliveryState::FailedAfterAcceptance);
+    // And it leaves again, FAILED.
+    wait_moved(&stack.db, &task.id).await?;
+    assert_eq!(stack.task(&task.id).await?.state(), TaskState::Failed);
+    Ok(())
+}
