@@ -42,7 +42,7 @@ pub use db::TestDb;
 pub use grpc::{connect_health, connect_lease, connect_tasks, create_task, wait_for_task_state};
 pub use ha_cluster::HaCluster;
 pub use pg_cluster::PgCluster;
-pub use poll::until;
+pub use poll::{until, until_moved_to_history};
 pub use process::{
     herald_binary, ExecutorBuilder, ExecutorProcess, SchedulerBuilder, SchedulerProcess,
     READY_TIMEOUT,

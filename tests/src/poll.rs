@@ -24,3 +24,19 @@ where
     }
     Ok(())
 }
+
+/// Waits until task `id` has left `herald.tasks` for the history (migration V28), which the
+/// retention job does once the task has been finished for `HERALD_HISTORY_AFTER`.
+pub async fn until_moved_to_history(sql: &tokio_postgres::Client, id: &str) -> Result<()> {
+    until(&format!("task {id} to move into the history"), || async {
+        let row = sql
+            .query_one(
+                "SELECT (SELECT count(*) FROM herald.tasks WHERE id::text = $1) AS hot,
+                        (SELECT count(*) FROM herald.task_history WHERE id::text = $1) AS moved",
+                &[&id],
+            )
+            .await?;
+        Ok(row.get::<_, i64>("hot") == 0 && row.get::<_, i64>("moved") == 1)
+    })
+    .await
+}

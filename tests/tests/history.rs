@@ -14,7 +14,8 @@ use herald_proto::v1::{
 };
 use herald_tests::lease::{result, ScriptedExecutor};
 use herald_tests::{
-    connect_tasks, create_task, task_spec, until, SchedulerProcess, TaskSpecExt, TestDb,
+    connect_tasks, create_task, task_spec, until, until_moved_to_history, SchedulerProcess,
+    TaskSpecExt, TestDb,
 };
 use tonic::transport::Channel;
 use tonic::Code;
@@ -55,15 +56,6 @@ async fn rows(sql: &tokio_postgres::Client, table: &str, id: &str) -> Result<i64
         .get(0))
 }
 
-/// Waits until task `id` is in the history and no longer in the hot table.
-async fn wait_moved(sql: &tokio_postgres::Client, id: &str) -> Result<()> {
-    until(&format!("task {id} to move into the history"), || async {
-        Ok(rows(sql, "herald.tasks", id).await? == 0
-            && rows(sql, "herald.task_history", id).await? == 1)
-    })
-    .await
-}
-
 async fn get(client: &mut Client, id: &str) -> Result<Task> {
     Ok(client
         .get_task(GetTaskRequest { id: id.into() })
@@ -91,7 +83,7 @@ async fn finished_tasks_move_into_the_history_and_every_read_still_finds_them() 
         .context("no task")?;
     let mut exec = ScriptedExecutor::connect(&scheduler.grpc_url(), "history-1", &[], 1).await?;
     assert_eq!(run_once(&mut exec, OutcomeClass::Ok).await?, sent.id);
-    wait_moved(&sql, &sent.id).await?;
+    until_moved_to_history(&sql, &sent.id).await?;
     assert_eq!(
         rows(&sql, "herald.attempts", &sent.id).await?,
         0,
@@ -169,7 +161,7 @@ async fn a_failed_task_in_the_history_is_retried_and_sent_again() -> Result<()> 
         .context("no task")?;
     let mut exec = ScriptedExecutor::connect(&scheduler.grpc_url(), "history-2", &[], 1).await?;
     run_once(&mut exec, OutcomeClass::Permanent).await?;
-    wait_moved(&sql, &created.id).await?;
+    until_moved_to_history(&sql, &created.id).await?;
     assert_eq!(
         get(&mut client, &created.id).await?.state(),
         TaskState::Failed
@@ -199,7 +191,7 @@ async fn a_failed_task_in_the_history_is_retried_and_sent_again() -> Result<()> 
         "the retry is a new attempt, fenced past the first"
     );
     exec.report(vec![result(&lease, OutcomeClass::Ok)]).await?;
-    wait_moved(&sql, &created.id).await?;
+    until_moved_to_history(&sql, &created.id).await?;
     let task = get(&mut client, &created.id).await?;
     assert_eq!(task.state(), TaskState::Succeeded);
     let attempts = client
@@ -236,7 +228,7 @@ async fn history_partitions_past_the_retention_are_dropped_with_their_tasks() ->
             id: created.id.clone(),
         })
         .await?;
-    wait_moved(&sql, &created.id).await?;
+    until_moved_to_history(&sql, &created.id).await?;
     let partition: String = sql
         .query_one(
             "SELECT tableoid::regclass::text FROM herald.task_history WHERE id::text = $1",
@@ -288,7 +280,7 @@ async fn a_bulk_retry_selects_and_re_drives_failed_tasks_in_the_history() -> Res
     )
     .await?;
     for id in &ids {
-        wait_moved(&sql, id).await?;
+        until_moved_to_history(&sql, id).await?;
     }
 
     let retry = |dry_run| StartBulkOperationRequest {

@@ -3,29 +3,6 @@
 
 use super::*;
 
-/// Waits until task `id` has left `herald.tasks` for the history.
-async fn wait_moved(db: &TestDb, id: &str) -> Result<()> {
-    let sql = db.connect().await?;
-    herald_tests::until(&format!("task {id} to move into the history"), || async {
-        let hot: i64 = sql
-            .query_one(
-                "SELECT count(*) FROM herald.tasks WHERE id::text = $1",
-                &[&id],
-            )
-            .await?
-            .get(0);
-        let moved: i64 = sql
-            .query_one(
-                "SELECT count(*) FROM herald.task_history WHERE id::text = $1",
-                &[&id],
-            )
-            .await?
-            .get(0);
-        Ok(hot == 0 && moved == 1)
-    })
-    .await
-}
-
 #[tokio::test]
 async fn a_late_failure_for_a_task_in_the_history_ends_it_failed() -> Result<()> {
     let mut stack = Stack::start_with(|b| {
@@ -42,7 +19,8 @@ async fn a_late_failure_for_a_task_in_the_history_ends_it_failed() -> Result<()>
             t.state() == TaskState::Succeeded && state(t) == DeliveryState::Accepted
         })
         .await?;
-    wait_moved(&stack.db, &task.id).await?;
+    let sql = stack.db.connect().await?;
+    herald_tests::until_moved_to_history(&sql, &task.id).await?;
     let wamid = stack.wamid(&task)?;
 
     let late = status_of(&task, &wamid, Callback::Failed(131026));
@@ -62,7 +40,7 @@ async fn a_late_failure_for_a_task_in_the_history_ends_it_failed() -> Result<()>
     );
     assert_eq!(state(&task), DeliveryState::FailedAfterAcceptance);
     // And it leaves again, FAILED.
-    wait_moved(&stack.db, &task.id).await?;
+    herald_tests::until_moved_to_history(&sql, &task.id).await?;
     assert_eq!(stack.task(&task.id).await?.state(), TaskState::Failed);
     Ok(())
 }
