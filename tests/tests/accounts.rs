@@ -81,7 +81,7 @@ async fn sends(db: &TestDb) -> Result<Vec<Send>> {
     let rows = conn
         .query(
             "SELECT a.account, t.recipient, a.leased_at, a.finished_at
-             FROM herald.attempts a JOIN herald.tasks t ON t.id = a.task_id
+             FROM herald.attempt_records a JOIN herald.task_records t ON t.id = a.task_id
              WHERE a.account IS NOT NULL ORDER BY a.leased_at",
             &[],
         )
@@ -488,7 +488,7 @@ async fn the_daily_cap_counts_in_the_accounts_time_zone_and_resets_at_its_midnig
     let conn = db.connect().await?;
     let scheduled: i64 = conn
         .query_one(
-            "SELECT count(*) FROM herald.tasks WHERE state = 'scheduled'",
+            "SELECT count(*) FROM herald.task_records WHERE state = 'scheduled'",
             &[],
         )
         .await?

@@ -340,7 +340,7 @@ async fn a_birthday_schedule_greets_todays_birthdays_in_their_own_zones_once() -
     // Each task remembers the audience it was made for (TaskFilter.audience_id).
     let untagged: i64 = conn
         .query_one(
-            "SELECT count(*) FROM herald.tasks
+            "SELECT count(*) FROM herald.task_records
              WHERE schedule_id = 'birthdays' AND audience_id IS DISTINCT FROM 'staff'",
             &[],
         )
@@ -818,7 +818,7 @@ async fn audience_tasks(db: &TestDb, audience: &str) -> Result<(i64, i64)> {
         .await?
         .query_one(
             "SELECT count(*) AS tasks, count(DISTINCT recipient) AS recipients
-             FROM herald.tasks WHERE audience_id = $1",
+             FROM herald.task_records WHERE audience_id = $1",
             &[&audience],
         )
         .await?;

@@ -186,7 +186,7 @@ async fn a_warm_up_ramp_raises_the_daily_cap_day_by_day_over_ten_days() -> Resul
         assert_eq!(room(&conn, "fresh").await?.0, 0, "day {day}: cap reached");
         let leased: i64 = conn
             .query_one(
-                "SELECT count(*) AS n FROM herald.tasks WHERE lease_count > 0",
+                "SELECT count(*) AS n FROM herald.task_records WHERE lease_count > 0",
                 &[],
             )
             .await?
@@ -250,7 +250,7 @@ async fn gapped_pool(
 async fn grant_gaps_ms(conn: &tokio_postgres::Client, sends: usize) -> Result<Vec<i64>> {
     let mut times: Vec<DateTime<Utc>> = conn
         .query(
-            "SELECT leased_at FROM herald.tasks WHERE lease_count > 0 ORDER BY leased_at",
+            "SELECT leased_at FROM herald.task_records WHERE lease_count > 0 ORDER BY leased_at",
             &[],
         )
         .await?
@@ -276,7 +276,7 @@ async fn gaps_are_never_below_the_minimum_and_visibly_irregular() -> Result<()> 
         report(&exec, &granted, OutcomeClass::Ok).await?;
         let row = conn
             .query_one(
-                "SELECT a.next_send_at, t.leased_at FROM herald.accounts a, herald.tasks t
+                "SELECT a.next_send_at, t.leased_at FROM herald.accounts a, herald.task_records t
                  WHERE a.id = 'human' AND t.id = $1::text::uuid",
                 &[&granted[0].task_id],
             )
@@ -411,7 +411,7 @@ async fn a_send_window_across_midnight_holds_tasks_in_each_recipients_zone() -> 
     // Due now, but outside their windows: moved to each opening, spread over its first 10 min.
     wait_for_count(
         &conn,
-        "SELECT count(*) AS n FROM herald.tasks WHERE run_at > '2030-01-10T12:30:00Z'",
+        "SELECT count(*) AS n FROM herald.task_records WHERE run_at > '2030-01-10T12:30:00Z'",
         20,
     )
     .await?;
@@ -420,7 +420,7 @@ async fn a_send_window_across_midnight_holds_tasks_in_each_recipients_zone() -> 
         async move {
             let rows = conn
                 .query(
-                    "SELECT run_at, state::text AS state, lease_count FROM herald.tasks
+                    "SELECT run_at, state::text AS state, lease_count FROM herald.task_records
                      WHERE window_zone = $1",
                     &[&zone],
                 )
@@ -472,7 +472,7 @@ async fn a_send_window_across_midnight_holds_tasks_in_each_recipients_zone() -> 
     report(&exec, &late, OutcomeClass::Ok).await?;
     let waiting: i64 = conn
         .query_one(
-            "SELECT count(*) AS n FROM herald.tasks
+            "SELECT count(*) AS n FROM herald.task_records
              WHERE window_zone = 'America/New_York' AND state = 'scheduled'",
             &[],
         )
@@ -507,7 +507,7 @@ async fn a_routed_task_outside_its_window_waits_for_the_opening() -> Result<()> 
     let mut exec = ScriptedExecutor::connect(&url, "routed", &[], 5).await?;
     wait_for_count(
         &conn,
-        "SELECT count(*) AS n FROM herald.tasks WHERE run_at >= '2030-01-10T13:00:00Z'
+        "SELECT count(*) AS n FROM herald.task_records WHERE run_at >= '2030-01-10T13:00:00Z'
            AND run_at < '2030-01-10T13:10:00Z' AND lease_count = 0",
         1,
     )
@@ -569,7 +569,7 @@ async fn the_tier_caps_new_conversations_over_a_rolling_day_and_replies_do_not_c
     assert_eq!(room(&conn, "tiered").await?.1, 0, "the tier is full");
     let waiting: i64 = conn
         .query_one(
-            "SELECT count(*) AS n FROM herald.tasks WHERE state = 'scheduled'",
+            "SELECT count(*) AS n FROM herald.task_records WHERE state = 'scheduled'",
             &[],
         )
         .await?
@@ -810,7 +810,7 @@ async fn an_account_failing_past_its_threshold_pauses_itself_and_notifies() -> R
         .connect()
         .await?
         .query_one(
-            "SELECT count(*) AS n FROM herald.tasks WHERE lease_count > 0",
+            "SELECT count(*) AS n FROM herald.task_records WHERE lease_count > 0",
             &[],
         )
         .await?
@@ -1024,14 +1024,14 @@ async fn the_tier_and_the_ramp_hold_across_two_replicas_and_two_executors() -> R
     let _e1 = ScriptedExecutor::connect(&s1.grpc_url(), "exec-1", &[], 300).await?;
     let _e2 = ScriptedExecutor::connect(&s2.grpc_url(), "exec-2", &[], 300).await?;
 
-    let leased = "SELECT count(*) AS n FROM herald.tasks WHERE lease_count > 0";
+    let leased = "SELECT count(*) AS n FROM herald.task_records WHERE lease_count > 0";
     wait_for_count(&conn, leased, 290).await?;
     // Nothing more can be granted today: both accounts are at their limits.
     assert_eq!(room(&conn, "tiered").await?.1, 0);
     assert_eq!(room(&conn, "ramped").await?.0, 0);
     let per_account: Vec<(String, i64)> = conn
         .query(
-            "SELECT account_id, count(*) AS n FROM herald.tasks WHERE lease_count > 0
+            "SELECT account_id, count(*) AS n FROM herald.task_records WHERE lease_count > 0
              GROUP BY 1 ORDER BY 1",
             &[],
         )

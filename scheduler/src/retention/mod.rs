@@ -43,6 +43,50 @@ pub struct Retention {
     pub history_partition: Duration,
 }
 
+/// At most this many history partition pairs within the task retention: each is two tables
+/// and their indexes, and every query on the history plans over all of them.
+pub const MAX_HISTORY_PARTITIONS: u128 = 1_000;
+
+impl Retention {
+    /// The retention settings of `config`.
+    pub fn of(config: &crate::config::Config) -> Self {
+        Retention {
+            tasks: config.task_retention,
+            keys: config.idempotency_retention,
+            interval: config.retention_interval,
+            history_after: config.history_after,
+            history_partition: config.history_partition,
+        }
+    }
+
+    /// Refuses a partition width under a second, or so narrow that the task retention would
+    /// take more than [`MAX_HISTORY_PARTITIONS`] of them.
+    pub fn check(&self) -> Result<(), String> {
+        let width = self.history_partition.as_millis();
+        if width < 1_000 {
+            return Err(format!(
+                "HERALD_HISTORY_PARTITION is {:?}; it must be at least 1s",
+                self.history_partition
+            ));
+        }
+        let partitions = self.tasks.as_millis().div_ceil(width);
+        if partitions > MAX_HISTORY_PARTITIONS {
+            return Err(format!(
+                "HERALD_HISTORY_PARTITION {:?} would split HERALD_TASK_RETENTION {:?} into \
+                 {partitions} partitions; at most {MAX_HISTORY_PARTITIONS} are allowed, so make \
+                 it at least {:?}",
+                self.history_partition,
+                self.tasks,
+                Duration::from_millis(
+                    u64::try_from(self.tasks.as_millis().div_ceil(MAX_HISTORY_PARTITIONS))
+                        .unwrap_or(u64::MAX)
+                )
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// Runs until `shutdown`.
 pub async fn run(store: Store, retention: Retention, shutdown: CancellationToken) {
     let mut archive_from = LowWater::new(retention.interval);
@@ -174,4 +218,42 @@ async fn prune(
         .retention()
         .prune(r.tasks, r.keys, BATCH, from)
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn retention(tasks: Duration, partition: Duration) -> Retention {
+        Retention {
+            tasks,
+            keys: tasks,
+            interval: Duration::from_secs(60),
+            history_after: Duration::from_secs(600),
+            history_partition: partition,
+        }
+    }
+
+    #[test]
+    fn the_defaults_pass() {
+        let day = Duration::from_secs(86_400);
+        assert_eq!(retention(day * 7, day).check(), Ok(()));
+    }
+
+    #[test]
+    fn a_partition_under_a_second_is_refused() {
+        let err = retention(Duration::from_secs(60), Duration::from_millis(500))
+            .check()
+            .unwrap_err();
+        assert!(err.contains("at least 1s"), "{err}");
+    }
+
+    #[test]
+    fn too_many_partitions_within_the_retention_are_refused_naming_the_least_width() {
+        let err = retention(Duration::from_secs(7 * 86_400), Duration::from_secs(60))
+            .check()
+            .unwrap_err();
+        assert!(err.contains("10080 partitions"), "{err}");
+        assert!(err.contains("at least 604.8s"), "{err}");
+    }
 }

@@ -82,13 +82,7 @@ pub(super) fn start(replica: &Replica, config: &Config, notifier: Option<Notifie
     ));
     jobs.spawn(crate::retention::run(
         store.clone(),
-        crate::retention::Retention {
-            tasks: config.task_retention,
-            keys: config.idempotency_retention,
-            interval: config.retention_interval,
-            history_after: config.history_after,
-            history_partition: config.history_partition,
-        },
+        crate::retention::Retention::of(config),
         stop.clone(),
     ));
     jobs

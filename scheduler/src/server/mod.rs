@@ -79,6 +79,9 @@ pub enum ServeError {
     /// HERALD_DUPLICATE_CONTENT_WINDOWS does not parse.
     #[error("invalid HERALD_DUPLICATE_CONTENT_WINDOWS: {0}")]
     DuplicateWindows(String),
+    /// The history partition width does not fit the task retention.
+    #[error("invalid retention settings: {0}")]
+    Retention(String),
 }
 
 /// What the running parts of a replica share.
@@ -129,6 +132,9 @@ pub async fn run(
     let duplicate_windows =
         crate::tasks::duplicates::DuplicateWindows::parse(&config.duplicate_content_windows)
             .map_err(ServeError::DuplicateWindows)?;
+    crate::retention::Retention::of(&config)
+        .check()
+        .map_err(ServeError::Retention)?;
     let (source_policy, source_roots) =
         crate::schedule::source::address_policy(&config).map_err(ServeError::Sources)?;
     let sources = Sources::new(
