@@ -344,3 +344,78 @@ async fn a_bulk_retry_selects_and_re_drives_failed_tasks_in_the_history() -> Res
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn a_retry_that_meets_its_task_mid_move_waits_for_the_move_and_finds_it() -> Result<()> {
+    // The job never moves anything here: the move is made by hand, held open.
+    let (scheduler, db, mut client, sql) = env_with(&[("HERALD_HISTORY_AFTER", "1h")]).await?;
+    let created = create_task(
+        &mut client,
+        task_spec("default", "+15550005", "mid-move").with_max_attempts(1),
+    )
+    .await?;
+    let mut exec = ScriptedExecutor::connect(&scheduler.grpc_url(), "history-5", &[], 1).await?;
+    run_once(&mut exec, OutcomeClass::Permanent).await?;
+
+    until(
+        "the retention job to make the history's partitions",
+        || async {
+            Ok(sql
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM herald.history_partitions
+                                WHERE lower <= herald.now() AND upper > herald.now())",
+                    &[],
+                )
+                .await?
+                .get(0))
+        },
+    )
+    .await?;
+    // What archive_tasks.sql does to one task, not yet committed.
+    let mut mover = db.connect().await?;
+    let moving = mover.transaction().await?;
+    moving
+        .execute(
+            "WITH moved AS (DELETE FROM herald.tasks WHERE id::text = $1 RETURNING *),
+                  tasks_out AS (INSERT INTO herald.task_history SELECT * FROM moved),
+                  attempts_moved AS (
+                      DELETE FROM herald.attempts a USING moved m WHERE a.task_id = m.id
+                      RETURNING jsonb_populate_record(
+                          a, jsonb_build_object('task_finished_at', m.finished_at)) AS r)
+             INSERT INTO herald.attempt_history SELECT (r).* FROM attempts_moved",
+            &[&created.id],
+        )
+        .await?;
+
+    let mut retrier = client.clone();
+    let id = created.id.clone();
+    let retry = tokio::spawn(async move {
+        retrier
+            .retry_task(RetryTaskRequest {
+                id,
+                ..RetryTaskRequest::default()
+            })
+            .await
+    });
+    until("the retry to wait for the move's row lock", || async {
+        Ok(sql
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE NOT granted)",
+                &[],
+            )
+            .await?
+            .get(0))
+    })
+    .await?;
+    moving.commit().await?;
+
+    let retried = retry.await??.into_inner();
+    assert_eq!(
+        retried.state(),
+        TaskState::Scheduled,
+        "the retry found the task in the history once the move committed"
+    );
+    assert_eq!(rows(&sql, "herald.tasks", &created.id).await?, 1);
+    assert_eq!(rows(&sql, "herald.task_history", &created.id).await?, 0);
+    Ok(())
+}

@@ -99,8 +99,14 @@ $$;
 -- the rows it inserts are invisible to the retention job until that commits, so the job cannot
 -- move them out again in between. A task that stays finished is moved out again later. Its
 -- idempotency key is kept again while the task is hot. Returns the tasks brought back.
+-- First it locks those still in herald.tasks: a move of one under way (deleted from the hot
+-- table, not yet committed into the history, so invisible to both look-ups) is waited for,
+-- and the second statement, with a snapshot of its own, then finds the task in the history;
+-- without the wait the writer would find it nowhere and its change would be lost. The lock
+-- also keeps the job from moving those rows until the writer commits.
 CREATE OR REPLACE FUNCTION herald.restore_tasks(p_ids uuid[]) RETURNS SETOF uuid
 LANGUAGE sql AS $$
+    SELECT 1 FROM herald.tasks WHERE id = ANY (p_ids) FOR UPDATE;
     WITH back AS (
         DELETE FROM herald.task_history h WHERE h.id = ANY (p_ids) RETURNING h.*
     ),
