@@ -419,3 +419,33 @@ async fn a_retry_that_meets_its_task_mid_move_waits_for_the_move_and_finds_it() 
     assert_eq!(rows(&sql, "herald.task_history", &created.id).await?, 0);
     Ok(())
 }
+
+#[tokio::test]
+async fn a_partition_width_that_does_not_fit_the_retention_stops_the_scheduler() -> Result<()> {
+    let db = TestDb::new().await?;
+    for (width, says) in [("500ms", "at least 1s"), ("1m", "10080 partitions")] {
+        let refused = SchedulerProcess::builder(&db)
+            .env("HERALD_HISTORY_PARTITION", width)
+            .spawn()
+            .await;
+        let message = match refused {
+            Ok(_) => anyhow::bail!("HERALD_HISTORY_PARTITION={width} was accepted"),
+            Err(e) => format!("{e:#}"),
+        };
+        assert!(
+            message.contains("HERALD_HISTORY_PARTITION") && message.contains(says),
+            "{width}: {message}"
+        );
+    }
+    let tables: i64 = db
+        .connect()
+        .await?
+        .query_one(
+            "SELECT count(*) FROM pg_tables WHERE schemaname = 'herald'",
+            &[],
+        )
+        .await?
+        .get(0);
+    assert_eq!(tables, 0, "refused before touching the database");
+    Ok(())
+}
