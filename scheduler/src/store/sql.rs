@@ -27,6 +27,12 @@ macro_rules! statement {
 }
 pub(crate) use statement;
 
+/// A duration as the whole milliseconds the statements take (`$n::bigint * interval '1
+/// millisecond'`); one too long for a bigint is the largest.
+pub fn millis(d: std::time::Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
 /// Parameters of a statement, as tokio-postgres takes them.
 pub type Params<'a> = [&'a (dyn ToSql + Sync)];
 

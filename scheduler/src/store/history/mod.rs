@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 use uuid::Uuid;
 
-use super::sql::{column, statement, Statement};
+use super::sql::{column, millis, statement, Statement};
 use super::{repository, StoreError};
 
 repository!(
@@ -40,10 +40,6 @@ pub struct Archived {
     pub tasks: u64,
     /// The latest end time of a task moved, where the next batch's walk can start.
     pub through: Option<DateTime<Utc>>,
-}
-
-fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 impl<C: GenericClient> HistoryRepo<'_, C> {
@@ -134,6 +130,13 @@ impl<C: GenericClient> HistoryRepo<'_, C> {
             .iter()
             .map(|r| column(r, "suffix"))
             .collect::<Result<_, _>>()?;
+        if !expired.is_empty() {
+            self.ddl(&format!(
+                "SET lock_timeout = {}",
+                lock_timeout.as_millis().max(1)
+            ))
+            .await?;
+        }
         let mut dropped = 0;
         for suffix in expired {
             // Ours (digits of an instant), but checked: it becomes part of DDL text.
@@ -150,23 +153,23 @@ impl<C: GenericClient> HistoryRepo<'_, C> {
                 .iter()
                 .map(|t| format!("{t}_{suffix}"))
                 .collect();
-            let attached = ATTACHED_PARTITIONS.query(self.db, &[&names]).await?;
-            let mut ddl = format!("SET lock_timeout = {};", lock_timeout.as_millis().max(1));
-            for row in &attached {
-                let name: String = column(row, "name")?;
-                let pending: bool = column(row, "detach_pending")?;
-                let parent = if name.starts_with("task_") {
-                    HISTORY_TABLES[0]
-                } else {
-                    HISTORY_TABLES[1]
-                };
-                // One statement per batch: CONCURRENTLY may not run in a transaction block,
-                // and a multi-statement batch is one.
-                let how = if pending { "FINALIZE" } else { "CONCURRENTLY" };
-                self.ddl(&ddl).await?;
-                ddl = format!("ALTER TABLE herald.{parent} DETACH PARTITION herald.{name} {how}");
-                self.ddl(&ddl).await?;
-                ddl = String::new();
+            let attached: Vec<(String, bool)> = ATTACHED_PARTITIONS
+                .query(self.db, &[&names])
+                .await?
+                .iter()
+                .map(|r| Ok((column(r, "name")?, column(r, "detach_pending")?)))
+                .collect::<Result<_, StoreError>>()?;
+            for (parent, name) in HISTORY_TABLES.iter().zip(&names) {
+                // A table no longer attached was detached by a pass cut short: only the drop
+                // below is left for it. One statement per batch: CONCURRENTLY may not run in a
+                // transaction block, and a multi-statement batch is one.
+                if let Some((_, pending)) = attached.iter().find(|(n, _)| n == name) {
+                    let how = if *pending { "FINALIZE" } else { "CONCURRENTLY" };
+                    self.ddl(&format!(
+                        "ALTER TABLE herald.{parent} DETACH PARTITION herald.{name} {how}"
+                    ))
+                    .await?;
+                }
             }
             for name in &names {
                 self.ddl(&format!("DROP TABLE IF EXISTS herald.{name}"))
@@ -179,9 +182,6 @@ impl<C: GenericClient> HistoryRepo<'_, C> {
     }
 
     async fn ddl(&self, sql: &str) -> Result<(), StoreError> {
-        if sql.is_empty() {
-            return Ok(());
-        }
         self.db
             .batch_execute(sql)
             .await
@@ -189,16 +189,11 @@ impl<C: GenericClient> HistoryRepo<'_, C> {
     }
 
     /// Brings the tasks among `ids` that are in the history back into `herald.tasks`, so the
-    /// write that follows in the same transaction finds them; returns those it brought back.
-    pub async fn restore(&self, ids: &[Uuid]) -> Result<Vec<Uuid>, StoreError> {
-        if ids.is_empty() {
-            return Ok(Vec::new());
+    /// write that follows in the same transaction finds them.
+    pub async fn restore(&self, ids: &[Uuid]) -> Result<(), StoreError> {
+        if !ids.is_empty() {
+            RESTORE_TASKS.execute(self.db, &[&ids]).await?;
         }
-        RESTORE_TASKS
-            .query(self.db, &[&ids])
-            .await?
-            .iter()
-            .map(|r| column(r, "id"))
-            .collect()
+        Ok(())
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use deadpool_postgres::GenericClient;
 use uuid::Uuid;
 
-use super::sql::{column, statement, Statement};
+use super::sql::{column, millis as ms, statement, Statement};
 use super::{repository, StoreError};
 
 repository!(
@@ -45,10 +45,6 @@ pub struct PendingNotification {
     pub payload: serde_json::Value,
     /// Delivery tries so far, this one included.
     pub attempts: i32,
-}
-
-fn ms(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 impl<C: GenericClient> NotificationRepo<'_, C> {

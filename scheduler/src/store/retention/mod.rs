@@ -6,7 +6,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 
-use super::sql::{column, statement, Statement};
+use super::sql::{column, millis, statement, Statement};
 use super::{repository, StoreError};
 
 repository!(
@@ -47,8 +47,8 @@ impl<C: GenericClient> RetentionRepo<'_, C> {
         batch: i64,
         tasks_from: Option<DateTime<Utc>>,
     ) -> Result<Pruned, StoreError> {
-        let task_ms = i64::try_from(task_retention.as_millis()).unwrap_or(i64::MAX);
-        let key_ms = i64::try_from(key_retention.as_millis()).unwrap_or(i64::MAX);
+        let task_ms = millis(task_retention);
+        let key_ms = millis(key_retention);
         let row = PRUNE_TASKS
             .query_one(self.db, &[&task_ms, &key_ms, &batch, &tasks_from])
             .await?;
