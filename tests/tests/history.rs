@@ -63,6 +63,31 @@ async fn get(client: &mut Client, id: &str) -> Result<Task> {
         .into_inner())
 }
 
+/// Creates a task to `recipient`, cancels it and waits for it to move into the history;
+/// returns its id and the tables of its partition pair (task_history, attempt_history).
+async fn a_moved_task(
+    client: &mut Client,
+    sql: &tokio_postgres::Client,
+    recipient: &str,
+) -> Result<(String, String, String)> {
+    let created = create_task(client, task_spec("default", recipient, "ended")).await?;
+    client
+        .cancel_task(CancelTaskRequest {
+            id: created.id.clone(),
+        })
+        .await?;
+    until_moved_to_history(sql, &created.id).await?;
+    let partition: String = sql
+        .query_one(
+            "SELECT tableoid::regclass::text FROM herald.task_history WHERE id::text = $1",
+            &[&created.id],
+        )
+        .await?
+        .get(0);
+    let attempts_partition = partition.replace("task_history_", "attempt_history_");
+    Ok((created.id, partition, attempts_partition))
+}
+
 /// Runs one task to the end through a scripted executor: leased, then reported `outcome`.
 async fn run_once(exec: &mut ScriptedExecutor, outcome: OutcomeClass) -> Result<String> {
     let lease = exec.leases(1).await?.remove(0);
@@ -215,32 +240,11 @@ async fn history_partitions_past_the_retention_are_dropped_with_their_tasks() ->
         ("HERALD_HISTORY_PARTITION", "1s"),
     ])
     .await?;
-    let created = client
-        .create_task(herald_proto::v1::CreateTaskRequest {
-            task: Some(task_spec("default", "+15550003", "gone")),
-        })
-        .await?
-        .into_inner()
-        .task
-        .context("no task")?;
-    client
-        .cancel_task(CancelTaskRequest {
-            id: created.id.clone(),
-        })
-        .await?;
-    until_moved_to_history(&sql, &created.id).await?;
-    let partition: String = sql
-        .query_one(
-            "SELECT tableoid::regclass::text FROM herald.task_history WHERE id::text = $1",
-            &[&created.id],
-        )
-        .await?
-        .get(0);
+    let (id, partition, attempts_partition) = a_moved_task(&mut client, &sql, "+15550003").await?;
 
     // What a drop cut short leaves behind is finished by a later pass: a partition already
     // detached (here the task's attempts' one, by hand), and the record of a pair whose tables
     // are gone.
-    let attempts_partition = partition.replace("task_history_", "attempt_history_");
     sql.batch_execute(&format!(
         "ALTER TABLE herald.attempt_history DETACH PARTITION {attempts_partition};
          INSERT INTO herald.history_partitions (lower, upper, suffix)
@@ -263,13 +267,99 @@ async fn history_partitions_past_the_retention_are_dropped_with_their_tasks() ->
     )
     .await?;
     let status = client
-        .get_task(GetTaskRequest {
-            id: created.id.clone(),
-        })
+        .get_task(GetTaskRequest { id })
         .await
         .err()
         .context("a task past its retention must be gone")?;
     assert_eq!(status.code(), Code::NotFound);
+    Ok(())
+}
+
+/// A concurrent detach cut short between its two transactions (the scheduler killed, the
+/// statement cancelled) leaves its partition "detach pending": attached in the catalog but no
+/// longer routed to. Retention finishes it with `DETACH … FINALIZE` when it drops the pair.
+#[tokio::test]
+async fn a_detach_cut_short_is_finished_when_its_partition_is_dropped() -> Result<()> {
+    let (_scheduler, db, mut client, sql) = env_with(&[
+        ("HERALD_TASK_RETENTION", "1h"),
+        ("HERALD_HISTORY_PARTITION", "10s"),
+    ])
+    .await?;
+    let (_, partition, attempts_partition) = a_moved_task(&mut client, &sql, "+15550004").await?;
+    // An older pair, which a pass reaches first in age order: its detach fails while another
+    // partition of the same parent is pending, so the pending one must go before it.
+    sql.execute(
+        "SELECT herald.ensure_history_partitions(herald.now() - interval '30 minutes',
+                    herald.now() - interval '29 minutes 55 seconds', interval '10 seconds',
+                    interval '2 seconds')",
+        &[],
+    )
+    .await?;
+    let older: String = sql
+        .query_one(
+            "SELECT format('herald.%I', 'task_history_' || suffix) FROM herald.history_partitions
+             WHERE upper <= herald.now() - interval '29 minutes' ORDER BY lower LIMIT 1",
+            &[],
+        )
+        .await?
+        .get(0);
+
+    // A reader of the history holds the detach in its second transaction, where it is
+    // cancelled: the state a crash between the two transactions leaves.
+    let reader = db.connect().await?;
+    reader
+        .batch_execute(
+            "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM herald.task_history",
+        )
+        .await?;
+    let detacher = db.connect().await?;
+    let detach =
+        format!("ALTER TABLE herald.task_history DETACH PARTITION {partition} CONCURRENTLY");
+    let detaching = tokio::spawn(async move { detacher.batch_execute(&detach).await });
+    let pending = || async {
+        Ok(sql
+            .query_one(
+                "SELECT coalesce(bool_or(inhdetachpending), false) FROM pg_inherits
+                 WHERE inhrelid = to_regclass($1)",
+                &[&partition],
+            )
+            .await?
+            .get::<_, bool>(0))
+    };
+    until("the detach to wait for the reader", &pending).await?;
+    sql.execute(
+        "SELECT pg_cancel_backend(pid) FROM pg_stat_activity
+         WHERE query LIKE 'ALTER TABLE herald.task_history DETACH%' AND pid <> pg_backend_pid()",
+        &[],
+    )
+    .await?;
+    assert!(
+        detaching.await?.is_err(),
+        "the detach was cancelled in its second transaction"
+    );
+    reader.batch_execute("COMMIT").await?;
+    assert!(pending().await?, "the partition is left detach pending");
+
+    // Past the retention, the next pass finishes the detach and drops the pair.
+    sql.execute("SELECT herald.set_test_clock(interval '2 hours')", &[])
+        .await?;
+    until(
+        "the half-detached pair and the older one to be dropped",
+        || async {
+            Ok(sql
+                .query_one(
+                    "SELECT to_regclass($1) IS NULL AND to_regclass($2) IS NULL
+                    AND to_regclass($3) IS NULL
+                    AND NOT EXISTS (SELECT 1 FROM herald.history_partitions
+                                    WHERE format('herald.%I', 'task_history_' || suffix)
+                                          IN ($1, $3))",
+                    &[&partition, &attempts_partition, &older],
+                )
+                .await?
+                .get(0))
+        },
+    )
+    .await?;
     Ok(())
 }
 

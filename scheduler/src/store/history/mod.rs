@@ -2,6 +2,7 @@
 //! time-partitioned history tables (migration V28), whole partitions of which retention drops;
 //! and the way back for a write meant for a finished task.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -31,6 +32,14 @@ const UNLOCK_PARTITIONS: Statement = statement!("unlock_partitions");
 
 /// The partitioned history tables; each partition pair is `<table>_<suffix>`.
 const HISTORY_TABLES: [&str; 2] = ["task_history", "attempt_history"];
+
+/// The tables of the partition pair `suffix`, in [`HISTORY_TABLES`] order.
+fn pair_names(suffix: &str) -> Vec<String> {
+    HISTORY_TABLES
+        .iter()
+        .map(|table| format!("{table}_{suffix}"))
+        .collect()
+}
 const RESTORE_TASKS: Statement = statement!("restore_tasks");
 
 /// What one archive batch moved.
@@ -124,19 +133,35 @@ impl<C: GenericClient> HistoryRepo<'_, C> {
         task_retention: Duration,
         lock_timeout: Duration,
     ) -> Result<u64, StoreError> {
-        let expired: Vec<String> = EXPIRED_PARTITIONS
+        let mut expired: Vec<String> = EXPIRED_PARTITIONS
             .query(self.db, &[&millis(task_retention)])
             .await?
             .iter()
             .map(|r| column(r, "suffix"))
             .collect::<Result<_, _>>()?;
-        if !expired.is_empty() {
-            self.ddl(&format!(
-                "SET lock_timeout = {}",
-                lock_timeout.as_millis().max(1)
-            ))
-            .await?;
+        if expired.is_empty() {
+            return Ok(0);
         }
+        self.ddl(&format!(
+            "SET lock_timeout = {}",
+            lock_timeout.as_millis().max(1)
+        ))
+        .await?;
+        let all_names: Vec<String> = expired.iter().flat_map(|s| pair_names(s)).collect();
+        // Each table still attached, and whether a detach of it was started and not finished.
+        let attached: HashMap<String, bool> = ATTACHED_PARTITIONS
+            .query(self.db, &[&all_names])
+            .await?
+            .iter()
+            .map(|r| Ok((column(r, "name")?, column(r, "detach_pending")?)))
+            .collect::<Result<_, StoreError>>()?;
+        // A detach left pending (a pass cut short between its two transactions) makes every
+        // other concurrent detach from the same parent fail: the pairs holding one go first.
+        expired.sort_by_key(|suffix| {
+            !pair_names(suffix)
+                .iter()
+                .any(|name| attached.get(name) == Some(&true))
+        });
         let mut dropped = 0;
         for suffix in expired {
             // Ours (digits of an instant), but checked: it becomes part of DDL text.
@@ -149,21 +174,12 @@ impl<C: GenericClient> HistoryRepo<'_, C> {
                 &FORGET_PARTITION.query_one(self.db, &[&suffix]).await?,
                 "tasks",
             )?;
-            let names: Vec<String> = HISTORY_TABLES
-                .iter()
-                .map(|t| format!("{t}_{suffix}"))
-                .collect();
-            let attached: Vec<(String, bool)> = ATTACHED_PARTITIONS
-                .query(self.db, &[&names])
-                .await?
-                .iter()
-                .map(|r| Ok((column(r, "name")?, column(r, "detach_pending")?)))
-                .collect::<Result<_, StoreError>>()?;
+            let names = pair_names(&suffix);
             for (parent, name) in HISTORY_TABLES.iter().zip(&names) {
                 // A table no longer attached was detached by a pass cut short: only the drop
                 // below is left for it. One statement per batch: CONCURRENTLY may not run in a
                 // transaction block, and a multi-statement batch is one.
-                if let Some((_, pending)) = attached.iter().find(|(n, _)| n == name) {
+                if let Some(pending) = attached.get(name) {
                     let how = if *pending { "FINALIZE" } else { "CONCURRENTLY" };
                     self.ddl(&format!(
                         "ALTER TABLE herald.{parent} DETACH PARTITION herald.{name} {how}"
