@@ -335,6 +335,45 @@ async fn higher_priority_is_leased_first() -> Result<()> {
     Ok(())
 }
 
+/// Creates `n` tasks on `queue`, due 10 s apart in creation order (the first `10·n` s ago), so
+/// a walk of the due index meets them in that order. `tag` keeps recipients apart.
+async fn due_in_order(
+    tasks: &mut TaskServiceClient<Channel>,
+    sql: &tokio_postgres::Client,
+    queue: &str,
+    n: usize,
+    tag: &str,
+) -> Result<Vec<String>> {
+    let mut ids = Vec::new();
+    for i in 0..n {
+        ids.push(create(tasks, task_spec(queue, &format!("+3{tag}{i}"), "walk")).await?);
+    }
+    let oldest = 10 * n as i32;
+    for (i, id) in ids.iter().enumerate() {
+        sql.execute(
+            "UPDATE herald.tasks SET run_at = now() - ($3::int - 10 * $2::int) * interval '1 second'
+             WHERE id = $1::text::uuid",
+            &[id, &(i as i32), &oldest],
+        )
+        .await?;
+    }
+    Ok(ids)
+}
+
+/// Holds the row of task `id` in a transaction of `sql`, as any other writer could.
+async fn hold_row<'a>(
+    sql: &'a mut tokio_postgres::Client,
+    id: &str,
+) -> Result<tokio_postgres::Transaction<'a>> {
+    let held = sql.transaction().await?;
+    held.execute(
+        "SELECT 1 FROM herald.tasks WHERE id = $1::text::uuid FOR UPDATE",
+        &[&id],
+    )
+    .await?;
+    Ok(held)
+}
+
 /// A claim lets the next one start its walk of the due index where it ended
 /// (scheduler/src/lease/due_marks.rs). A task the walk passed because another transaction held
 /// its row, and which becomes claimable without any announcement, lies below that start: it
@@ -346,26 +385,10 @@ async fn a_task_a_claim_walked_past_while_another_transaction_held_it_is_still_l
     let scheduler = SchedulerProcess::spawn(&db).await?;
     let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
     let queue = unique_id("q");
-    let mut ids = Vec::new();
-    for i in 0..5 {
-        ids.push(create(&mut tasks, task_spec(&queue, &format!("+30{i}"), "walk")).await?);
-    }
     let mut sql = db.connect().await?;
     // Due 50, 40, 30, 20 and 10 seconds ago, in creation order: the walk's order is known.
-    for (i, id) in ids.iter().enumerate() {
-        sql.execute(
-            "UPDATE herald.tasks SET run_at = now() - (50 - 10 * $2::int) * interval '1 second'
-             WHERE id = $1::text::uuid",
-            &[id, &(i as i32)],
-        )
-        .await?;
-    }
-    let held = sql.transaction().await?;
-    held.execute(
-        "SELECT 1 FROM herald.tasks WHERE id = $1::text::uuid FOR UPDATE",
-        &[&ids[0]],
-    )
-    .await?;
+    let ids = due_in_order(&mut tasks, &sql, &queue, 5, "0").await?;
+    let held = hold_row(&mut sql, &ids[0]).await?;
 
     let mut exec = ScriptedExecutor::connect(&scheduler.grpc_url(), "walker", &[], 2).await?;
     let mut first: Vec<String> = exec
@@ -401,6 +424,48 @@ async fn a_task_a_claim_walked_past_while_another_transaction_held_it_is_still_l
     Ok(())
 }
 
+/// The same with the dispatcher kept busy: every claim finds a new task, so its marks never
+/// grow old and its own walk from the oldest entry never comes. The task it passed is leased
+/// by the session's straggler claim, which walks from the oldest entry every few seconds.
+#[tokio::test]
+async fn a_task_walked_past_is_leased_by_the_straggler_claim_while_new_tasks_keep_coming(
+) -> Result<()> {
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
+    let queue = unique_id("q");
+    let mut sql = db.connect().await?;
+    let ids = due_in_order(&mut tasks, &sql, &queue, 3, "1").await?;
+    let held = hold_row(&mut sql, &ids[0]).await?;
+    let mut exec = ScriptedExecutor::connect(&scheduler.grpc_url(), "busy", &[], 2).await?;
+    let first = exec.leases(2).await?;
+    let mut passed: Vec<String> = first.iter().map(|l| l.task_id.clone()).collect();
+    passed.sort();
+    assert_eq!(passed, ids[1..].to_vec(), "the held row was walked past");
+    exec.report(first.iter().map(|l| result(l, OutcomeClass::Ok)).collect())
+        .await?;
+    held.rollback().await?;
+
+    // One new task at a time, each leased and reported: every claim of the main loop finds one.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut new_tasks = 0;
+    loop {
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the passed task was not leased while {new_tasks} new ones were"
+        );
+        create(&mut tasks, task_spec(&queue, "+319", "new")).await?;
+        new_tasks += 1;
+        exec.credit(1).await?;
+        let lease = exec.leases(1).await?.remove(0);
+        exec.report(vec![result(&lease, OutcomeClass::Ok)]).await?;
+        if lease.task_id == ids[0] {
+            break;
+        }
+    }
+    Ok(())
+}
+
 /// A sweep lets the next one start its walk of the lease expiries where it stopped
 /// (scheduler/src/low_water.rs). A lapsed lease the sweep passed because another transaction
 /// held its row lies below that start: it must still be returned, by the sweeper's periodic
@@ -422,12 +487,7 @@ async fn a_lapsed_lease_a_sweep_passed_while_another_transaction_held_it_is_stil
     assert_eq!(silent.leases(2).await?.len(), 2);
 
     let mut sql = db.connect().await?;
-    let held = sql.transaction().await?;
-    held.execute(
-        "SELECT 1 FROM herald.tasks WHERE id = $1::text::uuid FOR UPDATE",
-        &[&held_id],
-    )
-    .await?;
+    let held = hold_row(&mut sql, &held_id).await?;
     let watch = db.connect().await?;
     let charged = |id: String| {
         let watch = &watch;
