@@ -112,13 +112,6 @@ pub(crate) struct ClientSettings {
     pub(crate) connection: crate::connection::Connection,
 }
 
-/// A result waiting for its ReportAck.
-struct Outgoing {
-    result: pb::AttemptResult,
-    /// Sent on the current stream (otherwise it goes out with the next report).
-    sent: bool,
-}
-
 /// The executor's side of the lease protocol.
 pub(crate) struct LeaseClient {
     settings: ClientSettings,
@@ -126,7 +119,11 @@ pub(crate) struct LeaseClient {
     inflight: InFlight,
     done_tx: mpsc::UnboundedSender<Done>,
     done_rx: mpsc::UnboundedReceiver<Done>,
-    outbox: BTreeMap<LeaseKey, Outgoing>,
+    /// Results waiting for their ReportAck.
+    outbox: BTreeMap<LeaseKey, pb::AttemptResult>,
+    /// Results of `outbox` not yet sent on the current stream, in the order they ended: a
+    /// flush sends these alone instead of scanning every result still waiting for its ack.
+    unsent: Vec<LeaseKey>,
     /// Slots freed since credit was last granted on the current stream.
     freed: u32,
     /// Leases to hand back unsent (shutdown), on the next flush.
@@ -169,6 +166,7 @@ impl LeaseClient {
             done_tx,
             done_rx,
             outbox: BTreeMap::new(),
+            unsent: Vec::new(),
             freed: 0,
             to_release: Vec::new(),
             shutdown_deadline: None,
@@ -277,13 +275,9 @@ impl LeaseClient {
             self.freed = self.freed.saturating_add(1);
         }
         if let Some(result) = done.result {
-            self.outbox.insert(
-                done.key,
-                Outgoing {
-                    result,
-                    sent: false,
-                },
-            );
+            if self.outbox.insert(done.key.clone(), result).is_none() {
+                self.unsent.push(done.key);
+            }
         }
         self.update_stats();
     }
@@ -413,9 +407,7 @@ impl LeaseClient {
         shutdown: &CancellationToken,
     ) -> Result<SessionEnd, SessionError> {
         // Everything not acknowledged on an earlier stream goes out again on this one.
-        for outgoing in self.outbox.values_mut() {
-            outgoing.sent = false;
-        }
+        self.unsent = self.outbox.keys().cloned().collect();
         self.flush(stream).await?;
 
         let extend_every = (ttl / 3).max(Duration::from_millis(100));
@@ -506,25 +498,17 @@ impl LeaseClient {
             }
             self.to_release.clear();
         }
-        let unsent: Vec<LeaseKey> = self
-            .outbox
-            .iter()
-            .filter(|(_, o)| !o.sent)
-            .map(|(k, _)| k.clone())
-            .collect();
+        // Taken before sending: if a send fails the session ends, and the next one queues
+        // every result still waiting for its ack again.
+        let unsent = std::mem::take(&mut self.unsent);
         for chunk in unsent.chunks(MAX_BATCH) {
             let results = chunk
                 .iter()
-                .filter_map(|k| self.outbox.get(k).map(|o| o.result.clone()))
+                .filter_map(|k| self.outbox.get(k).cloned())
                 .collect();
             stream
                 .send(Out::Report(pb::ReportBatch { results }))
                 .await?;
-            for k in chunk {
-                if let Some(o) = self.outbox.get_mut(k) {
-                    o.sent = true;
-                }
-            }
         }
         if stream.granting && self.freed > 0 {
             let additional = std::mem::take(&mut self.freed);
