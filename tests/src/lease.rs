@@ -154,6 +154,16 @@ impl ScriptedExecutor {
         }
     }
 
+    /// Reports every one of `leases` with `outcome` and returns the scheduler's acks.
+    pub async fn report_each(
+        &mut self,
+        leases: &[Lease],
+        outcome: OutcomeClass,
+    ) -> Result<Vec<ReportAck>> {
+        self.report(leases.iter().map(|l| result(l, outcome)).collect())
+            .await
+    }
+
     /// Extends leases and returns the ack.
     pub async fn extend(&mut self, leases: &[&Lease]) -> Result<ExtendAck> {
         self.send(executor_message::Kind::Extend(Extend {

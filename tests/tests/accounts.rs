@@ -478,8 +478,7 @@ async fn the_daily_cap_counts_in_the_accounts_time_zone_and_resets_at_its_midnig
     .await?;
     let mut exec = ScriptedExecutor::connect(&scheduler.grpc_url(), "e", &[], 100).await?;
     let leases = exec.leases(3).await?;
-    exec.report(leases.iter().map(|l| result(l, OutcomeClass::Ok)).collect())
-        .await?;
+    exec.report_each(&leases, OutcomeClass::Ok).await?;
     let status = get_account(&mut accounts, "capped")
         .await?
         .status
@@ -551,8 +550,7 @@ async fn sends_to_one_recipient_are_spaced_by_the_interval() -> Result<()> {
     let mut got = Vec::new();
     while got.len() < 4 {
         let leases = exec.leases(1).await?;
-        exec.report(leases.iter().map(|l| result(l, OutcomeClass::Ok)).collect())
-            .await?;
+        exec.report_each(&leases, OutcomeClass::Ok).await?;
         got.extend(leases);
     }
     let all = sends(&db).await?;

@@ -14,7 +14,7 @@ use herald_proto::v1::{
     CreateCampaignRequest, GetBulkOperationRequest, ListBulkOperationsRequest, ListTasksRequest,
     OutcomeClass, RevokeResult, StartBulkOperationRequest, TaskFilter, TaskState,
 };
-use herald_tests::lease::{lease_ref, result, ScriptedExecutor};
+use herald_tests::lease::{lease_ref, ScriptedExecutor};
 use herald_tests::{
     connect_tasks, create_task, task_spec, unique_id, SchedulerProcess, TaskSpecExt, TestDb,
 };
@@ -296,13 +296,7 @@ async fn retry_and_reschedule_by_filter() -> Result<()> {
     // Fail all 30.
     let mut exec = ScriptedExecutor::connect(&s.grpc_url(), "exec-1", &[&queue], 30).await?;
     let leases = exec.leases(30).await?;
-    exec.report(
-        leases
-            .iter()
-            .map(|l| result(l, OutcomeClass::Permanent))
-            .collect(),
-    )
-    .await?;
+    exec.report_each(&leases, OutcomeClass::Permanent).await?;
     let failed = TaskFilter {
         queue: queue.clone(),
         states: vec![TaskState::Failed as i32],

@@ -11,7 +11,7 @@ use herald_proto::v1::{
     Content, CreateCampaignRequest, CreateTaskRequest, GetCampaignRequest, OutcomeClass,
     PauseCampaignRequest, ResumeCampaignRequest, RevokeResult,
 };
-use herald_tests::lease::{lease_ref, result, ScriptedExecutor};
+use herald_tests::lease::{lease_ref, ScriptedExecutor};
 use herald_tests::{connect_tasks, task_spec, SchedulerProcess, TestDb};
 use tonic::transport::Channel;
 
@@ -71,8 +71,7 @@ async fn send_until(
         for l in &leases {
             *sent.entry(l.recipient.clone()).or_default() += 1;
         }
-        exec.report(leases.iter().map(|l| result(l, OutcomeClass::Ok)).collect())
-            .await?;
+        exec.report_each(&leases, OutcomeClass::Ok).await?;
     }
     Ok(())
 }
@@ -150,8 +149,7 @@ async fn ten_thousand_paused_midway_and_resumed_each_sent_once() -> Result<()> {
     for l in &leases {
         *sent.entry(l.recipient.clone()).or_default() += 1;
     }
-    exec.report(leases.iter().map(|l| result(l, OutcomeClass::Ok)).collect())
-        .await?;
+    exec.report_each(&leases, OutcomeClass::Ok).await?;
     send_until(&mut exec, &mut sent, 10_000).await?;
     assert_eq!(sent.len(), 10_000);
     assert!(sent.values().all(|n| *n == 1));

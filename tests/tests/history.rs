@@ -380,13 +380,7 @@ async fn a_bulk_retry_selects_and_re_drives_failed_tasks_in_the_history() -> Res
         );
     }
     let leases = exec.leases(20).await?;
-    exec.report(
-        leases
-            .iter()
-            .map(|l| result(l, OutcomeClass::Permanent))
-            .collect(),
-    )
-    .await?;
+    exec.report_each(&leases, OutcomeClass::Permanent).await?;
     for id in &ids {
         until_moved_to_history(&sql, id).await?;
     }

@@ -442,8 +442,7 @@ async fn a_task_walked_past_is_leased_by_the_straggler_claim_while_new_tasks_kee
     let mut passed: Vec<String> = first.iter().map(|l| l.task_id.clone()).collect();
     passed.sort();
     assert_eq!(passed, ids[1..].to_vec(), "the held row was walked past");
-    exec.report(first.iter().map(|l| result(l, OutcomeClass::Ok)).collect())
-        .await?;
+    exec.report_each(&first, OutcomeClass::Ok).await?;
     held.rollback().await?;
 
     // One new task at a time, each leased and reported: every claim of the main loop finds one.

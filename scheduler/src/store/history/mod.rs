@@ -29,6 +29,7 @@ const ATTACHED_PARTITIONS: Statement = statement!("attached_partitions");
 const DROP_PARTITION_ROW: Statement = statement!("drop_partition_row");
 const LOCK_PARTITIONS: Statement = statement!("lock_partitions");
 const UNLOCK_PARTITIONS: Statement = statement!("unlock_partitions");
+const RESTORE_TASKS: Statement = statement!("restore_tasks");
 
 /// The partitioned history tables; each partition pair is `<table>_<suffix>`.
 const HISTORY_TABLES: [&str; 2] = ["task_history", "attempt_history"];
@@ -40,7 +41,6 @@ fn pair_names(suffix: &str) -> Vec<String> {
         .map(|table| format!("{table}_{suffix}"))
         .collect()
 }
-const RESTORE_TASKS: Statement = statement!("restore_tasks");
 
 /// What one archive batch moved.
 #[derive(Debug, Default, Clone, Copy)]
