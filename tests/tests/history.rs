@@ -20,6 +20,10 @@ use herald_tests::{
 use tonic::transport::Channel;
 use tonic::Code;
 
+/// The advisory lock key every change to the history's partitions takes
+/// (scheduler/src/store/history/lock_partitions.sql).
+const PARTITION_CHANGES_LOCK: i64 = 7_526_744_137_461_661_953;
+
 type Client = TaskServiceClient<Channel>;
 
 /// A scheduler whose retention job runs every 100 ms and moves tasks into the history as soon
@@ -286,6 +290,16 @@ async fn a_detach_cut_short_is_finished_when_its_partition_is_dropped() -> Resul
     ])
     .await?;
     let (_, partition, attempts_partition) = a_moved_task(&mut client, &sql, "+15550004").await?;
+    // Retention's own passes stay out until the half-done detach is staged: a pass dropping a
+    // pair that expired meanwhile (the oldest start-up pair expires every 10 s here) would
+    // itself wait for the reader below, be cut short by its lock timeout and leave a detach
+    // pending, which makes the test's own detach fail. The key is the one every partition
+    // change takes (store/history/lock_partitions.sql); a pass that finds it taken skips.
+    sql.execute(
+        &format!("SELECT pg_advisory_lock({PARTITION_CHANGES_LOCK})"),
+        &[],
+    )
+    .await?;
     // An older pair, which a pass reaches first in age order: its detach fails while another
     // partition of the same parent is pending, so the pending one must go before it.
     sql.execute(
@@ -339,6 +353,11 @@ async fn a_detach_cut_short_is_finished_when_its_partition_is_dropped() -> Resul
     );
     reader.batch_execute("COMMIT").await?;
     assert!(pending().await?, "the partition is left detach pending");
+    sql.execute(
+        &format!("SELECT pg_advisory_unlock({PARTITION_CHANGES_LOCK})"),
+        &[],
+    )
+    .await?;
 
     // Past the retention, the next pass finishes the detach and drops the pair.
     sql.execute("SELECT herald.set_test_clock(interval '2 hours')", &[])
