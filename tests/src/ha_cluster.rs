@@ -233,6 +233,24 @@ impl HaCluster {
         Ok(rows.iter().map(|r| r.get("line")).collect())
     }
 
+    /// Every promotion the monitor ordered, oldest first ("time node"): each time it told a
+    /// standby that had stopped replicating to take writes. A fault test expects exactly one.
+    /// A second is pg_auto_failover failing over again on its own (a busy machine's missed
+    /// health checks), from a primary just promoted and still asynchronous (`wait_primary`,
+    /// no standby yet): that loses the commits it acknowledged alone, whatever herald does.
+    pub async fn promotions(&self) -> Result<Vec<String>> {
+        let monitor = self.monitor_client().await?;
+        let rows = monitor
+            .query(
+                "SELECT format('%s %s', eventtime, nodename) AS line FROM pgautofailover.event
+                 WHERE reportedstate = 'stop_replication' AND goalstate = 'wait_primary'
+                 ORDER BY eventid",
+                &[],
+            )
+            .await?;
+        Ok(rows.iter().map(|r| r.get("line")).collect())
+    }
+
     /// The other node's name.
     pub fn other(&self, node: &str) -> Result<String> {
         self.nodes
