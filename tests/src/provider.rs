@@ -44,6 +44,8 @@ pub enum ProviderMode {
 struct Counts {
     /// Acceptances per key.
     accepted: HashMap<String, usize>,
+    /// The `herald-attempt` header (the lease's fencing token) of each acceptance, per key.
+    attempts: HashMap<String, Vec<String>>,
     /// Rejections per key.
     rejected: HashMap<String, usize>,
 }
@@ -114,6 +116,17 @@ impl FakeProvider {
     /// Acceptances per key so far.
     pub fn accepted(&self) -> HashMap<String, usize> {
         lock(&self.shared.counts).accepted.clone()
+    }
+
+    /// The fencing tokens (`herald-attempt`) that `key` was accepted under, in order: two
+    /// alike mean one grant reached the provider twice, or a grant was forgotten and made
+    /// again under the same token.
+    pub fn accepted_attempts(&self, key: &str) -> Vec<String> {
+        lock(&self.shared.counts)
+            .attempts
+            .get(key)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// Total rejections so far.
@@ -192,7 +205,17 @@ async fn handle(
     }
     let total = {
         // Counted under the lock so the watched totals never go backwards.
+        let attempt = headers
+            .get("herald-attempt")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("?")
+            .to_owned();
         let mut counts = lock(&shared.counts);
+        counts
+            .attempts
+            .entry(key.clone())
+            .or_default()
+            .push(attempt);
         *counts.accepted.entry(key).or_insert(0) += 1;
         shared.distinct.send_replace(counts.accepted.len());
         shared.accepted_total.send_modify(|c| *c += 1);

@@ -230,6 +230,8 @@ struct Summary {
     unreported_attempts: i64,
     promotion_to_first_lease: Option<f64>,
     promotions: usize,
+    /// A few of the unexplained repeats, for the failure's message.
+    unexplained_sample: Vec<String>,
 }
 
 /// Checks the suite's invariants over every task stored, and prints the run's summary line.
@@ -277,10 +279,14 @@ async fn check(
             summary.repeats += n - 1;
             if (n - 1) as i64 > unreported {
                 summary.unexplained += 1;
-                eprintln!(
-                    "unexplained repeat: key {key} accepted {n} times, {unreported} unreported \
-                     attempts"
+                let line = format!(
+                    "key {key} accepted {n} times under attempts {:?}, {unreported} unreported",
+                    provider.accepted_attempts(&key)
                 );
+                eprintln!("unexplained repeat: {line}");
+                if summary.unexplained_sample.len() < 3 {
+                    summary.unexplained_sample.push(line);
+                }
             }
         }
         known.insert(key);
