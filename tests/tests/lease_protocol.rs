@@ -628,6 +628,53 @@ async fn cancelling_a_leased_task_revokes_it_and_reports_it_stopped() -> Result<
     Ok(())
 }
 
+/// A cancel whose notification no replica heard (its listener was starting, or reconnecting
+/// after a lost connection or a failover) still reaches the executor: a listener that
+/// (re)subscribes sends again every revoke not yet answered.
+#[tokio::test]
+async fn a_revoke_missed_while_the_listener_was_away_is_sent_when_it_listens_again() -> Result<()> {
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
+    let queue = unique_id("q");
+    let id = create(&mut tasks, task_spec(&queue, "+1", "cancel me unheard")).await?;
+    let mut exec = ScriptedExecutor::connect(&scheduler.grpc_url(), "holder", &[], 1).await?;
+    let lease = exec.leases(1).await?.remove(0);
+
+    // The cancel's own transition, committed without its notification: what a replica whose
+    // listener is away misses.
+    let sql = db.connect().await?;
+    let cancelled = sql
+        .execute(
+            "UPDATE herald.tasks SET state = 'cancelled', end_reason = 'cancelled',
+                    cancel_outcome = 5, finished_at = herald.now(), updated_at = herald.now()
+             WHERE id::text = $1 AND state = 'leased'",
+            &[&id],
+        )
+        .await?;
+    assert_eq!(cancelled, 1, "the task was leased");
+    // The listener loses its connection and subscribes again.
+    let terminated: i64 = sql
+        .query_one(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity
+             WHERE application_name = 'herald-scheduler listener' AND datname = current_database()",
+            &[],
+        )
+        .await?
+        .get(0);
+    assert_eq!(terminated, 1, "one listener connection");
+
+    match exec.next().await? {
+        scheduler_message::Kind::Revoke(r) => assert_eq!(r.lease, Some(lease_ref(&lease))),
+        other => bail!("expected Revoke, got {other:?}"),
+    }
+    exec.revoke_ack(lease_ref(&lease), RevokeResult::StoppedBeforeSend)
+        .await?;
+    let task = tasks.get_task(GetTaskRequest { id }).await?.into_inner();
+    assert_eq!(task.cancel_outcome(), CancelOutcome::StoppedBeforeSend);
+    Ok(())
+}
+
 #[tokio::test]
 async fn cancelling_a_task_mid_send_reports_it_already_sent() -> Result<()> {
     let db = TestDb::new().await?;

@@ -42,6 +42,19 @@ pub enum Event {
 
 const CHANNELS: &str = "LISTEN herald_due; LISTEN herald_revoke; LISTEN herald_cancel; \
      LISTEN herald_clock; LISTEN herald_accounts;";
+/// The revokes a replica may have missed while it was not listening (starting, or
+/// reconnecting after a lost connection or a failover): tasks cancelled while leased whose
+/// executor has not answered (cancel outcome 5, UNCONFIRMED) and whose lease has not run out.
+/// A cancelled lease is never extended, so one cancelled more than a lease TTL ago ($1 ms) has
+/// lapsed: the walk covers the tasks_finished index over that window only.
+const UNANSWERED_REVOKES: &str = "
+    SELECT id, lease_count, namespace || '/' || executor_id AS executor
+    FROM herald.tasks
+    WHERE finished_at >= herald.now() - $1::bigint * interval '1 millisecond'
+      AND state = 'cancelled' AND cancel_outcome = 5 AND executor_id IS NOT NULL
+      AND lease_expires_at > herald.now()";
+/// How the listener's connection names itself in `pg_stat_activity`.
+pub const LISTENER_APPLICATION_NAME: &str = "herald-scheduler listener";
 /// Longest pause between attempts to reopen the LISTEN connection.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// How often the LISTEN connection is asked whether its server is still there.
@@ -78,8 +91,9 @@ impl Followers {
 }
 
 /// Keeps a LISTEN connection open until `shutdown`, reconnecting with backoff, and publishes
-/// every notification on `events`. After each (re)connect it publishes `Due(None)`, since
-/// notifications sent while disconnected are lost. `pg` carries herald's connection settings,
+/// every notification on `events`. After each (re)connect it publishes `Due(None)` and a
+/// `Revoke` for every cancelled lease still unanswered (leases last at most `lease_ttl` after
+/// their cancel), since notifications sent while disconnected are lost. `pg` carries herald's connection settings,
 /// so after a failover the listener reconnects to the new primary, where the notifications
 /// are now sent (a standby can neither LISTEN nor NOTIFY).
 ///
@@ -87,11 +101,15 @@ impl Followers {
 /// closing the connection (a machine gone, no RST) would otherwise wait for TCP keepalives
 /// while every notification goes to the new primary unheard.
 pub async fn listen(
-    pg: tokio_postgres::Config,
+    mut pg: tokio_postgres::Config,
+    lease_ttl: Duration,
     events: broadcast::Sender<Event>,
     followers: Followers,
     shutdown: CancellationToken,
 ) {
+    if pg.get_application_name().is_none() {
+        pg.application_name(LISTENER_APPLICATION_NAME);
+    }
     let mut backoff = Duration::from_millis(100);
     loop {
         let connected = tokio::select! {
@@ -104,8 +122,13 @@ pub async fn listen(
                 // can be awaited here while notifications keep arriving.
                 let (tx, mut notifications) = mpsc::unbounded_channel();
                 let driver = tokio::spawn(drive(connection, tx));
-                let outcome =
-                    listen_on(&client, &mut notifications, &events, &followers, &shutdown).await;
+                let listener = Listener {
+                    client: &client,
+                    lease_ttl,
+                    events: &events,
+                    followers: &followers,
+                };
+                let outcome = listener.listen(&mut notifications, &shutdown).await;
                 driver.abort();
                 match outcome {
                     Listened::Stopped => return,
@@ -159,57 +182,92 @@ async fn drive<S, T>(
     }
 }
 
-/// LISTENs on `client` and reads the clock's skew, then publishes its notifications until the
-/// connection is lost (closed, or silent to a probe) or `shutdown`.
-async fn listen_on(
-    client: &tokio_postgres::Client,
-    notifications: &mut mpsc::UnboundedReceiver<tokio_postgres::Notification>,
-    events: &broadcast::Sender<Event>,
-    followers: &Followers,
-    shutdown: &CancellationToken,
-) -> Listened {
-    let listening = async {
-        client.batch_execute(CHANNELS).await?;
-        client.query_opt(SKEW, &[]).await
-    };
-    let skew = tokio::select! {
-        _ = shutdown.cancelled() => return Listened::Stopped,
-        r = listening => match r {
-            Ok(row) => row
-                .and_then(|r| r.try_get::<_, i64>("skew_ms").ok())
-                .unwrap_or(0),
-            Err(e) => {
-                tracing::warn!(error = %e, "LISTEN failed");
-                return Listened::Failed;
-            }
-        },
-    };
-    // Changes missed while disconnected: the skew is read again and every namespace's account
-    // state forgotten.
-    followers.clock.set_skew_ms(skew);
-    followers.no_accounts.forget_all();
-    let _ = events.send(Event::Due(None));
-    let mut probe =
-        tokio::time::interval_at(tokio::time::Instant::now() + PROBE_INTERVAL, PROBE_INTERVAL);
-    probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
+/// One listening connection and where its events go.
+struct Listener<'a> {
+    client: &'a tokio_postgres::Client,
+    lease_ttl: Duration,
+    events: &'a broadcast::Sender<Event>,
+    followers: &'a Followers,
+}
+
+impl Listener<'_> {
+    /// LISTENs, reads the clock's skew and the revokes that may have been missed, then
+    /// publishes the notifications until the connection is lost (closed, or silent to a probe)
+    /// or `shutdown`.
+    async fn listen(
+        &self,
+        notifications: &mut mpsc::UnboundedReceiver<tokio_postgres::Notification>,
+        shutdown: &CancellationToken,
+    ) -> Listened {
+        let (client, events, followers) = (self.client, self.events, self.followers);
+        // LISTEN first: a cancel committed after it is notified, one committed before it is
+        // found by the read (one in between is both, and a repeated revoke is harmless).
+        let listening = async {
+            client.batch_execute(CHANNELS).await?;
+            let skew = client.query_opt(SKEW, &[]).await?;
+            let ttl_ms = i64::try_from(self.lease_ttl.as_millis()).unwrap_or(i64::MAX);
+            let revokes = client.query(UNANSWERED_REVOKES, &[&ttl_ms]).await?;
+            Ok::<_, tokio_postgres::Error>((skew, revokes))
+        };
+        let (skew, revokes) = tokio::select! {
             _ = shutdown.cancelled() => return Listened::Stopped,
-            n = notifications.recv() => match n {
-                Some(n) => {
-                    if let Some(event) = parse(n.channel(), n.payload()) {
-                        followers.apply(&event);
-                        let _ = events.send(event);
-                    }
+            r = listening => match r {
+                Ok((skew, revokes)) => (
+                    skew.and_then(|r| r.try_get::<_, i64>("skew_ms").ok()).unwrap_or(0),
+                    revokes,
+                ),
+                Err(e) => {
+                    tracing::warn!(error = %e, "LISTEN failed");
+                    return Listened::Failed;
                 }
-                None => return Listened::Subscribed,
             },
-            _ = probe.tick() => {
-                let answered =
-                    tokio::time::timeout(PROBE_TIMEOUT, client.simple_query("SELECT 1")).await;
-                if !matches!(answered, Ok(Ok(_))) {
-                    tracing::warn!("notification connection stopped answering; reconnecting");
-                    return Listened::Subscribed;
+        };
+        // Changes missed while disconnected: the skew is read again, every namespace's account
+        // state forgotten, every due task looked for, and every unanswered revoke sent again.
+        followers.clock.set_skew_ms(skew);
+        followers.no_accounts.forget_all();
+        let _ = events.send(Event::Due(None));
+        for row in &revokes {
+            match (
+                row.try_get("id"),
+                row.try_get("lease_count"),
+                row.try_get("executor"),
+            ) {
+                (Ok(task_id), Ok(attempt), Ok(executor_id)) => {
+                    let _ = events.send(Event::Revoke {
+                        task_id,
+                        attempt,
+                        executor_id,
+                    });
+                }
+                _ => tracing::warn!("an unanswered revoke could not be read; skipped"),
+            }
+        }
+        if !revokes.is_empty() {
+            tracing::info!(revokes = revokes.len(), "unanswered revokes sent again");
+        }
+        let mut probe =
+            tokio::time::interval_at(tokio::time::Instant::now() + PROBE_INTERVAL, PROBE_INTERVAL);
+        probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return Listened::Stopped,
+                n = notifications.recv() => match n {
+                    Some(n) => {
+                        if let Some(event) = parse(n.channel(), n.payload()) {
+                            followers.apply(&event);
+                            let _ = events.send(event);
+                        }
+                    }
+                    None => return Listened::Subscribed,
+                },
+                _ = probe.tick() => {
+                    let answered =
+                        tokio::time::timeout(PROBE_TIMEOUT, client.simple_query("SELECT 1")).await;
+                    if !matches!(answered, Ok(Ok(_))) {
+                        tracing::warn!("notification connection stopped answering; reconnecting");
+                        return Listened::Subscribed;
+                    }
                 }
             }
         }
