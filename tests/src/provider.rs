@@ -42,10 +42,9 @@ pub enum ProviderMode {
 
 #[derive(Debug, Default)]
 struct Counts {
-    /// Acceptances per key.
-    accepted: HashMap<String, usize>,
-    /// The `herald-attempt` header (the lease's fencing token) of each acceptance, per key.
-    attempts: HashMap<String, Vec<String>>,
+    /// The `herald-attempt` header (the lease's fencing token) of each acceptance, per key:
+    /// how many times each key was accepted, and under which tokens.
+    accepted: HashMap<String, Vec<String>>,
     /// Rejections per key.
     rejected: HashMap<String, usize>,
 }
@@ -115,7 +114,11 @@ impl FakeProvider {
 
     /// Acceptances per key so far.
     pub fn accepted(&self) -> HashMap<String, usize> {
-        lock(&self.shared.counts).accepted.clone()
+        lock(&self.shared.counts)
+            .accepted
+            .iter()
+            .map(|(key, attempts)| (key.clone(), attempts.len()))
+            .collect()
     }
 
     /// The fencing tokens (`herald-attempt`) that `key` was accepted under, in order: two
@@ -123,7 +126,7 @@ impl FakeProvider {
     /// again under the same token.
     pub fn accepted_attempts(&self, key: &str) -> Vec<String> {
         lock(&self.shared.counts)
-            .attempts
+            .accepted
             .get(key)
             .cloned()
             .unwrap_or_default()
@@ -203,20 +206,15 @@ async fn handle(
             "slow down",
         );
     }
+    let attempt = headers
+        .get("herald-attempt")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("?")
+        .to_owned();
     let total = {
         // Counted under the lock so the watched totals never go backwards.
-        let attempt = headers
-            .get("herald-attempt")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("?")
-            .to_owned();
         let mut counts = lock(&shared.counts);
-        counts
-            .attempts
-            .entry(key.clone())
-            .or_default()
-            .push(attempt);
-        *counts.accepted.entry(key).or_insert(0) += 1;
+        counts.accepted.entry(key).or_default().push(attempt);
         shared.distinct.send_replace(counts.accepted.len());
         shared.accepted_total.send_modify(|c| *c += 1);
         *shared.accepted_total.borrow()

@@ -53,8 +53,9 @@ const UNANSWERED_REVOKES: &str = "
     WHERE finished_at >= herald.now() - $1::bigint * interval '1 millisecond'
       AND state = 'cancelled' AND cancel_outcome = 5 AND executor_id IS NOT NULL
       AND lease_expires_at > herald.now()";
-/// How the listener's connection names itself in `pg_stat_activity`.
-pub const LISTENER_APPLICATION_NAME: &str = "herald-scheduler listener";
+/// How the listener's connection names itself in `pg_stat_activity` (operations.md; the
+/// lease protocol tests find it by this name).
+const LISTENER_APPLICATION_NAME: &str = "herald-scheduler listener";
 /// Longest pause between attempts to reopen the LISTEN connection.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// How often the LISTEN connection is asked whether its server is still there.
@@ -93,9 +94,9 @@ impl Followers {
 /// Keeps a LISTEN connection open until `shutdown`, reconnecting with backoff, and publishes
 /// every notification on `events`. After each (re)connect it publishes `Due(None)` and a
 /// `Revoke` for every cancelled lease still unanswered (leases last at most `lease_ttl` after
-/// their cancel), since notifications sent while disconnected are lost. `pg` carries herald's connection settings,
-/// so after a failover the listener reconnects to the new primary, where the notifications
-/// are now sent (a standby can neither LISTEN nor NOTIFY).
+/// their cancel), since notifications sent while disconnected are lost. `pg` carries herald's
+/// connection settings, so after a failover the listener reconnects to the new primary, where
+/// the notifications are now sent (a standby can neither LISTEN nor NOTIFY).
 ///
 /// The connection is probed every [`PROBE_INTERVAL`]: a listener whose server died without
 /// closing the connection (a machine gone, no RST) would otherwise wait for TCP keepalives
