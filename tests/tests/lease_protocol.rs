@@ -3,7 +3,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use herald_proto::v1::{
     executor_message, retry_policy, scheduler_message, task_service_client::TaskServiceClient,
     CancelOutcome, CancelTaskRequest, CreateTaskRequest, CreateTasksRequest, ExecutorMessage,
@@ -653,16 +653,7 @@ async fn a_revoke_missed_while_the_listener_was_away_is_sent_when_it_listens_aga
         )
         .await?;
     assert_eq!(cancelled, 1, "the task was leased");
-    // The listener loses its connection and subscribes again.
-    let terminated: i64 = sql
-        .query_one(
-            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity
-             WHERE application_name = 'herald-scheduler listener' AND datname = current_database()",
-            &[],
-        )
-        .await?
-        .get(0);
-    assert_eq!(terminated, 1, "one listener connection");
+    drop_the_listeners_connection(&sql).await?;
 
     match exec.next().await? {
         scheduler_message::Kind::Revoke(r) => assert_eq!(r.lease, Some(lease_ref(&lease))),
@@ -672,6 +663,61 @@ async fn a_revoke_missed_while_the_listener_was_away_is_sent_when_it_listens_aga
         .await?;
     let task = tasks.get_task(GetTaskRequest { id }).await?.into_inner();
     assert_eq!(task.cancel_outcome(), CancelOutcome::StoppedBeforeSend);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_cancel_answered_while_the_listener_was_away_is_answered_when_it_listens_again(
+) -> Result<()> {
+    let db = TestDb::new().await?;
+    // Without the listener's catch-up, the CancelTask below would wait this long for an answer
+    // it missed.
+    let scheduler = SchedulerProcess::builder(&db)
+        .env("HERALD_CANCEL_WAIT", "1h")
+        .spawn()
+        .await?;
+    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
+    let queue = unique_id("q");
+    let id = create(&mut tasks, task_spec(&queue, "+1", "answered unheard")).await?;
+    let mut exec = ScriptedExecutor::connect(&scheduler.grpc_url(), "holder", &[], 1).await?;
+    exec.leases(1).await?;
+    let cancel = cancel_in_background(&tasks, &id);
+    match exec.next().await? {
+        scheduler_message::Kind::Revoke(_) => {}
+        other => bail!("expected Revoke, got {other:?}"),
+    }
+
+    // The executor's answer, committed without its notification: what a replica whose listener
+    // is away misses when the answer reaches another replica.
+    let sql = db.connect().await?;
+    let answered = sql
+        .execute(
+            "UPDATE herald.tasks SET cancel_outcome = 2 WHERE id::text = $1 AND cancel_outcome = 5",
+            &[&id],
+        )
+        .await?;
+    assert_eq!(answered, 1, "the cancel was waiting for its answer");
+    drop_the_listeners_connection(&sql).await?;
+
+    let answer = tokio::time::timeout(WAIT, cancel)
+        .await
+        .context("CancelTask still waits for an answer given while its listener was away")???;
+    assert_eq!(answer.outcome(), CancelOutcome::StoppedBeforeSend);
+    Ok(())
+}
+
+/// Ends the scheduler's LISTEN connection, as a lost connection or a failover would: it
+/// subscribes again, having missed whatever was notified meanwhile.
+async fn drop_the_listeners_connection(sql: &tokio_postgres::Client) -> Result<()> {
+    let terminated: i64 = sql
+        .query_one(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity
+             WHERE application_name = 'herald-scheduler listener' AND datname = current_database()",
+            &[],
+        )
+        .await?
+        .get(0);
+    assert_eq!(terminated, 1, "one listener connection");
     Ok(())
 }
 

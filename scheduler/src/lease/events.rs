@@ -42,17 +42,20 @@ pub enum Event {
 
 const CHANNELS: &str = "LISTEN herald_due; LISTEN herald_revoke; LISTEN herald_cancel; \
      LISTEN herald_clock; LISTEN herald_accounts;";
-/// The revokes a replica may have missed while it was not listening (starting, or
+/// The cancels a replica may have missed while it was not listening (starting, or
 /// reconnecting after a lost connection or a failover): tasks cancelled while leased whose
-/// executor has not answered (cancel outcome 5, UNCONFIRMED) and whose lease has not run out.
-/// A cancelled lease is never extended, so one cancelled more than a lease TTL ago ($1 ms) has
-/// lapsed: the walk covers the tasks_finished index over that window only.
-const UNANSWERED_REVOKES: &str = "
-    SELECT id, lease_count, namespace || '/' || executor_id AS executor
+/// executor has not answered (cancel outcome 5, UNCONFIRMED) and whose lease has not run out,
+/// which need their revoke sent again; and those whose executor has answered, which a
+/// CancelTask on this replica may still be waiting for. Only cancels within the last $1 ms
+/// matter (a cancelled lease is never extended, and no CancelTask waits longer than the cancel
+/// wait), so the walk covers the tasks_finished index over that window only.
+const MISSED_CANCELS: &str = "
+    SELECT id, lease_count, namespace || '/' || executor_id AS executor,
+           cancel_outcome = 5 AS unanswered
     FROM herald.tasks
     WHERE finished_at >= herald.now() - $1::bigint * interval '1 millisecond'
-      AND state = 'cancelled' AND cancel_outcome = 5 AND executor_id IS NOT NULL
-      AND lease_expires_at > herald.now()";
+      AND state = 'cancelled' AND executor_id IS NOT NULL
+      AND ((cancel_outcome = 5 AND lease_expires_at > herald.now()) OR cancel_outcome <> 5)";
 /// How the listener's connection names itself in `pg_stat_activity` (operations.md; the
 /// lease protocol tests find it by this name).
 const LISTENER_APPLICATION_NAME: &str = "herald-scheduler listener";
@@ -92,9 +95,11 @@ impl Followers {
 }
 
 /// Keeps a LISTEN connection open until `shutdown`, reconnecting with backoff, and publishes
-/// every notification on `events`. After each (re)connect it publishes `Due(None)` and a
-/// `Revoke` for every cancelled lease still unanswered (leases last at most `lease_ttl` after
-/// their cancel), since notifications sent while disconnected are lost. `pg` carries herald's
+/// every notification on `events`. After each (re)connect it publishes `Due(None)`, a `Revoke`
+/// for every cancelled lease still unanswered and a `CancelResolved` for every cancel answered
+/// within `missed_window` (the longer of the lease TTL and the cancel wait: a missed cancel
+/// older than that no longer matters), since notifications sent while disconnected are lost.
+/// `pg` carries herald's
 /// connection settings, so after a failover the listener reconnects to the new primary, where
 /// the notifications are now sent (a standby can neither LISTEN nor NOTIFY).
 ///
@@ -103,7 +108,7 @@ impl Followers {
 /// while every notification goes to the new primary unheard.
 pub async fn listen(
     mut pg: tokio_postgres::Config,
-    lease_ttl: Duration,
+    missed_window: Duration,
     events: broadcast::Sender<Event>,
     followers: Followers,
     shutdown: CancellationToken,
@@ -125,7 +130,7 @@ pub async fn listen(
                 let driver = tokio::spawn(drive(connection, tx));
                 let listener = Listener {
                     client: &client,
-                    lease_ttl,
+                    missed_window,
                     events: &events,
                     followers: &followers,
                 };
@@ -186,13 +191,13 @@ async fn drive<S, T>(
 /// One listening connection and where its events go.
 struct Listener<'a> {
     client: &'a tokio_postgres::Client,
-    lease_ttl: Duration,
+    missed_window: Duration,
     events: &'a broadcast::Sender<Event>,
     followers: &'a Followers,
 }
 
 impl Listener<'_> {
-    /// LISTENs, reads the clock's skew and the revokes that may have been missed, then
+    /// LISTENs, reads the clock's skew and the cancels that may have been missed, then
     /// publishes the notifications until the connection is lost (closed, or silent to a probe)
     /// or `shutdown`.
     async fn listen(
@@ -206,16 +211,16 @@ impl Listener<'_> {
         let listening = async {
             client.batch_execute(CHANNELS).await?;
             let skew = client.query_opt(SKEW, &[]).await?;
-            let ttl_ms = i64::try_from(self.lease_ttl.as_millis()).unwrap_or(i64::MAX);
-            let revokes = client.query(UNANSWERED_REVOKES, &[&ttl_ms]).await?;
-            Ok::<_, tokio_postgres::Error>((skew, revokes))
+            let window_ms = i64::try_from(self.missed_window.as_millis()).unwrap_or(i64::MAX);
+            let cancels = client.query(MISSED_CANCELS, &[&window_ms]).await?;
+            Ok::<_, tokio_postgres::Error>((skew, cancels))
         };
-        let (skew, revokes) = tokio::select! {
+        let (skew, cancels) = tokio::select! {
             _ = shutdown.cancelled() => return Listened::Stopped,
             r = listening => match r {
-                Ok((skew, revokes)) => (
+                Ok((skew, cancels)) => (
                     skew.and_then(|r| r.try_get::<_, i64>("skew_ms").ok()).unwrap_or(0),
-                    revokes,
+                    cancels,
                 ),
                 Err(e) => {
                     tracing::warn!(error = %e, "LISTEN failed");
@@ -228,25 +233,7 @@ impl Listener<'_> {
         followers.clock.set_skew_ms(skew);
         followers.no_accounts.forget_all();
         let _ = events.send(Event::Due(None));
-        for row in &revokes {
-            match (
-                row.try_get("id"),
-                row.try_get("lease_count"),
-                row.try_get("executor"),
-            ) {
-                (Ok(task_id), Ok(attempt), Ok(executor_id)) => {
-                    let _ = events.send(Event::Revoke {
-                        task_id,
-                        attempt,
-                        executor_id,
-                    });
-                }
-                _ => tracing::warn!("an unanswered revoke could not be read; skipped"),
-            }
-        }
-        if !revokes.is_empty() {
-            tracing::info!(revokes = revokes.len(), "unanswered revokes sent again");
-        }
+        publish_missed_cancels(events, &cancels);
         let mut probe =
             tokio::time::interval_at(tokio::time::Instant::now() + PROBE_INTERVAL, PROBE_INTERVAL);
         probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -272,6 +259,38 @@ impl Listener<'_> {
                 }
             }
         }
+    }
+}
+
+/// Sends again what the listener missed of `cancels` (rows of [`MISSED_CANCELS`]): the revoke
+/// of each cancel still unanswered, the resolution of each answered one.
+fn publish_missed_cancels(events: &broadcast::Sender<Event>, cancels: &[tokio_postgres::Row]) {
+    let mut revokes = 0;
+    for row in cancels {
+        let event = match (
+            row.try_get("id"),
+            row.try_get("lease_count"),
+            row.try_get("executor"),
+            row.try_get("unanswered"),
+        ) {
+            (Ok(task_id), Ok(attempt), Ok(executor_id), Ok(true)) => {
+                revokes += 1;
+                Event::Revoke {
+                    task_id,
+                    attempt,
+                    executor_id,
+                }
+            }
+            (Ok(task_id), _, _, Ok(false)) => Event::CancelResolved(task_id),
+            _ => {
+                tracing::warn!("a missed cancel could not be read; skipped");
+                continue;
+            }
+        };
+        let _ = events.send(event);
+    }
+    if revokes > 0 {
+        tracing::info!(revokes, "unanswered revokes sent again");
     }
 }
 
