@@ -12,8 +12,8 @@ use herald_proto::v1::{
 };
 use herald_tests::lease::{lease_ref, result, ScriptedExecutor};
 use herald_tests::{
-    connect_lease, connect_tasks, task_spec, unique_id, wait_for_task_state, SchedulerProcess,
-    TaskSpecExt, TestDb,
+    connect_lease, connect_tasks, task_spec, unique_id, until, wait_for_task_state,
+    SchedulerProcess, TaskSpecExt, TestDb,
 };
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
@@ -661,8 +661,16 @@ async fn a_revoke_missed_while_the_listener_was_away_is_sent_when_it_listens_aga
     }
     exec.revoke_ack(lease_ref(&lease), RevokeResult::StoppedBeforeSend)
         .await?;
-    let task = tasks.get_task(GetTaskRequest { id }).await?.into_inner();
-    assert_eq!(task.cancel_outcome(), CancelOutcome::StoppedBeforeSend);
+    // The answer has no reply of its own to await.
+    until("the executor's answer to be recorded", || {
+        let mut tasks = tasks.clone();
+        let id = id.clone();
+        async move {
+            let task = tasks.get_task(GetTaskRequest { id }).await?.into_inner();
+            Ok(task.cancel_outcome() == CancelOutcome::StoppedBeforeSend)
+        }
+    })
+    .await?;
     Ok(())
 }
 
