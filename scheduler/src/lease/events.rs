@@ -99,9 +99,9 @@ impl Followers {
 /// for every cancelled lease still unanswered and a `CancelResolved` for every cancel answered
 /// within `missed_window` (the longer of the lease TTL and the cancel wait: a missed cancel
 /// older than that no longer matters), since notifications sent while disconnected are lost.
-/// `pg` carries herald's
-/// connection settings, so after a failover the listener reconnects to the new primary, where
-/// the notifications are now sent (a standby can neither LISTEN nor NOTIFY).
+/// `pg` carries herald's connection settings, so after a failover the listener reconnects to
+/// the new primary, where the notifications are now sent (a standby can neither LISTEN nor
+/// NOTIFY).
 ///
 /// The connection is probed every [`PROBE_INTERVAL`]: a listener whose server died without
 /// closing the connection (a machine gone, no RST) would otherwise wait for TCP keepalives
