@@ -29,7 +29,7 @@ use deadpool_postgres::Transaction;
 
 use crate::accounts::routing::{self, AccountRoom};
 pub use crate::store::leases::claim::ClaimRequest;
-use crate::store::leases::claim::{AccountBudget, CandidateRow};
+use crate::store::leases::claim::{AccountBudget, CandidateRow, GrantAccounts};
 use crate::store::transaction;
 use crate::store::{Db, Store, StoreError};
 use crate::tasks::model::GrantedLease;
@@ -156,6 +156,10 @@ async fn claim_in(
         };
         return Ok((claimed, false));
     }
+    let credentials: HashMap<String, String> = budgets
+        .iter()
+        .map(|b| (b.room.id.clone(), b.credentials_ref.clone()))
+        .collect();
     let (accounts, recheck_in) = read_budgets(req, budgets);
     let (candidates, open_routes) = lock_candidates(tx, req, &accounts).await?;
     if candidates.is_empty() {
@@ -223,9 +227,14 @@ async fn claim_in(
         .filter(|a| a.paced)
         .map(|a| a.id.as_str())
         .collect();
+    let grant_accounts = GrantAccounts {
+        tracked: &tracked,
+        paced: &paced,
+        credentials: &credentials,
+    };
     let leases = tx
         .leases()
-        .grant(req, &assigned, &candidates, &tracked, &paced)
+        .grant(req, &assigned, &candidates, &grant_accounts)
         .await?;
     let claimed = Claimed {
         leases,

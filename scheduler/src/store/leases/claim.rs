@@ -153,6 +153,16 @@ impl ClaimRequest<'_> {
     }
 }
 
+/// What a routed claim's grant needs to know of the namespace's accounts besides their room.
+pub struct GrantAccounts<'a> {
+    /// Accounts that record sends per recipient (spacing, provider blocks, the tier).
+    pub tracked: &'a [&'a str],
+    /// Accounts that pace their sends with human-like gaps.
+    pub paced: &'a [&'a str],
+    /// Each account's credentials ref, by account id.
+    pub credentials: &'a HashMap<String, String>,
+}
+
 /// One account as a claim sees it now (`herald.account_room`): what routing weighs, where
 /// executors hold its credentials, and when time alone gives it room again.
 #[derive(Debug, Clone)]
@@ -323,18 +333,24 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
     /// from the instants it drew, so each is written once: leased before, every one was
     /// re-timed by a second update (S7). Their tasks are locked since `candidates`, so the
     /// lease cannot miss one the grant kept.
+    ///
+    /// `credentials` maps each account id to its credentials ref, which every lease carries.
     pub async fn grant(
         &self,
         req: &ClaimRequest<'_>,
         assigned: &[Assignment],
         candidates: &[CandidateRow],
-        tracked: &[&str],
-        paced: &[&str],
+        accounts: &GrantAccounts<'_>,
     ) -> Result<Vec<GrantedLease>, StoreError> {
+        let GrantAccounts {
+            tracked,
+            paced,
+            credentials,
+        } = accounts;
         let is_paced = |a: &Assignment| a.account.as_deref().is_some_and(|id| paced.contains(&id));
         let (before, after): (Vec<&Assignment>, Vec<&Assignment>) =
             assigned.iter().partition(|a| !is_paced(a));
-        let mut leased = self.lease(req, &before, &[]).await?;
+        let mut leased = self.lease(req, &before, &[], credentials).await?;
         // Only what was leased is granted: a slot is never reserved for a task left behind.
         let assigned: Vec<&Assignment> = assigned
             .iter()
@@ -371,7 +387,7 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
             }
             order.push(id);
         }
-        let mut paced_leased = self.lease(req, &paced_kept, &instants).await?;
+        let mut paced_leased = self.lease(req, &paced_kept, &instants, credentials).await?;
         // In the grant's order, which is routing's.
         let kept: Vec<GrantedLease> = order
             .iter()
@@ -408,12 +424,17 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
         req: &ClaimRequest<'_>,
         assigned: &[&Assignment],
         at: &[Option<DateTime<Utc>>],
+        credentials: &HashMap<String, String>,
     ) -> Result<HashMap<Uuid, GrantedLease>, StoreError> {
         if assigned.is_empty() {
             return Ok(HashMap::new());
         }
         let ids: Vec<Uuid> = assigned.iter().map(|a| a.id).collect();
         let accounts: Vec<Option<&str>> = assigned.iter().map(|a| a.account.as_deref()).collect();
+        let credentials: Vec<Option<&str>> = accounts
+            .iter()
+            .map(|a| a.and_then(|id| credentials.get(id)).map(String::as_str))
+            .collect();
         let at: Vec<Option<DateTime<Utc>>> = if at.is_empty() {
             vec![None; ids.len()]
         } else {
@@ -422,7 +443,14 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
         Ok(LEASE_ASSIGNED
             .fetch::<GrantedLease>(
                 self.db,
-                &[&ids, &accounts, &req.executor_id, &req.ttl_ms(), &at],
+                &[
+                    &ids,
+                    &accounts,
+                    &req.executor_id,
+                    &req.ttl_ms(),
+                    &at,
+                    &credentials,
+                ],
             )
             .await?
             .into_iter()
