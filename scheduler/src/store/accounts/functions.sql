@@ -77,7 +77,8 @@ LANGUAGE sql STABLE AS $$
 $$;
 
 -- An account's in-flight count: the slots its row holds less those released by reports and
--- still waiting in herald.account_deltas to be folded into it. What every limit and read uses.
+-- still waiting in herald.account_deltas to be folded into it. What every limit and read uses
+-- (account_room writes the same sum out, so that the planner can inline it).
 CREATE OR REPLACE FUNCTION herald.account_in_flight(a herald.accounts) RETURNS integer
 LANGUAGE sql STABLE AS $$
     SELECT a.in_flight - coalesce((SELECT sum(d.released) FROM herald.account_deltas d
@@ -94,90 +95,93 @@ $$;
 -- event will: the account is paused, or every in-flight slot is taken). `day_cap` is today's
 -- cap (warm-up included); `tier_used` the rolling 24-hour count, recounted (`tier_recounted`)
 -- when the stored one is more than a minute old, since conversations age out one by one.
+--
+-- One SQL statement, so that the planner inlines it into the claim's budgets and the
+-- reservation: as a PL/pgSQL function each call cost 25-35 us per account (each of its thirty
+-- expressions checked and run alone, and account_in_flight started an executor of its own),
+-- twice per account per routed claim; inlined, 4-5 us (docs/performance.md, S5). The in-flight
+-- count is account_in_flight's, written out for the same reason. The OFFSET 0 fences keep each
+-- value computed once per account instead of copied into every expression that uses it. bench/experiments/account_room_equivalence.sql checks it against the PL/pgSQL form.
 CREATE OR REPLACE FUNCTION herald.account_room(
-    a herald.accounts, p_now timestamptz,
-    OUT room integer, OUT room_low integer, OUT tokens double precision,
-    OUT day_used integer, OUT reopen boolean, OUT available_at timestamptz,
-    OUT day_cap integer, OUT tier_room integer, OUT tier_used integer,
-    OUT tier_recounted boolean
-) LANGUAGE plpgsql STABLE AS $$
-DECLARE
-    v_local timestamp := p_now AT TIME ZONE a.time_zone;
-    v_quiet boolean := false;
-    v_in_flight integer := herald.account_in_flight(a);
-    big constant integer := 2147483647;
-BEGIN
-    -- The ramp's function only for accounts on a ramp: this runs for every account each claim.
-    day_cap := CASE WHEN a.ramp_initial IS NULL AND a.ramp_table IS NULL THEN a.daily_cap
-                    ELSE (herald.account_day_cap(a, v_local::date)).cap END;
-    tier_used := a.tier_used;
-    tier_recounted := false;
-    IF a.tier_limit IS NOT NULL
-       AND (a.tier_counted_at IS NULL OR a.tier_counted_at <= p_now - interval '1 minute') THEN
-        tier_used := herald.tier_used(a, p_now);
-        tier_recounted := true;
-    END IF;
-    tier_room := CASE WHEN a.tier_limit IS NULL THEN big
-                      ELSE greatest(a.tier_limit - tier_used, 0) END;
-    tokens := least(a.burst::double precision,
-                    a.tokens + greatest(extract(epoch FROM p_now - a.tokens_at), 0)
-                               * a.effective_rate);
-    day_used := CASE WHEN a.day = v_local::date THEN a.day_count ELSE 0 END;
-    reopen := a.state = 'offline' AND a.offline_until <= p_now;
-    IF a.quiet_start IS NOT NULL THEN
-        v_quiet := CASE WHEN a.quiet_start <= a.quiet_end
-                        THEN v_local::time >= a.quiet_start AND v_local::time < a.quiet_end
-                        ELSE v_local::time >= a.quiet_start OR v_local::time < a.quiet_end END;
-    END IF;
-    room := least(floor(tokens)::integer,
-                  coalesce(day_cap - day_used, big),
-                  coalesce(a.max_in_flight - v_in_flight, big));
-    -- Human-like gaps: at most as many sends as the minimum gap fits in the pacing horizon
-    -- (reserve_capacity draws the actual gaps and may grant fewer), none before next_send_at.
-    IF a.gap_min_ms IS NOT NULL THEN
-        room := least(room, 1 + floor(extract(epoch FROM herald.pacing_horizon()) * 1000
-                                      / greatest(a.gap_min_ms, 1))::integer);
-    END IF;
-    room_low := least(room,
-        coalesce(floor(a.max_in_flight * (1 - a.high_priority_reserve))::integer - v_in_flight,
-                 big));
-    available_at := p_now;
-    IF a.state = 'paused' THEN
-        available_at := NULL;
-    END IF;
-    IF a.state = 'offline' AND NOT reopen THEN
-        available_at := greatest(available_at, a.offline_until);
-    END IF;
-    IF a.throttled_until > p_now THEN
-        available_at := greatest(available_at, a.throttled_until);
-    END IF;
-    IF v_quiet THEN
-        available_at := greatest(available_at,
-            ((v_local::date + a.quiet_end
-              + CASE WHEN v_local::time >= a.quiet_end THEN interval '1 day'
-                     ELSE interval '0' END) AT TIME ZONE a.time_zone));
-    END IF;
-    IF tokens < 1 THEN
-        available_at := greatest(available_at,
-            p_now + (1 - tokens) / a.effective_rate * interval '1 second');
-    END IF;
-    IF a.gap_min_ms IS NOT NULL AND a.next_send_at > p_now THEN
-        available_at := greatest(available_at, a.next_send_at);
-    END IF;
-    IF day_cap IS NOT NULL AND day_used >= day_cap THEN
-        available_at := greatest(available_at,
-            ((v_local::date + 1)::timestamp AT TIME ZONE a.time_zone));
-    END IF;
-    IF a.max_in_flight IS NOT NULL AND v_in_flight >= a.max_in_flight THEN
-        available_at := NULL;
-    END IF;
-    IF available_at IS DISTINCT FROM p_now THEN
-        room := 0;
-        room_low := 0;
-    END IF;
-    room := greatest(room, 0);
-    room_low := greatest(room_low, 0);
-END
+    a herald.accounts, p_now timestamptz
+) RETURNS TABLE (
+    room integer, room_low integer, tokens double precision, day_used integer, reopen boolean,
+    available_at timestamptz, day_cap integer, tier_room integer, tier_used integer,
+    tier_recounted boolean
+) LANGUAGE sql STABLE AS $$
+    SELECT CASE WHEN s.available_at IS DISTINCT FROM p_now THEN 0 ELSE greatest(c.room, 0) END,
+           CASE WHEN s.available_at IS DISTINCT FROM p_now THEN 0
+                ELSE greatest(least(c.room, coalesce(floor(a.max_in_flight
+                                                           * (1 - a.high_priority_reserve))::integer
+                                                     - b.in_flight, 2147483647)), 0) END,
+           b.tokens, b.day_used, b.reopen, s.available_at, b.day_cap,
+           CASE WHEN a.tier_limit IS NULL THEN 2147483647
+                ELSE greatest(a.tier_limit - t.tier_used, 0) END,
+           t.tier_used, t.recount
+    FROM (
+        SELECT l.local, l.in_flight,
+               CASE WHEN a.ramp_initial IS NULL AND a.ramp_table IS NULL THEN a.daily_cap
+                    ELSE (herald.account_day_cap(a, l.local::date)).cap END AS day_cap,
+               least(a.burst::double precision,
+                     a.tokens + greatest(extract(epoch FROM p_now - a.tokens_at), 0)
+                                * a.effective_rate) AS tokens,
+               CASE WHEN a.day = l.local::date THEN a.day_count ELSE 0 END AS day_used,
+               a.state = 'offline' AND a.offline_until <= p_now AS reopen,
+               CASE WHEN a.quiet_start IS NULL THEN false
+                    WHEN a.quiet_start <= a.quiet_end
+                    THEN l.local::time >= a.quiet_start AND l.local::time < a.quiet_end
+                    ELSE l.local::time >= a.quiet_start OR l.local::time < a.quiet_end
+               END AS quiet
+        FROM (SELECT p_now AT TIME ZONE a.time_zone AS local,
+                     a.in_flight - coalesce((SELECT sum(d.released) FROM herald.account_deltas d
+                                            WHERE d.namespace = a.namespace
+                                              AND d.account_id = a.id), 0)::integer
+                         AS in_flight OFFSET 0) l
+        OFFSET 0
+    ) b
+    CROSS JOIN LATERAL (
+        SELECT coalesce(a.tier_limit IS NOT NULL
+                        AND (a.tier_counted_at IS NULL
+                             OR a.tier_counted_at <= p_now - interval '1 minute'), false)
+               AS recount
+    ) r
+    CROSS JOIN LATERAL (
+        SELECT r.recount,
+               CASE WHEN r.recount THEN herald.tier_used(a, p_now) ELSE a.tier_used END AS tier_used
+    ) t
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN a.gap_min_ms IS NULL THEN c0.room
+                    ELSE least(c0.room, 1 + floor(extract(epoch FROM herald.pacing_horizon()) * 1000
+                                                  / greatest(a.gap_min_ms, 1))::integer) END AS room
+        FROM (SELECT least(floor(b.tokens)::integer,
+                           coalesce(b.day_cap - b.day_used, 2147483647),
+                           coalesce(a.max_in_flight - b.in_flight, 2147483647)) AS room) c0
+    ) c
+    -- When time alone gives room again: each limit that holds pushes it later (greatest skips
+    -- a NULL, as the steps of the PL/pgSQL original did); a full in-flight cap, only an event.
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN a.max_in_flight IS NOT NULL AND b.in_flight >= a.max_in_flight THEN NULL
+                    ELSE greatest(
+                        CASE WHEN a.state = 'paused' THEN NULL ELSE p_now END,
+                        CASE WHEN a.state = 'offline' AND NOT b.reopen THEN a.offline_until END,
+                        CASE WHEN a.throttled_until > p_now THEN a.throttled_until END,
+                        CASE WHEN b.quiet
+                             THEN (b.local::date + a.quiet_end
+                                   + CASE WHEN b.local::time >= a.quiet_end THEN interval '1 day'
+                                          ELSE interval '0' END) AT TIME ZONE a.time_zone END,
+                        CASE WHEN b.tokens < 1
+                             THEN p_now + (1 - b.tokens) / a.effective_rate
+                                          * interval '1 second' END,
+                        CASE WHEN a.gap_min_ms IS NOT NULL AND a.next_send_at > p_now
+                             THEN a.next_send_at END,
+                        CASE WHEN b.day_cap IS NOT NULL AND b.day_used >= b.day_cap
+                             THEN (b.local::date + 1)::timestamp AT TIME ZONE a.time_zone END)
+               END AS available_at
+        OFFSET 0
+    ) s
+    -- Once per account even where the caller uses a result several times (inlined, the
+    -- reservation would otherwise compute each result again for every use).
+    OFFSET 0
 $$;
 
 -- The instants an account with human-like gaps grants `wanted` sends at, from p_now (room is
@@ -217,12 +221,16 @@ CREATE OR REPLACE FUNCTION herald.reserve_capacity(
     p_now timestamptz DEFAULT NULL
 ) RETURNS TABLE (out_account text, out_high integer, out_low integer, out_new integer,
                  out_at timestamptz, out_times timestamptz[])
-LANGUAGE sql AS $$
+LANGUAGE plpgsql AS $$
+BEGIN
     -- One statement for every account of the claim: a row-at-a-time loop cost about 0.2 ms per
     -- account per claim, and a claim through a pool reserves on each of its accounts
     -- (docs/performance.md, S5). Callers pass ids sorted; rows are locked in that order (the
     -- nested loop is driven by the unnest), as account_feedback locks them, so concurrent
-    -- claims and reports never deadlock.
+    -- claims and reports never deadlock. PL/pgSQL rather than SQL so that the statement's plan
+    -- is kept across calls: a SQL function's body is planned again at every call, and with
+    -- account_room inlined that planning cost more than the reservation itself.
+    RETURN QUERY
     WITH locked AS (
         SELECT w.high, w.low, w.new, l.a,
                greatest(coalesce(p_now, herald.clock()), (l.a).tokens_at) AS now
@@ -277,7 +285,8 @@ LANGUAGE sql AS $$
                                     p.high_final + p.low_final)) AS new_granted,
                   p.now, p.times
     )
-    SELECT * FROM updated
+    SELECT * FROM updated;
+END
 $$;
 
 -- Grants a routed claim's assignments in one call, after routing chose their accounts: the
