@@ -97,11 +97,12 @@ $$;
 -- when the stored one is more than a minute old, since conversations age out one by one.
 --
 -- One SQL statement, so that the planner inlines it into the claim's budgets and the
--- reservation: as a PL/pgSQL function each call cost 25-35 us per account (each of its thirty
+-- reservation: as a PL/pgSQL function each call cost 25-45 us per account (each of its thirty
 -- expressions checked and run alone, and account_in_flight started an executor of its own),
--- twice per account per routed claim; inlined, 4-5 us (docs/performance.md, S5). The in-flight
+-- twice per account per routed claim; inlined, 3-5 us (docs/performance.md, S5). The in-flight
 -- count is account_in_flight's, written out for the same reason. The OFFSET 0 fences keep each
--- value computed once per account instead of copied into every expression that uses it. bench/experiments/account_room_equivalence.sql checks it against the PL/pgSQL form.
+-- value computed once per account instead of copied into every expression that uses it.
+-- bench/experiments/account_room_equivalence.sh checks it against the PL/pgSQL form.
 CREATE OR REPLACE FUNCTION herald.account_room(
     a herald.accounts, p_now timestamptz
 ) RETURNS TABLE (
