@@ -6,9 +6,13 @@
 -- A report ($10) saying the window-closed fallback went instead of the content (refused with
 -- 131047), whatever the fallback's own outcome, marks the fallback used: later leases send it
 -- as the content and none carries it again, so it is never triggered twice (migration 25).
+-- The ids are hidden from the planner's estimates (migration 30), here and in the UPDATE's
+-- pin below, so that PostgreSQL settles on one generic plan: planned for the ids at hand, a
+-- report of a few tasks looked cheaper than the generic plan and was planned afresh at every
+-- execution, about 0.8 ms of CPU each time, more than its execution (S3 in docs/performance.md).
 WITH input AS (
     SELECT *
-    FROM unnest($1::uuid[], $2::integer[], $3::smallint[], $4::text[], $5::text[],
+    FROM unnest(herald.opaque_to_planner($1::uuid[]), $2::integer[], $3::smallint[], $4::text[], $5::text[],
                 $6::bigint[], $7::timestamptz[], $9::bigint[], $10::boolean[])
         AS i(task_id, attempt, outcome, error, provider_message_id, retry_after_ms, started_at,
              error_code, fallback)
@@ -95,9 +99,9 @@ updated AS (
         lease_expires_at = NULL,
         updated_at = herald.now()
     FROM planned p
-    -- = ANY($1) pins the update to primary-key lookups (a plain join on id may plan a hash
-    -- join over a sequential scan, as above).
-    WHERE t.id = ANY($1::uuid[]) AND t.id = p.id
+    -- = ANY(ARRAY(...)) pins the update to primary-key lookups (a plain join on id may plan a
+    -- hash join over a sequential scan, as above).
+    WHERE t.id = ANY(ARRAY(SELECT pinned.id FROM planned pinned)) AND t.id = p.id
     -- A task cancelled while leased gave its account slot back when it was cancelled.
     RETURNING t.id, t.lease_count, t.state::text, t.run_at, t.account_id,
               p.old_state = 'cancelled' AS was_cancelled
