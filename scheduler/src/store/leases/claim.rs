@@ -97,7 +97,7 @@ static CLAIM_CANDIDATES: LazyLock<Statement> = LazyLock::new(|| {
         ),
     )
 });
-static NEXT_DUE: LazyLock<Statement> = LazyLock::new(|| {
+pub(super) static NEXT_DUE: LazyLock<Statement> = LazyLock::new(|| {
     Statement::built(
         "next_due",
         at_each_priority(

@@ -281,3 +281,85 @@ pub async fn announce_cancel_resolved(
 pub fn duration_ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::claim::NEXT_DUE;
+    use super::*;
+    use crate::store::scratch::ScratchStore;
+
+    /// How many times each statement runs: PostgreSQL decides between custom and generic plans
+    /// after its first five executions.
+    const EXECUTIONS: usize = 8;
+
+    /// The generic plans `statement` got on `conn`'s session.
+    async fn generic_plans(conn: &deadpool_postgres::Object, statement: &Statement) -> i64 {
+        conn.query_one(
+            "SELECT generic_plans FROM pg_prepared_statements WHERE statement = $1",
+            &[&statement.text()],
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{}: {e}", statement.text()))
+        .get(0)
+    }
+
+    /// An idle dispatcher's wake-up (`next_due.sql`) and a report of one result run many
+    /// times a second on a quiet system; each planned afresh cost more than running it
+    /// (docs/performance.md, S3). With the tasks table holding a few thousand rows, as in S3,
+    /// custom plans for one route or one result looked cheaper than the generic plan, and
+    /// PostgreSQL never kept it.
+    #[tokio::test]
+    async fn the_idle_wait_and_a_small_report_settle_on_a_generic_plan() {
+        let store = ScratchStore::migrated().await;
+        let conn = store.conn().await.unwrap_or_else(|e| panic!("{e}"));
+        conn.batch_execute(
+            "INSERT INTO herald.tasks (id, queue, recipient, content, priority, run_at,
+                 max_attempts, backoff_initial_ms, backoff_max_ms, backoff_multiplier,
+                 backoff_jitter, route, state, lease_count, executor_id, leased_at,
+                 lease_expires_at)
+             SELECT gen_random_uuid(), 'q', 'r' || i, '\\x00', 5,
+                    now() + i * interval '10 ms', 10, 1000, 60000, 2, 0.2, 'default/',
+                    CASE WHEN i % 10 = 0 THEN 'leased' ELSE 'scheduled' END::herald.task_state,
+                    1, 'x', now(), now() + interval '1 hour'
+             FROM generate_series(1, 20000) AS i;
+             ANALYZE herald.tasks",
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        let routes = vec!["default/".to_owned()];
+        let no_queues: Option<Vec<String>> = None;
+        let marks: Vec<Option<DateTime<Utc>>> = Vec::new();
+        for _ in 0..EXECUTIONS {
+            NEXT_DUE
+                .query_one(&conn, &[&routes, &no_queues, &marks])
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        for _ in 0..EXECUTIONS {
+            // A result for a task that is not leased matches nothing; the plan is the point.
+            COMPLETE_ATTEMPTS
+                .query(
+                    &conn,
+                    &[
+                        &vec![Uuid::new_v4()],
+                        &vec![1i32],
+                        &vec![1i16],
+                        &vec![None::<&str>],
+                        &vec![None::<&str>],
+                        &vec![None::<i64>],
+                        &vec![Some(Utc::now())],
+                        &"default",
+                        &vec![None::<i64>],
+                        &vec![false],
+                    ],
+                )
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        assert!(generic_plans(&conn, &NEXT_DUE).await > 0, "next_due");
+        assert!(
+            generic_plans(&conn, &COMPLETE_ATTEMPTS).await > 0,
+            "complete_attempts"
+        );
+    }
+}

@@ -1,0 +1,89 @@
+//! A store on a database of its own on the test cluster, for the store's tests that need a real
+//! PostgreSQL: created empty (or migrated) per test, dropped when the test ends.
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+
+use super::Store;
+
+/// A store on a database of its own, dropped when the test ends, passed or failed.
+pub(crate) struct ScratchStore {
+    store: Store,
+    admin: String,
+    name: String,
+}
+
+impl std::ops::Deref for ScratchStore {
+    type Target = Store;
+    fn deref(&self) -> &Store {
+        &self.store
+    }
+}
+
+impl Drop for ScratchStore {
+    fn drop(&mut self) {
+        let (admin, name) = (self.admin.clone(), self.name.clone());
+        // Drop cannot await, and the test's runtime may be ending: a runtime of its own.
+        // FORCE ends the pool's sessions, still open here.
+        let dropped = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            runtime.block_on(async {
+                let (client, connection) = tokio_postgres::connect(&admin, tokio_postgres::NoTls)
+                    .await
+                    .ok()?;
+                tokio::spawn(connection);
+                client
+                    .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                    .await
+                    .ok()
+            })
+        });
+        let _ = dropped.join();
+    }
+}
+
+impl ScratchStore {
+    /// A database of its own on the test cluster (`HERALD_TEST_PG_URL`, set by `script/test`).
+    pub(crate) async fn new() -> ScratchStore {
+        let admin = std::env::var("HERALD_TEST_PG_URL")
+            .unwrap_or_else(|_| panic!("HERALD_TEST_PG_URL is not set; run script/test"));
+        let name = format!("t_store_{}", uuid::Uuid::new_v4().simple());
+        let (client, connection) = tokio_postgres::connect(&admin, tokio_postgres::NoTls)
+            .await
+            .unwrap_or_else(|e| panic!("connecting to {admin}: {e}"));
+        tokio::spawn(connection);
+        client
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await
+            .unwrap_or_else(|e| panic!("creating {name}: {e}"));
+        let mut config: tokio_postgres::Config =
+            admin.parse().unwrap_or_else(|e| panic!("{admin}: {e}"));
+        config.dbname(&name);
+        let store = Store {
+            pool: Pool::builder(Manager::from_config(
+                config.clone(),
+                tokio_postgres::NoTls,
+                ManagerConfig {
+                    recycling_method: RecyclingMethod::Fast,
+                },
+            ))
+            .max_size(2)
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .build()
+            .unwrap_or_else(|e| panic!("pool: {e}")),
+            config,
+        };
+        ScratchStore { store, admin, name }
+    }
+
+    /// A database of its own with herald's migrations applied.
+    pub(crate) async fn migrated() -> ScratchStore {
+        let store = Self::new().await;
+        super::migrate::run(&store)
+            .await
+            .unwrap_or_else(|e| panic!("migrating {}: {e}", store.name));
+        store
+    }
+}
