@@ -12,8 +12,9 @@
 -- execution, about 0.8 ms of CPU each time, more than its execution (S3 in docs/performance.md).
 WITH input AS (
     SELECT *
-    FROM unnest(herald.opaque_to_planner($1::uuid[]), $2::integer[], $3::smallint[], $4::text[], $5::text[],
-                $6::bigint[], $7::timestamptz[], $9::bigint[], $10::boolean[])
+    FROM unnest(herald.opaque_to_planner($1::uuid[]), $2::integer[], $3::smallint[],
+                $4::text[], $5::text[], $6::bigint[], $7::timestamptz[], $9::bigint[],
+                $10::boolean[])
         AS i(task_id, attempt, outcome, error, provider_message_id, retry_after_ms, started_at,
              error_code, fallback)
 ),
