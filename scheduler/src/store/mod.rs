@@ -156,6 +156,15 @@ impl Store {
     /// keepalives). Connections are opened lazily, so this succeeds while the database is down.
     pub fn connect(database_url: &str, max_size: usize) -> Result<Self, ConnectError> {
         let config = connection::settings(database_url).map_err(ConnectError::InvalidUrl)?;
+        Self::with_settings(config, max_size)
+    }
+
+    /// Builds a pool of at most `max_size` connections with `config`, which already carries
+    /// herald's connection settings (from [`connection::settings`]).
+    fn with_settings(
+        config: tokio_postgres::Config,
+        max_size: usize,
+    ) -> Result<Self, ConnectError> {
         let manager = Manager::from_config(
             config.clone(),
             tokio_postgres::NoTls,
@@ -327,7 +336,6 @@ mod tests {
         conn.batch_execute("CREATE TABLE tries (n integer)")
             .await
             .unwrap_or_else(|e| panic!("{e}"));
-        drop(conn);
         store
     }
 

@@ -1,8 +1,6 @@
 //! A store on a database of its own on the test cluster, for the store's tests that need a real
 //! PostgreSQL: created empty (or migrated) per test, dropped when the test ends.
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-
 use super::Store;
 
 /// A store on a database of its own, dropped when the test ends, passed or failed.
@@ -58,23 +56,11 @@ impl ScratchStore {
             .batch_execute(&format!("CREATE DATABASE {name}"))
             .await
             .unwrap_or_else(|e| panic!("creating {name}: {e}"));
-        let mut config: tokio_postgres::Config =
-            admin.parse().unwrap_or_else(|e| panic!("{admin}: {e}"));
+        // herald's own session settings, as `Store::connect` gives every replica.
+        let mut config =
+            super::connection::settings(&admin).unwrap_or_else(|e| panic!("{admin}: {e}"));
         config.dbname(&name);
-        let store = Store {
-            pool: Pool::builder(Manager::from_config(
-                config.clone(),
-                tokio_postgres::NoTls,
-                ManagerConfig {
-                    recycling_method: RecyclingMethod::Fast,
-                },
-            ))
-            .max_size(2)
-            .runtime(deadpool_postgres::Runtime::Tokio1)
-            .build()
-            .unwrap_or_else(|e| panic!("pool: {e}")),
-            config,
-        };
+        let store = Store::with_settings(config, 2).unwrap_or_else(|e| panic!("pool: {e}"));
         ScratchStore { store, admin, name }
     }
 
