@@ -45,6 +45,11 @@ enum Command {
     },
 }
 
+/// The executor's allocator (see executor/src/main.rs): the scheduler also builds and drops a
+/// message per lease and per report on tokio's worker threads.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> anyhow::Result<()> {
     // `serve` is the default subcommand: insert it when the first argument is a flag.
     let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
