@@ -25,13 +25,14 @@ use crate::tasks::model::GrantedLease;
 pub enum Role {
     /// Claims whenever there is credit, and sleeps until the next due time when nothing is due.
     Main,
-    /// Claims only while claims come back at least half full ([`Backlog`]). A routed claim is a
-    /// few statements in a row (budgets, candidates, facts, lease, grant), most of the time
-    /// waiting on the database rather than holding a lock, so one claim at a time left the
-    /// executor's credit unused while each ran: a second claim overlaps those waits and
+    /// Claims only while routed claims come back at least half full ([`Backlog`]). A routed
+    /// claim is a few statements in a row (budgets, candidates, facts, lease, grant), most of
+    /// the time waiting on the database rather than holding a lock, so one claim at a time left
+    /// the executor's credit unused while each ran: a second claim overlaps those waits and
     /// serialises only on the account rows the grants lock (S5 in docs/performance.md). A
     /// trickle of due work is claimed by one claim at a time and never split between two that
-    /// route it without seeing each other's choices.
+    /// route it without seeing each other's choices. A queue claim, one statement, gains
+    /// nothing from a second beside it, which walks the same due entries (S1).
     Extra,
     /// Every [`STRAGGLER_PERIOD`] (longer when its walks are slow), a small claim that walks the
     /// due index from its oldest entry: it leases the rows the other claims' walks passed while
@@ -53,8 +54,8 @@ pub const STRAGGLER_PERIOD: Duration = Duration::from_secs(5);
 /// walk is credit the other claims cannot use.
 const STRAGGLER_BATCH: u32 = 32;
 
-/// Whether a session's claims are finding a backlog (the last came back at least half a batch
-/// full); the session's extra claims run only then.
+/// Whether a session's routed claims are finding a backlog (the last came back at least half a
+/// batch full); the session's extra claims run only then.
 #[derive(Clone)]
 pub struct Backlog(Arc<watch::Sender<bool>>);
 
@@ -173,16 +174,14 @@ impl Dispatcher {
             let started = Instant::now();
             let claimed = match self.role {
                 Role::Main => self.claim_until_some(want, &mut marks).await,
-                Role::Extra => self.claim_once(want, &mut marks).await.map(Some),
+                Role::Extra => self.claim(want, &mut marks).await.map(Some),
                 // From the oldest entry: no marks.
-                Role::Stragglers => self
-                    .claim_once(want, &mut DueMarks::default())
-                    .await
-                    .map(Some),
+                Role::Stragglers => self.claim(want, &mut DueMarks::default()).await.map(Some),
             };
             match claimed {
-                Ok(Some(leases)) => {
+                Ok(Some(claimed)) => {
                     error_backoff = Duration::from_millis(50);
+                    let leases = claimed.leases;
                     let granted = leases.len() as u32;
                     if self.role == Role::Stragglers {
                         // A full batch may have left more behind: look again at once.
@@ -193,6 +192,11 @@ impl Dispatcher {
                         } else {
                             Duration::ZERO
                         };
+                    } else if claimed.by_queue_walk {
+                        // A queue claim is one statement: a second one beside it walked the
+                        // same due entries and skipped the first's locked rows, which cost
+                        // a third of the drain's claim time (S1 in docs/performance.md).
+                        self.backlog.record(0, self.settings.claim_batch);
                     } else {
                         self.backlog.record(leases.len(), self.settings.claim_batch);
                     }
@@ -244,27 +248,18 @@ impl Dispatcher {
         Ok(claimed)
     }
 
-    /// One claim of up to `want` leases; empty when nothing could be claimed.
-    async fn claim_once(
-        &mut self,
-        want: u32,
-        marks: &mut DueMarks,
-    ) -> Result<Vec<GrantedLease>, crate::store::StoreError> {
-        Ok(self.claim(want, marks).await?.leases)
-    }
-
     /// Claims up to `want` leases, sleeping until something is due; None when stopped.
     async fn claim_until_some(
         &mut self,
         want: u32,
         marks: &mut DueMarks,
-    ) -> Result<Option<Vec<GrantedLease>>, crate::store::StoreError> {
+    ) -> Result<Option<Claimed>, crate::store::StoreError> {
         let mut contended = Duration::from_millis(1);
         let idle_since = Instant::now();
         loop {
             let claimed = self.claim(want, marks).await?;
             if !claimed.leases.is_empty() {
-                return Ok(Some(claimed.leases));
+                return Ok(Some(claimed));
             }
             // Idle, this loop holds the credit the straggler claim would need, so it walks from
             // the oldest entry itself once it has been idle for a straggler period.
