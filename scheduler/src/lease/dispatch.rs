@@ -192,13 +192,16 @@ impl Dispatcher {
                         } else {
                             Duration::ZERO
                         };
-                    } else if claimed.by_queue_walk {
-                        // A queue claim is one statement: a second one beside it walked the
-                        // same due entries and skipped the first's locked rows, which cost
-                        // a third of the drain's claim time (S1 in docs/performance.md).
-                        self.backlog.record(0, self.settings.claim_batch);
                     } else {
-                        self.backlog.record(leases.len(), self.settings.claim_batch);
+                        // Only routed claims make a backlog: a second queue claim beside the
+                        // first walked the same due entries and skipped its locked rows, a
+                        // third of the drain's claim time (S1 in docs/performance.md).
+                        let routed = if claimed.by_queue_walk {
+                            0
+                        } else {
+                            leases.len()
+                        };
+                        self.backlog.record(routed, self.settings.claim_batch);
                     }
                     if granted == 0 {
                         self.credit.add_permits(want as usize);
