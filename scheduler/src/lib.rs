@@ -30,6 +30,7 @@ pub mod error;
 pub mod http;
 pub mod lease;
 pub mod low_water;
+pub mod planner_statistics;
 pub mod retention;
 pub mod rules;
 pub mod schedule;

@@ -17,28 +17,10 @@ use tokio_util::sync::CancellationToken;
 use crate::store::transaction;
 use crate::store::{Db, Store, StoreError};
 
-/// Runs until `stop`, folding every `interval`. A failure is logged when folding starts to
-/// fail and when it works again, not five times a second while the database is away.
+/// Runs until `stop`, folding every `interval`.
 pub async fn run(store: Store, interval: Duration, stop: CancellationToken) {
-    let mut failing = false;
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(interval) => {}
-        }
-        match fold_once(&store).await {
-            Ok(_) if failing => {
-                failing = false;
-                tracing::info!("folding account deltas again");
-            }
-            Ok(_) => {}
-            Err(e) if !failing => {
-                failing = true;
-                tracing::warn!(error = %e, "cannot fold account deltas; retrying quietly");
-            }
-            Err(_) => {}
-        }
-    }
+    crate::server::background::every(interval, stop, "fold account deltas", || fold_once(&store))
+        .await;
 }
 
 /// Folds everything waiting now, one transaction per namespace; returns the accounts folded.

@@ -40,6 +40,8 @@ pub(super) fn start(replica: &Replica, config: &Config, notifier: Option<Notifie
         stop.clone(),
     ));
     jobs.spawn(fold::run(store.clone(), config.fold_interval, stop.clone()));
+    // Plans made while a busy table was small are made again as soon as it grows.
+    jobs.spawn(crate::planner_statistics::run(store.clone(), stop.clone()));
     jobs.spawn(reconcile::run(
         store.clone(),
         config.reconcile_interval,
@@ -114,6 +116,39 @@ async fn route_revokes(
                 );
             }
             Err(broadcast::error::RecvError::Closed) => return,
+        }
+    }
+}
+
+/// Runs `job` every `interval` until `stop`. A failure is logged when the job starts to fail and
+/// when it works again, not at every run while the database is away; `what` names the job in
+/// those lines ("fold account deltas").
+pub(crate) async fn every<T, F, Fut>(
+    interval: Duration,
+    stop: CancellationToken,
+    what: &'static str,
+    mut job: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, crate::store::StoreError>>,
+{
+    let mut failing = false;
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(interval) => {}
+        }
+        match job().await {
+            Ok(_) if failing => {
+                failing = false;
+                tracing::info!(job = what, "working again");
+            }
+            Ok(_) => {}
+            Err(e) if !failing => {
+                failing = true;
+                tracing::warn!(job = what, error = %e, "failing; retrying quietly");
+            }
+            Err(_) => {}
         }
     }
 }

@@ -2,7 +2,7 @@
 //! listeners, and runs the ordered shutdown. [`run`] is the sequence; each step is a function
 //! of its own: [`background`] jobs, the [`grpc`] server and its services, [`health`].
 
-mod background;
+pub(crate) mod background;
 mod grpc;
 mod health;
 

@@ -22,6 +22,7 @@ pub mod notifications;
 pub mod retention;
 pub mod schedules;
 pub mod sql;
+pub mod statistics;
 pub mod stats;
 pub mod suppressions;
 pub mod tasks;
@@ -287,6 +288,10 @@ pub trait Db: GenericClient + Sized {
     /// Pruning of what outlived its retention.
     fn retention(&self) -> retention::RetentionRepo<'_, Self> {
         retention::RetentionRepo::new(self)
+    }
+    /// Planner statistics of the busiest tables.
+    fn statistics(&self) -> statistics::StatisticsRepo<'_, Self> {
+        statistics::StatisticsRepo::new(self)
     }
 }
 

@@ -1,0 +1,154 @@
+//! The statistics keeper: refreshes the planner's statistics of a busy table as soon as it has
+//! grown well past what they say, instead of waiting up to a minute for autovacuum.
+//!
+//! PostgreSQL keeps a prepared statement's plan until the statistics of a table it reads
+//! change, and table growth alone does not change them. A plan made while `herald.tasks` was
+//! nearly empty (a new deployment, a restored or upgraded database, the first seconds of a
+//! burst) stays in use as the table grows: the claim's lease update, planned on an empty table,
+//! walked every due task instead of probing the primary key for the ones it leased (a claim of
+//! 32 read 60,000 rows). Autovacuum analyzes a table at most once per `autovacuum_naptime` (a
+//! minute by default), and the backlog built in that minute took minutes more to work off
+//! (docs/performance.md, "Plans made on an empty table"). An ANALYZE makes every session plan the
+//! table's statements afresh, for its size now.
+//!
+//! Safe on every replica at once: a table is analyzed by one replica at a time (an advisory
+//! lock), and one just analyzed no longer looks grown to the others.
+
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::store::{transaction, Db, Store, StoreError};
+
+/// How often the keeper looks: one read of the statistics system's counters, cheap enough to
+/// do every second, and a plan made on a small table should not outlive much growth.
+pub const INTERVAL: Duration = Duration::from_secs(1);
+
+/// A table is analyzed once it holds more than this many times the rows its statistics counted:
+/// from empty to millions of rows that is a score of ANALYZEs, each a sample of at most 30,000
+/// rows, and a plan is never made for a table less than half its size.
+pub const GROWTH_FACTOR: f64 = 2.0;
+
+/// Tables smaller than this are left to autovacuum: any plan is fast on them.
+pub const MIN_ROWS: i64 = 1_000;
+
+/// Runs until `stop`, looking every [`INTERVAL`]. A role that may not ANALYZE herald's tables
+/// gets a warning, and the tables are left to autovacuum.
+pub async fn run(store: Store, stop: CancellationToken) {
+    crate::server::background::every(INTERVAL, stop, "refresh planner statistics", || {
+        refresh_grown(&store)
+    })
+    .await;
+}
+
+/// Analyzes every watched table that has grown past its statistics; returns those analyzed
+/// (not those another replica was analyzing at the time).
+pub async fn refresh_grown(store: &Store) -> Result<Vec<String>, StoreError> {
+    let grown = store
+        .conn()
+        .await?
+        .statistics()
+        .grown(GROWTH_FACTOR, MIN_ROWS)
+        .await?;
+    let mut analyzed = Vec::with_capacity(grown.len());
+    for table in grown {
+        // Idempotent: a second ANALYZE only samples the table again.
+        let done = transaction!(store, StoreError, idempotent = true, |tx| tx
+            .statistics()
+            .analyze(&table)
+            .await)?;
+        if done {
+            tracing::info!(table = %table, "planner statistics refreshed: the table outgrew them");
+            analyzed.push(table);
+        }
+    }
+    Ok(analyzed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::leases::claim::CLAIM_DUE_SQL;
+    use crate::store::scratch::ScratchStore;
+
+    /// Inserts `n` tasks in `state`, due ten minutes ago on the default route, and has the
+    /// session's counts reach the statistics system before its next statement (they otherwise
+    /// wait up to a second).
+    async fn insert_tasks(conn: &deadpool_postgres::Object, n: i32, state: &str) {
+        conn.batch_execute(&format!(
+            "INSERT INTO herald.tasks (id, queue, recipient, content, priority, run_at,
+                 max_attempts, backoff_initial_ms, backoff_max_ms, backoff_multiplier,
+                 backoff_jitter, route, state)
+             SELECT gen_random_uuid(), 'q', 'r' || i, '\\x00', 5,
+                    now() - interval '10 minutes' + i * interval '1 ms', 10, 1000, 60000, 2,
+                    0.2, 'default/', '{state}'
+             FROM generate_series(1, {n}) AS i;
+             SELECT pg_stat_force_next_flush();"
+        ))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// Rows the plan of `EXECUTE claim(...)` read and threw away, summed over its nodes.
+    async fn rows_discarded(conn: &deadpool_postgres::Object) -> i64 {
+        fn sum(node: &serde_json::Value) -> i64 {
+            let own: i64 = ["Rows Removed by Filter", "Rows Removed by Join Filter"]
+                .iter()
+                .filter_map(|k| node.get(*k).and_then(serde_json::Value::as_i64))
+                .sum();
+            let children = node
+                .get("Plans")
+                .and_then(serde_json::Value::as_array)
+                .map_or(0, |plans| plans.iter().map(sum).sum());
+            own + children
+        }
+        let explained: serde_json::Value = conn
+            .query_one(
+                "EXPLAIN (ANALYZE, FORMAT JSON) \
+                 EXECUTE claim(NULL, 32, 'x', 30000, 'default/', NULL)",
+                &[],
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .get(0);
+        sum(&explained[0]["Plan"])
+    }
+
+    /// The claim's lease update, planned from the statistics of a table that held a few finished
+    /// tasks, walks every due task instead of probing the primary key for the 32 it leases; once
+    /// the table has grown, the keeper analyzes it and the claim is planned for its size.
+    #[tokio::test]
+    async fn a_claim_planned_from_a_small_tables_statistics_is_planned_again_once_it_grows() {
+        let store = ScratchStore::migrated().await;
+        let conn = store.conn().await.unwrap_or_else(|e| panic!("{e}"));
+        // Only the keeper analyzes the table in this test.
+        conn.batch_execute("ALTER TABLE herald.tasks SET (autovacuum_enabled = false)")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        insert_tasks(&conn, 50, "succeeded").await;
+        conn.batch_execute(&format!(
+            "ANALYZE herald.tasks;
+             PREPARE claim(text[], bigint, text, bigint, text, timestamptz[]) AS {};",
+            CLAIM_DUE_SQL.as_str()
+        ))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(refresh_grown(&store).await.ok(), Some(Vec::new()));
+
+        insert_tasks(&conn, 20_000, "scheduled").await;
+        let before = rows_discarded(&conn).await;
+        assert!(
+            before > 10_000,
+            "the stale plan discarded only {before} rows"
+        );
+
+        let analyzed = refresh_grown(&store)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(analyzed, vec!["tasks".to_owned()]);
+        let after = rows_discarded(&conn).await;
+        assert!(after < 1_000, "the claim still discarded {after} rows");
+        // Analyzed for its size now, it is not grown any more.
+        assert_eq!(refresh_grown(&store).await.ok(), Some(Vec::new()));
+    }
+}
