@@ -73,3 +73,30 @@ impl ScratchStore {
         store
     }
 }
+
+/// Rows the plan of `sql` read and threw away (its filters' and join filters' removals, summed
+/// over every node), from `EXPLAIN ANALYZE`: a statement planned as a walk instead of the
+/// probes it needs discards what it walked past. The statement runs; roll back if it writes.
+pub(crate) async fn rows_discarded(
+    client: &impl deadpool_postgres::GenericClient,
+    sql: &str,
+    params: &super::sql::Params<'_>,
+) -> i64 {
+    fn sum(node: &serde_json::Value) -> i64 {
+        let own: i64 = ["Rows Removed by Filter", "Rows Removed by Join Filter"]
+            .iter()
+            .filter_map(|k| node.get(*k).and_then(serde_json::Value::as_i64))
+            .sum();
+        let children = node
+            .get("Plans")
+            .and_then(serde_json::Value::as_array)
+            .map_or(0, |plans| plans.iter().map(sum).sum());
+        own + children
+    }
+    let explained: serde_json::Value = client
+        .query_one(&format!("EXPLAIN (ANALYZE, FORMAT JSON) {sql}"), params)
+        .await
+        .unwrap_or_else(|e| panic!("{e}: {sql}"))
+        .get(0);
+    sum(&explained[0]["Plan"])
+}

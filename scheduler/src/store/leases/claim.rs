@@ -106,17 +106,20 @@ pub(super) static NEXT_DUE: LazyLock<Statement> = LazyLock::new(|| {
         ),
     )
 });
-static LEASE_ASSIGNED: LazyLock<Statement> = LazyLock::new(|| {
+/// The routed lease (`lease_assigned.sql`); seen by the plan tests in `store/leases`.
+pub(super) static LEASE_ASSIGNED: LazyLock<Statement> = LazyLock::new(|| {
     Statement::built(
         "lease_assigned",
         with_columns(include_str!("lease_assigned.sql")),
     )
 });
 const GRANT_ASSIGNED: Statement = statement!("grant_assigned");
-const RETURN_REFUSED: Statement = statement!("return_refused");
+/// Puts refused assignments back (`return_refused.sql`); seen by the plan tests.
+pub(super) const RETURN_REFUSED: Statement = statement!("return_refused");
 const ACCOUNT_BUDGETS: Statement = statement!("account_budgets");
 const RECIPIENT_FACTS: Statement = statement!("recipient_facts");
-const DEFER_TO_WINDOW: Statement = statement!("defer_to_window");
+/// Moves closed-window candidates (`defer_to_window.sql`); seen by the plan tests.
+pub(super) const DEFER_TO_WINDOW: Statement = statement!("defer_to_window");
 
 /// What an executor's claim asks for: the one declaration of the claim's inputs, built by the
 /// dispatcher (`lease/dispatch.rs`), read by the claim's steps (`lease/claim.rs`) and bound

@@ -55,7 +55,10 @@ SET state = 'leased',
 WHERE t.id = ANY(ARRAY(
     SELECT id FROM due
     WHERE NOT suppressed AND (NOT windowed OR id NOT IN (SELECT id FROM deferred))))
-  -- Holds by the lock taken above; repeated so the update can never lease anything else.
-  AND t.state = 'scheduled'
+  -- Holds by the lock taken above; repeated so the update can never lease anything else. As
+  -- text, so that no partial index on the state is a path for it: planned from statistics
+  -- that saw few scheduled tasks, the update walked every due task instead of probing the
+  -- primary key (docs/performance.md, "Plans made on an empty table").
+  AND t.state::text = 'scheduled'
 -- The lease columns come from store/tasks/columns.rs (LEASE_COLUMNS).
 RETURNING {lease_columns}, NULL::text AS account_id, NULL::text AS credentials_ref

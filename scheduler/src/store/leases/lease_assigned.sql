@@ -16,9 +16,10 @@ SET state = 'leased',
     lease_expires_at = COALESCE(a.at, herald.clock()) + $4::bigint * interval '1 millisecond',
     account_id = COALESCE(a.account_id, t.account_id),
     updated_at = herald.now()
-FROM unnest($1::uuid[], $2::text[], $5::timestamptz[], $6::text[])
+FROM unnest(herald.opaque_to_planner($1::uuid[]), herald.opaque_to_planner($2::text[]),
+            herald.opaque_to_planner($5::timestamptz[]), herald.opaque_to_planner($6::text[]))
     AS a(id, account_id, at, credentials_ref)
--- = ANY($1) pins the update to primary-key lookups (see extend_leases.sql).
-WHERE t.id = ANY($1::uuid[]) AND t.id = a.id AND t.state = 'scheduled'
+-- One primary-key probe per assignment, whatever the statistics say (see extend_leases.sql).
+WHERE t.id = a.id AND t.state::text = 'scheduled'
 -- The lease columns come from store/tasks/columns.rs (LEASE_COLUMNS).
 RETURNING {lease_columns}, a.account_id, a.credentials_ref

@@ -284,9 +284,10 @@ pub fn duration_ms(d: Duration) -> i64 {
 
 #[cfg(test)]
 mod tests {
-    use super::claim::NEXT_DUE;
+    use super::claim::{CLAIM_DUE_SQL, DEFER_TO_WINDOW, LEASE_ASSIGNED, NEXT_DUE, RETURN_REFUSED};
     use super::*;
-    use crate::store::scratch::ScratchStore;
+    use crate::store::scratch::{rows_discarded, ScratchStore};
+    use crate::store::sql::Params;
 
     /// How many times each statement runs: PostgreSQL decides between custom and generic plans
     /// after its first five executions.
@@ -361,5 +362,123 @@ mod tests {
             generic_plans(&conn, &COMPLETE_ATTEMPTS).await > 0,
             "complete_attempts"
         );
+    }
+
+    /// Rows `sql` throws away, run in a transaction rolled back after.
+    async fn discarded(
+        conn: &mut deadpool_postgres::Object,
+        sql: &str,
+        params: &Params<'_>,
+    ) -> i64 {
+        let tx = conn.transaction().await.unwrap_or_else(|e| panic!("{e}"));
+        let n = rows_discarded(&tx, sql, params).await;
+        tx.rollback().await.unwrap_or_else(|e| panic!("{e}"));
+        n
+    }
+
+    /// Every statement that changes a batch of tasks by id probes the primary key for each id,
+    /// whatever the statistics say. With statistics taken while the table held only finished
+    /// tasks and then 15,000 live ones added (a campaign landing in a table of last week's
+    /// sends), `t.state = 'scheduled'` or `'leased'` made walking a partial index on the state
+    /// look cheaper than the probes, and each statement read every live task of that state.
+    #[tokio::test]
+    async fn batch_updates_by_id_probe_the_primary_key_under_misleading_statistics() {
+        let store = ScratchStore::migrated().await;
+        let mut conn = store.conn().await.unwrap_or_else(|e| panic!("{e}"));
+        let insert = |n: i32, state: &str| {
+            format!(
+                "INSERT INTO herald.tasks (id, queue, recipient, content, priority, run_at,
+                     max_attempts, backoff_initial_ms, backoff_max_ms, backoff_multiplier,
+                     backoff_jitter, route, state, lease_count, executor_id, leased_at,
+                     lease_expires_at)
+                 SELECT gen_random_uuid(), 'q', 'r' || i, '\\x00', 5,
+                        now() - interval '10 minutes' + i * interval '1 ms', 10, 1000, 60000,
+                        2, 0.2, 'default/', '{state}', 1, 'x', now(), now() + interval '1 hour'
+                 FROM generate_series(1, {n}) AS i;"
+            )
+        };
+        conn.batch_execute(&format!(
+            "ALTER TABLE herald.tasks SET (autovacuum_enabled = false);
+             {} ANALYZE herald.tasks; {} {}",
+            insert(20_000, "succeeded"),
+            insert(10_000, "scheduled"),
+            insert(5_000, "leased")
+        ))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        let ids = |state: &'static str| {
+            let conn = &conn;
+            async move {
+                conn.query(
+                    "SELECT id FROM herald.tasks WHERE state::text = $1 LIMIT 200",
+                    &[&state],
+                )
+                .await
+                .unwrap_or_else(|e| panic!("{e}"))
+                .iter()
+                .map(|r| r.get::<_, Uuid>(0))
+                .collect::<Vec<Uuid>>()
+            }
+        };
+        let scheduled = ids("scheduled").await;
+        let leased = ids("leased").await;
+        let attempts = vec![1i32; leased.len()];
+        let nothing_at: Vec<Option<DateTime<Utc>>> = vec![None; 200];
+        let nothing: Vec<Option<String>> = vec![None; 200];
+        let no_queues: Option<Vec<String>> = None;
+        let no_marks: Vec<Option<DateTime<Utc>>> = Vec::new();
+        let cases: [(&str, &str, &Params<'_>); 8] = [
+            (
+                "claim_due",
+                CLAIM_DUE_SQL.as_str(),
+                &[&no_queues, &32i64, &"x", &30_000i64, &"default/", &no_marks],
+            ),
+            (
+                "lease_assigned",
+                LEASE_ASSIGNED.text(),
+                &[
+                    &scheduled,
+                    &nothing,
+                    &"x",
+                    &30_000i64,
+                    &nothing_at,
+                    &nothing,
+                ],
+            ),
+            ("defer_to_window", DEFER_TO_WINDOW.text(), &[&scheduled]),
+            (
+                "return_refused",
+                RETURN_REFUSED.text(),
+                &[&leased, &nothing_at, &nothing, &nothing],
+            ),
+            (
+                "extend_leases",
+                EXTEND_LEASES.text(),
+                &[&leased, &attempts, &30_000i64, &"default"],
+            ),
+            (
+                "release_leases",
+                RELEASE_LEASES.text(),
+                &[&leased, &attempts, &"default"],
+            ),
+            (
+                "reschedule_tasks",
+                crate::store::tasks::RESCHEDULE_TASKS.text(),
+                &[&scheduled, &"default", &None::<DateTime<Utc>>, &1_000i64],
+            ),
+            (
+                "suppress_tasks",
+                crate::store::suppressions::SUPPRESS_TASKS.text(),
+                &[&scheduled],
+            ),
+        ];
+        let mut walks = Vec::new();
+        for (name, sql, params) in cases {
+            let n = discarded(&mut conn, sql, params).await;
+            if n >= 1_000 {
+                walks.push(format!("{name} read and discarded {n} rows"));
+            }
+        }
+        assert!(walks.is_empty(), "{walks:#?}");
     }
 }

@@ -9,7 +9,8 @@ SET state = 'scheduled',
     leased_at = s.leased_at,
     lease_expires_at = NULL,
     account_id = s.account_id
-FROM unnest($1::uuid[], $2::timestamptz[], $3::text[], $4::text[])
+FROM unnest(herald.opaque_to_planner($1::uuid[]), herald.opaque_to_planner($2::timestamptz[]),
+            herald.opaque_to_planner($3::text[]), herald.opaque_to_planner($4::text[]))
     AS s(id, leased_at, executor_id, account_id)
--- = ANY($1) pins the update to primary-key lookups (see extend_leases.sql).
-WHERE t.id = ANY($1::uuid[]) AND t.id = s.id AND t.state = 'leased'
+-- One primary-key probe per task, whatever the statistics say (see extend_leases.sql).
+WHERE t.id = s.id AND t.state::text = 'leased'

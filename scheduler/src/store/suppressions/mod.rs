@@ -20,7 +20,9 @@ const ADD_SUPPRESSIONS: Statement = statement!("add_suppressions");
 const REMOVE_SUPPRESSION: Statement = statement!("remove_suppression");
 const GET_SUPPRESSIONS: Statement = statement!("get_suppressions");
 const LIST_SUPPRESSIONS: Statement = statement!("list_suppressions");
-const SUPPRESS_TASKS: Statement = statement!("suppress_tasks");
+/// Ends suppressed tasks among locked ones (`suppress_tasks.sql`); seen by the plan tests in
+/// `store/leases`.
+pub(crate) const SUPPRESS_TASKS: Statement = statement!("suppress_tasks");
 const RECORD_INBOUND_MESSAGE: Statement = statement!("record_inbound_message");
 
 impl FromRow for Suppression {

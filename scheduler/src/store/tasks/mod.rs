@@ -42,7 +42,8 @@ const RESERVE_KEYS: Statement = statement!("reserve_keys");
 const FIND_KEYS: Statement = statement!("find_keys");
 const CANCEL_TASK: Statement = statement!("cancel_task");
 const RETRY_TASK: Statement = statement!("retry_task");
-const RESCHEDULE_TASKS: Statement = statement!("reschedule_tasks");
+/// A bulk reschedule's batch (`reschedule_tasks.sql`); seen by the plan tests in `store/leases`.
+pub(crate) const RESCHEDULE_TASKS: Statement = statement!("reschedule_tasks");
 const LOCK_KEYS: Statement = statement!("lock_keys");
 const GUARD_DUPLICATES: Statement = statement!("guard_duplicates");
 const LIST_ATTEMPTS: Statement = statement!("list_attempts");
