@@ -4,12 +4,14 @@
 //! PostgreSQL keeps a prepared statement's plan until the statistics of a table it reads
 //! change, and table growth alone does not change them. A plan made while `herald.tasks` was
 //! nearly empty (a new deployment, a restored or upgraded database, the first seconds of a
-//! burst) stays in use as the table grows: the claim's lease update, planned on an empty table,
-//! walked every due task instead of probing the primary key for the ones it leased (a claim of
-//! 32 read 60,000 rows). Autovacuum analyzes a table at most once per `autovacuum_naptime` (a
-//! minute by default), and the backlog built in that minute took minutes more to work off
-//! (docs/performance.md, "Plans made on an empty table"). An ANALYZE makes every session plan the
-//! table's statements afresh, for its size now.
+//! burst) stays in use as the table grows. In S6 the claim's lease update, planned on an empty
+//! table, walked every due task instead of probing the primary key for the ones it leased (a
+//! claim of 32 read 60,000 rows; the batch updates by id no longer offer that walk, but on a
+//! nearly empty table any statement may be planned as a sequential scan). Autovacuum analyzes
+//! a table at most once per `autovacuum_naptime` (a minute by default), and the backlog built
+//! in that minute took minutes more to work off (docs/performance.md, "Plans made on an empty
+//! table"). An ANALYZE makes every session plan the table's statements afresh, for its size
+//! now.
 //!
 //! Safe on every replica at once: a table is analyzed by one replica at a time (an advisory
 //! lock), and one just analyzed no longer looks grown to the others.
