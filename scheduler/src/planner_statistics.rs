@@ -70,25 +70,7 @@ pub async fn refresh_grown(store: &Store) -> Result<Vec<String>, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::scratch::ScratchStore;
-
-    /// Inserts `n` tasks in `state`, due ten minutes ago on the default route, and has the
-    /// session's counts reach the statistics system before its next statement (they otherwise
-    /// wait up to a second).
-    async fn insert_tasks(conn: &deadpool_postgres::Object, n: i32, state: &str) {
-        conn.batch_execute(&format!(
-            "INSERT INTO herald.tasks (id, queue, recipient, content, priority, run_at,
-                 max_attempts, backoff_initial_ms, backoff_max_ms, backoff_multiplier,
-                 backoff_jitter, route, state)
-             SELECT gen_random_uuid(), 'q', 'r' || i, '\\x00', 5,
-                    now() - interval '10 minutes' + i * interval '1 ms', 10, 1000, 60000, 2,
-                    0.2, 'default/', '{state}'
-             FROM generate_series(1, {n}) AS i;
-             SELECT pg_stat_force_next_flush();"
-        ))
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    }
+    use crate::store::scratch::{insert_tasks, ScratchStore};
 
     /// The rows `herald.tasks`' statistics count.
     async fn counted_rows(conn: &deadpool_postgres::Object) -> f32 {

@@ -74,11 +74,30 @@ impl ScratchStore {
     }
 }
 
+/// Inserts `n` tasks in `state` (with a lease's columns filled in, whatever the state), due ten
+/// minutes ago on the default route, and has the session's counts reach the statistics system
+/// before its next statement (they otherwise wait up to a second).
+pub(crate) async fn insert_tasks(conn: &deadpool_postgres::Object, n: i32, state: &str) {
+    conn.batch_execute(&format!(
+        "INSERT INTO herald.tasks (id, queue, recipient, content, priority, run_at,
+             max_attempts, backoff_initial_ms, backoff_max_ms, backoff_multiplier,
+             backoff_jitter, route, state, lease_count, executor_id, leased_at,
+             lease_expires_at)
+         SELECT gen_random_uuid(), 'q', 'r' || i, '\\x00', 5,
+                now() - interval '10 minutes' + i * interval '1 ms', 10, 1000, 60000, 2, 0.2,
+                'default/', '{state}', 1, 'x', now(), now() + interval '1 hour'
+         FROM generate_series(1, {n}) AS i;
+         SELECT pg_stat_force_next_flush();"
+    ))
+    .await
+    .unwrap_or_else(|e| panic!("inserting {n} {state} tasks: {e}"));
+}
+
 /// Rows the plan of `sql` read and threw away (its filters' and join filters' removals, summed
-/// over every node), from `EXPLAIN ANALYZE`: a statement planned as a walk instead of the
-/// probes it needs discards what it walked past. The statement runs; roll back if it writes.
+/// over every node), from `EXPLAIN ANALYZE` in a transaction rolled back after: a statement
+/// planned as a walk instead of the probes it needs discards what it walked past.
 pub(crate) async fn rows_discarded(
-    client: &impl deadpool_postgres::GenericClient,
+    conn: &mut deadpool_postgres::Object,
     sql: &str,
     params: &super::sql::Params<'_>,
 ) -> i64 {
@@ -93,10 +112,12 @@ pub(crate) async fn rows_discarded(
             .map_or(0, |plans| plans.iter().map(sum).sum());
         own + children
     }
-    let explained: serde_json::Value = client
+    let tx = conn.transaction().await.unwrap_or_else(|e| panic!("{e}"));
+    let explained: serde_json::Value = tx
         .query_one(&format!("EXPLAIN (ANALYZE, FORMAT JSON) {sql}"), params)
         .await
         .unwrap_or_else(|e| panic!("{e}: {sql}"))
         .get(0);
+    tx.rollback().await.unwrap_or_else(|e| panic!("{e}"));
     sum(&explained[0]["Plan"])
 }
