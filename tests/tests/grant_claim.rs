@@ -8,8 +8,11 @@
 
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
+use herald_proto::v1::{
+    executor_message, scheduler_message, OutcomeClass, RateLimitScope, ReportBatch,
+};
 use herald_tests::accounts::{create_many, pooled};
-use herald_tests::lease::ScriptedExecutor;
+use herald_tests::lease::{result, ScriptedExecutor};
 use herald_tests::{connect_tasks, SchedulerProcess, TestDb};
 use tokio_postgres::Client;
 use uuid::Uuid;
@@ -368,5 +371,93 @@ async fn a_refused_assignment_is_put_back_as_it_was_and_the_rest_is_leased() -> 
         Some("gone")
     );
     assert_eq!(counts(&conn, "a1").await?.0, 1, "one slot in flight: +s's");
+    Ok(())
+}
+
+/// A recipient-scoped RATE_LIMITED report takes its account's row before the recipient's mark,
+/// as a claim's grant does: while a grant holds the account, the report waits without holding
+/// the mark the grant is about to write (the other way round the two deadlocked).
+#[tokio::test]
+async fn a_recipient_limit_reported_during_a_grant_waits_for_the_account_before_the_mark(
+) -> Result<()> {
+    // Recovering from a slowdown: its feedback goes onto its row at once, not into the deltas.
+    let (db, conn) = database(
+        &["a1"],
+        10,
+        "UPDATE herald.accounts SET effective_rate = 500",
+    )
+    .await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
+    create_many(&mut tasks, vec![pooled("p", "+r")]).await?;
+    let mut exec = ScriptedExecutor::connect(&scheduler.grpc_url(), "e", &[], 10).await?;
+    let lease = exec.leases(1).await?.remove(0);
+    assert_eq!(lease.account_id, "a1");
+    // The pair's mark, as an earlier send left it: the report's block updates this row.
+    conn.execute(
+        "INSERT INTO herald.recipient_sends (namespace, account_id, recipient, last_sent_at)
+         VALUES ('default', 'a1', '+r', now() - interval '1 hour')
+         ON CONFLICT DO NOTHING",
+        &[],
+    )
+    .await?;
+
+    // A grant in progress: it holds the account row, and marks the pair next.
+    let grant = db.connect().await?;
+    grant
+        .batch_execute(
+            "BEGIN;
+             SELECT 1 FROM herald.accounts WHERE namespace = 'default' AND id = 'a1' FOR UPDATE",
+        )
+        .await?;
+    let grant_pid: i32 = grant
+        .query_one("SELECT pg_backend_pid() AS pid", &[])
+        .await?
+        .get("pid");
+    let mut limited = result(&lease, OutcomeClass::RateLimited);
+    limited.rate_limit_scope = RateLimitScope::Recipient as i32;
+    exec.send(executor_message::Kind::Report(ReportBatch {
+        results: vec![limited],
+    }))
+    .await?;
+    herald_tests::until("the report's feedback to wait for the grant", || async {
+        let row = conn
+            .query_one(
+                "SELECT count(*) AS n FROM pg_stat_activity
+                 WHERE datname = current_database() AND $1 = ANY(pg_blocking_pids(pid))
+                   AND query LIKE '%account_feedback%'",
+                &[&grant_pid],
+            )
+            .await?;
+        Ok(row.get::<_, i64>("n") > 0)
+    })
+    .await?;
+    // The grant's mark: free, so it does not wait for the report that waits for it.
+    grant
+        .batch_execute(
+            "SELECT 1 FROM herald.recipient_sends
+             WHERE namespace = 'default' AND account_id = 'a1' AND recipient = '+r'
+             FOR UPDATE NOWAIT",
+        )
+        .await
+        .context("the report holds the recipient's mark while it waits for the account")?;
+    grant.batch_execute("COMMIT").await?;
+
+    match exec.next().await? {
+        scheduler_message::Kind::ReportAcks(acks) => {
+            assert_eq!(acks.acks.len(), 1);
+            assert!(acks.acks[0].accepted, "{:?}", acks.acks[0]);
+        }
+        other => anyhow::bail!("expected report acks, got {other:?}"),
+    }
+    let blocked: bool = conn
+        .query_one(
+            "SELECT blocked_until > now() AS blocked FROM herald.recipient_sends
+             WHERE namespace = 'default' AND account_id = 'a1' AND recipient = '+r'",
+            &[],
+        )
+        .await?
+        .get("blocked");
+    assert!(blocked, "the recipient is left alone after the report");
     Ok(())
 }

@@ -116,9 +116,11 @@ pub async fn apply(
         let applied_tokens: HashSet<(Uuid, i32)> =
             applied.iter().map(|a| (a.task_id, a.attempt)).collect();
         let (feedback, blocks) = feedback_of(&applied, &reports);
-        tx.leases().block_recipients(&blocks).await?;
         crate::callbacks::on_accepted(tx, namespace, &accepted(&applied, &reports)).await?;
         let freed = tx.accounts().apply_feedback(namespace, &feedback).await?;
+        // After the account rows, as a claim's grant locks them: account, then the recipient
+        // marks. The other way round, a claim marking the same pair deadlocked with this batch.
+        tx.leases().block_recipients(&blocks).await?;
         announce(tx, &applied, freed).await?;
         let refused: Vec<Uuid> = batch
             .iter()
