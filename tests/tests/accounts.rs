@@ -755,6 +755,48 @@ async fn retry_after_pauses_the_account_or_only_the_recipient() -> Result<()> {
     Ok(())
 }
 
+/// Two sends to one recipient on one account, both throttled for that recipient and reported
+/// in one batch: the batch is applied (one block, the longer), not refused as a whole.
+#[tokio::test]
+async fn two_sends_to_one_recipient_throttled_in_one_batch_block_it_once() -> Result<()> {
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let mut accounts = accounts_client(&scheduler.grpc_url()).await?;
+    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
+    create_account(&mut accounts, account("wa", "pool", rate(100.0, 100))).await?;
+    create_many(
+        &mut tasks,
+        vec![pooled("pool", "+pair"), pooled("pool", "+pair")],
+    )
+    .await?;
+    let mut exec = ScriptedExecutor::connect(&scheduler.grpc_url(), "e", &[], 10).await?;
+    let leases = exec.leases(2).await?;
+    let throttled = |lease, seconds| {
+        let mut r = result(lease, OutcomeClass::RateLimited);
+        r.retry_after = Some(prost_types::Duration { seconds, nanos: 0 });
+        r.rate_limit_scope = RateLimitScope::Recipient as i32;
+        r
+    };
+    let acks = exec
+        .report(vec![throttled(&leases[0], 60), throttled(&leases[1], 3600)])
+        .await?;
+    assert_eq!(acks.len(), 2);
+    assert!(acks.iter().all(|a| a.accepted), "{acks:?}");
+
+    let sql = db.connect().await?;
+    let rows = sql
+        .query(
+            "SELECT extract(epoch FROM blocked_until - last_sent_at)::bigint AS held
+             FROM herald.recipient_sends
+             WHERE account_id = 'wa' AND recipient = '+pair'",
+            &[],
+        )
+        .await?;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].get::<_, i64>("held"), 3600, "the longer block wins");
+    Ok(())
+}
+
 #[tokio::test]
 async fn an_unavailable_account_goes_offline_and_its_pooled_tasks_move_without_losing_an_attempt(
 ) -> Result<()> {
