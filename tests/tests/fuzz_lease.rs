@@ -1,5 +1,6 @@
 //! Fuzzing the scheduler's half of the lease protocol (issue #10) over a real gRPC stream to a
-//! real scheduler on a real database: arbitrary executor scripts (a Hello with odd values, credit
+//! real scheduler on a real database (with an account, so claims are routed, and half the tasks
+//! sent through its pool to one recipient): arbitrary executor scripts (a Hello with odd values, credit
 //! of 0 or more than allowed, reports for unknown tasks, stale fencing tokens and wrong attempts,
 //! absurd retry-afters and timestamps, extends, releases, revoke answers, a second Hello, empty
 //! frames) never panic the scheduler; the stream either goes on or ends with a gRPC status
@@ -19,10 +20,12 @@ use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
 use herald_proto::v1::{
-    executor_message, retry_policy, scheduler_message, AttemptResult, CreateTasksRequest, Credit,
-    ExecutorMessage, Extend, FixedDelays, Heartbeat, Hello, LeaseRef, OutcomeClass, Release,
-    ReportAck, ReportBatch, RetryPolicy, RevokeAck, TaskState,
+    executor_message, retry_policy, scheduler_message, Account, AccountLimits, AttemptResult,
+    CreateAccountRequest, CreateTasksRequest, Credit, ExecutorMessage, Extend, FixedDelays,
+    Heartbeat, Hello, LeaseRef, OutcomeClass, Release, ReportAck, ReportBatch, RetryPolicy,
+    RevokeAck, TaskState,
 };
+use herald_tests::accounts::accounts_client;
 use herald_tests::lease::{result, ScriptedExecutor};
 use herald_tests::{connect_lease, connect_tasks, task_spec, unique_id, SchedulerProcess, TestDb};
 use proptest::prelude::*;
@@ -35,6 +38,8 @@ use tonic::Code;
 const DEFAULT_CASES: u32 = 32;
 /// Tasks created for each case's executor to lease.
 const TASKS_PER_CASE: usize = 4;
+/// The account pool half of each case's tasks go through.
+const POOL: &str = "fz-pool";
 /// How long any one answer from the scheduler may take.
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -296,9 +301,20 @@ async fn play(world: &mut World, script: &Script) -> Result<()> {
             }],
         })),
     };
+    // Half by queue, half through the account pool to one recipient: a batch may then carry
+    // reports on two sends to one recipient through one account.
     let specs = (0..TASKS_PER_CASE)
         .map(|i| {
-            let mut s = task_spec(&queue, &format!("+1555{i}"), "fuzz");
+            let pooled = i >= TASKS_PER_CASE / 2;
+            let recipient = if pooled {
+                "+15559".to_owned()
+            } else {
+                format!("+1555{i}")
+            };
+            let mut s = task_spec(&queue, &recipient, "fuzz");
+            if pooled {
+                s.pool = POOL.into();
+            }
             s.retry_policy = Some(no_retry.clone());
             s
         })
@@ -625,10 +641,27 @@ fn config(default: u32) -> Config {
     }
 }
 
-/// A database, a scheduler on it, and the witness executor connected.
+/// A database, a scheduler on it with one account in [`POOL`], and the witness executor
+/// connected.
 async fn world() -> Result<World> {
     let db = TestDb::new().await?;
     let scheduler = SchedulerProcess::spawn(&db).await?;
+    accounts_client(&scheduler.grpc_url())
+        .await?
+        .create_account(CreateAccountRequest {
+            account: Some(Account {
+                id: "fz-account".into(),
+                sender_kind: "webhook".into(),
+                pool: POOL.into(),
+                limits: Some(AccountLimits {
+                    rate_per_second: 1000.0,
+                    burst: Some(1000),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+        })
+        .await?;
     let witness_queue = unique_id("witness");
     let witness =
         ScriptedExecutor::connect(&scheduler.grpc_url(), "witness", &[&witness_queue], 1).await?;
