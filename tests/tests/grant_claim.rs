@@ -3,17 +3,19 @@
 //! seen without routing in front of it: assignments take their account's slots in order, one
 //! that would open a conversation past the tier's room gives its slot back, a recipient sent to
 //! within the interval is refused with its slot given back, sends by queue pass as they are, and
-//! an account with gaps grants each send its own instant. And claims and report batches working
-//! on the same accounts at once lock them in one order, so they never deadlock.
+//! an account with gaps grants each send its own instant. And claims, report batches and webhook
+//! batches working on the same accounts at once lock them in one order, so they never deadlock.
 
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 use herald_proto::v1::{
-    executor_message, scheduler_message, OutcomeClass, RateLimitScope, ReportBatch,
+    executor_message, provider_event, scheduler_message, AccountStandingEvent, DeliveryState,
+    DeliveryStatusEvent, OutcomeClass, ProviderEvent, RateLimitScope, RecordProviderEventsRequest,
+    ReportBatch,
 };
 use herald_tests::accounts::{create_many, pooled};
 use herald_tests::lease::{result, ScriptedExecutor};
-use herald_tests::{connect_tasks, SchedulerProcess, TestDb};
+use herald_tests::{connect_lease, connect_tasks, SchedulerProcess, TestDb};
 use tokio_postgres::Client;
 use uuid::Uuid;
 
@@ -374,6 +376,73 @@ async fn a_refused_assignment_is_put_back_as_it_was_and_the_rest_is_leased() -> 
     Ok(())
 }
 
+/// A grant in progress on account `a1`, from another connection: it holds the account's row
+/// (as `herald.reserve_capacity` does) and would mark the pair (`a1`, `+r`) next. The pair's
+/// mark exists, as an earlier send left it, so a block of that recipient updates its row.
+struct GrantInProgress {
+    conn: Client,
+    pid: i32,
+}
+
+impl GrantInProgress {
+    async fn start(db: &TestDb, conn: &Client) -> Result<Self> {
+        conn.execute(
+            "INSERT INTO herald.recipient_sends (namespace, account_id, recipient, last_sent_at)
+             VALUES ('default', 'a1', '+r', now() - interval '1 hour')
+             ON CONFLICT DO NOTHING",
+            &[],
+        )
+        .await?;
+        let grant = db.connect().await?;
+        grant
+            .batch_execute(
+                "BEGIN;
+                 SELECT 1 FROM herald.accounts
+                 WHERE namespace = 'default' AND id = 'a1' FOR UPDATE",
+            )
+            .await?;
+        let pid = grant
+            .query_one("SELECT pg_backend_pid() AS pid", &[])
+            .await?
+            .get("pid");
+        Ok(GrantInProgress { conn: grant, pid })
+    }
+
+    /// Waits until a statement whose text contains `statement` waits for this grant.
+    async fn until_waited_on_by(&self, conn: &Client, statement: &str) -> Result<()> {
+        let pattern = format!("%{statement}%");
+        herald_tests::until(&format!("{statement} to wait for the grant"), || async {
+            let row = conn
+                .query_one(
+                    "SELECT count(*) AS n FROM pg_stat_activity
+                     WHERE datname = current_database() AND $1 = ANY(pg_blocking_pids(pid))
+                       AND query LIKE $2",
+                    &[&self.pid, &pattern],
+                )
+                .await?;
+            Ok(row.get::<_, i64>("n") > 0)
+        })
+        .await
+    }
+
+    /// Marks the pair, as the grant would next: it must not have to wait for `waiter`, which
+    /// waits for the grant. Then commits.
+    async fn mark_and_commit(self, waiter: &str) -> Result<()> {
+        self.conn
+            .batch_execute(
+                "SELECT 1 FROM herald.recipient_sends
+                 WHERE namespace = 'default' AND account_id = 'a1' AND recipient = '+r'
+                 FOR UPDATE NOWAIT",
+            )
+            .await
+            .with_context(|| {
+                format!("{waiter} holds the recipient's mark while it waits for the account")
+            })?;
+        self.conn.batch_execute("COMMIT").await?;
+        Ok(())
+    }
+}
+
 /// A recipient-scoped RATE_LIMITED report takes its account's row before the recipient's mark,
 /// as a claim's grant does: while a grant holds the account, the report waits without holding
 /// the mark the grant is about to write (the other way round the two deadlocked).
@@ -393,55 +462,15 @@ async fn a_recipient_limit_reported_during_a_grant_waits_for_the_account_before_
     let mut exec = ScriptedExecutor::connect(&scheduler.grpc_url(), "e", &[], 10).await?;
     let lease = exec.leases(1).await?.remove(0);
     assert_eq!(lease.account_id, "a1");
-    // The pair's mark, as an earlier send left it: the report's block updates this row.
-    conn.execute(
-        "INSERT INTO herald.recipient_sends (namespace, account_id, recipient, last_sent_at)
-         VALUES ('default', 'a1', '+r', now() - interval '1 hour')
-         ON CONFLICT DO NOTHING",
-        &[],
-    )
-    .await?;
-
-    // A grant in progress: it holds the account row, and marks the pair next.
-    let grant = db.connect().await?;
-    grant
-        .batch_execute(
-            "BEGIN;
-             SELECT 1 FROM herald.accounts WHERE namespace = 'default' AND id = 'a1' FOR UPDATE",
-        )
-        .await?;
-    let grant_pid: i32 = grant
-        .query_one("SELECT pg_backend_pid() AS pid", &[])
-        .await?
-        .get("pid");
+    let grant = GrantInProgress::start(&db, &conn).await?;
     let mut limited = result(&lease, OutcomeClass::RateLimited);
     limited.rate_limit_scope = RateLimitScope::Recipient as i32;
     exec.send(executor_message::Kind::Report(ReportBatch {
         results: vec![limited],
     }))
     .await?;
-    herald_tests::until("the report's feedback to wait for the grant", || async {
-        let row = conn
-            .query_one(
-                "SELECT count(*) AS n FROM pg_stat_activity
-                 WHERE datname = current_database() AND $1 = ANY(pg_blocking_pids(pid))
-                   AND query LIKE '%account_feedback%'",
-                &[&grant_pid],
-            )
-            .await?;
-        Ok(row.get::<_, i64>("n") > 0)
-    })
-    .await?;
-    // The grant's mark: free, so it does not wait for the report that waits for it.
-    grant
-        .batch_execute(
-            "SELECT 1 FROM herald.recipient_sends
-             WHERE namespace = 'default' AND account_id = 'a1' AND recipient = '+r'
-             FOR UPDATE NOWAIT",
-        )
-        .await
-        .context("the report holds the recipient's mark while it waits for the account")?;
-    grant.batch_execute("COMMIT").await?;
+    grant.until_waited_on_by(&conn, "account_feedback").await?;
+    grant.mark_and_commit("the report").await?;
 
     match exec.next().await? {
         scheduler_message::Kind::ReportAcks(acks) => {
@@ -459,5 +488,69 @@ async fn a_recipient_limit_reported_during_a_grant_waits_for_the_account_before_
         .await?
         .get("blocked");
     assert!(blocked, "the recipient is left alone after the report");
+    Ok(())
+}
+
+/// A provider webhook batch that both ends a send for a recipient-limit failure (131049: the
+/// recipient is left alone on its account) and reports on that account's standing takes the
+/// account's row before the recipient's mark, as a grant does: while a grant holds the
+/// account, the batch waits without holding the mark the grant is about to write.
+#[tokio::test]
+async fn a_webhook_batch_waits_for_the_account_before_the_recipients_mark() -> Result<()> {
+    let (db, conn) = database(&["a1"], 10, "").await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
+    create_many(&mut tasks, vec![pooled("p", "+r")]).await?;
+    let mut exec = ScriptedExecutor::connect(&scheduler.grpc_url(), "e", &[], 10).await?;
+    let lease = exec.leases(1).await?.remove(0);
+    let mut sent = result(&lease, OutcomeClass::Ok);
+    sent.provider_message_id = "wamid-r".into();
+    let acks = exec.report(vec![sent]).await?;
+    assert!(acks[0].accepted, "{acks:?}");
+    let grant = GrantInProgress::start(&db, &conn).await?;
+    let mut lease_client = connect_lease(&scheduler.grpc_url()).await?;
+    let webhook = tokio::spawn(async move {
+        lease_client
+            .record_provider_events(RecordProviderEventsRequest {
+                events: vec![
+                    ProviderEvent {
+                        kind: Some(provider_event::Kind::Delivery(DeliveryStatusEvent {
+                            provider_message_id: "wamid-r".into(),
+                            state: DeliveryState::FailedAfterAcceptance as i32,
+                            error_code: 131_049,
+                            error: "per-user marketing limit".into(),
+                            ..Default::default()
+                        })),
+                    },
+                    ProviderEvent {
+                        kind: Some(provider_event::Kind::Standing(AccountStandingEvent {
+                            credentials_ref: "a1".into(),
+                            quality: "yellow".into(),
+                            ..Default::default()
+                        })),
+                    },
+                ],
+            })
+            .await
+    });
+    grant
+        .until_waited_on_by(&conn, "provider's view of account")
+        .await?;
+    grant.mark_and_commit("the webhook batch").await?;
+
+    webhook.await??;
+    let row = conn
+        .query_one(
+            "SELECT (SELECT blocked_until > now() FROM herald.recipient_sends
+                     WHERE account_id = 'a1' AND recipient = '+r') AS blocked,
+                    (SELECT quality FROM herald.accounts WHERE id = 'a1') AS quality",
+            &[],
+        )
+        .await?;
+    assert!(row.get::<_, bool>("blocked"), "the recipient is left alone");
+    assert_eq!(
+        row.get::<_, Option<String>>("quality").as_deref(),
+        Some("yellow")
+    );
     Ok(())
 }

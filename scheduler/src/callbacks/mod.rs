@@ -194,12 +194,16 @@ pub async fn record(
         for task in tx.deliveries().accept_awaiting(namespace, &named).await? {
             tracing::info!(task_id = %task, "a status callback showed the unreported send went out");
         }
-        settle(tx, namespace, recorded, &[]).await?;
+        // Account rows before recipient marks (the blocks below, the replies' windows), as a
+        // claim's grant takes them: the other way round the two could deadlock.
         let mut woke = false;
         for event in events {
             let (n, resumed) = account_event(tx, namespace, event).await?;
             applied = applied.saturating_add(n);
             woke |= resumed;
+        }
+        settle(tx, namespace, recorded, &[]).await?;
+        for event in events {
             let opted_out = reply(tx, namespace, event, opt_out_keywords).await?;
             applied = applied.saturating_add(u32::from(opted_out));
         }
