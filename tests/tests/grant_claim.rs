@@ -10,8 +10,8 @@ use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 use herald_proto::v1::{
     executor_message, provider_event, scheduler_message, AccountStandingEvent, DeliveryState,
-    DeliveryStatusEvent, OutcomeClass, ProviderEvent, RateLimitScope, RecordProviderEventsRequest,
-    ReportBatch,
+    DeliveryStatusEvent, InboundMessageEvent, OutcomeClass, ProviderEvent, RateLimitScope,
+    RecordProviderEventsRequest, ReportBatch,
 };
 use herald_tests::accounts::{create_many, pooled};
 use herald_tests::lease::{result, ScriptedExecutor};
@@ -428,6 +428,13 @@ impl GrantInProgress {
     /// Marks the pair, as the grant would next: it must not have to wait for `waiter`, which
     /// waits for the grant. Then commits.
     async fn mark_and_commit(self, waiter: &str) -> Result<()> {
+        self.mark(waiter).await?;
+        self.conn.batch_execute("COMMIT").await?;
+        Ok(())
+    }
+
+    /// Takes the pair's mark without waiting; `waiter` must not hold it.
+    async fn mark(&self, waiter: &str) -> Result<()> {
         self.conn
             .batch_execute(
                 "SELECT 1 FROM herald.recipient_sends
@@ -437,9 +444,7 @@ impl GrantInProgress {
             .await
             .with_context(|| {
                 format!("{waiter} holds the recipient's mark while it waits for the account")
-            })?;
-        self.conn.batch_execute("COMMIT").await?;
-        Ok(())
+            })
     }
 }
 
@@ -534,7 +539,7 @@ async fn a_webhook_batch_waits_for_the_account_before_the_recipients_mark() -> R
             .await
     });
     grant
-        .until_waited_on_by(&conn, "provider's view of account")
+        .until_waited_on_by(&conn, "whose credentials_ref is one of")
         .await?;
     grant.mark_and_commit("the webhook batch").await?;
 
@@ -552,5 +557,59 @@ async fn a_webhook_batch_waits_for_the_account_before_the_recipients_mark() -> R
         row.get::<_, Option<String>>("quality").as_deref(),
         Some("yellow")
     );
+    Ok(())
+}
+
+/// A webhook batch whose events change two accounts, in the other order, with a reply in
+/// between, takes both account rows first and in id order: while a grant holds the first, the
+/// batch holds neither the second account nor the replying recipient's mark.
+#[tokio::test]
+async fn a_webhook_batch_takes_its_accounts_in_id_order_before_any_mark() -> Result<()> {
+    let (db, conn) = database(&["a1", "a2"], 10, "").await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let grant = GrantInProgress::start(&db, &conn).await?;
+    let standing = |account: &str| ProviderEvent {
+        kind: Some(provider_event::Kind::Standing(AccountStandingEvent {
+            credentials_ref: account.into(),
+            quality: "yellow".into(),
+            ..Default::default()
+        })),
+    };
+    let reply = ProviderEvent {
+        kind: Some(provider_event::Kind::Inbound(InboundMessageEvent {
+            credentials_ref: "a1".into(),
+            sender: "+r".into(),
+            r#type: "text".into(),
+            text: "thanks".into(),
+            ..Default::default()
+        })),
+    };
+    let mut lease_client = connect_lease(&scheduler.grpc_url()).await?;
+    let webhook = tokio::spawn(async move {
+        lease_client
+            .record_provider_events(RecordProviderEventsRequest {
+                events: vec![standing("a2"), reply, standing("a1")],
+            })
+            .await
+    });
+    grant.until_waited_on_by(&conn, "herald.accounts").await?;
+    grant
+        .conn
+        .batch_execute(
+            "SELECT 1 FROM herald.accounts WHERE namespace = 'default' AND id = 'a2'
+             FOR UPDATE NOWAIT",
+        )
+        .await
+        .context("the webhook batch holds a2 while it waits for a1")?;
+    grant.mark_and_commit("the webhook batch").await?;
+
+    webhook.await??;
+    let qualities: Vec<Option<String>> = conn
+        .query("SELECT quality FROM herald.accounts ORDER BY id", &[])
+        .await?
+        .iter()
+        .map(|r| r.get("quality"))
+        .collect();
+    assert_eq!(qualities, vec![Some("yellow".to_owned()); 2]);
     Ok(())
 }

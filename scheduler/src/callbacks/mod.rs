@@ -194,8 +194,11 @@ pub async fn record(
         for task in tx.deliveries().accept_awaiting(namespace, &named).await? {
             tracing::info!(task_id = %task, "a status callback showed the unreported send went out");
         }
-        // Account rows before recipient marks (the blocks below, the replies' windows), as a
-        // claim's grant takes them: the other way round the two could deadlock.
+        // Account rows before recipient marks (inbound windows, the blocks below), all at once
+        // and in id order, as a claim's grant takes them: otherwise the two could deadlock.
+        tx.accounts()
+            .lock_by_credentials_refs(namespace, &changed_accounts(events))
+            .await?;
         let mut woke = false;
         for event in events {
             let (n, resumed) = account_event(tx, namespace, event).await?;
@@ -351,6 +354,26 @@ async fn settle(
         tracing::info!(task_id = %task, code = ?code, "task failed after acceptance");
     }
     Ok(())
+}
+
+/// The credentials refs whose accounts the events change (standing, availability); inbound
+/// messages only write the recipient's window.
+fn changed_accounts(events: &[ProviderEvent]) -> Vec<&str> {
+    let mut refs: Vec<&str> = events
+        .iter()
+        .filter_map(|e| match e {
+            ProviderEvent::Standing {
+                credentials_ref, ..
+            }
+            | ProviderEvent::Availability {
+                credentials_ref, ..
+            } => Some(credentials_ref.as_str()),
+            ProviderEvent::Delivery(_) | ProviderEvent::Inbound { .. } => None,
+        })
+        .collect();
+    refs.sort_unstable();
+    refs.dedup();
+    refs
 }
 
 /// Applies one account event to every account with its credentials_ref; returns how many

@@ -80,6 +80,7 @@ const RECORD_INBOUND: Statement = statement!("record_inbound");
 const ACCOUNT_GAUGES: Statement = statement!("account_gauges");
 const RECORD_STANDING: Statement = statement!("record_standing");
 const ACCOUNTS_BY_REF: Statement = statement!("accounts_by_ref");
+const LOCK_ACCOUNTS_BY_REFS: Statement = statement!("lock_accounts_by_refs");
 const PROVIDER_PAUSE: Statement = statement!("provider_pause");
 const PROVIDER_RESUME: Statement = statement!("provider_resume");
 const DELETE_ACCOUNT: Statement = statement!("delete_account");
@@ -352,6 +353,22 @@ impl<C: GenericClient> AccountRepo<'_, C> {
             .execute(self.db, &[&namespace, &account, &quality, &set_tier, &tier])
             .await?;
         Ok(changed > 0)
+    }
+
+    /// Locks, in id order, the rows of the accounts whose credentials executors hold under any
+    /// of `credentials_refs`, for the rest of the transaction.
+    pub async fn lock_by_credentials_refs(
+        &self,
+        namespace: &str,
+        credentials_refs: &[&str],
+    ) -> Result<(), StoreError> {
+        if credentials_refs.is_empty() {
+            return Ok(());
+        }
+        LOCK_ACCOUNTS_BY_REFS
+            .query(self.db, &[&namespace, &credentials_refs])
+            .await?;
+        Ok(())
     }
 
     /// The ids of the accounts whose credentials executors hold under `credentials_ref`.
