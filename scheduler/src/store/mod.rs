@@ -179,6 +179,10 @@ impl Store {
         );
         let pool = Pool::builder(manager)
             .max_size(max_size)
+            // The most recently returned connection first: the pool's default (the longest
+            // idle) turns every checkout over to a different backend, so each of them plans
+            // the routed claim's functions afresh and none keeps its caches warm.
+            .queue_mode(deadpool_postgres::QueueMode::Lifo)
             .wait_timeout(Some(Duration::from_secs(10)))
             .create_timeout(Some(connection::open_timeout(&config)))
             .runtime(deadpool_postgres::Runtime::Tokio1)
