@@ -10,7 +10,7 @@
 //! send's own report all end in the same answer. A report that comes before its task is known
 //! is tied to it when the send's report names the message id ([`on_accepted`]).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
@@ -196,12 +196,13 @@ pub async fn record(
         }
         // Account rows before recipient marks (inbound windows, the blocks below), all at once
         // and in id order, as a claim's grant takes them: otherwise the two could deadlock.
-        tx.accounts()
+        let locked = tx
+            .accounts()
             .lock_by_credentials_refs(namespace, &changed_accounts(events))
             .await?;
         let mut woke = false;
         for event in events {
-            let (n, resumed) = account_event(tx, namespace, event).await?;
+            let (n, resumed) = account_event(tx, namespace, event, &locked).await?;
             applied = applied.saturating_add(n);
             woke |= resumed;
         }
@@ -377,11 +378,13 @@ fn changed_accounts(events: &[ProviderEvent]) -> Vec<&str> {
 }
 
 /// Applies one account event to every account with its credentials_ref; returns how many
-/// accounts it changed and whether one was made active again.
+/// accounts it changed and whether one was made active again. `locked` holds the accounts of
+/// the batch's standing and availability events by credentials_ref, as the batch locked them.
 async fn account_event(
     db: &impl Db,
     namespace: &str,
     event: &ProviderEvent,
+    locked: &HashMap<String, Vec<String>>,
 ) -> Result<(u32, bool), StoreError> {
     let credentials_ref = match event {
         ProviderEvent::Delivery(_) => return Ok((0, false)),
@@ -396,9 +399,15 @@ async fn account_event(
         } => credentials_ref,
     };
     let accounts = db.accounts();
-    let ids = accounts
-        .ids_by_credentials_ref(namespace, credentials_ref)
-        .await?;
+    let ids = match event {
+        // An inbound message writes only the recipient's window: its accounts are not locked.
+        ProviderEvent::Inbound { .. } => {
+            accounts
+                .ids_by_credentials_ref(namespace, credentials_ref)
+                .await?
+        }
+        _ => locked.get(credentials_ref).cloned().unwrap_or_default(),
+    };
     if ids.is_empty() {
         tracing::info!(%credentials_ref, "provider event for no account of the namespace");
     }

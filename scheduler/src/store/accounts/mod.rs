@@ -3,6 +3,7 @@
 //! by column name (see `insert_account.sql`), so the column lists here follow
 //! [`AccountLimits`]'s fields.
 
+use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use chrono::{DateTime, Utc};
@@ -23,9 +24,9 @@ repository!(
 #[derive(Debug, Default)]
 pub struct Targets {
     /// Pool name → the kinds of its accounts.
-    pub pools: std::collections::HashMap<String, Vec<String>>,
+    pub pools: HashMap<String, Vec<String>>,
     /// Account id → its kind.
-    pub accounts: std::collections::HashMap<String, Vec<String>>,
+    pub accounts: HashMap<String, Vec<String>>,
 }
 
 /// What an account read selects (`a` is `herald.accounts`); decoded by
@@ -356,19 +357,27 @@ impl<C: GenericClient> AccountRepo<'_, C> {
     }
 
     /// Locks, in id order, the rows of the accounts whose credentials executors hold under any
-    /// of `credentials_refs`, for the rest of the transaction.
+    /// of `credentials_refs`, for the rest of the transaction; returns their ids by
+    /// credentials_ref (a ref no account holds is absent).
     pub async fn lock_by_credentials_refs(
         &self,
         namespace: &str,
         credentials_refs: &[&str],
-    ) -> Result<(), StoreError> {
+    ) -> Result<HashMap<String, Vec<String>>, StoreError> {
+        let mut ids_by_ref: HashMap<String, Vec<String>> = HashMap::new();
         if credentials_refs.is_empty() {
-            return Ok(());
+            return Ok(ids_by_ref);
         }
-        LOCK_ACCOUNTS_BY_REFS
+        for row in LOCK_ACCOUNTS_BY_REFS
             .query(self.db, &[&namespace, &credentials_refs])
-            .await?;
-        Ok(())
+            .await?
+        {
+            ids_by_ref
+                .entry(column(&row, "credentials_ref")?)
+                .or_default()
+                .push(column(&row, "id")?);
+        }
+        Ok(ids_by_ref)
     }
 
     /// The ids of the accounts whose credentials executors hold under `credentials_ref`.
