@@ -286,6 +286,18 @@ struct World {
     scheduler: SchedulerProcess,
     witness: ScriptedExecutor,
     witness_queue: String,
+    routing: Routing,
+}
+
+/// Which claim path a world's sessions take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Routing {
+    /// The namespace has an account in [`POOL`]: every claim is routed (budgets, candidates,
+    /// the grant), and half of each case's tasks go through the pool.
+    ThroughAccount,
+    /// No accounts: every claim is the one-statement queue claim (`claim_due.sql`), the path
+    /// of every namespace that sends without accounts.
+    ByQueue,
 }
 
 /// Plays one script and checks every property; an error fails the case.
@@ -301,11 +313,11 @@ async fn play(world: &mut World, script: &Script) -> Result<()> {
             }],
         })),
     };
-    // Half by queue, half through the account pool to one recipient: a batch may then carry
-    // reports on two sends to one recipient through one account.
+    // Through an account, half by queue and half through the pool to one recipient: a batch
+    // may then carry reports on two sends to one recipient through one account.
     let specs = (0..TASKS_PER_CASE)
         .map(|i| {
-            let pooled = i >= TASKS_PER_CASE / 2;
+            let pooled = world.routing == Routing::ThroughAccount && i >= TASKS_PER_CASE / 2;
             let recipient = if pooled {
                 "+15559".to_owned()
             } else {
@@ -641,11 +653,28 @@ fn config(default: u32) -> Config {
     }
 }
 
-/// A database, a scheduler on it with one account in [`POOL`], and the witness executor
-/// connected.
-async fn world() -> Result<World> {
+/// A database, a scheduler on it (with one account in [`POOL`] when `routing` says so), and
+/// the witness executor connected.
+async fn world(routing: Routing) -> Result<World> {
     let db = TestDb::new().await?;
     let scheduler = SchedulerProcess::spawn(&db).await?;
+    if routing == Routing::ThroughAccount {
+        create_pool_account(&scheduler).await?;
+    }
+    let witness_queue = unique_id("witness");
+    let witness =
+        ScriptedExecutor::connect(&scheduler.grpc_url(), "witness", &[&witness_queue], 1).await?;
+    Ok(World {
+        db,
+        scheduler,
+        witness,
+        witness_queue,
+        routing,
+    })
+}
+
+/// The account in [`POOL`] that makes every claim of the namespace routed.
+async fn create_pool_account(scheduler: &SchedulerProcess) -> Result<()> {
     accounts_client(&scheduler.grpc_url())
         .await?
         .create_account(CreateAccountRequest {
@@ -662,21 +691,24 @@ async fn world() -> Result<World> {
             }),
         })
         .await?;
-    let witness_queue = unique_id("witness");
-    let witness =
-        ScriptedExecutor::connect(&scheduler.grpc_url(), "witness", &[&witness_queue], 1).await?;
-    Ok(World {
-        db,
-        scheduler,
-        witness,
-        witness_queue,
-    })
+    Ok(())
 }
 
 #[test]
 fn arbitrary_executor_scripts_never_break_the_scheduler() {
+    fuzz_scripts(Routing::ThroughAccount);
+}
+
+#[test]
+fn arbitrary_executor_scripts_never_break_the_scheduler_claiming_by_queue() {
+    fuzz_scripts(Routing::ByQueue);
+}
+
+/// Plays generated executor scripts against one world with `routing`; a failing case panics
+/// with the shrunk script and the scheduler's stderr.
+fn fuzz_scripts(routing: Routing) {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    let world = runtime.block_on(world());
+    let world = runtime.block_on(world(routing));
     let world = Mutex::new(world.expect("scheduler, database and witness"));
     let mut runner = TestRunner::new(config(DEFAULT_CASES));
     let outcome = runner.run(&script(), |script| {
@@ -881,7 +913,7 @@ async fn play_garbage(world: &mut World, frames: Vec<Vec<u8>>) -> Result<()> {
 #[test]
 fn garbage_frames_never_break_the_scheduler() {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    let world = runtime.block_on(world());
+    let world = runtime.block_on(world(Routing::ThroughAccount));
     let world = Mutex::new(world.expect("scheduler, database and witness"));
     let mut runner = TestRunner::new(config(16));
     let outcome = runner.run(&prop::collection::vec(garbage(), 1..5), |frames| {
