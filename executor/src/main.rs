@@ -20,6 +20,7 @@ async fn main() -> anyhow::Result<()> {
     // Held to the end of main: dropping it flushes the spans not yet exported.
     let _telemetry =
         herald_executor::telemetry::init(&std::env::var("HERALD_LOG_FORMAT").unwrap_or_default());
+    herald_process::memory::turn_off_transparent_huge_pages();
 
     let routes = match &config.config_file {
         Some(path) => SenderRoutes::from_file(path)?,

@@ -96,6 +96,7 @@ fn main() -> anyhow::Result<()> {
 async fn serve(config: Config) -> anyhow::Result<()> {
     // Held to the end of serve: dropping it flushes the spans not yet exported.
     let _telemetry = telemetry::init(&config.log_format, "herald-scheduler");
+    herald_process::memory::turn_off_transparent_huge_pages();
     let listeners = Listeners::bind(&config)
         .await
         .with_context(|| format!("cannot bind {} / {}", config.grpc_addr, config.http_addr))?;

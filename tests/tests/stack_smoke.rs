@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 use herald_proto::v1::account_service_client::AccountServiceClient;
 use herald_proto::v1::{CreateAccountRequest, TaskSpec, TaskState};
 use herald_tests::accounts::whatsapp_account;
@@ -83,5 +83,32 @@ async fn script_servers_executor_sends_for_accounts_created_through_the_api() ->
     .await?;
     assert_eq!(done.account_id, "wa-1");
     assert_eq!(done.attempts, 1);
+    Ok(())
+}
+
+/// Both services run without transparent huge pages: with them, every page mimalloc touched
+/// afresh made the kernel zero 2 MiB, a quarter of the executor's CPU in a drain
+/// (process/src/memory.rs). The kernel reports the process's setting in its status file.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn the_services_run_without_transparent_huge_pages() -> Result<()> {
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let executor = ExecutorProcess::builder(&[scheduler.grpc_url()])
+        .spawn()
+        .await?;
+    for (name, pid) in [("scheduler", scheduler.pid()), ("executor", executor.pid())] {
+        let pid = pid.with_context(|| format!("the {name} has no pid"))?;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+        let thp = status
+            .lines()
+            .find_map(|l| l.strip_prefix("THP_enabled:"))
+            .with_context(|| format!("no THP_enabled line in the {name}'s status"))?;
+        assert_eq!(
+            thp.trim(),
+            "0",
+            "the {name} runs with transparent huge pages"
+        );
+    }
     Ok(())
 }
