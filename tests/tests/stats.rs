@@ -866,3 +866,112 @@ async fn the_live_task_gauge_is_present_from_the_first_scrape_and_counts_new_tas
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
 }
+
+/// The value of the series `name{labels}` in a Prometheus text body (`labels` as rendered,
+/// without braces; empty for an unlabelled series).
+fn series(body: &str, name: &str, labels: &str) -> Option<f64> {
+    let prefix = if labels.is_empty() {
+        format!("{name} ")
+    } else {
+        format!("{name}{{{labels}}} ")
+    };
+    body.lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Each service records its per-task metrics once per batch (scheduler) or per account
+/// (executor) rather than per task; what they add up to must not change: every finished task
+/// and every send attempt is counted once, under its own state, class and lease count.
+#[tokio::test]
+async fn the_outcome_metrics_count_every_finished_task_and_send_attempt() -> Result<()> {
+    use herald_proto::v1::{retry_policy, CreateTasksRequest, ExponentialBackoff, RetryPolicy};
+
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::builder(&db).spawn().await?;
+    // Every first attempt on `retried` answers TRANSIENT; its retry succeeds.
+    let executor = herald_tests::ExecutorProcess::builder(&[scheduler.grpc_url()])
+        .config_toml(
+            "[queues.once]\nsender = \"noop\"\n\
+             [queues.retried]\nsender = \"noop\"\nfail_first_attempts = 1.0\n",
+        )
+        .spawn()
+        .await?;
+    let quick_retry = RetryPolicy {
+        strategy: Some(retry_policy::Strategy::Exponential(ExponentialBackoff {
+            initial: Some(prost_types::Duration {
+                seconds: 0,
+                nanos: 100_000_000,
+            }),
+            ..Default::default()
+        })),
+    };
+    let specs = (0..5)
+        .map(|i| {
+            let queue = if i < 3 { "once" } else { "retried" };
+            let mut spec = herald_tests::task_spec(queue, &format!("+1555100{i}"), "hi");
+            spec.retry_policy = Some(quick_retry.clone());
+            spec
+        })
+        .collect();
+    let mut tasks = herald_tests::connect_tasks(&scheduler.grpc_url()).await?;
+    tasks
+        .create_tasks(CreateTasksRequest { tasks: specs })
+        .await?;
+
+    let client = db.connect().await?;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let succeeded: i64 = client
+            .query_one(
+                "SELECT count(*) FROM herald.task_records WHERE state = 'succeeded'",
+                &[],
+            )
+            .await?
+            .get(0);
+        if succeeded == 5 {
+            break;
+        }
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "{succeeded} of 5 tasks succeeded"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+
+    let scrape = |url: String| async move {
+        let body = reqwest::get(format!("{url}/metrics"))
+            .await?
+            .error_for_status()?
+            .text()
+            .await?;
+        anyhow::Ok(body)
+    };
+    let scheduler_body = scrape(scheduler.http_url()).await?;
+    let succeeded = r#"state="succeeded""#;
+    ensure!(
+        series(&scheduler_body, "herald_tasks_finished_total", succeeded) == Some(5.0),
+        "five tasks finished:\n{scheduler_body}"
+    );
+    // Three tasks took one lease, two took two.
+    ensure!(
+        series(&scheduler_body, "herald_attempts_per_task_count", succeeded) == Some(5.0)
+            && series(&scheduler_body, "herald_attempts_per_task_sum", succeeded) == Some(7.0),
+        "leases per task observed once per task:\n{scheduler_body}"
+    );
+
+    // The executor reports its sends before the scheduler ends the tasks, so it has counted
+    // all seven by now.
+    let executor_body = scrape(executor.http_url()).await?;
+    let outcomes = "herald_send_outcomes_total";
+    ensure!(
+        series(&executor_body, outcomes, r#"account="",class="ok""#) == Some(5.0)
+            && series(&executor_body, outcomes, r#"account="",class="transient""#) == Some(2.0),
+        "five sends ok and two transient:\n{executor_body}"
+    );
+    ensure!(
+        series(&executor_body, "herald_send_duration_seconds_count", "") == Some(7.0),
+        "seven send durations:\n{executor_body}"
+    );
+    Ok(())
+}

@@ -7,7 +7,7 @@ pub(crate) mod events;
 mod inflight;
 mod worker;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -24,6 +24,7 @@ use tracing::{debug, info, instrument, warn};
 
 use crate::routes::BuiltRoutes;
 use crate::senders::{Content, SendError, SendRequest};
+use crate::telemetry::metrics::SendMetrics;
 use inflight::{InFlight, LeaseKey};
 pub(crate) use worker::truncate;
 use worker::{Done, Job};
@@ -131,6 +132,8 @@ pub(crate) struct LeaseClient {
     /// Set once shutdown starts: the deadline for reporting what is in flight.
     shutdown_deadline: Option<Instant>,
     stats: Arc<Stats>,
+    /// Each sending account's send metrics, looked up at its first lease.
+    send_metrics: HashMap<String, Arc<SendMetrics>>,
     /// Whether the current stream did any work (leases, report or extension answers). Only
     /// such a stream (or one that stayed up for a while) resets the reconnect backoff: one that is welcomed and then breaks at once
     /// — a scheduler whose database is down answers Hello but not the first report — must not
@@ -171,6 +174,7 @@ impl LeaseClient {
             to_release: Vec::new(),
             shutdown_deadline: None,
             stats,
+            send_metrics: HashMap::new(),
             progressed: false,
         }
     }
@@ -629,6 +633,7 @@ impl LeaseClient {
             },
         };
         let (phase, cancel) = self.inflight.insert(key.clone(), received);
+        let metrics = self.send_metrics_of(&account);
         let job = Job {
             key,
             queue,
@@ -636,6 +641,7 @@ impl LeaseClient {
             phase,
             cancel,
             account,
+            metrics,
             traceparent,
             send_at,
         };
@@ -643,6 +649,17 @@ impl LeaseClient {
         // inside it), and spawning it unboxed copied it several times per lease on this loop,
         // the one that reads every lease (memcpy under `on_lease` in the S1 profile).
         tokio::spawn(Box::pin(worker::run(job, self.done_tx.clone())));
+    }
+
+    /// `account`'s send metrics (empty: queue-routed sends).
+    fn send_metrics_of(&mut self, account: &str) -> Arc<SendMetrics> {
+        if let Some(metrics) = self.send_metrics.get(account) {
+            return metrics.clone();
+        }
+        let metrics = Arc::new(SendMetrics::new(account));
+        self.send_metrics
+            .insert(account.to_owned(), metrics.clone());
+        metrics
     }
 }
 

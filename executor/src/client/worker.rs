@@ -11,7 +11,9 @@ use tracing::{debug, warn, Instrument as _};
 
 use super::inflight::{LeaseKey, SharedPhase};
 use crate::senders::{BoxSender, OutcomeClass, SendError, SendReceipt, SendRequest};
-use crate::telemetry::metrics::{class_label, RATE_LIMIT_WAIT, SEND_DURATION, SEND_OUTCOMES};
+use std::sync::Arc;
+
+use crate::telemetry::metrics::SendMetrics;
 
 /// Longest error text the scheduler keeps.
 const MAX_ERROR_BYTES: usize = 4096;
@@ -33,6 +35,8 @@ pub(crate) struct Job {
     pub(crate) cancel: CancellationToken,
     /// The sending account (the lease's `account_id`; empty when routed by queue).
     pub(crate) account: String,
+    /// That account's send metrics.
+    pub(crate) metrics: Arc<SendMetrics>,
     /// The lease's W3C `traceparent`: the send span joins that trace.
     pub(crate) traceparent: String,
     /// Not before: a paced send (the lease's `send_after` from its arrival).
@@ -69,9 +73,7 @@ async fn send(job: Job) -> Option<pb::AttemptResult> {
                 return None;
             }
             warn!(error = %error.message, "lease cannot be sent");
-            let class = class_label(Some(error.class));
-            metrics::counter!(SEND_OUTCOMES, "account" => job.account.clone(), "class" => class)
-                .increment(1);
+            job.metrics.outcome(Some(error.class));
             return Some(result(&job.key, SystemTime::now(), Err(error)));
         }
     };
@@ -93,17 +95,15 @@ async fn send(job: Job) -> Option<pb::AttemptResult> {
     if !job.phase.start_sending() {
         return None;
     }
-    metrics::histogram!(RATE_LIMIT_WAIT).record(waiting_since.elapsed().as_secs_f64());
+    job.metrics.waited(waiting_since.elapsed().as_secs_f64());
     let started_at = SystemTime::now();
     let started = Instant::now();
     let outcome = match ready {
         Ok(()) => sender.call(request).await,
         Err(error) => Err(error),
     };
-    metrics::histogram!(SEND_DURATION).record(started.elapsed().as_secs_f64());
-    let class = class_label(outcome.as_ref().err().map(|e| e.class));
-    metrics::counter!(SEND_OUTCOMES, "account" => job.account.clone(), "class" => class)
-        .increment(1);
+    job.metrics.sent(started.elapsed().as_secs_f64());
+    job.metrics.outcome(outcome.as_ref().err().map(|e| e.class));
     match &outcome {
         Ok(receipt) => debug!(provider_message_id = ?receipt.provider_message_id, "sent"),
         Err(error) => {

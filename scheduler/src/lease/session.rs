@@ -294,9 +294,7 @@ async fn handle_reports(
     batch: Vec<ReportEntry>,
 ) -> Result<(), Error> {
     let outcome = reports::apply(&ctx.store, namespace, &batch).await?;
-    for (state, attempt) in &outcome.finished {
-        crate::telemetry::metrics::task_finished(*state, *attempt);
-    }
+    crate::telemetry::metrics::tasks_finished(&outcome.finished);
     let acks = batch
         .into_iter()
         .zip(outcome.verdicts)
