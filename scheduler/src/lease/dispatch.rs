@@ -12,7 +12,7 @@ use tokio::sync::{broadcast, watch, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::claim::{self, ClaimRequest, Claimed, NoAccountsCache};
-use super::due_marks::DueMarks;
+use super::due_marks::{DueMarks, PublishedMarks};
 use super::events::Event;
 use super::LeaseSettings;
 use crate::low_water::full_walk_spacing;
@@ -49,6 +49,21 @@ pub const SESSION_ROLES: [Role; 3] = [Role::Main, Role::Extra, Role::Stragglers]
 /// The least time between two straggler walks of a session: how late a task can be whose row
 /// another transaction held while a walk passed it.
 pub const STRAGGLER_PERIOD: Duration = Duration::from_secs(5);
+
+/// How long the straggler claim waits before its next walk. A full batch of stragglers (every
+/// lease below the main claim's marks) may have left more behind: it looks again at once. A
+/// batch that reached the main claim's backlog found no more stragglers than it took: under a
+/// steady backlog, looking again at once made it a second claim beside the main one, walking
+/// from the oldest entry and past the main claim's locked rows for 32 tasks at a time (S6 in
+/// docs/performance.md). Walks made slow by a held snapshot take at most a twentieth of one
+/// database connection.
+fn straggler_pause_after(full_of_stragglers: bool, took: Duration) -> Duration {
+    if full_of_stragglers {
+        Duration::ZERO
+    } else {
+        full_walk_spacing(STRAGGLER_PERIOD, took)
+    }
+}
 
 /// The most leases one straggler walk takes: stragglers are few, and credit it holds during its
 /// walk is credit the other claims cannot use.
@@ -138,6 +153,9 @@ pub struct Dispatcher {
     pub backlog: Backlog,
     /// What this claim loop does.
     pub role: Role,
+    /// The session's main claim marks (published by [`Role::Main`], read by
+    /// [`Role::Stragglers`]).
+    pub main_marks: PublishedMarks,
 }
 
 impl Dispatcher {
@@ -199,6 +217,9 @@ impl Dispatcher {
             };
             // Events that arrived while we had no credit are stale: the claim below sees them.
             self.drain_events(&mut marks);
+            if self.role == Role::Main {
+                self.main_marks.publish(&marks);
+            }
             let started = Instant::now();
             let claimed = match self.role {
                 Role::Main => self.claim_until_some(want, &mut marks).await,
@@ -212,15 +233,14 @@ impl Dispatcher {
                     let leases = claimed.leases;
                     let granted = leases.len() as u32;
                     if self.role == Role::Stragglers {
-                        // A full batch may have left more behind: look again at once.
-                        straggler_pause = if granted < want {
-                            // Walks made slow by a held snapshot take at most a twentieth of
-                            // one database connection.
-                            full_walk_spacing(STRAGGLER_PERIOD, started.elapsed())
-                        } else {
-                            Duration::ZERO
-                        };
+                        straggler_pause = straggler_pause_after(
+                            granted >= want && self.main_marks.all_passed(&leases),
+                            started.elapsed(),
+                        );
                     } else {
+                        if self.role == Role::Main {
+                            self.main_marks.publish(&marks);
+                        }
                         // Only routed claims make a backlog: a second queue claim beside the
                         // first walked the same due entries and skipped its locked rows, a
                         // third of the drain's claim time (S1 in docs/performance.md).
@@ -419,6 +439,22 @@ mod tests {
     use futures::FutureExt;
 
     use super::*;
+
+    #[test]
+    fn the_straggler_claim_walks_again_at_once_only_after_a_full_batch_of_stragglers() {
+        let quick = Duration::from_millis(3);
+        assert_eq!(straggler_pause_after(true, quick), Duration::ZERO);
+        assert_eq!(
+            straggler_pause_after(false, quick),
+            STRAGGLER_PERIOD,
+            "a batch that reached the main claim's backlog"
+        );
+        assert_eq!(
+            straggler_pause_after(false, Duration::from_secs(1)),
+            Duration::from_secs(20),
+            "a slow walk spaces the next by twenty times its length"
+        );
+    }
 
     #[test]
     fn only_the_main_loop_lingers_and_only_after_a_handful() {

@@ -19,6 +19,8 @@
 //! from the oldest entry once it has found nothing for as long. The marks only steer the walk;
 //! they never decide what is due.
 
+use std::sync::{Arc, Mutex};
+
 use chrono::{DateTime, Utc};
 
 use crate::tasks::model::GrantedLease;
@@ -81,6 +83,38 @@ impl DueMarks {
     pub fn reset(&mut self) {
         *self = Self::default();
     }
+
+    /// Whether a walk at `lease`'s level has passed its due time: the lease lies below that
+    /// level's mark (none is below an unset mark, whose walk starts at the oldest entry).
+    fn passed(&self, lease: &GrantedLease) -> bool {
+        usize::try_from(lease.priority)
+            .ok()
+            .and_then(|p| self.marks.get(p).copied().flatten())
+            .is_some_and(|mark| lease.run_at < mark)
+    }
+}
+
+/// The main claim loop's marks as the session's straggler claim sees them. A straggler walk
+/// starts at the oldest entry; what it finds below these marks are stragglers, and what it finds
+/// at or past them is the backlog the main claim is working through, which is no reason to walk
+/// again at once (S6 in docs/performance.md).
+#[derive(Debug, Clone, Default)]
+pub struct PublishedMarks(Arc<Mutex<DueMarks>>);
+
+impl PublishedMarks {
+    /// Makes `marks` the ones the straggler claim compares with.
+    pub fn publish(&self, marks: &DueMarks) {
+        if let Ok(mut published) = self.0.lock() {
+            published.clone_from(marks);
+        }
+    }
+
+    /// Whether every one of `leases` lies below the published mark of its level.
+    pub fn all_passed(&self, leases: &[GrantedLease]) -> bool {
+        self.0
+            .lock()
+            .is_ok_and(|marks| leases.iter().all(|l| marks.passed(l)))
+    }
 }
 
 #[cfg(test)]
@@ -139,6 +173,27 @@ mod tests {
             "the level is not said: every later mark"
         );
         assert_eq!(claim[9], Some(at(10)));
+    }
+
+    #[test]
+    fn only_leases_below_the_published_marks_of_their_level_were_passed() {
+        let published = PublishedMarks::default();
+        assert!(
+            !published.all_passed(&[lease(5, 1)]),
+            "no mark: the main walk starts at the oldest entry"
+        );
+        let mut marks = DueMarks::default();
+        marks.record(&[lease(5, 10)]);
+        published.publish(&marks);
+        assert!(published.all_passed(&[lease(5, 3), lease(5, 9)]));
+        assert!(
+            !published.all_passed(&[lease(5, 3), lease(5, 10)]),
+            "at the mark: the main walk's next start"
+        );
+        assert!(
+            !published.all_passed(&[lease(5, 3), lease(4, 1)]),
+            "a level the main walk has no mark for"
+        );
     }
 
     #[test]

@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::claim::NoAccountsCache;
 use super::dispatch::{Backlog, Dispatcher, SESSION_ROLES};
+use super::due_marks::PublishedMarks;
 use super::events::Event;
 use super::registry::{Outbound, Registry};
 use super::reports::{self, ReportEntry};
@@ -167,6 +168,7 @@ fn spawn_dispatcher(
     tx: &Outbound,
 ) -> tokio::task::JoinHandle<()> {
     let backlog = Backlog::new();
+    let main_marks = PublishedMarks::default();
     let dispatchers: Vec<_> = SESSION_ROLES
         .into_iter()
         .map(|role| {
@@ -184,6 +186,7 @@ fn spawn_dispatcher(
                 stop: stop.clone(),
                 backlog: backlog.clone(),
                 role,
+                main_marks: main_marks.clone(),
             };
             let tx = tx.clone();
             let store = ctx.store.clone();
