@@ -124,9 +124,10 @@ impl SendMetrics {
 
     /// Counts one send attempt's outcome.
     pub(crate) fn outcome(&self, class: Option<OutcomeClass>) {
-        self.outcomes[class_index(class)]
+        let index = class_index(class);
+        self.outcomes[index]
             .get_or_init(|| {
-                metrics::counter!(SEND_OUTCOMES, "account" => self.account.clone(), "class" => class_label(class))
+                metrics::counter!(SEND_OUTCOMES, "account" => self.account.clone(), "class" => CLASS_LABELS[index])
             })
             .increment(1);
     }
@@ -142,6 +143,17 @@ impl SendMetrics {
     }
 }
 
+/// The label value of each outcome class, in [`class_index`] order.
+const CLASS_LABELS: [&str; CLASSES] = [
+    "ok",
+    "rate_limited",
+    "transient",
+    "permanent",
+    "account_unavailable",
+];
+
+/// Where an outcome class's counter and label sit in [`SendMetrics::outcomes`] and
+/// [`CLASS_LABELS`].
 fn class_index(class: Option<OutcomeClass>) -> usize {
     match class {
         None => 0,
@@ -149,16 +161,5 @@ fn class_index(class: Option<OutcomeClass>) -> usize {
         Some(OutcomeClass::Transient) => 2,
         Some(OutcomeClass::Permanent) => 3,
         Some(OutcomeClass::AccountUnavailable) => 4,
-    }
-}
-
-/// The label value of an outcome class.
-pub(crate) fn class_label(class: Option<OutcomeClass>) -> &'static str {
-    match class {
-        None => "ok",
-        Some(OutcomeClass::RateLimited) => "rate_limited",
-        Some(OutcomeClass::Transient) => "transient",
-        Some(OutcomeClass::Permanent) => "permanent",
-        Some(OutcomeClass::AccountUnavailable) => "account_unavailable",
     }
 }

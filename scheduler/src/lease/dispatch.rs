@@ -217,6 +217,9 @@ impl Dispatcher {
             };
             // Events that arrived while we had no credit are stale: the claim below sees them.
             self.drain_events(&mut marks);
+            // Published before the claim as well as after it: events may have lowered the
+            // marks, and until the claim returns the straggler loop must not count entries the
+            // main claim is about to walk again as passed.
             if self.role == Role::Main {
                 self.main_marks.publish(&marks);
             }

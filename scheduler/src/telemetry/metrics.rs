@@ -217,10 +217,10 @@ pub fn leases_granted(leases: &[GrantedLease]) {
 }
 
 /// Observes the tasks a report batch ended, each with the number of leases it took: one
-/// handle lookup per end state and lease count in the batch, not one per task (the lookups
-/// hash the key and took a few per cent of the scheduler's CPU in the S1 drain).
+/// handle lookup per end state in the batch, not one per task (the lookups hash the key and
+/// took a few per cent of the scheduler's CPU in the S1 drain).
 pub fn tasks_finished(finished: &[(TaskState, i32)]) {
-    let mut by_state: BTreeMap<(&'static str, i32), u64> = BTreeMap::new();
+    let mut by_state: BTreeMap<&'static str, BTreeMap<i32, usize>> = BTreeMap::new();
     for (state, leases) in finished {
         let state = match state {
             TaskState::Succeeded => "succeeded",
@@ -229,12 +229,20 @@ pub fn tasks_finished(finished: &[(TaskState, i32)]) {
             TaskState::Expired => "expired",
             _ => continue,
         };
-        *by_state.entry((state, (*leases).max(0))).or_default() += 1;
+        *by_state
+            .entry(state)
+            .or_default()
+            .entry((*leases).max(0))
+            .or_default() += 1;
     }
-    for ((state, leases), n) in by_state {
-        metrics::counter!(TASKS_FINISHED, "state" => state).increment(n);
-        let n = usize::try_from(n).unwrap_or(usize::MAX);
-        metrics::histogram!(ATTEMPTS_PER_TASK, "state" => state).record_many(f64::from(leases), n);
+    for (state, by_leases) in by_state {
+        let ended: usize = by_leases.values().sum();
+        metrics::counter!(TASKS_FINISHED, "state" => state)
+            .increment(u64::try_from(ended).unwrap_or(u64::MAX));
+        let attempts = metrics::histogram!(ATTEMPTS_PER_TASK, "state" => state);
+        for (leases, n) in by_leases {
+            attempts.record_many(f64::from(leases), n);
+        }
     }
 }
 
