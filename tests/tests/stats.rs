@@ -812,10 +812,33 @@ async fn invalid_requests_name_the_field() -> Result<()> {
 
 /// The live-task gauge as /metrics renders it: the value of `herald_tasks{state,queue}`.
 fn live_gauge(body: &str, state: &str, queue: &str) -> Option<f64> {
-    let series = format!("herald_tasks{{state=\"{state}\",queue=\"{queue}\"}} ");
+    series(
+        body,
+        "herald_tasks",
+        &format!("state=\"{state}\",queue=\"{queue}\""),
+    )
+}
+
+/// The value of the series `name{labels}` in a Prometheus text body (`labels` as rendered,
+/// without braces; empty for an unlabelled series).
+fn series(body: &str, name: &str, labels: &str) -> Option<f64> {
+    let prefix = if labels.is_empty() {
+        format!("{name} ")
+    } else {
+        format!("{name}{{{labels}}} ")
+    };
     body.lines()
-        .find_map(|l| l.strip_prefix(series.as_str()))
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
         .and_then(|v| v.trim().parse().ok())
+}
+
+/// The body of a service's `GET /metrics` at `http_url`.
+async fn scrape(http_url: &str) -> Result<String> {
+    Ok(reqwest::get(format!("{http_url}/metrics"))
+        .await?
+        .error_for_status()?
+        .text()
+        .await?)
 }
 
 #[tokio::test]
@@ -827,15 +850,7 @@ async fn the_live_task_gauge_is_present_from_the_first_scrape_and_counts_new_tas
         .env("HERALD_METRICS_REFRESH", "1h")
         .spawn()
         .await?;
-    let scrape = || async {
-        let body = reqwest::get(format!("{}/metrics", scheduler.http_url()))
-            .await?
-            .error_for_status()?
-            .text()
-            .await?;
-        anyhow::Ok(body)
-    };
-    let first = scrape().await?;
+    let first = scrape(&scheduler.http_url()).await?;
     for state in ["scheduled", "leased"] {
         ensure!(
             live_gauge(&first, state, "") == Some(0.0),
@@ -855,7 +870,7 @@ async fn the_live_task_gauge_is_present_from_the_first_scrape_and_counts_new_tas
     // away, so only the scrapes can count them.
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
-        let body = scrape().await?;
+        let body = scrape(&scheduler.http_url()).await?;
         if live_gauge(&body, "scheduled", "gauged") == Some(3.0) {
             return Ok(());
         }
@@ -865,19 +880,6 @@ async fn the_live_task_gauge_is_present_from_the_first_scrape_and_counts_new_tas
         );
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
-}
-
-/// The value of the series `name{labels}` in a Prometheus text body (`labels` as rendered,
-/// without braces; empty for an unlabelled series).
-fn series(body: &str, name: &str, labels: &str) -> Option<f64> {
-    let prefix = if labels.is_empty() {
-        format!("{name} ")
-    } else {
-        format!("{name}{{{labels}}} ")
-    };
-    body.lines()
-        .find_map(|l| l.strip_prefix(prefix.as_str()))
-        .and_then(|v| v.trim().parse().ok())
 }
 
 /// Each service records its per-task metrics once per batch (scheduler) or per account
@@ -920,8 +922,7 @@ async fn the_outcome_metrics_count_every_finished_task_and_send_attempt() -> Res
         .await?;
 
     let client = db.connect().await?;
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
+    herald_tests::until("all five tasks to succeed", || async {
         let succeeded: i64 = client
             .query_one(
                 "SELECT count(*) FROM herald.task_records WHERE state = 'succeeded'",
@@ -929,25 +930,11 @@ async fn the_outcome_metrics_count_every_finished_task_and_send_attempt() -> Res
             )
             .await?
             .get(0);
-        if succeeded == 5 {
-            break;
-        }
-        ensure!(
-            tokio::time::Instant::now() < deadline,
-            "{succeeded} of 5 tasks succeeded"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+        Ok(succeeded == 5)
+    })
+    .await?;
 
-    let scrape = |url: String| async move {
-        let body = reqwest::get(format!("{url}/metrics"))
-            .await?
-            .error_for_status()?
-            .text()
-            .await?;
-        anyhow::Ok(body)
-    };
-    let scheduler_body = scrape(scheduler.http_url()).await?;
+    let scheduler_body = scrape(&scheduler.http_url()).await?;
     let succeeded = r#"state="succeeded""#;
     ensure!(
         series(&scheduler_body, "herald_tasks_finished_total", succeeded) == Some(5.0),
@@ -962,7 +949,7 @@ async fn the_outcome_metrics_count_every_finished_task_and_send_attempt() -> Res
 
     // The executor reports its sends before the scheduler ends the tasks, so it has counted
     // all seven by now.
-    let executor_body = scrape(executor.http_url()).await?;
+    let executor_body = scrape(&executor.http_url()).await?;
     let outcomes = "herald_send_outcomes_total";
     ensure!(
         series(&executor_body, outcomes, r#"account="",class="ok""#) == Some(5.0)

@@ -1,6 +1,7 @@
 //! One lease's worker: wait for the route's sender, send, turn the outcome into an
 //! `AttemptResult`.
 
+use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
 use herald_proto::v1 as pb;
@@ -11,8 +12,6 @@ use tracing::{debug, warn, Instrument as _};
 
 use super::inflight::{LeaseKey, SharedPhase};
 use crate::senders::{BoxSender, OutcomeClass, SendError, SendReceipt, SendRequest};
-use std::sync::Arc;
-
 use crate::telemetry::metrics::SendMetrics;
 
 /// Longest error text the scheduler keeps.
