@@ -868,18 +868,11 @@ async fn the_live_task_gauge_is_present_from_the_first_scrape_and_counts_new_tas
     }
     // A scrape recounts once the last count is a second old; the periodic refresh is an hour
     // away, so only the scrapes can count them.
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
+    herald_tests::until("a scrape to count the three new tasks", || async {
         let body = scrape(&scheduler.http_url()).await?;
-        if live_gauge(&body, "scheduled", "gauged") == Some(3.0) {
-            return Ok(());
-        }
-        ensure!(
-            tokio::time::Instant::now() < deadline,
-            "three new tasks never counted by a scrape:\n{body}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
+        Ok(live_gauge(&body, "scheduled", "gauged") == Some(3.0))
+    })
+    .await
 }
 
 /// Each service records its per-task metrics once per batch (scheduler) or per account
