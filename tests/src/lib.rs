@@ -10,6 +10,7 @@
 //! - [`WebhookReceiver`]: a scriptable HTTP endpoint that records every request, for the webhook
 //!   sender and as the base of provider fakes.
 //! - [`otlp::OtlpReceiver`]: records the spans the binaries export over OTLP/HTTP.
+//! - [`metrics`]: a service's `/metrics` body and one series' value in it.
 //! - [`security`]: a throwaway PKI, tokens files and token-carrying requests.
 //! - [`task_spec`], [`unique_id`]: small builders for test inputs.
 //! - [`PgCluster`], [`TcpProxy`], [`FakeProvider`]: the fault suite's pieces — a private
@@ -27,6 +28,7 @@ mod grpc;
 mod ha_cluster;
 pub mod lease;
 pub mod loopback_tls;
+pub mod metrics;
 pub mod otlp;
 mod pg_cluster;
 mod poll;

@@ -14,6 +14,7 @@ use herald_proto::v1::{
     content, Content, CountTasksRequest, ListFailuresRequest, OutcomeClass, SendDurationsRequest,
     StatsGroupBy, StatsWindow, SuccessRatesRequest, TaskState, TemplateContent, TriggerLagRequest,
 };
+use herald_tests::metrics::{scrape, series};
 use herald_tests::{SchedulerProcess, TaskSpecExt, TestDb};
 use prost::Message;
 use tonic::transport::Channel;
@@ -817,28 +818,6 @@ fn live_gauge(body: &str, state: &str, queue: &str) -> Option<f64> {
         "herald_tasks",
         &format!("state=\"{state}\",queue=\"{queue}\""),
     )
-}
-
-/// The value of the series `name{labels}` in a Prometheus text body (`labels` as rendered,
-/// without braces; empty for an unlabelled series).
-fn series(body: &str, name: &str, labels: &str) -> Option<f64> {
-    let prefix = if labels.is_empty() {
-        format!("{name} ")
-    } else {
-        format!("{name}{{{labels}}} ")
-    };
-    body.lines()
-        .find_map(|l| l.strip_prefix(prefix.as_str()))
-        .and_then(|v| v.trim().parse().ok())
-}
-
-/// The body of a service's `GET /metrics` at `http_url`.
-async fn scrape(http_url: &str) -> Result<String> {
-    Ok(reqwest::get(format!("{http_url}/metrics"))
-        .await?
-        .error_for_status()?
-        .text()
-        .await?)
 }
 
 #[tokio::test]
