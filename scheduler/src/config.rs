@@ -27,6 +27,11 @@ pub struct Config {
     /// Most leases granted by one claim statement.
     #[arg(long, env = "HERALD_CLAIM_BATCH", default_value_t = 512)]
     pub claim_batch: u32,
+    /// How often each executor session walks the due index from its oldest entry for tasks
+    /// whose rows another transaction held while a claim passed them: how late such a task can
+    /// be. Walks made slow by a long-open transaction are spaced further apart.
+    #[arg(long, env = "HERALD_STRAGGLER_PERIOD", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub straggler_period: Duration,
     /// How long idempotency keys are remembered after their task ends and is pruned.
     #[arg(long, env = "HERALD_IDEMPOTENCY_RETENTION", default_value = "7d", value_parser = humantime::parse_duration)]
     pub idempotency_retention: Duration,
@@ -184,6 +189,7 @@ impl Config {
             lease_ttl: Duration::from_secs(30),
             heartbeat_interval: Duration::from_secs(10),
             claim_batch: 512,
+            straggler_period: Duration::from_secs(5),
             idempotency_retention: Duration::from_secs(7 * 86_400),
             task_retention: Duration::from_secs(7 * 86_400),
             retention_interval: Duration::from_secs(60),

@@ -10,7 +10,9 @@ use herald_proto::v1::{
     FixedDelays, GetTaskRequest, Heartbeat, ListAttemptsRequest, OutcomeClass, RetryPolicy,
     RevokeResult, TaskSpec, TaskState,
 };
+use herald_tests::accounts::create_many;
 use herald_tests::lease::{lease_ref, result, ScriptedExecutor};
+use herald_tests::metrics::{scrape, series};
 use herald_tests::{
     connect_lease, connect_tasks, task_spec, unique_id, until, wait_for_task_state,
     SchedulerProcess, TaskSpecExt, TestDb,
@@ -462,6 +464,64 @@ async fn a_task_walked_past_is_leased_by_the_straggler_claim_while_new_tasks_kee
             break;
         }
     }
+    Ok(())
+}
+
+/// The straggler claim walks from the oldest entry once a period. Under a backlog each of its
+/// walks comes back full, of tasks the main claim was about to reach, not of stragglers: it
+/// must still wait its period, or it becomes a second claim beside the main one, walking from
+/// the oldest entry for as long as the backlog lasts (S6 in docs/performance.md).
+#[tokio::test]
+async fn the_straggler_claim_walks_once_a_period_while_a_backlog_drains() -> Result<()> {
+    const PERIOD: Duration = Duration::from_secs(1);
+    const BACKLOG: usize = 20_000;
+    const WALKS: f64 = 3.0;
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::builder(&db)
+        .env("HERALD_STRAGGLER_PERIOD", "1s")
+        .spawn()
+        .await?;
+    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
+    let queue = unique_id("q");
+    let specs = (0..BACKLOG)
+        .map(|i| task_spec(&queue, &format!("+5{i}"), "backlog"))
+        .collect();
+    create_many(&mut tasks, specs).await?;
+    let straggler_walks = || async {
+        let body = scrape(&scheduler.http_url()).await?;
+        Ok::<_, anyhow::Error>(
+            series(&body, "herald_claims_total", "loop=\"stragglers\"").unwrap_or(0.0),
+        )
+    };
+
+    // The session's walks all begin after this; each straggler walk at least a period after
+    // the one before, the first a period after the session starts.
+    let session_start = std::time::Instant::now();
+    let mut exec = ScriptedExecutor::connect(&scheduler.grpc_url(), "backlogged", &[], 4).await?;
+    let mut leased = 0;
+    let walks = loop {
+        let batch = match exec.next().await? {
+            scheduler_message::Kind::Leases(batch) => batch.leases,
+            other => bail!("expected leases, got {other:?}"),
+        };
+        leased += batch.len();
+        // Held, not reported: only the credit comes back, a few leases at a time, so the
+        // backlog outlasts several periods.
+        exec.credit(batch.len() as u32).await?;
+        let walks = straggler_walks().await?;
+        if walks >= WALKS {
+            break walks;
+        }
+        anyhow::ensure!(
+            leased < BACKLOG,
+            "the backlog drained before the straggler claim walked {WALKS} times ({walks})"
+        );
+    };
+    let periods = (session_start.elapsed().as_secs_f64() / PERIOD.as_secs_f64()).floor();
+    assert!(
+        walks <= periods,
+        "{walks} straggler walks in {periods} periods: the claim walked again without waiting"
+    );
     Ok(())
 }
 

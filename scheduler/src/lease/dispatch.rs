@@ -18,6 +18,7 @@ use super::LeaseSettings;
 use crate::low_water::full_walk_spacing;
 use crate::store::{Db, Store};
 use crate::tasks::model::GrantedLease;
+use crate::telemetry::metrics::CLAIMS;
 
 /// What one of a session's claim loops does. All share the executor's credit, so together they
 /// never lease more than it.
@@ -34,7 +35,8 @@ pub enum Role {
     /// route it without seeing each other's choices. A queue claim, one statement, gains
     /// nothing from a second beside it, which walks the same due entries (S1).
     Extra,
-    /// Every [`STRAGGLER_PERIOD`] (longer when its walks are slow), a small claim that walks the
+    /// Every straggler period (`HERALD_STRAGGLER_PERIOD`, longer when its walks are slow), a
+    /// small claim that walks the
     /// due index from its oldest entry: it leases the rows the other claims' walks passed while
     /// another transaction held them, which nothing announces (lease/due_marks.rs). Its own loop
     /// so that a slow walk (under a held snapshot it reads every entry the snapshot keeps)
@@ -46,10 +48,6 @@ pub enum Role {
 /// The claim loops of every session, in the order they start.
 pub const SESSION_ROLES: [Role; 3] = [Role::Main, Role::Extra, Role::Stragglers];
 
-/// The least time between two straggler walks of a session: how late a task can be whose row
-/// another transaction held while a walk passed it.
-pub const STRAGGLER_PERIOD: Duration = Duration::from_secs(5);
-
 /// How long the straggler claim waits before its next walk. A full batch of stragglers (every
 /// lease below the main claim's marks) may have left more behind: it looks again at once. A
 /// batch that reached the main claim's backlog found no more stragglers than it took: under a
@@ -57,11 +55,11 @@ pub const STRAGGLER_PERIOD: Duration = Duration::from_secs(5);
 /// from the oldest entry and past the main claim's locked rows for 32 tasks at a time (S6 in
 /// docs/performance.md). Walks made slow by a held snapshot take at most a twentieth of one
 /// database connection.
-fn straggler_pause_after(full_of_stragglers: bool, took: Duration) -> Duration {
+fn straggler_pause_after(period: Duration, full_of_stragglers: bool, took: Duration) -> Duration {
     if full_of_stragglers {
         Duration::ZERO
     } else {
-        full_walk_spacing(STRAGGLER_PERIOD, took)
+        full_walk_spacing(period, took)
     }
 }
 
@@ -112,6 +110,17 @@ impl Backlog {
         tokio::select! {
             _ = stop.cancelled() => false,
             seen = rx.wait_for(|b| *b) => seen.is_ok(),
+        }
+    }
+}
+
+impl Role {
+    /// The `loop` label of [`CLAIMS`](crate::telemetry::metrics::CLAIMS).
+    fn label(self) -> &'static str {
+        match self {
+            Role::Main => "main",
+            Role::Extra => "extra",
+            Role::Stragglers => "stragglers",
         }
     }
 }
@@ -168,7 +177,9 @@ impl Dispatcher {
     {
         let mut error_backoff = Duration::from_millis(50);
         let mut marks = DueMarks::default();
-        let mut straggler_pause = STRAGGLER_PERIOD;
+        let period = self.settings.straggler_period;
+        let mut straggler_pause = period;
+        let claims = metrics::counter!(CLAIMS, "loop" => self.role.label());
         let mut linger_until: Option<Instant> = None;
         let batch = match self.role {
             Role::Stragglers => STRAGGLER_BATCH.min(self.settings.claim_batch),
@@ -223,7 +234,10 @@ impl Dispatcher {
             if self.role == Role::Main {
                 self.main_marks.publish(&marks);
             }
+            // What the straggler walk finds below these was passed before it began.
+            let passed_before = (self.role == Role::Stragglers).then(|| self.main_marks.current());
             let started = Instant::now();
+            claims.increment(1);
             let claimed = match self.role {
                 Role::Main => self.claim_until_some(want, &mut marks).await,
                 Role::Extra => self.claim(want, &mut marks).await.map(Some),
@@ -235,9 +249,10 @@ impl Dispatcher {
                     error_backoff = Duration::from_millis(50);
                     let leases = claimed.leases;
                     let granted = leases.len() as u32;
-                    if self.role == Role::Stragglers {
+                    if let Some(passed_before) = &passed_before {
                         straggler_pause = straggler_pause_after(
-                            granted >= want && self.main_marks.all_passed(&leases),
+                            period,
+                            granted >= want && passed_before.all_passed(&leases),
                             started.elapsed(),
                         );
                     } else {
@@ -320,7 +335,8 @@ impl Dispatcher {
             }
             // Idle, this loop holds the credit the straggler claim would need, so it walks from
             // the oldest entry itself once it has been idle for a straggler period.
-            if marks.is_set() && idle_since.elapsed() >= STRAGGLER_PERIOD {
+            let period = self.settings.straggler_period;
+            if marks.is_set() && idle_since.elapsed() >= period {
                 marks.reset();
                 continue;
             }
@@ -351,7 +367,7 @@ impl Dispatcher {
                 None => (blocked_ms.map_or(MAX_IDLE, millis), None),
             };
             let sleep = if marks.is_set() {
-                sleep.min(STRAGGLER_PERIOD.saturating_sub(idle_since.elapsed()))
+                sleep.min(period.saturating_sub(idle_since.elapsed()))
             } else {
                 sleep
             };
@@ -446,14 +462,15 @@ mod tests {
     #[test]
     fn the_straggler_claim_walks_again_at_once_only_after_a_full_batch_of_stragglers() {
         let quick = Duration::from_millis(3);
-        assert_eq!(straggler_pause_after(true, quick), Duration::ZERO);
+        let period = Duration::from_secs(5);
+        assert_eq!(straggler_pause_after(period, true, quick), Duration::ZERO);
         assert_eq!(
-            straggler_pause_after(false, quick),
-            STRAGGLER_PERIOD,
+            straggler_pause_after(period, false, quick),
+            period,
             "a batch that reached the main claim's backlog"
         );
         assert_eq!(
-            straggler_pause_after(false, Duration::from_secs(1)),
+            straggler_pause_after(period, false, Duration::from_secs(1)),
             Duration::from_secs(20),
             "a slow walk spaces the next by twenty times its length"
         );

@@ -34,6 +34,9 @@ pub struct LeaseSettings {
     pub heartbeat_interval: Duration,
     /// The most leases one claim statement grants.
     pub claim_batch: u32,
+    /// The least time between two of a session's straggler walks
+    /// ([`Role::Stragglers`](dispatch::Role::Stragglers)).
+    pub straggler_period: Duration,
     /// This replica's name.
     pub scheduler_id: String,
     /// Replies that put their sender on the suppression list.

@@ -179,6 +179,7 @@ pub async fn run(
             lease_ttl: config.lease_ttl,
             heartbeat_interval: config.heartbeat_interval,
             claim_batch: config.claim_batch.max(1),
+            straggler_period: config.straggler_period,
             scheduler_id: scheduler_id.clone(),
             opt_out_keywords: config.opt_out_keywords.clone(),
         }),

@@ -27,6 +27,9 @@ pub const TRIGGER_LAG: &str = "herald_trigger_lag_seconds";
 pub const RATE_LIMIT_WAIT: &str = "herald_rate_limit_wait_seconds";
 /// Histogram `{state}`: leases a task took, observed when a report ends it.
 pub const ATTEMPTS_PER_TASK: &str = "herald_attempts_per_task";
+/// Counter `{loop}`: claims made by each kind of executor session claim loop (`main`, `extra`,
+/// `stragglers`; lease/dispatch.rs), empty ones included.
+pub const CLAIMS: &str = "herald_claims_total";
 /// Counter: leases that ran out before their executor reported (charged attempts).
 pub const LEASE_EXPIRIES: &str = "herald_lease_expiries_total";
 /// Counter: tasks that passed their deadline unsent and ended EXPIRED.
@@ -131,6 +134,10 @@ fn describe() {
     describe_histogram!(
         ATTEMPTS_PER_TASK,
         "Leases a task took, observed when it ends by a report."
+    );
+    describe_counter!(
+        CLAIMS,
+        "Claims of due tasks by the session claim loop that made them (main, extra, stragglers)."
     );
     describe_counter!(
         LEASE_EXPIRIES,
