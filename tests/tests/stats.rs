@@ -258,9 +258,13 @@ async fn counts_today_follow_the_time_zone_across_utc_midnight() -> Result<()> {
         .collect();
     let mut seeds = Vec::new();
     for at in &instants {
-        // One ended task placed by finished_at, one pending task placed by run_at.
+        // One ended task placed by finished_at, and one scheduled and one leased task placed
+        // by run_at (the two live states are counted through different indexes).
         seeds.push(Seed::new("counts", "succeeded", *at - Duration::hours(1)).finished(*at));
         seeds.push(Seed::new("counts", "scheduled", *at));
+        let mut leased = Seed::new("counts", "leased", *at);
+        leased.leased_at = Some(*at);
+        seeds.push(leased);
     }
     // Another queue, to check the queue filter.
     seeds.push(Seed::new("other", "failed", now).finished(now));
@@ -287,8 +291,10 @@ async fn counts_today_follow_the_time_zone_across_utc_midnight() -> Result<()> {
             counts.end
         );
         ensure!(
-            counts.succeeded == expected && counts.scheduled == expected,
-            "{zone}: expected {expected} succeeded and scheduled, got {counts:?}"
+            counts.succeeded == expected
+                && counts.scheduled == expected
+                && counts.leased == expected,
+            "{zone}: expected {expected} succeeded, scheduled and leased, got {counts:?}"
         );
         ensure!(counts.failed == 0, "queue filter ignored: {counts:?}");
         per_zone.push((zone, expected));
@@ -850,6 +856,26 @@ async fn the_live_task_gauge_is_present_from_the_first_scrape_and_counts_new_tas
     herald_tests::until("a scrape to count the three new tasks", || async {
         let body = scrape(&scheduler.http_url()).await?;
         Ok(live_gauge(&body, "scheduled", "gauged") == Some(3.0))
+    })
+    .await?;
+
+    // Leased tasks are counted through another index than scheduled ones (migration 31).
+    let spec = herald_tests::task_spec("gauged-now", "+15550009", "hi");
+    tasks
+        .create_task(herald_proto::v1::CreateTaskRequest { task: Some(spec) })
+        .await?;
+    let mut exec = herald_tests::lease::ScriptedExecutor::connect(
+        &scheduler.grpc_url(),
+        "gauge-reader",
+        &["gauged-now"],
+        1,
+    )
+    .await?;
+    exec.leases(1).await?;
+    herald_tests::until("a scrape to count the leased task", || async {
+        let body = scrape(&scheduler.http_url()).await?;
+        Ok(live_gauge(&body, "leased", "gauged-now") == Some(1.0)
+            && live_gauge(&body, "scheduled", "gauged") == Some(3.0))
     })
     .await
 }
