@@ -125,7 +125,10 @@ pub struct TaskFilter {
 /// their `{task_filter}` placeholder: parameters `$1` (the namespace) to `$14`, in
 /// [`SelectionParams::params`] order. Every filter may be NULL, so one prepared statement
 /// serves all. A statement's own parameters after these are written `{$+1}`, `{$+2}`, …, so a
-/// filter added here renumbers nothing else.
+/// filter added here renumbers nothing else. The recipient is matched in two arms, one per
+/// partial index that holds the recipient's live tasks: `tasks_recipient` leaves leased tasks
+/// out (migration 32), and the planner reaches them through `tasks_lease_expiry` only for an
+/// arm that says `state = 'leased'`.
 pub const TASK_FILTER: &str = "t.namespace = $1
   AND ($2::text[] IS NULL OR t.state::text = ANY($2))
   AND ($3::text IS NULL OR t.queue = $3)
@@ -137,7 +140,8 @@ pub const TASK_FILTER: &str = "t.namespace = $1
   AND ($9::text IS NULL OR t.schedule_id = $9)
   AND ($10::text IS NULL OR t.account_id = $10)
   AND ($11::text[] IS NULL OR t.end_reason::text = ANY($11))
-  AND ($12::text IS NULL OR t.recipient = $12)
+  AND ($12::text IS NULL OR (t.recipient = $12 AND t.state <> 'leased')
+       OR (t.recipient = $12 AND t.state = 'leased'))
   AND ($13::uuid IS NULL OR t.id = $13)
   AND ($14::text IS NULL OR t.audience_id = $14)";
 
@@ -574,5 +578,62 @@ impl<C: GenericClient> TaskRepo<'_, C> {
         task_id: Uuid,
     ) -> Result<Vec<AttemptRecord>, StoreError> {
         LIST_ATTEMPTS.fetch(self.db, &[&task_id, &namespace]).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::scratch::{insert_tasks, rows_discarded, ScratchStore};
+
+    /// A search by recipient reads the recipient's own tasks and, since `tasks_recipient` leaves
+    /// leased tasks out (migration 32), the leased ones through `tasks_lease_expiry`: never the
+    /// table's finished or scheduled tasks, of which there are many more.
+    #[tokio::test]
+    async fn a_search_by_recipient_reads_only_its_tasks_and_the_leased_ones() {
+        let store = ScratchStore::migrated().await;
+        let mut conn = store.conn().await.unwrap_or_else(|e| panic!("{e}"));
+        insert_tasks(&conn, 20_000, "succeeded").await;
+        insert_tasks(&conn, 5_000, "scheduled").await;
+        insert_tasks(&conn, 1_000, "leased").await;
+        conn.batch_execute("ANALYZE herald.tasks")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let selection = Selection {
+            recipient: Some("r7".into()),
+            ..Selection::default()
+        };
+        let filter = SelectionParams::of(&selection);
+        let namespace = "default";
+        let mut params = filter.params(&namespace);
+        let before: Option<Uuid> = None;
+        let limit = 100i64;
+        params.push(&before);
+        params.push(&limit);
+        let page = TaskFilter {
+            selection: selection.clone(),
+            before_id: None,
+            limit,
+        };
+        let found = conn
+            .tasks()
+            .list(namespace, &page)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut states: Vec<TaskState> = found.iter().map(|t| t.state).collect();
+        states.sort_by_key(|s| format!("{s:?}"));
+        assert_eq!(
+            states,
+            vec![
+                TaskState::Leased,
+                TaskState::Scheduled,
+                TaskState::Succeeded
+            ]
+        );
+        let discarded = rows_discarded(&mut conn, LIST_TASKS.text(), &params).await;
+        assert!(
+            discarded <= 1_000,
+            "the search read {discarded} rows it threw away: more than the leased tasks"
+        );
     }
 }
