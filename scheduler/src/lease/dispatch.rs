@@ -36,17 +36,27 @@ pub enum Role {
     /// nothing from a second beside it, which walks the same due entries (S1).
     Extra,
     /// Every straggler period (`HERALD_STRAGGLER_PERIOD`, longer when its walks are slow), a
-    /// small claim that walks the
-    /// due index from its oldest entry: it leases the rows the other claims' walks passed while
-    /// another transaction held them, which nothing announces (lease/due_marks.rs). Its own loop
-    /// so that a slow walk (under a held snapshot it reads every entry the snapshot keeps)
-    /// never holds up the claims that grant the rest. Only in namespaces without accounts, the
-    /// only ones whose claims follow the marks.
+    /// small claim that walks the due index from its oldest entry: it leases the rows the other
+    /// claims' walks passed while another transaction held them, which nothing announces
+    /// (lease/due_marks.rs). Its own loop so that a slow walk (under a held snapshot it reads
+    /// every entry the snapshot keeps) never holds up the claims that grant the rest. Only in
+    /// namespaces without accounts, the only ones whose claims follow the marks.
     Stragglers,
 }
 
 /// The claim loops of every session, in the order they start.
 pub const SESSION_ROLES: [Role; 3] = [Role::Main, Role::Extra, Role::Stragglers];
+
+impl Role {
+    /// The `loop` label of [`CLAIMS`](crate::telemetry::metrics::CLAIMS).
+    fn label(self) -> &'static str {
+        match self {
+            Role::Main => "main",
+            Role::Extra => "extra",
+            Role::Stragglers => "stragglers",
+        }
+    }
+}
 
 /// How long the straggler claim waits before its next walk. A full batch of stragglers (every
 /// lease below the main claim's marks) may have left more behind: it looks again at once. A
@@ -110,17 +120,6 @@ impl Backlog {
         tokio::select! {
             _ = stop.cancelled() => false,
             seen = rx.wait_for(|b| *b) => seen.is_ok(),
-        }
-    }
-}
-
-impl Role {
-    /// The `loop` label of [`CLAIMS`](crate::telemetry::metrics::CLAIMS).
-    fn label(self) -> &'static str {
-        match self {
-            Role::Main => "main",
-            Role::Extra => "extra",
-            Role::Stragglers => "stragglers",
         }
     }
 }
