@@ -593,12 +593,10 @@ async fn the_primary_sigkilled_with_five_thousand_tasks_a_schedule_and_a_campaig
         );
         // What an operator sees once it is over: both replicas serving, the database writable.
         for replica in [&a, &b] {
-            let metrics = reqwest::get(format!("{}/metrics", replica.http_url()))
-                .await?
-                .text()
-                .await?;
+            let metrics = herald_tests::metrics::scrape(&replica.http_url()).await?;
             ensure!(
-                metrics.contains("herald_database_writable 1"),
+                herald_tests::metrics::series(&metrics, "herald_database_writable", "")
+                    == Some(1.0),
                 "a replica does not see a writable database after the failover"
             );
             let mut health = herald_tests::connect_health(&replica.grpc_url()).await?;

@@ -132,10 +132,7 @@ async fn an_unfinished_run_raises_one_notification_a_metric_and_a_mark() -> Resu
         .into_inner()
         .runs;
     assert!(runs.iter().any(|r| r.overran_at.is_some()), "{runs:?}");
-    let metrics = reqwest::get(format!("{}/metrics", s.http_url()))
-        .await?
-        .text()
-        .await?;
+    let metrics = herald_tests::metrics::scrape(&s.http_url()).await?;
     let line = metrics
         .lines()
         .find(|l| l.starts_with("herald_schedule_runs_overran_total") && l.contains("\"slow\""))

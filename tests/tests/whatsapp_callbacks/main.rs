@@ -186,10 +186,7 @@ async fn counter(executor: &ExecutorProcess, name: &str, labels: &[&str]) -> Res
 
 /// The counter `name` with all of `labels`, summed, from the `/metrics` under `base`.
 async fn metric(base: &str, name: &str, labels: &[&str]) -> Result<f64> {
-    let text = reqwest::get(format!("{base}/metrics"))
-        .await?
-        .text()
-        .await?;
+    let text = herald_tests::metrics::scrape(base).await?;
     Ok(text
         .lines()
         .filter(|l| l.starts_with(name) && labels.iter().all(|want| l.contains(want)))
