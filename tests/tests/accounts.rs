@@ -906,3 +906,81 @@ async fn an_executor_only_gets_accounts_it_holds_credentials_for() -> Result<()>
     assert!(!per_account.contains_key("theirs"));
     Ok(())
 }
+
+/// An account's leased tasks are left out of the index the search by account reads (migration
+/// 33); they must still count as the account's live tasks and show in its search.
+#[tokio::test]
+async fn an_account_holding_only_a_lease_is_kept_and_its_search_finds_every_state() -> Result<()>
+{
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let mut accounts = accounts_client(&scheduler.grpc_url()).await?;
+    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
+    create_account(&mut accounts, account("acct", "pool", rate(1000.0, 1000))).await?;
+    create_account(&mut accounts, account("other", "spare", rate(1000.0, 1000))).await?;
+    let later = create(
+        &mut tasks,
+        pinned("acct", "+1").with_delay(Duration::from_secs(3600)),
+    )
+    .await?;
+    create(
+        &mut tasks,
+        pinned("other", "+2").with_delay(Duration::from_secs(3600)),
+    )
+    .await?;
+    let sent = create(&mut tasks, pooled("pool", "+3")).await?;
+    let mut exec = ScriptedExecutor::connect(&scheduler.grpc_url(), "e", &[], 1).await?;
+    let first = exec.leases(1).await?.remove(0);
+    assert_eq!((first.task_id.as_str(), first.account_id.as_str()), (sent.as_str(), "acct"));
+    exec.report(vec![result(&first, OutcomeClass::Ok)]).await?;
+    let held = create(&mut tasks, pooled("pool", "+4")).await?;
+    exec.credit(1).await?;
+    let second = exec.leases(1).await?.remove(0);
+    assert_eq!(second.task_id, held);
+
+    let listed = tasks
+        .list_tasks(herald_proto::v1::ListTasksRequest {
+            filter: Some(herald_proto::v1::TaskFilter {
+                account_id: "acct".into(),
+                ..Default::default()
+            }),
+            page_size: 100,
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    let mut found: Vec<(String, TaskState)> = listed
+        .tasks
+        .iter()
+        .map(|t| (t.id.clone(), t.state()))
+        .collect();
+    found.sort();
+    let mut want = vec![
+        (later.clone(), TaskState::Scheduled),
+        (sent, TaskState::Succeeded),
+        (held.clone(), TaskState::Leased),
+    ];
+    want.sort();
+    assert_eq!(found, want, "the search by account");
+
+    // The scheduled task ended: the lease alone keeps the account.
+    tasks
+        .cancel_task(herald_proto::v1::CancelTaskRequest { id: later })
+        .await?;
+    let status = accounts
+        .delete_account(DeleteAccountRequest { id: "acct".into() })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::FailedPrecondition);
+    assert!(
+        status.message().contains("still has 1 "),
+        "{}",
+        status.message()
+    );
+    // The report is acknowledged once applied: the account then has no live task.
+    exec.report(vec![result(&second, OutcomeClass::Ok)]).await?;
+    accounts
+        .delete_account(DeleteAccountRequest { id: "acct".into() })
+        .await?;
+    Ok(())
+}

@@ -125,10 +125,10 @@ pub struct TaskFilter {
 /// their `{task_filter}` placeholder: parameters `$1` (the namespace) to `$14`, in
 /// [`SelectionParams::params`] order. Every filter may be NULL, so one prepared statement
 /// serves all. A statement's own parameters after these are written `{$+1}`, `{$+2}`, …, so a
-/// filter added here renumbers nothing else. The recipient is matched in two arms, one per
-/// partial index that holds the recipient's live tasks: `tasks_recipient` leaves leased tasks
-/// out (migration 32), and the planner reaches them through `tasks_lease_expiry` only for an
-/// arm that says `state = 'leased'`.
+/// filter added here renumbers nothing else. The account and the recipient are each matched in
+/// two arms, one per partial index that holds their live tasks: `tasks_account` and
+/// `tasks_recipient` leave leased tasks out (migrations 33 and 32), and the planner reaches
+/// those through `tasks_lease_expiry` only for an arm that says `state = 'leased'`.
 pub const TASK_FILTER: &str = "t.namespace = $1
   AND ($2::text[] IS NULL OR t.state::text = ANY($2))
   AND ($3::text IS NULL OR t.queue = $3)
@@ -138,7 +138,8 @@ pub const TASK_FILTER: &str = "t.namespace = $1
   AND ($7::timestamptz IS NULL OR t.run_at < $7)
   AND ($8::uuid IS NULL OR t.campaign_id = $8)
   AND ($9::text IS NULL OR t.schedule_id = $9)
-  AND ($10::text IS NULL OR t.account_id = $10)
+  AND ($10::text IS NULL OR (t.account_id = $10 AND t.state <> 'leased')
+       OR (t.account_id = $10 AND t.state = 'leased'))
   AND ($11::text[] IS NULL OR t.end_reason::text = ANY($11))
   AND ($12::text IS NULL OR (t.recipient = $12 AND t.state <> 'leased')
        OR (t.recipient = $12 AND t.state = 'leased'))
@@ -629,6 +630,60 @@ mod tests {
                 TaskState::Scheduled,
                 TaskState::Succeeded
             ]
+        );
+        let discarded = rows_discarded(&mut conn, LIST_TASKS.text(), &params).await;
+        assert!(
+            discarded <= 1_000,
+            "the search read {discarded} rows it threw away: more than the leased tasks"
+        );
+    }
+
+    /// A search by account reads the account's own tasks and, since `tasks_account` leaves
+    /// leased tasks out (migration 33), the leased ones through `tasks_lease_expiry`: never the
+    /// other accounts' finished or scheduled tasks, of which there are many more.
+    #[tokio::test]
+    async fn a_search_by_account_reads_only_its_tasks_and_the_leased_ones() {
+        let store = ScratchStore::migrated().await;
+        let mut conn = store.conn().await.unwrap_or_else(|e| panic!("{e}"));
+        insert_tasks(&conn, 20_000, "succeeded").await;
+        insert_tasks(&conn, 5_000, "scheduled").await;
+        insert_tasks(&conn, 1_000, "leased").await;
+        // Fifty accounts, each with tasks in every state.
+        conn.batch_execute(
+            "UPDATE herald.tasks SET account_id = 'acct-' || substr(recipient, 2)::integer % 50;
+             ANALYZE herald.tasks",
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        let selection = Selection {
+            account_id: Some("acct-7".into()),
+            ..Selection::default()
+        };
+        let filter = SelectionParams::of(&selection);
+        let namespace = "default";
+        let mut params = filter.params(&namespace);
+        let before: Option<Uuid> = None;
+        let limit = 1_000i64;
+        params.push(&before);
+        params.push(&limit);
+        let page = TaskFilter {
+            selection: selection.clone(),
+            before_id: None,
+            limit,
+        };
+        let found = conn
+            .tasks()
+            .list(namespace, &page)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let count = |state: TaskState| found.iter().filter(|t| t.state == state).count();
+        assert_eq!(
+            (
+                count(TaskState::Succeeded),
+                count(TaskState::Scheduled),
+                count(TaskState::Leased)
+            ),
+            (400, 100, 20)
         );
         let discarded = rows_discarded(&mut conn, LIST_TASKS.text(), &params).await;
         assert!(
