@@ -910,8 +910,7 @@ async fn an_executor_only_gets_accounts_it_holds_credentials_for() -> Result<()>
 /// An account's leased tasks are left out of the index the search by account reads (migration
 /// 33); they must still count as the account's live tasks and show in its search.
 #[tokio::test]
-async fn an_account_holding_only_a_lease_is_kept_and_its_search_finds_every_state() -> Result<()>
-{
+async fn an_account_holding_only_a_lease_is_kept_and_its_search_finds_every_state() -> Result<()> {
     let db = TestDb::new().await?;
     let scheduler = SchedulerProcess::spawn(&db).await?;
     let mut accounts = accounts_client(&scheduler.grpc_url()).await?;
@@ -931,7 +930,10 @@ async fn an_account_holding_only_a_lease_is_kept_and_its_search_finds_every_stat
     let sent = create(&mut tasks, pooled("pool", "+3")).await?;
     let mut exec = ScriptedExecutor::connect(&scheduler.grpc_url(), "e", &[], 1).await?;
     let first = exec.leases(1).await?.remove(0);
-    assert_eq!((first.task_id.as_str(), first.account_id.as_str()), (sent.as_str(), "acct"));
+    assert_eq!(
+        (first.task_id.as_str(), first.account_id.as_str()),
+        (sent.as_str(), "acct")
+    );
     exec.report(vec![result(&first, OutcomeClass::Ok)]).await?;
     let held = create(&mut tasks, pooled("pool", "+4")).await?;
     exec.credit(1).await?;

@@ -587,32 +587,36 @@ mod tests {
     use super::*;
     use crate::store::scratch::{insert_tasks, rows_discarded, ScratchStore};
 
-    /// A search by recipient reads the recipient's own tasks and, since `tasks_recipient` leaves
-    /// leased tasks out (migration 32), the leased ones through `tasks_lease_expiry`: never the
-    /// table's finished or scheduled tasks, of which there are many more.
-    #[tokio::test]
-    async fn a_search_by_recipient_reads_only_its_tasks_and_the_leased_ones() {
-        let store = ScratchStore::migrated().await;
-        let mut conn = store.conn().await.unwrap_or_else(|e| panic!("{e}"));
-        insert_tasks(&conn, 20_000, "succeeded").await;
-        insert_tasks(&conn, 5_000, "scheduled").await;
-        insert_tasks(&conn, 1_000, "leased").await;
+    /// A table of 20,000 succeeded, 5,000 scheduled and 1,000 leased tasks, to recipients `r1`,
+    /// `r2`, … in each state, each also sent through account `acct-` + its number modulo 50
+    /// when `accounts`, with fresh statistics.
+    async fn tasks_in_every_state(conn: &deadpool_postgres::Object, accounts: bool) {
+        insert_tasks(conn, 20_000, "succeeded").await;
+        insert_tasks(conn, 5_000, "scheduled").await;
+        insert_tasks(conn, 1_000, "leased").await;
+        if accounts {
+            conn.batch_execute(
+                "UPDATE herald.tasks
+                 SET account_id = 'acct-' || substr(recipient, 2)::integer % 50",
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        }
         conn.batch_execute("ANALYZE herald.tasks")
             .await
             .unwrap_or_else(|e| panic!("{e}"));
-        let selection = Selection {
-            recipient: Some("r7".into()),
-            ..Selection::default()
-        };
-        let filter = SelectionParams::of(&selection);
+    }
+
+    /// The first page of up to `limit` tasks `selection` finds, and how many rows the page's
+    /// plan read and threw away.
+    async fn search(
+        conn: &mut deadpool_postgres::Object,
+        selection: Selection,
+        limit: i64,
+    ) -> (Vec<TaskRecord>, i64) {
         let namespace = "default";
-        let mut params = filter.params(&namespace);
-        let before: Option<Uuid> = None;
-        let limit = 100i64;
-        params.push(&before);
-        params.push(&limit);
         let page = TaskFilter {
-            selection: selection.clone(),
+            selection,
             before_id: None,
             limit,
         };
@@ -621,6 +625,27 @@ mod tests {
             .list(namespace, &page)
             .await
             .unwrap_or_else(|e| panic!("{e}"));
+        let filter = SelectionParams::of(&page.selection);
+        let mut params = filter.params(&namespace);
+        params.push(&page.before_id);
+        params.push(&page.limit);
+        let discarded = rows_discarded(conn, LIST_TASKS.text(), &params).await;
+        (found, discarded)
+    }
+
+    /// A search by recipient reads the recipient's own tasks and, since `tasks_recipient` leaves
+    /// leased tasks out (migration 32), the leased ones through `tasks_lease_expiry`: never the
+    /// table's finished or scheduled tasks, of which there are many more.
+    #[tokio::test]
+    async fn a_search_by_recipient_reads_only_its_tasks_and_the_leased_ones() {
+        let store = ScratchStore::migrated().await;
+        let mut conn = store.conn().await.unwrap_or_else(|e| panic!("{e}"));
+        tasks_in_every_state(&conn, false).await;
+        let selection = Selection {
+            recipient: Some("r7".into()),
+            ..Selection::default()
+        };
+        let (found, discarded) = search(&mut conn, selection, 100).await;
         let mut states: Vec<TaskState> = found.iter().map(|t| t.state).collect();
         states.sort_by_key(|s| format!("{s:?}"));
         assert_eq!(
@@ -631,7 +656,6 @@ mod tests {
                 TaskState::Succeeded
             ]
         );
-        let discarded = rows_discarded(&mut conn, LIST_TASKS.text(), &params).await;
         assert!(
             discarded <= 1_000,
             "the search read {discarded} rows it threw away: more than the leased tasks"
@@ -645,37 +669,12 @@ mod tests {
     async fn a_search_by_account_reads_only_its_tasks_and_the_leased_ones() {
         let store = ScratchStore::migrated().await;
         let mut conn = store.conn().await.unwrap_or_else(|e| panic!("{e}"));
-        insert_tasks(&conn, 20_000, "succeeded").await;
-        insert_tasks(&conn, 5_000, "scheduled").await;
-        insert_tasks(&conn, 1_000, "leased").await;
-        // Fifty accounts, each with tasks in every state.
-        conn.batch_execute(
-            "UPDATE herald.tasks SET account_id = 'acct-' || substr(recipient, 2)::integer % 50;
-             ANALYZE herald.tasks",
-        )
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        tasks_in_every_state(&conn, true).await;
         let selection = Selection {
             account_id: Some("acct-7".into()),
             ..Selection::default()
         };
-        let filter = SelectionParams::of(&selection);
-        let namespace = "default";
-        let mut params = filter.params(&namespace);
-        let before: Option<Uuid> = None;
-        let limit = 1_000i64;
-        params.push(&before);
-        params.push(&limit);
-        let page = TaskFilter {
-            selection: selection.clone(),
-            before_id: None,
-            limit,
-        };
-        let found = conn
-            .tasks()
-            .list(namespace, &page)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        let (found, discarded) = search(&mut conn, selection, 1_000).await;
         let count = |state: TaskState| found.iter().filter(|t| t.state == state).count();
         assert_eq!(
             (
@@ -685,7 +684,6 @@ mod tests {
             ),
             (400, 100, 20)
         );
-        let discarded = rows_discarded(&mut conn, LIST_TASKS.text(), &params).await;
         assert!(
             discarded <= 1_000,
             "the search read {discarded} rows it threw away: more than the leased tasks"
