@@ -19,6 +19,7 @@
 //! Every scenario gets a fresh database ([`herald_tests::TestDb`]) and its own scheduler and
 //! executor processes (the real release binaries, the executor with the `noop` sender).
 
+mod cpu;
 mod report;
 mod scenarios;
 mod soak;

@@ -10,6 +10,7 @@ use herald_proto::SenderKind;
 use herald_tests::{connect_tasks, task_spec, TestDb};
 use tokio_postgres::Client;
 
+use crate::cpu::{CpuMeter, CpuSplit};
 use crate::report::Report;
 use crate::sql::{self, percentiles, QUEUE};
 use crate::stack::{self, RssSampler};
@@ -75,6 +76,8 @@ pub(crate) async fn drain(opts: &Options, report: &mut Report) -> Result<f64> {
     let base = sql::connect(base_db.url()).await?;
     sql::copy_tasks(&base, n, Duration::ZERO).await?;
     base.batch_execute("VACUUM ANALYZE herald.tasks").await?;
+    let base_cpu = CpuMeter::new(&base, None).await?;
+    let base_before = base_cpu.read(None)?;
     let baseline = sql::baseline_drain(
         base_db.url(),
         opts.baseline_workers,
@@ -82,6 +85,7 @@ pub(crate) async fn drain(opts: &Options, report: &mut Report) -> Result<f64> {
         n,
     )
     .await?;
+    let base_spent = base_cpu.read(None)?.since(base_before);
     drop(base);
     drop(base_db);
 
@@ -92,11 +96,14 @@ pub(crate) async fn drain(opts: &Options, report: &mut Report) -> Result<f64> {
     let client = db.connect().await?;
     client.batch_execute("VACUUM ANALYZE herald.tasks").await?;
 
+    let cpu = CpuMeter::new(&client, Some(stack::pid(&scheduler)?)).await?;
+    let cpu_before = cpu.read(None)?;
     let started = Instant::now();
     let executor = stack::executor(&scheduler, opts).await?;
     let spawn = started.elapsed();
     stack::wait_succeeded(&client, n as i64, Duration::ZERO, WAIT_LIMIT).await?;
     let wall = started.elapsed();
+    let spent = cpu.read(executor.pid())?.since(cpu_before);
     // The drain itself, on the database clock: first grant to last completion.
     let window: f64 = client
         .query_one(
@@ -124,8 +131,11 @@ pub(crate) async fn drain(opts: &Options, report: &mut Report) -> Result<f64> {
     );
     report.note(format!(
         "S1: {n} tasks drained in {window:.2} s (database clock; executor started in {spawn:.2?}, \
-         wall {wall:.2?}); baseline {baseline:.0} tasks/s with {} workers",
-        opts.baseline_workers
+         wall {wall:.2?}; {}); baseline {baseline:.0} tasks/s with {} workers (PostgreSQL CPU \
+         {:.2} core-s)",
+        spent.describe(),
+        opts.baseline_workers,
+        base_spent.postgres
     ));
     stack::stop_executor(executor).await?;
     Ok(rate)
@@ -470,8 +480,8 @@ const S5_ACCOUNTS: usize = 100;
 /// unrouted rate.
 pub(crate) async fn accounts(opts: &Options, report: &mut Report) -> Result<()> {
     let n = opts.drain_tasks;
-    let unrouted = routed_drain(opts, n, 0, false).await?;
-    let limited = routed_drain(opts, n, S5_ACCOUNTS, false).await?;
+    let (unrouted, unrouted_cpu) = routed_drain(opts, n, 0, false).await?;
+    let (limited, limited_cpu) = routed_drain(opts, n, S5_ACCOUNTS, false).await?;
     report.add_vs(
         "S5 100 accounts",
         "tasks/s (vs. the same drain by queue)",
@@ -480,8 +490,10 @@ pub(crate) async fn accounts(opts: &Options, report: &mut Report) -> Result<()> 
         2.0 / 3.0,
     );
     report.note(format!(
-        "S5: {n} tasks, {unrouted:.0} tasks/s by queue, {limited:.0} tasks/s through \
-         {S5_ACCOUNTS} accounts with every limit on"
+        "S5: {n} tasks, {unrouted:.0} tasks/s by queue ({}), {limited:.0} tasks/s through \
+         {S5_ACCOUNTS} accounts with every limit on ({})",
+        unrouted_cpu.describe(),
+        limited_cpu.describe()
     ));
     Ok(())
 }
@@ -492,8 +504,8 @@ pub(crate) async fn accounts(opts: &Options, report: &mut Report) -> Result<()> 
 /// limit is set so that it holds without binding, as in S5. Target: at least 60 % of S5's rate.
 pub(crate) async fn careful_pacing(opts: &Options, report: &mut Report) -> Result<()> {
     let n = opts.drain_tasks;
-    let plain = routed_drain(opts, n, S5_ACCOUNTS, false).await?;
-    let careful = routed_drain(opts, n, S5_ACCOUNTS, true).await?;
+    let (plain, plain_cpu) = routed_drain(opts, n, S5_ACCOUNTS, false).await?;
+    let (careful, careful_cpu) = routed_drain(opts, n, S5_ACCOUNTS, true).await?;
     report.add_vs(
         "S7 careful pacing",
         "tasks/s (vs. S5's drain without warm-up, gaps, tiers)",
@@ -502,15 +514,23 @@ pub(crate) async fn careful_pacing(opts: &Options, report: &mut Report) -> Resul
         0.6,
     );
     report.note(format!(
-        "S7: {n} tasks through {S5_ACCOUNTS} accounts, {plain:.0} tasks/s with S5's limits, \
-         {careful:.0} tasks/s with warm-up, gaps and tiers as well"
+        "S7: {n} tasks through {S5_ACCOUNTS} accounts, {plain:.0} tasks/s with S5's limits \
+         ({}), {careful:.0} tasks/s with warm-up, gaps and tiers as well ({})",
+        plain_cpu.describe(),
+        careful_cpu.describe()
     ));
     Ok(())
 }
 
 /// Drains `n` tasks due now, through a pool of `accounts` accounts (0: by queue), with the
-/// careful-sending limits too when `careful`; tasks/s on the database clock.
-async fn routed_drain(opts: &Options, n: usize, accounts: usize, careful: bool) -> Result<f64> {
+/// careful-sending limits too when `careful`; tasks/s on the database clock, and the CPU the
+/// stack spent from the executor's start to the last task's success.
+async fn routed_drain(
+    opts: &Options,
+    n: usize,
+    accounts: usize,
+    careful: bool,
+) -> Result<(f64, CpuSplit)> {
     use herald_proto::v1::account_service_client::AccountServiceClient;
     use herald_proto::v1::{Account, AccountLimits, CreateAccountRequest, MessagingTier};
     use herald_proto::v1::{SendGaps, WarmUp};
@@ -592,6 +612,8 @@ async fn routed_drain(opts: &Options, n: usize, accounts: usize, careful: bool) 
     let conn = db.connect().await?;
     conn.batch_execute("VACUUM ANALYZE herald.tasks").await?;
 
+    let cpu = CpuMeter::new(&conn, Some(stack::pid(&scheduler)?)).await?;
+    let cpu_before = cpu.read(None)?;
     let executor = herald_tests::ExecutorProcess::builder(&[scheduler.grpc_url()])
         .config_toml(config)
         .env("RUST_LOG", "warn")
@@ -617,6 +639,7 @@ async fn routed_drain(opts: &Options, n: usize, accounts: usize, careful: bool) 
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    let spent = cpu.read(executor.pid())?.since(cpu_before);
     let window: f64 = conn
         .query_one(
             "SELECT extract(epoch FROM max(finished_at) - min(leased_at))::float8
@@ -626,5 +649,5 @@ async fn routed_drain(opts: &Options, n: usize, accounts: usize, careful: bool) 
         .await?
         .get(0);
     stack::stop_executor(executor).await?;
-    Ok(n as f64 / window)
+    Ok((n as f64 / window, spent))
 }
