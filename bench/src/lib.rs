@@ -18,6 +18,8 @@
 //!
 //! Every scenario gets a fresh database ([`herald_tests::TestDb`]) and its own scheduler and
 //! executor processes (the real release binaries, the executor with the `noop` sender).
+//! The drains' notes say how much CPU each cost PostgreSQL, the scheduler and the executor
+//! (`cpu`), which is where a drain's time goes once the machine's cores are all busy.
 
 mod cpu;
 mod report;
