@@ -231,6 +231,20 @@ BEGIN
     -- claims and reports never deadlock. PL/pgSQL rather than SQL so that the statement's plan
     -- is kept across calls: a SQL function's body is planned again at every call, and with
     -- account_room inlined that planning cost more than the reservation itself.
+    --
+    -- The rows are locked by a statement of their own, and read and updated by the next one,
+    -- which takes its snapshot once every lock is held and so sees each row as it now is.
+    -- Locked inside the statement that updates them, a row another claim or a fold had changed
+    -- since that statement began was re-checked by EvalPlanQual, which starts a copy of every
+    -- CTE's plan below: a twentieth of PostgreSQL's CPU in S5 (docs/performance.md).
+    PERFORM 1
+    FROM unnest(p_ids) AS w(id)
+    CROSS JOIN LATERAL (
+        SELECT 1 FROM herald.accounts a
+        WHERE a.namespace = p_namespace AND a.id = w.id
+        FOR UPDATE
+    ) l;
+
     RETURN QUERY
     WITH locked AS (
         SELECT w.high, w.low, w.new, l.a,
@@ -239,7 +253,6 @@ BEGIN
         CROSS JOIN LATERAL (
             SELECT a FROM herald.accounts a
             WHERE a.namespace = p_namespace AND a.id = w.id
-            FOR UPDATE
         ) l
     ),
     roomed AS (
