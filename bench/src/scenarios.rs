@@ -13,7 +13,7 @@ use tokio_postgres::Client;
 use crate::cpu::{CpuMeter, CpuSplit};
 use crate::report::Report;
 use crate::sql::{self, percentiles, QUEUE};
-use crate::stack::{self, RssSampler};
+use crate::stack::{self, Pending, RssSampler};
 use crate::Options;
 
 /// Longest any scenario may wait for its tasks.
@@ -101,7 +101,13 @@ pub(crate) async fn drain(opts: &Options, report: &mut Report) -> Result<f64> {
     let started = Instant::now();
     let executor = stack::executor(&scheduler, opts).await?;
     let spawn = started.elapsed();
-    stack::wait_succeeded(&client, n as i64, Duration::ZERO, WAIT_LIMIT).await?;
+    stack::wait_succeeded(
+        &client,
+        n as i64,
+        Pending::DueWithin(Duration::ZERO),
+        WAIT_LIMIT,
+    )
+    .await?;
     let wall = started.elapsed();
     let spent = cpu.read(executor.pid())?.since(cpu_before);
     // The drain itself, on the database clock: first grant to last completion.
@@ -276,7 +282,7 @@ pub(crate) async fn precision(opts: &Options, report: &mut Report) -> Result<()>
     stack::wait_succeeded(
         &client,
         n as i64,
-        opts.precision_window + Duration::from_secs(5),
+        Pending::DueWithin(opts.precision_window + Duration::from_secs(5)),
         opts.precision_window + WAIT_LIMIT,
     )
     .await?;
@@ -362,7 +368,13 @@ pub(crate) async fn scale(opts: &Options, report: &mut Report) -> Result<()> {
         // End to end: the executor drains the due tasks.
         let started = Instant::now();
         let executor = stack::executor(&scheduler, opts).await?;
-        stack::wait_succeeded(&client, opts.scale_due as i64, Duration::ZERO, WAIT_LIMIT).await?;
+        stack::wait_succeeded(
+            &client,
+            opts.scale_due as i64,
+            Pending::DueWithin(Duration::ZERO),
+            WAIT_LIMIT,
+        )
+        .await?;
         let window: f64 = client
             .query_one(
                 "SELECT extract(epoch FROM max(finished_at) - min(leased_at))::float8
@@ -397,7 +409,7 @@ pub(crate) async fn scale(opts: &Options, report: &mut Report) -> Result<()> {
         stack::wait_succeeded(
             &client,
             before + spread_n as i64,
-            Duration::from_secs(10),
+            Pending::DueWithin(Duration::from_secs(10)),
             WAIT_LIMIT,
         )
         .await?;
@@ -621,24 +633,7 @@ async fn routed_drain(
         .spawn()
         .await
         .context("starting the executor")?;
-    let started = Instant::now();
-    loop {
-        let done: i64 = conn
-            .query_one(
-                "SELECT count(*) FROM herald.tasks WHERE state = 'succeeded'",
-                &[],
-            )
-            .await?
-            .get(0);
-        if done >= n as i64 {
-            break;
-        }
-        anyhow::ensure!(
-            started.elapsed() < WAIT_LIMIT,
-            "S5: only {done} of {n} succeeded"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    stack::wait_succeeded(&conn, n as i64, Pending::Any, WAIT_LIMIT).await?;
     let spent = cpu.read(executor.pid())?.since(cpu_before);
     let window: f64 = conn
         .query_one(

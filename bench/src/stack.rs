@@ -122,37 +122,63 @@ pub(crate) fn pid(scheduler: &SchedulerProcess) -> Result<u32> {
     scheduler.pid().context("the scheduler has exited")
 }
 
+/// What the wait loops ask first, until it says nothing is left: a cheap question, so that
+/// asking costs the drain little.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Pending {
+    /// A task of the unrouted route due within this horizon is still SCHEDULED, or a task is
+    /// LEASED (S1, S3, S4: later tasks wait in the table).
+    DueWithin(Duration),
+    /// A task is still SCHEDULED or LEASED (S5, S7: every task is due at once, through any
+    /// route).
+    Any,
+}
+
 /// Waits until `expected` tasks are SUCCEEDED (or `limit` passes); returns how long it took.
 ///
-/// Polls a cheap question first: is any task due within `horizon` still SCHEDULED, or any
-/// task LEASED? Both are probes of partial indexes (a `count(*)` every 50 ms over 150k rows cost
-/// PostgreSQL a tenth of a core). Only once nothing is left does it count, once. The probes are
-/// still not free during a drain: they step over the index entries of every task leased since
-/// the last VACUUM, 3–7 ms a probe in S1 (`pg_stat_statements`). Polled every 20 ms they took
-/// 120–400 ms of statement time per S1 drain, from herald's side only (the baseline's drain
-/// does not poll); every [`POLL`], 100–200 ms.
+/// Polls a cheap question first ([`Pending`]): probes of partial indexes (a `count(*)` every
+/// 50 ms over 150k rows cost PostgreSQL a tenth of a core; S5's `count(*)` every 200 ms took
+/// 15 ms a call, 7 % of a core through its drains). Only once nothing is left does it count,
+/// once. The probes are still not free during a drain: they step over the index entries of
+/// every task leased since the last VACUUM, 3–7 ms a probe in S1 (`pg_stat_statements`).
+/// Polled every 20 ms they took 120–400 ms of statement time per S1 drain, from herald's side
+/// only (the baseline's drain does not poll); every [`POLL`], 100–200 ms.
 pub(crate) async fn wait_succeeded(
     client: &tokio_postgres::Client,
     expected: i64,
-    horizon: Duration,
+    pending: Pending,
     limit: Duration,
 ) -> Result<Duration> {
     let started = Instant::now();
-    let busy = client
-        .prepare(
-            "SELECT EXISTS (SELECT 1 FROM herald.tasks
+    let (probe, horizon_ms) = match pending {
+        Pending::DueWithin(horizon) => (
+            client
+                .prepare(
+                    "SELECT EXISTS (SELECT 1 FROM herald.tasks
                             WHERE state = 'scheduled' AND route = $1
                               AND priority = ANY('{9,8,7,6,5,4,3,2,1,0}'::smallint[])
                               AND run_at <= now() + $2::bigint * interval '1 millisecond')
                  OR EXISTS (SELECT 1 FROM herald.tasks WHERE state = 'leased')",
-        )
-        .await?;
-    let horizon_ms = horizon.as_millis() as i64;
+                )
+                .await?,
+            Some(horizon.as_millis() as i64),
+        ),
+        Pending::Any => (
+            client
+                .prepare(
+                    "SELECT EXISTS (SELECT 1 FROM herald.tasks WHERE state = 'scheduled')
+                         OR EXISTS (SELECT 1 FROM herald.tasks WHERE state = 'leased')",
+                )
+                .await?,
+            None,
+        ),
+    };
     loop {
-        let pending: bool = client
-            .query_one(&busy, &[&crate::sql::ROUTE, &horizon_ms])
-            .await?
-            .get(0);
+        let pending: bool = match horizon_ms {
+            Some(ms) => client.query_one(&probe, &[&crate::sql::ROUTE, &ms]).await?,
+            None => client.query_one(&probe, &[]).await?,
+        }
+        .get(0);
         if !pending {
             // `finished_at IS NOT NULL` lets the planner use the partial `tasks_finished`
             // index, so this stays cheap with millions of unfinished tasks in the table (S4).
