@@ -3,7 +3,8 @@
 //! seen without routing in front of it: assignments take their account's slots in order, one
 //! that would open a conversation past the tier's room gives its slot back, a recipient sent to
 //! within the interval is refused with its slot given back, sends by queue pass as they are, and
-//! an account with gaps grants each send its own instant. And claims, report batches and webhook
+//! an account with gaps grants each send its own instant. A reservation that waits for another
+//! claim's lock grants only the room that claim left. And claims, report batches and webhook
 //! batches working on the same accounts at once lock them in one order, so they never deadlock.
 
 use anyhow::{Context, Result};
@@ -277,6 +278,47 @@ async fn concurrent_reservations_and_feedback_on_the_same_accounts_never_deadloc
         .await?
         .get("in_flight");
     assert_eq!(in_flight, 0, "every slot reserved was given back");
+    Ok(())
+}
+
+/// A reservation that has to wait for another claim's lock on an account grants only the room
+/// that claim left: it reads the row once the lock is its own, not as it stood when its call
+/// began. Fails if the reservation reads the row before locking it (it would grant all 5).
+#[tokio::test]
+async fn a_reservation_waiting_for_another_claims_lock_grants_only_the_room_left() -> Result<()> {
+    let (db, conn) = database(&["acct"], 5, "").await?;
+    const RESERVE: &str = "SELECT out_low FROM herald.reserve_capacity(
+                               'default', ARRAY['acct'], ARRAY[0], $1::integer[], ARRAY[0])";
+    let mut first = db.connect().await?;
+    let first = first.transaction().await?;
+    let granted: i32 = first.query_one(RESERVE, &[&vec![3_i32]]).await?.get(0);
+    assert_eq!(granted, 3);
+    let first_pid: i32 = first
+        .query_one("SELECT pg_backend_pid() AS pid", &[])
+        .await?
+        .get("pid");
+
+    // A second claim asks for the whole room while the first holds the account row.
+    let second = db.connect().await?;
+    let waiting = tokio::spawn(async move {
+        let row = second.query_one(RESERVE, &[&vec![5_i32]]).await?;
+        anyhow::Ok(row.get::<_, i32>(0))
+    });
+    herald_tests::until("the second reservation to wait for the first", || async {
+        let row = conn
+            .query_one(
+                "SELECT count(*) AS n FROM pg_stat_activity
+                 WHERE datname = current_database() AND $1 = ANY(pg_blocking_pids(pid))",
+                &[&first_pid],
+            )
+            .await?;
+        Ok(row.get::<_, i64>("n") > 0)
+    })
+    .await?;
+    first.commit().await?;
+
+    assert_eq!(waiting.await??, 2, "only the room the first claim left");
+    assert_eq!(counts(&conn, "acct").await?, (5, 5));
     Ok(())
 }
 
