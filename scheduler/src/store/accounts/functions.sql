@@ -206,6 +206,23 @@ BEGIN
 END
 $$;
 
+-- Locks accounts p_ids of p_namespace for update, in p_ids' order (the nested loop is driven
+-- by the unnest): every transaction that locks several account rows takes them in one order
+-- (callers pass ids sorted), so none deadlock. A statement of its own, so that the caller's
+-- next statement takes its snapshot once every lock is held and reads each row as it now is.
+CREATE OR REPLACE FUNCTION herald.lock_accounts(p_namespace text, p_ids text[]) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM 1
+    FROM unnest(p_ids) AS u(id)
+    CROSS JOIN LATERAL (
+        SELECT 1 FROM herald.accounts a
+        WHERE a.namespace = p_namespace AND a.id = u.id
+        FOR UPDATE
+    ) l;
+END
+$$;
+
 -- Reserves capacity on accounts for a claim, atomically per account row: each account grants at
 -- most its account_room at p_now and records what it granted. Concurrent claims on other
 -- sessions or replicas serialise on the account row, so together they can never grant more
@@ -232,18 +249,12 @@ BEGIN
     -- is kept across calls: a SQL function's body is planned again at every call, and with
     -- account_room inlined that planning cost more than the reservation itself.
     --
-    -- The rows are locked by a statement of their own, and read and updated by the next one,
-    -- which takes its snapshot once every lock is held and so sees each row as it now is.
-    -- Locked inside the statement that updates them, a row another claim or a fold had changed
-    -- since that statement began was re-checked by EvalPlanQual, which starts a copy of every
-    -- CTE's plan below: a twentieth of PostgreSQL's CPU in S5 (docs/performance.md).
-    PERFORM 1
-    FROM unnest(p_ids) AS w(id)
-    CROSS JOIN LATERAL (
-        SELECT 1 FROM herald.accounts a
-        WHERE a.namespace = p_namespace AND a.id = w.id
-        FOR UPDATE
-    ) l;
+    -- The rows are locked first (herald.lock_accounts), and read and updated by the next
+    -- statement, which takes its snapshot once every lock is held and so sees each row as it
+    -- now is. Locked inside the statement that updates them, a row another claim or a fold had
+    -- changed since that statement began was re-checked by EvalPlanQual, which starts a copy of
+    -- every CTE's plan below: a twentieth of PostgreSQL's CPU in S5 (docs/performance.md).
+    PERFORM herald.lock_accounts(p_namespace, p_ids);
 
     RETURN QUERY
     WITH locked AS (
@@ -683,13 +694,7 @@ DECLARE
     v_ok integer[];
     v_zeros integer[];
 BEGIN
-    PERFORM 1
-    FROM unnest(p_ids) WITH ORDINALITY AS u(id, ord)
-    CROSS JOIN LATERAL (
-        SELECT 1 FROM herald.accounts a
-        WHERE a.namespace = p_namespace AND a.id = u.id
-        FOR UPDATE
-    ) l;
+    PERFORM herald.lock_accounts(p_namespace, p_ids);
 
     WITH gone AS (
         DELETE FROM herald.account_deltas d
