@@ -80,6 +80,9 @@ pub struct Options {
     pub soak_unit: Duration,
     /// S6: creates per second; None for half of S1's rate in the same run (5,000 without S1).
     pub soak_rate: Option<f64>,
+    /// S6: how long a finished task stays in the hot table before it moves into the history
+    /// (zero: at once, the default).
+    pub soak_history_after: Duration,
 }
 
 impl Options {
@@ -107,6 +110,7 @@ impl Options {
             baseline_workers: 2,
             soak_unit: Duration::from_secs(150),
             soak_rate: None,
+            soak_history_after: Duration::ZERO,
         }
     }
 

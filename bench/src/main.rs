@@ -55,6 +55,11 @@ struct Cli {
     /// S6: creates per second (default: half of S1's rate when S1 runs too, else 5000).
     #[arg(long)]
     soak_rate: Option<f64>,
+    /// S6: seconds a finished task stays in the hot table before it moves into the history
+    /// (HERALD_HISTORY_AFTER; default 0: at once). A delay past the minute's retention moves
+    /// nothing: retention then deletes finished tasks from the hot table, as without a history.
+    #[arg(long)]
+    soak_history_after: Option<u64>,
     /// Where to write the JSON results.
     #[arg(long, default_value = "target/bench/results.json")]
     out: PathBuf,
@@ -133,6 +138,9 @@ fn options(cli: &Cli) -> Result<Options> {
     }
     if cli.soak_rate.is_some() {
         o.soak_rate = cli.soak_rate;
+    }
+    if let Some(v) = cli.soak_history_after {
+        o.soak_history_after = std::time::Duration::from_secs(v);
     }
     if let Some(v) = cli.claim_batch {
         o.claim_batch = v;

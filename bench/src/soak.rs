@@ -68,9 +68,12 @@ pub(crate) async fn soak(opts: &Options, s1_rate: Option<f64>, report: &mut Repo
         .env("HERALD_CLAIM_BATCH", opts.claim_batch.to_string())
         .env("HERALD_TASK_RETENTION", "1m")
         .env("HERALD_RETENTION_INTERVAL", "5s")
-        // Finished tasks leave the hot table at once, into 10-second partitions: the minute's
-        // retention is then six partitions, dropped whole as they age out.
-        .env("HERALD_HISTORY_AFTER", "0s")
+        // Finished tasks leave the hot table at once (by default), into 10-second partitions:
+        // the minute's retention is then six partitions, dropped whole as they age out.
+        .env(
+            "HERALD_HISTORY_AFTER",
+            format!("{}s", opts.soak_history_after.as_secs()),
+        )
         .env("HERALD_HISTORY_PARTITION", "10s")
         .spawn()
         .await
@@ -135,8 +138,10 @@ pub(crate) async fn soak(opts: &Options, s1_rate: Option<f64>, report: &mut Repo
     add_rows(report, rate, offered, &before, &during, &after);
     report.note(format!(
         "S6: {:.0} s per phase unit (before 1, held 2, after 2), {rate:.0} creates/s asked, \
-         {offered:.0}/s made; a fifth retried once; finished tasks pruned after 1 min",
-        unit.as_secs_f64()
+         {offered:.0}/s made; a fifth retried once; finished tasks moved into the history after \
+         {} s and pruned after 1 min",
+        unit.as_secs_f64(),
+        opts.soak_history_after.as_secs()
     ));
     crate::stack::stop_executor(executor).await?;
     Ok(())
