@@ -138,8 +138,8 @@ pub(crate) async fn soak(opts: &Options, s1_rate: Option<f64>, report: &mut Repo
     add_rows(report, rate, offered, &before, &during, &after);
     report.note(format!(
         "S6: {:.0} s per phase unit (before 1, held 2, after 2), {rate:.0} creates/s asked, \
-         {offered:.0}/s made; a fifth retried once; finished tasks moved into the history after \
-         {} s and pruned after 1 min",
+         {offered:.0}/s made; a fifth retried once; finished tasks pruned after 1 min \
+         (HERALD_HISTORY_AFTER {} s: under a minute, they move into the history first)",
         unit.as_secs_f64(),
         opts.soak_history_after.as_secs()
     ));
