@@ -1,6 +1,6 @@
 //! CPU time the processes under test spend over a drain, read from /proc: how a drain's CPU
 //! divides between PostgreSQL (the postmaster and every backend, autovacuum included), the
-//! scheduler and the executor. On a machine whose cores are all busy, a drain's rate is the
+//! scheduler, the executor and this benchmark's own clients. On a machine whose cores are all busy, a drain's rate is the
 //! inverse of this sum, so the split says which process a change must make cheaper
 //! (docs/performance.md, "what bounds it now").
 
@@ -16,6 +16,8 @@ pub(crate) struct CpuSplit {
     pub(crate) scheduler: f64,
     /// The executor process (0 when it was not running).
     pub(crate) executor: f64,
+    /// This benchmark process: its gRPC and SQL clients share the cores with the rest.
+    pub(crate) client: f64,
 }
 
 impl CpuSplit {
@@ -25,17 +27,19 @@ impl CpuSplit {
             postgres: self.postgres - earlier.postgres,
             scheduler: self.scheduler - earlier.scheduler,
             executor: self.executor - earlier.executor,
+            client: self.client - earlier.client,
         }
     }
 
     /// The split as a note's clause, in core-seconds.
     pub(crate) fn describe(&self) -> String {
         format!(
-            "CPU {:.2} core-s (PostgreSQL {:.2}, scheduler {:.2}, executor {:.2})",
-            self.postgres + self.scheduler + self.executor,
+            "CPU {:.2} core-s (PostgreSQL {:.2}, scheduler {:.2}, executor {:.2}, benchmark client {:.2})",
+            self.postgres + self.scheduler + self.executor + self.client,
             self.postgres,
             self.scheduler,
-            self.executor
+            self.executor,
+            self.client
         )
     }
 }
@@ -101,6 +105,7 @@ impl CpuMeter {
                 Some(e) => own(pid(e)?)? / ticks,
                 None => 0.0,
             },
+            client: own(pid(std::process::id())?)? / ticks,
         })
     }
 }

@@ -153,12 +153,20 @@ pub(crate) async fn enqueue(opts: &Options, report: &mut Report) -> Result<()> {
 
     let base_db = TestDb::new().await?;
     drop(stack::scheduler(&base_db, opts).await?);
+    let base = sql::connect(base_db.url()).await?;
+    let base_cpu = CpuMeter::new(&base, None).await?;
+    let base_before = base_cpu.read(None)?;
     let baseline = sql::baseline_copy(base_db.url(), opts.enqueue_clients, n).await?;
+    let base_spent = base_cpu.read(None)?.since(base_before);
+    drop(base);
     drop(base_db);
 
     let db = TestDb::new().await?;
     let scheduler = stack::scheduler(&db, opts).await?;
     let rss = RssSampler::start(stack::pid(&scheduler)?);
+    let conn = sql::connect(db.url()).await?;
+    let cpu = CpuMeter::new(&conn, Some(stack::pid(&scheduler)?)).await?;
+    let before = cpu.read(None)?;
     // Due in an hour: nothing is dispatched meanwhile, only the create path is measured.
     let when = Arc::new(|_| {
         Some(task_spec::When::Delay(prost_types::Duration {
@@ -174,6 +182,7 @@ pub(crate) async fn enqueue(opts: &Options, report: &mut Report) -> Result<()> {
         when,
     )
     .await?;
+    let spent = cpu.read(None)?.since(before);
     let rate = n as f64 / elapsed.as_secs_f64();
     report.add_vs("S2 enqueue", "tasks/s", rate, baseline, 0.3);
     report.add(
@@ -184,8 +193,13 @@ pub(crate) async fn enqueue(opts: &Options, report: &mut Report) -> Result<()> {
         Some(rss.peak_mib() < 150.0),
     );
     report.note(format!(
-        "S2: {n} tasks by {} clients in batches of {} in {elapsed:.2?}; baseline: {} concurrent COPYs",
-        opts.enqueue_clients, opts.enqueue_batch, opts.enqueue_clients
+        "S2: {n} tasks by {} clients in batches of {} in {elapsed:.2?} ({}); baseline: {} \
+         concurrent COPYs ({})",
+        opts.enqueue_clients,
+        opts.enqueue_batch,
+        spent.describe(),
+        opts.enqueue_clients,
+        base_spent.describe()
     ));
     Ok(())
 }
