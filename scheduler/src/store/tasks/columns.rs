@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, NaiveTime, SubsecRound, Utc};
+use tokio_postgres::types::{to_sql_checked, IsNull, ToSql, Type};
 use tokio_postgres::Row;
 use uuid::Uuid;
 
@@ -188,6 +189,39 @@ fn stored_retry(
     }
 }
 
+/// An input column that is NULL for most tasks: a batch in which every task has it NULL sends
+/// one NULL instead of an array of NULLs. The select list's `unnest`s step through their arrays
+/// together, and PostgreSQL pads those that run out (an `unnest` of NULL returns no rows) with
+/// NULLs, so every task still reads NULL while the database neither receives nor steps through
+/// the array: about 6 % of S2's PostgreSQL CPU with 16 such columns (docs/performance.md).
+#[derive(Debug)]
+struct Sparse<T>(Vec<Option<T>>);
+
+impl<T> Default for Sparse<T> {
+    fn default() -> Self {
+        Sparse(Vec::new())
+    }
+}
+
+impl<T: ToSql> ToSql for Sparse<T> {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        if self.0.iter().all(Option::is_none) {
+            return Ok(IsNull::Yes);
+        }
+        self.0.to_sql(ty, out)
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        <Vec<Option<T>> as ToSql>::accepts(ty)
+    }
+
+    to_sql_checked!();
+}
+
 /// A batch of new tasks as one array per input column.
 #[derive(Default)]
 pub struct InsertArrays<'a> {
@@ -196,29 +230,29 @@ pub struct InsertArrays<'a> {
     queue: Vec<&'a str>,
     recipient: Vec<&'a str>,
     content: Vec<Vec<u8>>,
-    template_id: Vec<Option<&'a str>>,
+    template_id: Sparse<&'a str>,
     labels: Vec<serde_json::Value>,
     priority: Vec<i16>,
-    expire_at: Vec<Option<DateTime<Utc>>>,
-    idempotency_key: Vec<Option<&'a str>>,
+    expire_at: Sparse<DateTime<Utc>>,
+    idempotency_key: Sparse<&'a str>,
     max_attempts: Vec<i32>,
     backoff_initial_ms: Vec<i64>,
     backoff_max_ms: Vec<i64>,
     backoff_multiplier: Vec<f64>,
     backoff_jitter: Vec<f64>,
-    pool: Vec<Option<&'a str>>,
-    account_id: Vec<Option<&'a str>>,
-    trace_parent: Vec<Option<&'a str>>,
-    schedule_id: Vec<Option<&'a str>>,
-    fire_time: Vec<Option<DateTime<Utc>>>,
-    campaign_id: Vec<Option<Uuid>>,
-    audience_id: Vec<Option<&'a str>>,
-    window_start: Vec<Option<NaiveTime>>,
-    window_end: Vec<Option<NaiveTime>>,
-    window_zone: Vec<Option<&'a str>>,
-    window_spread_ms: Vec<Option<i64>>,
-    window_closed_fallback: Vec<Option<Vec<u8>>>,
-    given_run_at: Vec<Option<DateTime<Utc>>>,
+    pool: Sparse<&'a str>,
+    account_id: Sparse<&'a str>,
+    trace_parent: Sparse<&'a str>,
+    schedule_id: Sparse<&'a str>,
+    fire_time: Sparse<DateTime<Utc>>,
+    campaign_id: Sparse<Uuid>,
+    audience_id: Sparse<&'a str>,
+    window_start: Sparse<NaiveTime>,
+    window_end: Sparse<NaiveTime>,
+    window_zone: Sparse<&'a str>,
+    window_spread_ms: Sparse<i64>,
+    window_closed_fallback: Sparse<Vec<u8>>,
+    given_run_at: Sparse<DateTime<Utc>>,
     delay_ms: Vec<i64>,
     retry_delays: Vec<String>,
     parked: Vec<bool>,
@@ -273,36 +307,37 @@ impl<'a> InsertArrays<'a> {
         self.queue.push(&t.queue);
         self.recipient.push(&t.recipient);
         self.content.push(prost::Message::encode_to_vec(&t.content));
-        self.template_id.push(t.template_id.as_deref());
+        self.template_id.0.push(t.template_id.as_deref());
         self.labels
             .push(serde_json::to_value(&t.labels).unwrap_or_default());
         self.priority.push(t.priority);
-        self.expire_at.push(t.expire_at);
+        self.expire_at.0.push(t.expire_at);
         self.idempotency_key
+            .0
             .push(t.idempotency.as_ref().map(|(k, _)| k.as_str()));
         self.max_attempts.push(t.max_attempts);
         self.backoff_initial_ms.push(initial);
         self.backoff_max_ms.push(max);
         self.backoff_multiplier.push(multiplier);
         self.backoff_jitter.push(jitter);
-        self.pool.push(pool);
-        self.account_id.push(account);
-        self.trace_parent.push(t.trace_parent.as_deref());
-        self.schedule_id.push(schedule_id);
-        self.fire_time.push(fire_time);
-        self.campaign_id.push(campaign_id);
-        self.audience_id.push(audience_id);
+        self.pool.0.push(pool);
+        self.account_id.0.push(account);
+        self.trace_parent.0.push(t.trace_parent.as_deref());
+        self.schedule_id.0.push(schedule_id);
+        self.fire_time.0.push(fire_time);
+        self.campaign_id.0.push(campaign_id);
+        self.audience_id.0.push(audience_id);
         let w = t.send_window.as_ref();
-        self.window_start.push(w.map(|w| w.start));
-        self.window_end.push(w.map(|w| w.end));
-        self.window_zone.push(w.map(|w| w.zone.as_str()));
-        self.window_spread_ms.push(w.map(|w| w.spread_ms));
-        self.window_closed_fallback.push(
+        self.window_start.0.push(w.map(|w| w.start));
+        self.window_end.0.push(w.map(|w| w.end));
+        self.window_zone.0.push(w.map(|w| w.zone.as_str()));
+        self.window_spread_ms.0.push(w.map(|w| w.spread_ms));
+        self.window_closed_fallback.0.push(
             t.window_closed_fallback
                 .as_ref()
                 .map(|f| prost::Message::encode_to_vec(&crate::tasks::model::fallback_content(f))),
         );
-        self.given_run_at.push(given_run_at);
+        self.given_run_at.0.push(given_run_at);
         self.delay_ms.push(delay_ms);
         self.retry_delays.push(delays);
         self.parked.push(parked);
@@ -367,22 +402,22 @@ impl<'a> InsertArrays<'a> {
                     created_at,
                     updated_at,
                     finished_at,
-                    pool: self.pool[i].map(str::to_owned),
-                    account_id: self.account_id[i].map(str::to_owned),
+                    pool: self.pool.0[i].map(str::to_owned),
+                    account_id: self.account_id.0[i].map(str::to_owned),
                     send_window: SendWindow::from_columns(
-                        self.window_start[i].map(|at| at.trunc_subsecs(6)),
-                        self.window_end[i].map(|at| at.trunc_subsecs(6)),
-                        self.window_zone[i].map(str::to_owned),
-                        self.window_spread_ms[i],
+                        self.window_start.0[i].map(|at| at.trunc_subsecs(6)),
+                        self.window_end.0[i].map(|at| at.trunc_subsecs(6)),
+                        self.window_zone.0[i].map(str::to_owned),
+                        self.window_spread_ms.0[i],
                     ),
                     end_reason,
                     end_code: None,
                     trace_parent: t.trace_parent.clone(),
-                    campaign_id: self.campaign_id[i],
-                    schedule_id: self.schedule_id[i].map(str::to_owned),
-                    audience_id: self.audience_id[i].map(str::to_owned),
+                    campaign_id: self.campaign_id.0[i],
+                    schedule_id: self.schedule_id.0[i].map(str::to_owned),
+                    audience_id: self.audience_id.0[i].map(str::to_owned),
                     parked: self.parked[i],
-                    window_closed_fallback: self.window_closed_fallback[i].take(),
+                    window_closed_fallback: self.window_closed_fallback.0[i].take(),
                     window_closed_fallback_at: None,
                     fallback_replaces: None,
                 })
@@ -391,11 +426,8 @@ impl<'a> InsertArrays<'a> {
     }
 
     /// The statement's parameters after the namespace, in [`INSERT_INPUTS`] order.
-    pub fn params<'p>(
-        &'p self,
-        namespace: &'p &str,
-    ) -> Vec<&'p (dyn tokio_postgres::types::ToSql + Sync)> {
-        let params: [&'p (dyn tokio_postgres::types::ToSql + Sync); 31] = [
+    pub fn params<'p>(&'p self, namespace: &'p &str) -> Vec<&'p (dyn ToSql + Sync)> {
+        let params: [&'p (dyn ToSql + Sync); 31] = [
             namespace,
             &self.id,
             &self.queue,
@@ -588,4 +620,42 @@ pub fn with_columns(sql: &str) -> String {
     sql.replace("{task_columns}", TASK_COLUMNS)
         .replace("{created_columns}", CREATED_COLUMNS)
         .replace("{lease_columns}", LEASE_COLUMNS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::scratch::ScratchStore;
+
+    /// The insert relies on PostgreSQL padding a select list's shorter `unnest`s with NULLs: a
+    /// column sent as one NULL must read NULL for every task, and a column with any value must
+    /// keep each value beside its own task.
+    #[tokio::test]
+    async fn a_column_null_for_every_task_is_sent_as_one_null_and_reads_null_for_each() {
+        let store = ScratchStore::new().await;
+        let conn = store.conn().await.unwrap_or_else(|e| panic!("{e}"));
+        let ids = vec![1_i64, 2, 3];
+        let none: Sparse<&str> = Sparse(vec![None, None, None]);
+        let some: Sparse<&str> = Sparse(vec![None, Some("b"), None]);
+        let rows = conn
+            .query(
+                "SELECT unnest($1::bigint[]) AS id, unnest($2::text[]) AS none, \
+                        unnest($3::text[]) AS some, $2::text[] IS NULL AS sent_as_null",
+                &[&ids, &none, &some],
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let read: Vec<(i64, Option<String>, Option<String>, bool)> = rows
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+            .collect();
+        assert_eq!(
+            read,
+            vec![
+                (1, None, None, true),
+                (2, None, Some("b".to_owned()), true),
+                (3, None, None, true),
+            ]
+        );
+    }
 }
