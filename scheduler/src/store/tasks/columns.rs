@@ -49,40 +49,52 @@ pub const LEASE_COLUMNS: &str = "t.id AS task_id, t.lease_count AS attempt, t.qu
      greatest(ceil(extract(epoch FROM t.leased_at - herald.clock()) * 1000), 0)::bigint \
      AS send_after_ms";
 
-/// Columns a new task is inserted with, as `unnest` inputs: (name, SQL type). Parameters
-/// `$2`… follow this order (`$1` is the namespace); `insert_tasks.sql` computes the rest.
-pub const INSERT_INPUTS: &[(&str, &str)] = &[
-    ("id", "uuid"),
-    ("queue", "text"),
-    ("recipient", "text"),
-    ("content", "bytea"),
-    ("template_id", "text"),
-    ("labels", "jsonb"),
-    ("priority", "smallint"),
-    ("expire_at", "timestamptz"),
-    ("idempotency_key", "text"),
-    ("max_attempts", "integer"),
-    ("backoff_initial_ms", "bigint"),
-    ("backoff_max_ms", "bigint"),
-    ("backoff_multiplier", "float8"),
-    ("backoff_jitter", "float8"),
-    ("pool", "text"),
-    ("account_id", "text"),
-    ("trace_parent", "text"),
-    ("schedule_id", "text"),
-    ("fire_time", "timestamptz"),
-    ("campaign_id", "uuid"),
-    ("audience_id", "text"),
-    ("window_start", "time"),
-    ("window_end", "time"),
-    ("window_zone", "text"),
-    ("window_spread_ms", "bigint"),
-    ("window_closed_fallback", "bytea"),
+/// How an input column of the insert travels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sent {
+    /// One element a task; one NULL when it is NULL for every task ([`Sparse`]).
+    PerTask,
+    /// Never NULL and mostly the same for a whole batch (one queue, one policy, often one
+    /// content): one element when it is ([`Uniform`]). The statement reads a missing element as
+    /// the first.
+    Uniform,
+}
+
+/// Columns a new task is inserted with, as `unnest` inputs: (name, SQL type, how it is sent).
+/// Parameters `$2`… follow this order (`$1` is the namespace); `insert_tasks.sql` computes the
+/// rest.
+pub const INSERT_INPUTS: &[(&str, &str, Sent)] = &[
+    ("id", "uuid", Sent::PerTask),
+    ("queue", "text", Sent::Uniform),
+    ("recipient", "text", Sent::PerTask),
+    ("content", "bytea", Sent::Uniform),
+    ("template_id", "text", Sent::PerTask),
+    ("labels", "jsonb", Sent::Uniform),
+    ("priority", "smallint", Sent::Uniform),
+    ("expire_at", "timestamptz", Sent::PerTask),
+    ("idempotency_key", "text", Sent::PerTask),
+    ("max_attempts", "integer", Sent::Uniform),
+    ("backoff_initial_ms", "bigint", Sent::Uniform),
+    ("backoff_max_ms", "bigint", Sent::Uniform),
+    ("backoff_multiplier", "float8", Sent::Uniform),
+    ("backoff_jitter", "float8", Sent::Uniform),
+    ("pool", "text", Sent::PerTask),
+    ("account_id", "text", Sent::PerTask),
+    ("trace_parent", "text", Sent::PerTask),
+    ("schedule_id", "text", Sent::PerTask),
+    ("fire_time", "timestamptz", Sent::PerTask),
+    ("campaign_id", "uuid", Sent::PerTask),
+    ("audience_id", "text", Sent::PerTask),
+    ("window_start", "time", Sent::PerTask),
+    ("window_end", "time", Sent::PerTask),
+    ("window_zone", "text", Sent::PerTask),
+    ("window_spread_ms", "bigint", Sent::PerTask),
+    ("window_closed_fallback", "bytea", Sent::PerTask),
     // Inputs of computed columns (see insert_tasks.sql).
-    ("given_run_at", "timestamptz"),
-    ("delay_ms", "bigint"),
-    ("retry_delays", "text"),
-    ("parked", "boolean"),
+    ("given_run_at", "timestamptz", Sent::PerTask),
+    ("delay_ms", "bigint", Sent::Uniform),
+    ("retry_delays", "text", Sent::Uniform),
+    ("parked", "boolean", Sent::Uniform),
 ];
 
 /// How many inputs of [`INSERT_INPUTS`] are computed rather than stored as they are.
@@ -96,17 +108,33 @@ pub fn insert_statement(template: &str) -> String {
     // elements into a tuple store of its own first (30 of them per batch), which cost about
     // three times as much per row (docs/performance.md, S2). The arrays are always equally
     // long, so stepping together pairs the elements of each task.
-    let inputs: Vec<String> = INSERT_INPUTS
+    // A uniform input is sent as one element when the whole batch shares it: the `unnest`
+    // runs out after the first task, and the outer select reads its padding as that element
+    // (COALESCE takes no set-returning argument, hence the two levels).
+    let unnests: Vec<String> = INSERT_INPUTS
         .iter()
         .enumerate()
-        .map(|(i, (name, ty))| format!("unnest(${}::{ty}[]) AS {name}", i + 2))
+        .map(|(i, (name, ty, _))| format!("unnest(${}::{ty}[]) AS {name}", i + 2))
         .collect();
+    let reads: Vec<String> = INSERT_INPUTS
+        .iter()
+        .enumerate()
+        .map(|(i, (name, ty, sent))| match sent {
+            Sent::PerTask => format!("u.{name}"),
+            Sent::Uniform => format!("COALESCE(u.{name}, (${}::{ty}[])[1]) AS {name}", i + 2),
+        })
+        .collect();
+    let inputs = format!(
+        "{} FROM (SELECT {}) AS u",
+        reads.join(", "),
+        unnests.join(", ")
+    );
     template
         .replace(
             "{stored_columns}",
             &stored
                 .iter()
-                .map(|(n, _)| *n)
+                .map(|(n, _, _)| *n)
                 .collect::<Vec<_>>()
                 .join(", "),
         )
@@ -114,11 +142,11 @@ pub fn insert_statement(template: &str) -> String {
             "{stored_values}",
             &stored
                 .iter()
-                .map(|(n, _)| format!("i.{n}"))
+                .map(|(n, _, _)| format!("i.{n}"))
                 .collect::<Vec<_>>()
                 .join(", "),
         )
-        .replace("{inputs}", &inputs.join(", "))
+        .replace("{inputs}", &inputs)
 }
 
 /// A retry policy as the task row stores it: the backoff columns, and the explicit delays as
@@ -222,24 +250,57 @@ impl<T: ToSql> ToSql for Sparse<T> {
     to_sql_checked!();
 }
 
+/// An input column that is never NULL and often the same for every task of a batch: such a
+/// batch sends it as a one-element array, which the statement reads for every task
+/// ([`Sent::Uniform`]), instead of receiving and stepping through a thousand equal elements.
+#[derive(Debug)]
+struct Uniform<T>(Vec<T>);
+
+impl<T> Default for Uniform<T> {
+    fn default() -> Self {
+        Uniform(Vec::new())
+    }
+}
+
+impl<T: ToSql + PartialEq> ToSql for Uniform<T> {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        match self.0.split_first() {
+            Some((first, rest)) if rest.iter().all(|v| v == first) => {
+                std::slice::from_ref(first).to_sql(ty, out)
+            }
+            _ => self.0.to_sql(ty, out),
+        }
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        <Vec<T> as ToSql>::accepts(ty)
+    }
+
+    to_sql_checked!();
+}
+
 /// A batch of new tasks as one array per input column.
 #[derive(Default)]
 pub struct InsertArrays<'a> {
     tasks: Vec<&'a NewTask>,
     id: Vec<Uuid>,
-    queue: Vec<&'a str>,
+    queue: Uniform<&'a str>,
     recipient: Vec<&'a str>,
-    content: Vec<Vec<u8>>,
+    content: Uniform<Vec<u8>>,
     template_id: Sparse<&'a str>,
-    labels: Vec<serde_json::Value>,
-    priority: Vec<i16>,
+    labels: Uniform<serde_json::Value>,
+    priority: Uniform<i16>,
     expire_at: Sparse<DateTime<Utc>>,
     idempotency_key: Sparse<&'a str>,
-    max_attempts: Vec<i32>,
-    backoff_initial_ms: Vec<i64>,
-    backoff_max_ms: Vec<i64>,
-    backoff_multiplier: Vec<f64>,
-    backoff_jitter: Vec<f64>,
+    max_attempts: Uniform<i32>,
+    backoff_initial_ms: Uniform<i64>,
+    backoff_max_ms: Uniform<i64>,
+    backoff_multiplier: Uniform<f64>,
+    backoff_jitter: Uniform<f64>,
     pool: Sparse<&'a str>,
     account_id: Sparse<&'a str>,
     trace_parent: Sparse<&'a str>,
@@ -253,9 +314,9 @@ pub struct InsertArrays<'a> {
     window_spread_ms: Sparse<i64>,
     window_closed_fallback: Sparse<Vec<u8>>,
     given_run_at: Sparse<DateTime<Utc>>,
-    delay_ms: Vec<i64>,
-    retry_delays: Vec<String>,
-    parked: Vec<bool>,
+    delay_ms: Uniform<i64>,
+    retry_delays: Uniform<String>,
+    parked: Uniform<bool>,
 }
 
 impl<'a> InsertArrays<'a> {
@@ -304,22 +365,25 @@ impl<'a> InsertArrays<'a> {
         };
         self.tasks.push(t);
         self.id.push(t.id);
-        self.queue.push(&t.queue);
+        self.queue.0.push(&t.queue);
         self.recipient.push(&t.recipient);
-        self.content.push(prost::Message::encode_to_vec(&t.content));
+        self.content
+            .0
+            .push(prost::Message::encode_to_vec(&t.content));
         self.template_id.0.push(t.template_id.as_deref());
         self.labels
+            .0
             .push(serde_json::to_value(&t.labels).unwrap_or_default());
-        self.priority.push(t.priority);
+        self.priority.0.push(t.priority);
         self.expire_at.0.push(t.expire_at);
         self.idempotency_key
             .0
             .push(t.idempotency.as_ref().map(|(k, _)| k.as_str()));
-        self.max_attempts.push(t.max_attempts);
-        self.backoff_initial_ms.push(initial);
-        self.backoff_max_ms.push(max);
-        self.backoff_multiplier.push(multiplier);
-        self.backoff_jitter.push(jitter);
+        self.max_attempts.0.push(t.max_attempts);
+        self.backoff_initial_ms.0.push(initial);
+        self.backoff_max_ms.0.push(max);
+        self.backoff_multiplier.0.push(multiplier);
+        self.backoff_jitter.0.push(jitter);
         self.pool.0.push(pool);
         self.account_id.0.push(account);
         self.trace_parent.0.push(t.trace_parent.as_deref());
@@ -338,9 +402,9 @@ impl<'a> InsertArrays<'a> {
                 .map(|f| prost::Message::encode_to_vec(&crate::tasks::model::fallback_content(f))),
         );
         self.given_run_at.0.push(given_run_at);
-        self.delay_ms.push(delay_ms);
-        self.retry_delays.push(delays);
-        self.parked.push(parked);
+        self.delay_ms.0.push(delay_ms);
+        self.retry_delays.0.push(delays);
+        self.parked.0.push(parked);
     }
 
     /// The records of the inserted tasks, from the rows the insert returned
@@ -373,16 +437,16 @@ impl<'a> InsertArrays<'a> {
                 };
                 let retry = stored_retry(
                     delays,
-                    self.backoff_initial_ms[i],
-                    self.backoff_max_ms[i],
-                    self.backoff_multiplier[i],
-                    self.backoff_jitter[i],
+                    self.backoff_initial_ms.0[i],
+                    self.backoff_max_ms.0[i],
+                    self.backoff_multiplier.0[i],
+                    self.backoff_jitter.0[i],
                 );
                 Ok(TaskRecord {
                     id,
                     queue: t.queue.clone(),
                     recipient: t.recipient.clone(),
-                    content: std::mem::take(&mut self.content[i]),
+                    content: std::mem::take(&mut self.content.0[i]),
                     labels: t.labels.clone(),
                     state,
                     priority: t.priority,
@@ -416,7 +480,7 @@ impl<'a> InsertArrays<'a> {
                     campaign_id: self.campaign_id.0[i],
                     schedule_id: self.schedule_id.0[i].map(str::to_owned),
                     audience_id: self.audience_id.0[i].map(str::to_owned),
-                    parked: self.parked[i],
+                    parked: self.parked.0[i],
                     window_closed_fallback: self.window_closed_fallback.0[i].take(),
                     window_closed_fallback_at: None,
                     fallback_replaces: None,
@@ -656,6 +720,43 @@ mod tests {
                 (2, None, Some("b".to_owned()), true),
                 (3, None, None, true),
             ]
+        );
+    }
+
+    /// A uniform input shared by the whole batch travels as one element and reads as that
+    /// element for every task, through the statement's two levels; one that differs keeps each
+    /// task's own value.
+    #[tokio::test]
+    async fn a_uniform_column_shared_by_the_batch_is_sent_once_and_reads_for_each_task() {
+        let store = ScratchStore::new().await;
+        let conn = store.conn().await.unwrap_or_else(|e| panic!("{e}"));
+        let ids = vec![1_i64, 2, 3];
+        let read = |shared: Uniform<i32>| {
+            let conn = &conn;
+            let ids = &ids;
+            async move {
+                let rows = conn
+                    .query(
+                        "SELECT u.id, COALESCE(u.priority, ($2::integer[])[1]) AS priority, \
+                                array_length($2::integer[], 1) AS sent \
+                         FROM (SELECT unnest($1::bigint[]) AS id, \
+                                      unnest($2::integer[]) AS priority) AS u",
+                        &[ids, &shared],
+                    )
+                    .await
+                    .unwrap_or_else(|e| panic!("{e}"));
+                rows.iter()
+                    .map(|r| (r.get::<_, i64>(0), r.get::<_, i32>(1), r.get::<_, i32>(2)))
+                    .collect::<Vec<_>>()
+            }
+        };
+        assert_eq!(
+            read(Uniform(vec![5, 5, 5])).await,
+            vec![(1, 5, 1), (2, 5, 1), (3, 5, 1)]
+        );
+        assert_eq!(
+            read(Uniform(vec![5, 7, 5])).await,
+            vec![(1, 5, 3), (2, 7, 3), (3, 5, 3)]
         );
     }
 }
