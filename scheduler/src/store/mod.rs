@@ -7,6 +7,7 @@
 //! runs them. Errors are classified by SQLSTATE in [`error`], once.
 
 pub mod accounts;
+pub(crate) mod arrays;
 pub mod audiences;
 pub mod bulk;
 pub mod campaigns;
