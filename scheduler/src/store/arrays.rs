@@ -9,7 +9,7 @@ use tokio_postgres::types::{to_sql_checked, IsNull, ToSql, Type};
 /// `unnest`s in a select list, or one `unnest` of several arrays in FROM) pad the arrays that
 /// run out with NULLs, and an `unnest` of NULL runs out at once, so every row still reads NULL
 /// while the database neither receives nor steps through the array. Sixteen such inputs of
-/// the create were about 6 % of S2's PostgreSQL CPU (docs/performance.md).
+/// the create were about 7 % of S2's PostgreSQL CPU (docs/performance.md).
 #[derive(Debug)]
 pub(crate) struct Sparse<T>(pub(crate) Vec<Option<T>>);
 
