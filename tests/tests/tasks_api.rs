@@ -384,6 +384,79 @@ async fn create_tasks_answers_what_get_task_reads_for_every_kind_of_spec() -> Re
     Ok(())
 }
 
+/// A batch whose tasks share every value but the recipient sends each shared input once
+/// (store/arrays.rs): each task must still be stored with the batch's values, none of them a
+/// default, and the one task that differs in a shared input keeps its own.
+#[tokio::test]
+async fn create_tasks_stores_what_the_whole_batch_shares_for_every_task() -> Result<()> {
+    let (_running, mut client, _sql) = env().await?;
+    let shared = |recipient: &str| TaskSpec {
+        priority: Some(7),
+        max_attempts: Some(3),
+        retry_policy: Some(RetryPolicy {
+            strategy: Some(retry_policy::Strategy::Delays(FixedDelays {
+                delays: vec![duration(5, 0), duration(60, 0)],
+            })),
+        }),
+        labels: BTreeMap::from([("batch".to_owned(), "spring".to_owned())]),
+        ..task_spec("shared", recipient, "the same words for everyone")
+            .with_delay(Duration::from_secs(3600))
+    };
+    let mut specs: Vec<TaskSpec> = (0..4)
+        .map(|i| shared(&format!("+49151000001{i}")))
+        .collect();
+    // One task differs in a shared input: the batch then sends that input per task.
+    let mut different = shared("+4915100000019");
+    different.priority = Some(2);
+    specs.push(different);
+    let results = client
+        .create_tasks(CreateTasksRequest { tasks: specs })
+        .await
+        .context("CreateTasks")?
+        .into_inner()
+        .results;
+    ensure!(results.len() == 5, "one answer per spec: {results:?}");
+    let mut stored = Vec::new();
+    for (i, result) in results.into_iter().enumerate() {
+        let created = result
+            .task
+            .with_context(|| format!("answer {i} has no task"))?;
+        let fetched = get(&mut client, &created.id).await?;
+        assert_eq!(
+            fetched, created,
+            "answer {i}: GetTask differs from CreateTasks' answer"
+        );
+        stored.push(fetched);
+    }
+    for task in &stored {
+        assert_eq!(task.queue, "shared", "{task:?}");
+        assert_eq!(task.max_attempts, 3, "{task:?}");
+        assert_eq!(
+            task.labels.get("batch").map(String::as_str),
+            Some("spring"),
+            "{task:?}"
+        );
+        assert_eq!(
+            task.retry_policy.as_ref().and_then(|p| p.strategy.clone()),
+            Some(retry_policy::Strategy::Delays(FixedDelays {
+                delays: vec![duration(5, 0), duration(60, 0)],
+            })),
+            "{task:?}"
+        );
+        let body = task.content.as_ref().and_then(|c| c.body.clone());
+        assert_eq!(
+            body,
+            Some(content::Body::Text(
+                "the same words for everyone".to_owned()
+            )),
+            "{task:?}"
+        );
+    }
+    let priorities: Vec<i32> = stored.iter().map(|t| t.priority).collect();
+    assert_eq!(priorities, vec![7, 7, 7, 7, 2]);
+    Ok(())
+}
+
 #[tokio::test]
 async fn create_task_rejects_each_bad_field_and_writes_nothing() -> Result<()> {
     let (_running, mut client, sql) = env().await?;
