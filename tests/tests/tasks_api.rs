@@ -166,6 +166,32 @@ fn sorted(mut v: Vec<String>) -> Vec<String> {
     v
 }
 
+/// Creates `specs` in one CreateTasks call, checks that every answer is what GetTask then reads,
+/// and returns the tasks as read, in request order.
+async fn create_batch_as_read(client: &mut Client, specs: Vec<TaskSpec>) -> Result<Vec<Task>> {
+    let asked = specs.len();
+    let results = client
+        .create_tasks(CreateTasksRequest { tasks: specs })
+        .await
+        .context("CreateTasks")?
+        .into_inner()
+        .results;
+    ensure!(results.len() == asked, "one answer per spec: {results:?}");
+    let mut stored = Vec::with_capacity(asked);
+    for (i, result) in results.into_iter().enumerate() {
+        let created = result
+            .task
+            .with_context(|| format!("answer {i} has no task"))?;
+        let fetched = get(client, &created.id).await?;
+        assert_eq!(
+            fetched, created,
+            "answer {i}: GetTask differs from CreateTasks' answer"
+        );
+        stored.push(fetched);
+    }
+    Ok(stored)
+}
+
 async fn list(client: &mut Client, request: ListTasksRequest) -> Result<Vec<Task>> {
     let response = client.list_tasks(request).await?.into_inner();
     ensure!(
@@ -357,30 +383,13 @@ async fn create_tasks_answers_what_get_task_reads_for_every_kind_of_spec() -> Re
         // A suppressed recipient: created already ended.
         task_spec("default", "+4915100000001", "suppressed"),
     ];
-    let results = client
-        .create_tasks(CreateTasksRequest { tasks: specs })
-        .await
-        .context("CreateTasks")?
-        .into_inner()
-        .results;
-    ensure!(results.len() == 4, "one answer per spec: {results:?}");
-    for (i, result) in results.into_iter().enumerate() {
-        let created = result
-            .task
-            .with_context(|| format!("answer {i} has no task"))?;
-        let fetched = get(&mut client, &created.id).await?;
-        assert_eq!(
-            fetched, created,
-            "answer {i}: GetTask differs from CreateTasks' answer"
-        );
-        if i == 3 {
-            assert_eq!(
-                created.state,
-                TaskState::Cancelled as i32,
-                "suppressed: {created:?}"
-            );
-        }
-    }
+    let stored = create_batch_as_read(&mut client, specs).await?;
+    assert_eq!(
+        stored[3].state,
+        TaskState::Cancelled as i32,
+        "suppressed: {:?}",
+        stored[3]
+    );
     Ok(())
 }
 
@@ -409,25 +418,7 @@ async fn create_tasks_stores_what_the_whole_batch_shares_for_every_task() -> Res
     let mut different = shared("+4915100000019");
     different.priority = Some(2);
     specs.push(different);
-    let results = client
-        .create_tasks(CreateTasksRequest { tasks: specs })
-        .await
-        .context("CreateTasks")?
-        .into_inner()
-        .results;
-    ensure!(results.len() == 5, "one answer per spec: {results:?}");
-    let mut stored = Vec::new();
-    for (i, result) in results.into_iter().enumerate() {
-        let created = result
-            .task
-            .with_context(|| format!("answer {i} has no task"))?;
-        let fetched = get(&mut client, &created.id).await?;
-        assert_eq!(
-            fetched, created,
-            "answer {i}: GetTask differs from CreateTasks' answer"
-        );
-        stored.push(fetched);
-    }
+    let stored = create_batch_as_read(&mut client, specs).await?;
     for task in &stored {
         assert_eq!(task.queue, "shared", "{task:?}");
         assert_eq!(task.max_attempts, 3, "{task:?}");
