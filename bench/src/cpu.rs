@@ -1,8 +1,8 @@
 //! CPU time the processes under test spend over a drain, read from /proc: how a drain's CPU
 //! divides between PostgreSQL (the postmaster and every backend, autovacuum included), the
-//! scheduler, the executor and this benchmark's own clients. On a machine whose cores are all busy, a drain's rate is the
-//! inverse of this sum, so the split says which process a change must make cheaper
-//! (docs/performance.md, "what bounds it now").
+//! scheduler, the executor and this benchmark's own clients. On a machine whose cores are all
+//! busy, a drain's rate is the inverse of this sum, so the split says which process a change
+//! must make cheaper (docs/performance.md, "what bounds it now").
 
 use anyhow::{Context, Result};
 use procfs::process::{all_processes, Process};

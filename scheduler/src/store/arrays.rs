@@ -97,7 +97,14 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"));
         let read: Vec<(i64, Option<String>, Option<String>, bool)> = rows
             .iter()
-            .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+            .map(|r| {
+                (
+                    r.get("id"),
+                    r.get("none"),
+                    r.get("some"),
+                    r.get("sent_as_null"),
+                )
+            })
             .collect();
         assert_eq!(
             read,
@@ -132,7 +139,10 @@ mod tests {
                     .await
                     .unwrap_or_else(|e| panic!("{e}"));
                 rows.iter()
-                    .map(|r| (r.get::<_, i64>(0), r.get::<_, i32>(1), r.get::<_, i32>(2)))
+                    .map(|r| {
+                        let read: (i64, i32, i32) = (r.get("id"), r.get("priority"), r.get("sent"));
+                        read
+                    })
                     .collect::<Vec<_>>()
             }
         };

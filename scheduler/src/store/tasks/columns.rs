@@ -620,3 +620,26 @@ pub fn with_columns(sql: &str) -> String {
         .replace("{created_columns}", CREATED_COLUMNS)
         .replace("{lease_columns}", LEASE_COLUMNS)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// How `INSERT_INPUTS` says an input travels and the type `InsertArrays` sends it as must
+    /// agree: a uniform input sent per task would be read as NULL after the first task, and a
+    /// per-task input sent once would give every task the first task's value.
+    #[test]
+    fn every_input_is_sent_the_way_the_statement_reads_it() {
+        let arrays = InsertArrays::default();
+        let params = arrays.params(&"default");
+        assert_eq!(params.len(), INSERT_INPUTS.len() + 1);
+        for ((name, _, sent), param) in INSERT_INPUTS.iter().zip(&params[1..]) {
+            let sent_once = format!("{param:?}").starts_with("Uniform(");
+            assert_eq!(
+                sent_once,
+                *sent == Sent::Uniform,
+                "{name}: declared {sent:?}, sent as {param:?}"
+            );
+        }
+    }
+}
