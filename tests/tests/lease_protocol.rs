@@ -1018,3 +1018,84 @@ async fn acks_follow_the_reports_order_and_refusals_carry_the_state() -> Result<
     );
     Ok(())
 }
+
+/// A report batch written while another is held up (here by a row lock, in production by a
+/// slow statement or a busy core) goes to a second transaction once a full batch of 2,048
+/// results has gathered behind it: a backlog of reports is applied on two backends, not one
+/// after the other (docs/performance.md, "Reports in two lanes"). The held one is applied once
+/// its row is free, and every report is acknowledged once.
+#[tokio::test]
+async fn a_full_batch_of_reports_is_applied_beside_one_that_is_held_up() -> Result<()> {
+    const BEHIND: usize = 2048;
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
+    let queue = unique_id("q");
+    let specs = (0..=BEHIND)
+        .map(|i| task_spec(&queue, &format!("+1555{i:07}"), "hi"))
+        .collect();
+    create_many(&mut tasks, specs).await?;
+    let credit = u32::try_from(BEHIND + 1)?;
+    let mut exec =
+        ScriptedExecutor::connect(&scheduler.grpc_url(), "lanes", &[&queue], credit).await?;
+    let leases = exec.leases(BEHIND + 1).await?;
+    let (held_lease, behind) = leases.split_first().context("leases granted")?;
+
+    let mut sql = db.connect().await?;
+    let held = hold_row(&mut sql, &held_lease.task_id).await?;
+    exec.send(executor_message::Kind::Report(
+        herald_proto::v1::ReportBatch {
+            results: vec![result(held_lease, OutcomeClass::Ok)],
+        },
+    ))
+    .await?;
+    for chunk in behind.chunks(1000) {
+        exec.send(executor_message::Kind::Report(
+            herald_proto::v1::ReportBatch {
+                results: chunk.iter().map(|l| result(l, OutcomeClass::Ok)).collect(),
+            },
+        ))
+        .await?;
+    }
+
+    // Every report behind the held one is answered while its row is still held.
+    let mut answered = std::collections::HashSet::new();
+    while answered.len() < BEHIND {
+        match exec.next().await? {
+            scheduler_message::Kind::ReportAcks(batch) => {
+                for ack in batch.acks {
+                    assert!(ack.accepted, "{} refused", ack.task_id);
+                    assert_ne!(ack.task_id, held_lease.task_id, "answered while held");
+                    assert!(answered.insert(ack.task_id), "answered twice");
+                }
+            }
+            other => bail!("expected report acks, got {other:?}"),
+        }
+    }
+    let check = db.connect().await?;
+    let row = check
+        .query_one(
+            "SELECT count(*) FILTER (WHERE state = 'succeeded') AS succeeded,
+                    count(*) FILTER (WHERE state = 'leased') AS leased
+             FROM herald.tasks WHERE queue = $1",
+            &[&queue],
+        )
+        .await?;
+    assert_eq!(row.try_get::<_, i64>("succeeded")?, BEHIND as i64);
+    assert_eq!(row.try_get::<_, i64>("leased")?, 1, "the held task waits");
+
+    held.rollback().await?;
+    match exec.next().await? {
+        scheduler_message::Kind::ReportAcks(batch) => {
+            let answers: Vec<(String, bool)> = batch
+                .acks
+                .into_iter()
+                .map(|a| (a.task_id, a.accepted))
+                .collect();
+            assert_eq!(answers, vec![(held_lease.task_id.clone(), true)]);
+        }
+        other => bail!("expected the held report's ack, got {other:?}"),
+    }
+    wait_for_task_state(&mut tasks, &held_lease.task_id, TaskState::Succeeded, WAIT).await?;
+    Ok(())
+}

@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use futures::stream::{FuturesUnordered, StreamExt as _};
 use tokio::sync::{broadcast, mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 
@@ -105,9 +106,9 @@ async fn run(
         credit = hello.initial_credit, "executor connected");
     let dispatch = spawn_dispatcher(&ctx, &namespace, &hello, credit.clone(), stop.clone(), &tx);
 
-    // Frames that touch the database are handled in order on their own task, so a Credit
-    // frame never waits behind a report statement: the dispatcher can claim the next batch
-    // while the last one's results are being written.
+    // Frames that touch the database are handled on their own task (`handle_frames`), so a
+    // Credit frame never waits behind a report statement: the dispatcher can claim the next
+    // batch while the last one's results are being written.
     let (work_tx, work_rx) = mpsc::channel::<FromExecutor>(64);
     let handler_failed = CancellationToken::new();
     let handler = tokio::spawn(handle_frames(
@@ -210,8 +211,20 @@ fn spawn_dispatcher(
 /// How many reports queued-up batches are gathered into, at most, before one is applied.
 const MAX_GATHERED_REPORTS: usize = 2048;
 
-/// Handles the executor's frames other than Credit, in the order they arrived; on an error,
-/// ends the stream with it and tells the reader to stop.
+/// How many gathered report batches of one session are applied at once, each in its own
+/// transaction. The second opens only for a full gathered batch, that is for a backlog: with
+/// one lane a drain's reports were written one statement after another on one backend, and
+/// once the claims had caught up the results still queued were applied on one core while the
+/// other idled. Opened for any batch waiting, it split a steady stream into smaller batches,
+/// and the routed drain, whose account feedback costs per account and batch, slowed by a tenth
+/// (docs/performance.md, "Reports in two lanes").
+const REPORT_LANES: usize = 2;
+
+/// Handles the executor's frames other than Credit; on an error, ends the stream with it and
+/// tells the reader to stop. Report batches are applied up to [`REPORT_LANES`] at a time: they
+/// are independent of each other (each result names its own lease, and a task's next lease
+/// cannot exist before its report is written). Every other frame waits for the reports before
+/// it and is handled alone, in the order it arrived.
 async fn handle_frames(
     ctx: SessionContext,
     namespace: String,
@@ -219,33 +232,48 @@ async fn handle_frames(
     mut frames: mpsc::Receiver<FromExecutor>,
     failed: CancellationToken,
 ) {
-    // A frame read while gathering reports, handled next.
-    let mut next: Option<FromExecutor> = None;
+    let mut applying = FuturesUnordered::new();
+    // Reports received and not yet being applied: queued-up batches are applied together,
+    // because the account feedback costs per account and batch, not per report, so a busy
+    // database gets fewer, larger batches instead of falling further behind.
+    let mut gathered: Vec<ReportEntry> = Vec::new();
+    let mut error: Option<Error> = None;
     loop {
-        let frame = match next.take() {
-            Some(frame) => frame,
-            None => match frames.recv().await {
+        if !gathered.is_empty()
+            && (applying.is_empty()
+                || (applying.len() < REPORT_LANES && gathered.len() >= MAX_GATHERED_REPORTS))
+        {
+            let batch = std::mem::take(&mut gathered);
+            applying.push(handle_reports(&ctx, &namespace, &tx, batch));
+        }
+        let frame = tokio::select! {
+            biased;
+            Some(applied) = applying.next(), if !applying.is_empty() => {
+                if let Err(e) = applied {
+                    error = Some(e);
+                    break;
+                }
+                continue;
+            }
+            frame = frames.recv(), if gathered.len() < MAX_GATHERED_REPORTS => match frame {
                 Some(frame) => frame,
-                None => return,
+                None => break,
             },
         };
+        if let FromExecutor::Reports(batch) = frame {
+            gathered.extend(batch);
+            continue;
+        }
+        // Every other frame comes after the reports received before it.
+        if !gathered.is_empty() {
+            let batch = std::mem::take(&mut gathered);
+            applying.push(handle_reports(&ctx, &namespace, &tx, batch));
+        }
+        if let Err(e) = finish_all(&mut applying).await {
+            error = Some(e);
+            break;
+        }
         let result = match frame {
-            FromExecutor::Reports(mut batch) => {
-                // Report batches that queued up behind this one are applied with it: the
-                // account feedback costs per account and batch, not per report, so a busy
-                // database gets fewer, larger batches instead of falling further behind.
-                while batch.len() < MAX_GATHERED_REPORTS {
-                    match frames.try_recv() {
-                        Ok(FromExecutor::Reports(more)) => batch.extend(more),
-                        Ok(other) => {
-                            next = Some(other);
-                            break;
-                        }
-                        Err(_) => break,
-                    }
-                }
-                handle_reports(&ctx, &namespace, &tx, batch).await
-            }
             FromExecutor::Extend(leases) => handle_extend(&ctx, &namespace, &tx, leases).await,
             FromExecutor::RevokeAck {
                 lease,
@@ -254,16 +282,41 @@ async fn handle_frames(
             FromExecutor::Release(leases) => handle_release(&ctx, &namespace, &leases).await,
             FromExecutor::Heartbeat => send(&tx, ToExecutor::Heartbeat(chrono::Utc::now())).await,
             FromExecutor::Violation(e) => Err(e),
-            // The reader handles credit itself.
-            FromExecutor::Credit(_) => Ok(()),
+            // The reader handles credit itself; reports are gathered above.
+            FromExecutor::Credit(_) | FromExecutor::Reports(_) => Ok(()),
         };
         if let Err(e) = result {
-            tracing::warn!(namespace = %namespace, error = %e, "ending lease stream");
-            let _ = tx.send(ToExecutor::End(e)).await;
-            failed.cancel();
-            return;
+            error = Some(e);
+            break;
         }
     }
+    // Reports received before the end are written and acknowledged before the stream ends, with
+    // an error or without one: an ack must never be lost behind the stream's status. After an
+    // error, what was gathered and not yet started is left to its leases' expiry, as before.
+    if error.is_none() && !gathered.is_empty() {
+        let batch = std::mem::take(&mut gathered);
+        applying.push(handle_reports(&ctx, &namespace, &tx, batch));
+    }
+    let last = finish_all(&mut applying).await;
+    if let Some(e) = error.or(last.err()) {
+        tracing::warn!(namespace = %namespace, error = %e, "ending lease stream");
+        let _ = tx.send(ToExecutor::End(e)).await;
+        failed.cancel();
+    }
+}
+
+/// Waits for every report application in `applying`; the first error, if any.
+async fn finish_all<F>(applying: &mut FuturesUnordered<F>) -> Result<(), Error>
+where
+    F: std::future::Future<Output = Result<(), Error>>,
+{
+    let mut first = Ok(());
+    while let Some(applied) = applying.next().await {
+        if first.is_ok() {
+            first = applied;
+        }
+    }
+    first
 }
 
 async fn send(tx: &Outbound, frame: ToExecutor) -> Result<(), Error> {
