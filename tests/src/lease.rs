@@ -189,6 +189,34 @@ impl ScriptedExecutor {
     pub fn close(self) {
         drop(self.outbound);
     }
+
+    /// Closes the executor's half of the stream at once; the future returns every frame the
+    /// scheduler sends until it ends its half (each within [`FRAME_TIMEOUT`]).
+    pub fn finish(self) -> impl std::future::Future<Output = Result<Vec<scheduler_message::Kind>>> {
+        let ScriptedExecutor {
+            outbound,
+            mut inbound,
+            ..
+        } = self;
+        drop(outbound);
+        async move {
+            let mut frames = Vec::new();
+            loop {
+                let message = tokio::time::timeout(FRAME_TIMEOUT, inbound.message())
+                    .await
+                    .with_context(|| {
+                        format!("the scheduler did not end the stream within {FRAME_TIMEOUT:?}")
+                    })?
+                    .context("the lease stream failed")?;
+                match message {
+                    Some(message) => {
+                        frames.push(message.kind.context("empty frame from the scheduler")?)
+                    }
+                    None => return Ok(frames),
+                }
+            }
+        }
+    }
 }
 
 /// The fencing token of a lease.

@@ -1019,6 +1019,77 @@ async fn acks_follow_the_reports_order_and_refusals_carry_the_state() -> Result<
     Ok(())
 }
 
+/// 2,049 leased tasks in a fresh queue, every lease held by one scripted executor.
+async fn leased_for_lanes(
+    executor_id: &str,
+) -> Result<(
+    TestDb,
+    SchedulerProcess,
+    ScriptedExecutor,
+    Vec<herald_proto::v1::Lease>,
+)> {
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
+    let queue = unique_id("q");
+    let specs = (0..=GATHERED)
+        .map(|i| task_spec(&queue, &format!("+1555{i:07}"), "hi"))
+        .collect();
+    create_many(&mut tasks, specs).await?;
+    let credit = u32::try_from(GATHERED + 1)?;
+    let mut exec =
+        ScriptedExecutor::connect(&scheduler.grpc_url(), executor_id, &[&queue], credit).await?;
+    let leases = exec.leases(GATHERED + 1).await?;
+    Ok((db, scheduler, exec, leases))
+}
+
+/// The most results the scheduler gathers into one report batch (MAX_GATHERED_REPORTS).
+const GATHERED: usize = 2048;
+
+/// Reports `leases` OK: the first alone, while `sql` holds its row, then the rest in frames of
+/// 1,000 behind it. Returns the transaction holding the row.
+async fn report_first_held<'a>(
+    exec: &ScriptedExecutor,
+    sql: &'a mut tokio_postgres::Client,
+    leases: &[herald_proto::v1::Lease],
+) -> Result<tokio_postgres::Transaction<'a>> {
+    let (first, behind) = leases.split_first().context("leases granted")?;
+    let held = hold_row(sql, &first.task_id).await?;
+    let report = |leases: &[herald_proto::v1::Lease]| {
+        executor_message::Kind::Report(herald_proto::v1::ReportBatch {
+            results: leases.iter().map(|l| result(l, OutcomeClass::Ok)).collect(),
+        })
+    };
+    exec.send(report(std::slice::from_ref(first))).await?;
+    for chunk in behind.chunks(1000) {
+        exec.send(report(chunk)).await?;
+    }
+    Ok(held)
+}
+
+/// Collects report acks until `n` distinct tasks are answered, each accepted once; `held` must
+/// not be among them.
+async fn accepted_acks(
+    exec: &mut ScriptedExecutor,
+    n: usize,
+    held: &str,
+) -> Result<std::collections::HashSet<String>> {
+    let mut answered = std::collections::HashSet::new();
+    while answered.len() < n {
+        match exec.next().await? {
+            scheduler_message::Kind::ReportAcks(batch) => {
+                for ack in batch.acks {
+                    assert!(ack.accepted, "{} refused", ack.task_id);
+                    assert_ne!(ack.task_id, held, "answered while its row was held");
+                    assert!(answered.insert(ack.task_id), "answered twice");
+                }
+            }
+            other => bail!("expected report acks, got {other:?}"),
+        }
+    }
+    Ok(answered)
+}
+
 /// A report batch written while another is held up (here by a row lock, in production by a
 /// slow statement or a busy core) goes to a second transaction once a full batch of 2,048
 /// results has gathered behind it: a backlog of reports is applied on two backends, not one
@@ -1026,62 +1097,23 @@ async fn acks_follow_the_reports_order_and_refusals_carry_the_state() -> Result<
 /// its row is free, and every report is acknowledged once.
 #[tokio::test]
 async fn a_full_batch_of_reports_is_applied_beside_one_that_is_held_up() -> Result<()> {
-    const BEHIND: usize = 2048;
-    let db = TestDb::new().await?;
-    let scheduler = SchedulerProcess::spawn(&db).await?;
-    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
-    let queue = unique_id("q");
-    let specs = (0..=BEHIND)
-        .map(|i| task_spec(&queue, &format!("+1555{i:07}"), "hi"))
-        .collect();
-    create_many(&mut tasks, specs).await?;
-    let credit = u32::try_from(BEHIND + 1)?;
-    let mut exec =
-        ScriptedExecutor::connect(&scheduler.grpc_url(), "lanes", &[&queue], credit).await?;
-    let leases = exec.leases(BEHIND + 1).await?;
-    let (held_lease, behind) = leases.split_first().context("leases granted")?;
-
+    let (db, scheduler, mut exec, leases) = leased_for_lanes("lanes").await?;
     let mut sql = db.connect().await?;
-    let held = hold_row(&mut sql, &held_lease.task_id).await?;
-    exec.send(executor_message::Kind::Report(
-        herald_proto::v1::ReportBatch {
-            results: vec![result(held_lease, OutcomeClass::Ok)],
-        },
-    ))
-    .await?;
-    for chunk in behind.chunks(1000) {
-        exec.send(executor_message::Kind::Report(
-            herald_proto::v1::ReportBatch {
-                results: chunk.iter().map(|l| result(l, OutcomeClass::Ok)).collect(),
-            },
-        ))
-        .await?;
-    }
+    let held = report_first_held(&exec, &mut sql, &leases).await?;
+    let first = &leases[0].task_id;
 
     // Every report behind the held one is answered while its row is still held.
-    let mut answered = std::collections::HashSet::new();
-    while answered.len() < BEHIND {
-        match exec.next().await? {
-            scheduler_message::Kind::ReportAcks(batch) => {
-                for ack in batch.acks {
-                    assert!(ack.accepted, "{} refused", ack.task_id);
-                    assert_ne!(ack.task_id, held_lease.task_id, "answered while held");
-                    assert!(answered.insert(ack.task_id), "answered twice");
-                }
-            }
-            other => bail!("expected report acks, got {other:?}"),
-        }
-    }
+    accepted_acks(&mut exec, GATHERED, first).await?;
     let check = db.connect().await?;
     let row = check
         .query_one(
             "SELECT count(*) FILTER (WHERE state = 'succeeded') AS succeeded,
                     count(*) FILTER (WHERE state = 'leased') AS leased
-             FROM herald.tasks WHERE queue = $1",
-            &[&queue],
+             FROM herald.tasks",
+            &[],
         )
         .await?;
-    assert_eq!(row.try_get::<_, i64>("succeeded")?, BEHIND as i64);
+    assert_eq!(row.try_get::<_, i64>("succeeded")?, GATHERED as i64);
     assert_eq!(row.try_get::<_, i64>("leased")?, 1, "the held task waits");
 
     held.rollback().await?;
@@ -1092,10 +1124,40 @@ async fn a_full_batch_of_reports_is_applied_beside_one_that_is_held_up() -> Resu
                 .into_iter()
                 .map(|a| (a.task_id, a.accepted))
                 .collect();
-            assert_eq!(answers, vec![(held_lease.task_id.clone(), true)]);
+            assert_eq!(answers, vec![(first.clone(), true)]);
         }
         other => bail!("expected the held report's ack, got {other:?}"),
     }
-    wait_for_task_state(&mut tasks, &held_lease.task_id, TaskState::Succeeded, WAIT).await?;
+    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
+    wait_for_task_state(&mut tasks, first, TaskState::Succeeded, WAIT).await?;
+    Ok(())
+}
+
+/// A report under way when the executor closes its half of the stream is still written and
+/// acknowledged before the scheduler ends its half: here the first lane's report is held up by
+/// a row lock when the stream closes, while the second lane has answered the 2,048 behind it.
+#[tokio::test]
+async fn a_report_held_up_when_the_stream_closes_is_acknowledged_before_it_ends() -> Result<()> {
+    let (db, _scheduler, mut exec, leases) = leased_for_lanes("closing").await?;
+    let mut sql = db.connect().await?;
+    let held = report_first_held(&exec, &mut sql, &leases).await?;
+    let first = leases[0].task_id.clone();
+    let mut answered = accepted_acks(&mut exec, GATHERED, &first).await?;
+
+    let closing = tokio::spawn(exec.finish());
+    held.rollback().await?;
+    for frame in closing.await?? {
+        if let scheduler_message::Kind::ReportAcks(batch) = frame {
+            for ack in batch.acks {
+                assert!(ack.accepted, "{} refused", ack.task_id);
+                assert!(answered.insert(ack.task_id), "answered twice");
+            }
+        }
+    }
+    let leased: std::collections::HashSet<String> = leases.into_iter().map(|l| l.task_id).collect();
+    assert_eq!(
+        answered, leased,
+        "every report answered before the stream ended"
+    );
     Ok(())
 }
