@@ -292,7 +292,8 @@ async fn handle_frames(
     }
     // Reports received before the end are written and acknowledged before the stream ends, with
     // an error or without one: an ack must never be lost behind the stream's status. After an
-    // error, what was gathered and not yet started is left to its leases' expiry, as before.
+    // error, what was gathered and not yet started is not applied here: the executor sends
+    // every result it has no ack for again on its next stream.
     if error.is_none() && !gathered.is_empty() {
         let batch = std::mem::take(&mut gathered);
         applying.push(handle_reports(&ctx, &namespace, &tx, batch));
