@@ -232,6 +232,7 @@ async fn handle_frames(
     mut frames: mpsc::Receiver<FromExecutor>,
     failed: CancellationToken,
 ) {
+    let apply = |batch: Vec<ReportEntry>| handle_reports(&ctx, &namespace, &tx, batch);
     let mut applying = FuturesUnordered::new();
     // Reports received and not yet being applied: queued-up batches are applied together,
     // because the account feedback costs per account and batch, not per report, so a busy
@@ -243,8 +244,7 @@ async fn handle_frames(
             && (applying.is_empty()
                 || (applying.len() < REPORT_LANES && gathered.len() >= MAX_GATHERED_REPORTS))
         {
-            let batch = std::mem::take(&mut gathered);
-            applying.push(handle_reports(&ctx, &namespace, &tx, batch));
+            applying.push(apply(std::mem::take(&mut gathered)));
         }
         let frame = tokio::select! {
             biased;
@@ -266,8 +266,7 @@ async fn handle_frames(
         }
         // Every other frame comes after the reports received before it.
         if !gathered.is_empty() {
-            let batch = std::mem::take(&mut gathered);
-            applying.push(handle_reports(&ctx, &namespace, &tx, batch));
+            applying.push(apply(std::mem::take(&mut gathered)));
         }
         if let Err(e) = finish_all(&mut applying).await {
             error = Some(e);
@@ -295,8 +294,7 @@ async fn handle_frames(
     // error, what was gathered and not yet started is not applied here: the executor sends
     // every result it has no ack for again on its next stream.
     if error.is_none() && !gathered.is_empty() {
-        let batch = std::mem::take(&mut gathered);
-        applying.push(handle_reports(&ctx, &namespace, &tx, batch));
+        applying.push(apply(std::mem::take(&mut gathered)));
     }
     let last = finish_all(&mut applying).await;
     if let Some(e) = error.or(last.err()) {
