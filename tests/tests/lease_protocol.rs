@@ -1161,3 +1161,76 @@ async fn a_report_held_up_when_the_stream_closes_is_acknowledged_before_it_ends(
     );
     Ok(())
 }
+
+/// A report under way when another report batch of the session fails is still written and
+/// acknowledged before the scheduler ends the stream with that failure: here the first lane's
+/// report is held up by a row lock while the second lane's batch of 2,048 fails in the database.
+#[tokio::test]
+async fn a_report_held_up_when_another_batch_fails_is_acknowledged_before_the_stream_ends(
+) -> Result<()> {
+    let (db, _scheduler, mut exec, leases) = leased_for_lanes("failing").await?;
+    let mut sql = db.connect().await?;
+    // The second lane's batch fails when it writes its last task's transition. The sequence
+    // counts the failure: it is not rolled back with the batch's transaction.
+    let doomed = &leases[GATHERED].task_id;
+    sql.batch_execute(&format!(
+        "CREATE SEQUENCE report_failed;
+         CREATE FUNCTION fail_report() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             PERFORM nextval('report_failed');
+             RAISE EXCEPTION 'report refused by the test';
+         END $$;
+         CREATE TRIGGER fail_report BEFORE UPDATE ON herald.tasks
+             FOR EACH ROW WHEN (NEW.id = '{doomed}'::uuid AND OLD.state = 'leased')
+             EXECUTE FUNCTION fail_report();"
+    ))
+    .await?;
+    let check = db.connect().await?;
+    let held = report_first_held(&exec, &mut sql, &leases).await?;
+
+    // The held report's row is freed only once the second lane has failed.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let failed = check
+            .query_one("SELECT is_called FROM report_failed", &[])
+            .await?;
+        if failed.try_get::<_, bool>("is_called")? {
+            break;
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("the second lane's batch did not fail within {WAIT:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    held.rollback().await?;
+
+    let first = leases[0].task_id.clone();
+    match exec.next().await? {
+        scheduler_message::Kind::ReportAcks(batch) => {
+            let answers: Vec<(String, bool)> = batch
+                .acks
+                .into_iter()
+                .map(|a| (a.task_id, a.accepted))
+                .collect();
+            assert_eq!(answers, vec![(first.clone(), true)]);
+        }
+        other => bail!("expected the held report's ack, got {other:?}"),
+    }
+    let ended = exec
+        .next()
+        .await
+        .expect_err("the stream ends with the failure");
+    let status = ended
+        .downcast_ref::<tonic::Status>()
+        .with_context(|| format!("expected a status, got {ended:#}"))?;
+    assert_ne!(status.code(), tonic::Code::Ok, "{status:?}");
+    let written: i64 = check
+        .query_one(
+            "SELECT count(*) AS n FROM herald.tasks WHERE state = 'succeeded'",
+            &[],
+        )
+        .await?
+        .try_get("n")?;
+    assert_eq!(written, 1, "only the held report was written");
+    Ok(())
+}
