@@ -259,18 +259,23 @@ fn to_wire(frame: ToExecutor) -> Result<SchedulerMessage, Status> {
             lease_ttl: Some(convert::duration(lease_ttl)),
             scheduler_id,
         }),
-        ToExecutor::Leases(leases) => Kind::Leases(pb::LeaseBatch {
-            leases: leases
-                .iter()
-                .filter_map(|l| match wire::lease(l) {
-                    Ok(lease) => Some(lease),
+        ToExecutor::Leases(leases) => {
+            // Sized up front: a filtered collect starts empty and grew (copying) a batch of
+            // large messages about once over.
+            let mut wire_leases = Vec::with_capacity(leases.len());
+            for l in leases {
+                let task_id = l.task_id;
+                match wire::lease(l) {
+                    Ok(lease) => wire_leases.push(lease),
                     Err(e) => {
-                        tracing::error!(task_id = %l.task_id, error = %e, "undeliverable lease");
-                        None
+                        tracing::error!(task_id = %task_id, error = %e, "undeliverable lease");
                     }
-                })
-                .collect(),
-        }),
+                }
+            }
+            Kind::Leases(pb::LeaseBatch {
+                leases: wire_leases,
+            })
+        }
         ToExecutor::Acks(acks) => Kind::ReportAcks(pb::ReportAckBatch {
             acks: acks
                 .into_iter()

@@ -129,11 +129,14 @@ impl Statement {
         client: &impl GenericClient,
         params: &Params<'_>,
     ) -> Result<Vec<T>, StoreError> {
-        self.query(client, params)
-            .await?
-            .iter()
-            .map(T::from_row)
-            .collect()
+        let rows = self.query(client, params).await?;
+        // Sized up front: collecting `Result`s gives no lower bound, and growing a vector of
+        // large rows (a claim's 512 leases) copied it about once over per batch.
+        let mut out = Vec::with_capacity(rows.len());
+        for row in &rows {
+            out.push(T::from_row(row)?);
+        }
+        Ok(out)
     }
 
     /// Runs the statement and decodes its row, if any.

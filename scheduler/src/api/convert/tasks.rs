@@ -344,24 +344,25 @@ pub fn attempt(a: &AttemptRecord) -> pb::Attempt {
     }
 }
 
-/// A granted lease on the wire: the task as the executor receives it.
-pub fn lease(l: &GrantedLease) -> Result<pb::Lease, StoreError> {
+/// A granted lease on the wire: the task as the executor receives it. Takes the lease, since
+/// it is sent once: its strings and labels move onto the wire instead of being copied.
+pub fn lease(l: GrantedLease) -> Result<pb::Lease, StoreError> {
     Ok(pb::Lease {
         task_id: l.task_id.to_string(),
         attempt: l.attempt,
-        queue: l.queue.clone(),
-        recipient: l.recipient.clone(),
+        queue: l.queue,
+        recipient: l.recipient,
         content: Some(content(&l.content)?),
-        idempotency_key: l.idempotency_key.clone(),
+        idempotency_key: l.idempotency_key,
         run_at: Some(timestamp(l.run_at)),
         leased_at: Some(timestamp(l.leased_at)),
         expires_at: Some(timestamp(l.expires_at)),
         attempts_before: l.attempts_before,
         max_attempts: l.max_attempts,
-        labels: l.labels.clone(),
-        account_id: l.account_id.clone().unwrap_or_default(),
-        credentials_ref: l.credentials_ref.clone().unwrap_or_default(),
-        traceparent: l.trace_parent.clone().unwrap_or_default(),
+        labels: l.labels,
+        account_id: l.account_id.unwrap_or_default(),
+        credentials_ref: l.credentials_ref.unwrap_or_default(),
+        traceparent: l.trace_parent.unwrap_or_default(),
         send_after: (!l.send_after.is_zero()).then(|| super::duration(l.send_after)),
         window_closed_fallback: l
             .window_closed_fallback
