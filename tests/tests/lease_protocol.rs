@@ -1090,6 +1090,22 @@ async fn accepted_acks(
     Ok(answered)
 }
 
+/// The next frame is the held report's ack alone, accepting it.
+async fn held_report_accepted(exec: &mut ScriptedExecutor, held: &str) -> Result<()> {
+    match exec.next().await? {
+        scheduler_message::Kind::ReportAcks(batch) => {
+            let answers: Vec<(String, bool)> = batch
+                .acks
+                .into_iter()
+                .map(|a| (a.task_id, a.accepted))
+                .collect();
+            assert_eq!(answers, vec![(held.to_owned(), true)]);
+            Ok(())
+        }
+        other => bail!("expected the held report's ack, got {other:?}"),
+    }
+}
+
 /// A report batch written while another is held up (here by a row lock, in production by a
 /// slow statement or a busy core) goes to a second transaction once a full batch of 2,048
 /// results has gathered behind it: a backlog of reports is applied on two backends, not one
@@ -1117,17 +1133,7 @@ async fn a_full_batch_of_reports_is_applied_beside_one_that_is_held_up() -> Resu
     assert_eq!(row.try_get::<_, i64>("leased")?, 1, "the held task waits");
 
     held.rollback().await?;
-    match exec.next().await? {
-        scheduler_message::Kind::ReportAcks(batch) => {
-            let answers: Vec<(String, bool)> = batch
-                .acks
-                .into_iter()
-                .map(|a| (a.task_id, a.accepted))
-                .collect();
-            assert_eq!(answers, vec![(first.clone(), true)]);
-        }
-        other => bail!("expected the held report's ack, got {other:?}"),
-    }
+    held_report_accepted(&mut exec, first).await?;
     let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
     wait_for_task_state(&mut tasks, first, TaskState::Succeeded, WAIT).await?;
     Ok(())
@@ -1204,18 +1210,7 @@ async fn a_report_held_up_when_another_batch_fails_is_acknowledged_before_the_st
     }
     held.rollback().await?;
 
-    let first = leases[0].task_id.clone();
-    match exec.next().await? {
-        scheduler_message::Kind::ReportAcks(batch) => {
-            let answers: Vec<(String, bool)> = batch
-                .acks
-                .into_iter()
-                .map(|a| (a.task_id, a.accepted))
-                .collect();
-            assert_eq!(answers, vec![(first.clone(), true)]);
-        }
-        other => bail!("expected the held report's ack, got {other:?}"),
-    }
+    held_report_accepted(&mut exec, &leases[0].task_id).await?;
     let ended = exec
         .next()
         .await
