@@ -258,11 +258,11 @@ BEGIN
 
     RETURN QUERY
     WITH locked AS (
-        SELECT w.high, w.low, w.new, l.a,
+        SELECT w.high, w.low, w.new, l.a, l.row_tid,
                greatest(coalesce(p_now, herald.clock()), (l.a).tokens_at) AS now
         FROM unnest(p_ids, p_high, p_low, p_new) AS w(id, high, low, new)
         CROSS JOIN LATERAL (
-            SELECT a FROM herald.accounts a
+            SELECT a, a.ctid AS row_tid FROM herald.accounts a
             WHERE a.namespace = p_namespace AND a.id = w.id
         ) l
     ),
@@ -304,7 +304,11 @@ BEGIN
             state_reason = CASE WHEN p.reopen THEN 'offline cool-down over'
                                 ELSE acc.state_reason END
         FROM planned p
-        WHERE acc.namespace = p_namespace AND acc.id = (p.a).id
+        -- Each row found by the address `locked` read it at: the row is locked since
+        -- lock_accounts, so that version is the current one. Joined by id instead, the planner
+        -- (sure of one planned row) walked every account of the namespace for each account
+        -- reserved, accounts squared per claim (docs/performance.md, S5).
+        WHERE acc.ctid = p.row_tid AND acc.namespace = p_namespace AND acc.id = (p.a).id
         RETURNING acc.id, p.high_final, p.low_final,
                   greatest(0, least(coalesce(p.new, 0), p.tier_room,
                                     p.high_final + p.low_final)) AS new_granted,
