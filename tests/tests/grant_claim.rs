@@ -4,7 +4,8 @@
 //! that would open a conversation past the tier's room gives its slot back, a recipient sent to
 //! within the interval is refused with its slot given back, sends by queue pass as they are, and
 //! an account with gaps grants each send its own instant. A reservation that waits for another
-//! claim's lock grants only the room that claim left. And claims, report batches and webhook
+//! claim's lock grants only the room that claim left; feedback says when it frees room on a full
+//! account. And claims, report batches and webhook
 //! batches working on the same accounts at once lock them in one order, so they never deadlock.
 
 use anyhow::{Context, Result};
@@ -278,6 +279,42 @@ async fn concurrent_reservations_and_feedback_on_the_same_accounts_never_deadloc
         .await?
         .get("in_flight");
     assert_eq!(in_flight, 0, "every slot reserved was given back");
+    Ok(())
+}
+
+/// Frees one slot of `account` through `herald.account_feedback`, as a report batch with one
+/// success-free release does; returns whether it said room came back.
+async fn release_one(conn: &Client, account: &str) -> Result<bool> {
+    let row = conn
+        .query_one(
+            "SELECT herald.account_feedback('default', ARRAY[$1], ARRAY[1], ARRAY[0], ARRAY[0],
+                                            ARRAY[0], ARRAY[0::bigint], ARRAY[0], ARRAY[0],
+                                            ARRAY[NULL::text]) AS freed",
+            &[&account],
+        )
+        .await
+        .context("feedback")?;
+    Ok(row.get("freed"))
+}
+
+/// A report batch that frees a slot on an account at its in-flight limit says so (dispatchers
+/// waiting for that account look again); one that frees a slot where room was left does not.
+/// Fails if the check misses the full account or counts one that had room.
+#[tokio::test]
+async fn feedback_says_when_it_frees_room_on_an_account_that_had_none() -> Result<()> {
+    let (_db, conn) = database(
+        &["full", "roomy"],
+        2,
+        "UPDATE herald.accounts SET in_flight = 2 WHERE id = 'full';
+         UPDATE herald.accounts SET in_flight = 1 WHERE id = 'roomy';",
+    )
+    .await?;
+    assert!(!release_one(&conn, "roomy").await?, "roomy had room left");
+    assert!(release_one(&conn, "full").await?, "full was at its limit");
+    assert!(
+        !release_one(&conn, "full").await?,
+        "full had room again after the first release"
+    );
     Ok(())
 }
 
