@@ -5,8 +5,8 @@
 //! within the interval is refused with its slot given back, sends by queue pass as they are, and
 //! an account with gaps grants each send its own instant. A reservation that waits for another
 //! claim's lock grants only the room that claim left; feedback says when it frees room on a full
-//! account. And claims, report batches and webhook
-//! batches working on the same accounts at once lock them in one order, so they never deadlock.
+//! account. And claims, report batches and webhook batches working on the same accounts at once
+//! lock them in one order, so they never deadlock.
 
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
