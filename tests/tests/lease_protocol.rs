@@ -1195,19 +1195,13 @@ async fn a_report_held_up_when_another_batch_fails_is_acknowledged_before_the_st
     let held = report_first_held(&exec, &mut sql, &leases).await?;
 
     // The held report's row is freed only once the second lane has failed.
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
+    until("the second lane's batch to fail", || async {
         let failed = check
             .query_one("SELECT is_called FROM report_failed", &[])
             .await?;
-        if failed.try_get::<_, bool>("is_called")? {
-            break;
-        }
-        if tokio::time::Instant::now() > deadline {
-            bail!("the second lane's batch did not fail within {WAIT:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        Ok(failed.try_get::<_, bool>("is_called")?)
+    })
+    .await?;
     held.rollback().await?;
 
     held_report_accepted(&mut exec, &leases[0].task_id).await?;
