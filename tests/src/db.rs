@@ -38,6 +38,28 @@ impl TestDb {
     /// Creates a fresh, empty database `t_<random>` for the calling test, starting the shared
     /// cluster first if this is the first test of the run to need it.
     pub async fn new() -> Result<Self> {
+        Self::created_with("").await
+    }
+
+    /// [`TestDb::new`] with the ICU locale `locale` (`en-US`, say) as the database's default
+    /// collation: text sorts linguistically there, as on many production databases, not byte
+    /// by byte as on the test cluster.
+    pub async fn with_icu_collation(locale: &str) -> Result<Self> {
+        // Locale names are letters, digits and dashes; nothing else is formatted in.
+        if !locale
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-')
+        {
+            bail!("not a locale name: {locale}");
+        }
+        Self::created_with(&format!(
+            " TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE '{locale}'"
+        ))
+        .await
+    }
+
+    /// A fresh database created with `options` after its name.
+    async fn created_with(options: &str) -> Result<Self> {
         let admin_url = ADMIN_URL
             .get_or_try_init(|| async {
                 if let Ok(url) = std::env::var("HERALD_TEST_PG_URL") {
@@ -54,7 +76,7 @@ impl TestDb {
         let admin = connect(&admin_url).await?;
         // The name is generated above from hex digits only, so formatting it in is safe.
         admin
-            .batch_execute(&format!("CREATE DATABASE \"{name}\""))
+            .batch_execute(&format!("CREATE DATABASE \"{name}\"{options}"))
             .await
             .with_context(|| format!("creating test database {name}"))?;
         let url = replace_db_name(&admin_url, &name)?;

@@ -45,6 +45,28 @@ impl Drop for ScratchStore {
 impl ScratchStore {
     /// A database of its own on the test cluster (`HERALD_TEST_PG_URL`, set by `script/test`).
     pub(crate) async fn new() -> ScratchStore {
+        Self::created_with("").await
+    }
+
+    /// A database of its own whose default collation is the ICU locale `locale` (`en-US`, say):
+    /// text sorts linguistically there, as on many production databases, not byte by byte as
+    /// on the test cluster.
+    pub(crate) async fn with_icu_collation(locale: &str) -> ScratchStore {
+        // Locale names are letters, digits and dashes; nothing else is formatted in.
+        assert!(
+            locale
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-'),
+            "not a locale name: {locale}"
+        );
+        Self::created_with(&format!(
+            " TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE '{locale}'"
+        ))
+        .await
+    }
+
+    /// A database of its own, created with `options` after its name.
+    async fn created_with(options: &str) -> ScratchStore {
         let admin = std::env::var("HERALD_TEST_PG_URL")
             .unwrap_or_else(|_| panic!("HERALD_TEST_PG_URL is not set; run script/test"));
         let name = format!("t_store_{}", uuid::Uuid::new_v4().simple());
@@ -53,7 +75,7 @@ impl ScratchStore {
             .unwrap_or_else(|e| panic!("connecting to {admin}: {e}"));
         tokio::spawn(connection);
         client
-            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .batch_execute(&format!("CREATE DATABASE {name}{options}"))
             .await
             .unwrap_or_else(|e| panic!("creating {name}: {e}"));
         // herald's own session settings, as `Store::connect` gives every replica.
@@ -66,11 +88,15 @@ impl ScratchStore {
 
     /// A database of its own with herald's migrations applied.
     pub(crate) async fn migrated() -> ScratchStore {
-        let store = Self::new().await;
-        super::migrate::run(&store)
+        Self::new().await.with_migrations().await
+    }
+
+    /// This database with herald's migrations applied.
+    pub(crate) async fn with_migrations(self) -> ScratchStore {
+        super::migrate::run(&self)
             .await
-            .unwrap_or_else(|e| panic!("migrating {}: {e}", store.name));
-        store
+            .unwrap_or_else(|e| panic!("migrating {}: {e}", self.name));
+        self
     }
 }
 
