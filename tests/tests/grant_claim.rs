@@ -24,7 +24,16 @@ use uuid::Uuid;
 /// A migrated database (the scheduler applies the migrations) with pool `p` and `accounts`,
 /// each given room for `room` sends at once and then adjusted by `extra` SQL.
 async fn database(accounts: &[&str], room: i32, extra: &str) -> Result<(TestDb, Client)> {
-    let db = TestDb::new().await?;
+    database_on(TestDb::new().await?, accounts, room, extra).await
+}
+
+/// [`database`] on `db`.
+async fn database_on(
+    db: TestDb,
+    accounts: &[&str],
+    room: i32,
+    extra: &str,
+) -> Result<(TestDb, Client)> {
     // Started and stopped: only its migrations are wanted.
     drop(SchedulerProcess::spawn(&db).await?);
     let conn = db.connect().await?;
@@ -92,6 +101,29 @@ async fn grant(
         .map(|r| (r.get("out_id"), r.get("out_account"), r.get("out_at")))
         .collect();
     Ok((ids, granted))
+}
+
+/// The server process of `db`'s session.
+async fn backend_pid(db: &impl tokio_postgres::GenericClient) -> Result<i32> {
+    Ok(db
+        .query_one("SELECT pg_backend_pid() AS pid", &[])
+        .await?
+        .get("pid"))
+}
+
+/// Waits until a session of this database waits for a lock the session `pid` holds.
+async fn until_blocked_by(conn: &Client, pid: i32, what: &str) -> Result<()> {
+    herald_tests::until(what, || async {
+        let row = conn
+            .query_one(
+                "SELECT count(*) AS n FROM pg_stat_activity
+                 WHERE datname = current_database() AND $1 = ANY(pg_blocking_pids(pid))",
+                &[&pid],
+            )
+            .await?;
+        Ok(row.get::<_, i64>("n") > 0)
+    })
+    .await
 }
 
 /// (in_flight, day_count) of an account.
@@ -282,6 +314,55 @@ async fn concurrent_reservations_and_feedback_on_the_same_accounts_never_deadloc
     Ok(())
 }
 
+/// Report batches lock account rows in the order Rust sorts their ids, byte by byte; a
+/// claim's grant takes them in that order too, whatever the database's collation. Under ICU
+/// en-US `acct-a` sorts before `Acct-b`, byte by byte after it. While a report batch holds
+/// `Acct-b`, the first of the two in its order, a grant on both accounts waits for it holding
+/// neither, so the batch can take `acct-a` next. Fails if the grant sorts by the database's
+/// collation: it then holds `acct-a` while it waits, and the batch's next lock would deadlock
+/// with it (taken here with NOWAIT, it fails at once).
+#[tokio::test]
+async fn a_grant_takes_account_rows_byte_by_byte_as_report_batches_do_under_a_linguistic_collation(
+) -> Result<()> {
+    let db = TestDb::with_icu_collation("en-US").await?;
+    let (db, conn) = database_on(db, &["acct-a", "Acct-b"], 10, "").await?;
+    let linguistic: bool = conn
+        .query_one("SELECT 'acct-a' < 'Acct-b' AS before", &[])
+        .await?
+        .get("before");
+    assert!(linguistic, "the database should sort linguistically");
+
+    let mut batch = db.connect().await?;
+    let batch = batch.transaction().await?;
+    batch
+        .batch_execute(
+            "SELECT 1 FROM herald.accounts WHERE namespace = 'default' AND id = 'Acct-b'
+             FOR UPDATE",
+        )
+        .await?;
+    let batch_pid = backend_pid(&batch).await?;
+    let granting = db.connect().await?;
+    let granted = tokio::spawn(async move {
+        let (_, granted) = grant(&granting, &[to("acct-a", "+r"), to("Acct-b", "+s")], &[]).await?;
+        anyhow::Ok(granted.len())
+    });
+    until_blocked_by(&conn, batch_pid, "the grant to wait for the report batch").await?;
+    batch
+        .batch_execute(
+            "SELECT 1 FROM herald.accounts WHERE namespace = 'default' AND id = 'acct-a'
+             FOR UPDATE NOWAIT",
+        )
+        .await
+        .context("the waiting grant holds acct-a")?;
+    batch.commit().await?;
+    assert_eq!(
+        granted.await??,
+        2,
+        "both assignments granted once the batch ended"
+    );
+    Ok(())
+}
+
 /// Frees one slot of `account` through `herald.account_feedback`, as a report batch with one
 /// success-free release does; returns whether it said room came back.
 async fn release_one(conn: &Client, account: &str) -> Result<bool> {
@@ -330,10 +411,7 @@ async fn a_reservation_waiting_for_another_claims_lock_grants_only_the_room_left
     let first = first.transaction().await?;
     let granted: i32 = first.query_one(RESERVE, &[&vec![3_i32]]).await?.get(0);
     assert_eq!(granted, 3);
-    let first_pid: i32 = first
-        .query_one("SELECT pg_backend_pid() AS pid", &[])
-        .await?
-        .get("pid");
+    let first_pid = backend_pid(&first).await?;
 
     // A second claim asks for the whole room while the first holds the account row.
     let second = db.connect().await?;
@@ -341,16 +419,11 @@ async fn a_reservation_waiting_for_another_claims_lock_grants_only_the_room_left
         let row = second.query_one(RESERVE, &[&vec![5_i32]]).await?;
         anyhow::Ok(row.get::<_, i32>(0))
     });
-    herald_tests::until("the second reservation to wait for the first", || async {
-        let row = conn
-            .query_one(
-                "SELECT count(*) AS n FROM pg_stat_activity
-                 WHERE datname = current_database() AND $1 = ANY(pg_blocking_pids(pid))",
-                &[&first_pid],
-            )
-            .await?;
-        Ok(row.get::<_, i64>("n") > 0)
-    })
+    until_blocked_by(
+        &conn,
+        first_pid,
+        "the second reservation to wait for the first",
+    )
     .await?;
     first.commit().await?;
 

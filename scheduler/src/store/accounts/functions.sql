@@ -355,12 +355,16 @@ BEGIN
         LEFT JOIN (SELECT DISTINCT u.account FROM unnest(p_tracked) AS u(account)) tr
             ON tr.account = a.account
     ),
-    -- Sorted by account, so concurrent claims lock account rows in one order.
+    -- Sorted by account id byte by byte (COLLATE "C"), the order in which report batches (sorted
+    -- in Rust), folds and webhook batches lock account rows too, so none of them deadlock with a
+    -- claim whatever the database's collation. Under a linguistic collation ('acct-a' before
+    -- 'Acct-b' in en-US, after it byte by byte) the two orders differ; every sort of account ids
+    -- here is also cheaper byte by byte.
     wanted AS (
-        SELECT array_agg(w.account ORDER BY w.account) AS ids,
-               array_agg(w.high ORDER BY w.account) AS high,
-               array_agg(w.low ORDER BY w.account) AS low,
-               array_agg(w.new ORDER BY w.account) AS new
+        SELECT array_agg(w.account ORDER BY w.account COLLATE "C") AS ids,
+               array_agg(w.high ORDER BY w.account COLLATE "C") AS high,
+               array_agg(w.low ORDER BY w.account COLLATE "C") AS low,
+               array_agg(w.new ORDER BY w.account COLLATE "C") AS new
         FROM (
             SELECT a.account, (count(*) FILTER (WHERE a.high))::integer AS high,
                    (count(*) FILTER (WHERE NOT a.high))::integer AS low,
@@ -380,7 +384,7 @@ BEGIN
     slotted AS (
         SELECT a.*, r.out_new, r.out_at, r.out_times,
                a.account IS NULL
-               OR row_number() OVER (PARTITION BY a.account, a.high ORDER BY a.ord)
+               OR row_number() OVER (PARTITION BY a.account COLLATE "C", a.high ORDER BY a.ord)
                   <= coalesce(CASE WHEN a.high THEN r.out_high ELSE r.out_low END, 0) AS slot
         FROM assigned a
         LEFT JOIN reserved r ON r.out_account = a.account
@@ -389,7 +393,7 @@ BEGIN
     tiered AS (
         SELECT s.*,
                s.slot AND (s.account IS NULL OR NOT s.opens
-                           OR row_number() OVER (PARTITION BY s.account, s.slot AND s.opens
+                           OR row_number() OVER (PARTITION BY s.account COLLATE "C", s.slot AND s.opens
                                                  ORDER BY s.ord) <= s.out_new) AS kept
         FROM slotted s
     ),
@@ -398,7 +402,7 @@ BEGIN
         SELECT t.*,
                CASE WHEN t.account IS NULL OR NOT t.kept THEN NULL
                     WHEN cardinality(t.out_times) > 0
-                    THEN t.out_times[least(row_number() OVER (PARTITION BY t.account, t.kept
+                    THEN t.out_times[least(row_number() OVER (PARTITION BY t.account COLLATE "C", t.kept
                                                               ORDER BY t.ord),
                                            cardinality(t.out_times))]
                     ELSE t.out_at END AS at,
@@ -411,11 +415,11 @@ BEGIN
     marked AS (
         INSERT INTO herald.recipient_sends AS s (namespace, account_id, recipient, last_sent_at,
                                                  opened_at)
-        SELECT DISTINCT ON (t.account, t.recipient)
+        SELECT DISTINCT ON (t.account COLLATE "C", t.recipient COLLATE "C")
                p_namespace, t.account, t.recipient, t.at, CASE WHEN t.opens THEN t.at END
         FROM timed t
         WHERE t.kept AND t.tracked
-        ORDER BY t.account, t.recipient, t.ord
+        ORDER BY t.account COLLATE "C", t.recipient COLLATE "C", t.ord
         ON CONFLICT (namespace, account_id, recipient) DO UPDATE
         SET last_sent_at = EXCLUDED.last_sent_at,
             opened_at = COALESCE(EXCLUDED.opened_at, s.opened_at)
@@ -439,7 +443,7 @@ BEGIN
            array_agg(d.account ORDER BY d.ord) FILTER (WHERE d.leased),
            array_agg(d.at ORDER BY d.ord) FILTER (WHERE d.leased),
            array_agg(d.paced ORDER BY d.ord) FILTER (WHERE d.leased),
-           array_agg(d.account ORDER BY d.account) FILTER (WHERE d.had_slot AND NOT d.leased)
+           array_agg(d.account ORDER BY d.account COLLATE "C") FILTER (WHERE d.had_slot AND NOT d.leased)
     INTO v_kept_ids, v_kept_accounts, v_kept_at, v_kept_paced, v_released
     FROM decided d;
 
@@ -447,8 +451,9 @@ BEGIN
     -- element per account, as apply_account_feedback takes them.
     IF v_released IS NOT NULL THEN
         PERFORM herald.apply_account_feedback(
-            p_namespace, array_agg(r.account ORDER BY r.account),
-            array_agg(r.n ORDER BY r.account), array_agg(r.n ORDER BY r.account),
+            p_namespace, array_agg(r.account ORDER BY r.account COLLATE "C"),
+            array_agg(r.n ORDER BY r.account COLLATE "C"),
+            array_agg(r.n ORDER BY r.account COLLATE "C"),
             array_fill(0, ARRAY[count(*)::integer]), array_fill(0, ARRAY[count(*)::integer]),
             array_fill(0::bigint, ARRAY[count(*)::integer]),
             array_fill(0, ARRAY[count(*)::integer]), array_fill(0, ARRAY[count(*)::integer]),

@@ -656,3 +656,81 @@ impl<C: GenericClient> AccountRepo<'_, C> {
         }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::store::scratch::ScratchStore;
+    use crate::store::Db as _;
+
+    /// A migrated database whose collation sorts `acct-a` before `Acct-b` (ICU en-US), where
+    /// byte by byte, as Rust sorts the ids report batches lock, `Acct-b` comes first.
+    async fn linguistic_store() -> ScratchStore {
+        let store = ScratchStore::with_icu_collation("en-US")
+            .await
+            .with_migrations()
+            .await;
+        let conn = store.conn().await.unwrap_or_else(|e| panic!("{e}"));
+        let linguistic: bool = conn
+            .query_one("SELECT 'acct-a' < 'Acct-b' AS before", &[])
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .get("before");
+        assert!(linguistic, "the database should sort linguistically");
+        store
+    }
+
+    /// Folds lock account rows in the order `waiting_deltas` lists them, so the list is in the
+    /// order claims and report batches take them, byte by byte, whatever the database's
+    /// collation. Fails if it sorts by the collation (`acct-a` first).
+    #[tokio::test]
+    async fn waiting_deltas_lists_accounts_byte_by_byte_under_a_linguistic_collation() {
+        let store = linguistic_store().await;
+        let conn = store.conn().await.unwrap_or_else(|e| panic!("{e}"));
+        conn.batch_execute(
+            "INSERT INTO herald.account_deltas (namespace, account_id, released, ok)
+             VALUES ('default', 'acct-a', 1, 0), ('default', 'Acct-b', 1, 0)",
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        let waiting = conn
+            .accounts()
+            .waiting_deltas()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            waiting,
+            vec![(
+                "default".to_owned(),
+                vec!["Acct-b".to_owned(), "acct-a".to_owned()]
+            )]
+        );
+    }
+
+    /// A webhook batch locks its accounts in the same byte order. Fails if it sorts by the
+    /// collation.
+    #[tokio::test]
+    async fn webhook_batches_lock_accounts_byte_by_byte_under_a_linguistic_collation() {
+        let store = linguistic_store().await;
+        let mut conn = store.conn().await.unwrap_or_else(|e| panic!("{e}"));
+        conn.batch_execute(
+            "INSERT INTO herald.pools (namespace, name) VALUES ('default', 'p');
+             INSERT INTO herald.accounts (namespace, id, sender_kind, pool, credentials_ref,
+                                          rate_per_sec, burst, effective_rate, tokens,
+                                          max_in_flight, high_priority_reserve)
+             SELECT 'default', id, 'webhook', 'p', 'shared', 10, 10, 10, 10, 10, 0
+             FROM unnest(ARRAY['acct-a', 'Acct-b']) AS id",
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e:?}"));
+        let tx = conn.transaction().await.unwrap_or_else(|e| panic!("{e}"));
+        let locked = tx
+            .accounts()
+            .lock_by_credentials_refs("default", &["shared"])
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            locked.get("shared"),
+            Some(&vec!["Acct-b".to_owned(), "acct-a".to_owned()])
+        );
+    }
+}
