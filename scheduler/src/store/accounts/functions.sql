@@ -358,8 +358,7 @@ BEGIN
     -- Sorted by account id byte by byte (COLLATE "C"), the order in which report batches (sorted
     -- in Rust), folds and webhook batches lock account rows too, so none of them deadlock with a
     -- claim whatever the database's collation. Under a linguistic collation ('acct-a' before
-    -- 'Acct-b' in en-US, after it byte by byte) the two orders differ; every sort of account ids
-    -- here is also cheaper byte by byte.
+    -- 'Acct-b' in en-US, after it byte by byte) the two orders differ.
     wanted AS (
         SELECT array_agg(w.account ORDER BY w.account COLLATE "C") AS ids,
                array_agg(w.high ORDER BY w.account COLLATE "C") AS high,
@@ -384,7 +383,7 @@ BEGIN
     slotted AS (
         SELECT a.*, r.out_new, r.out_at, r.out_times,
                a.account IS NULL
-               OR row_number() OVER (PARTITION BY a.account COLLATE "C", a.high ORDER BY a.ord)
+               OR row_number() OVER (PARTITION BY a.account, a.high ORDER BY a.ord)
                   <= coalesce(CASE WHEN a.high THEN r.out_high ELSE r.out_low END, 0) AS slot
         FROM assigned a
         LEFT JOIN reserved r ON r.out_account = a.account
@@ -393,7 +392,7 @@ BEGIN
     tiered AS (
         SELECT s.*,
                s.slot AND (s.account IS NULL OR NOT s.opens
-                           OR row_number() OVER (PARTITION BY s.account COLLATE "C", s.slot AND s.opens
+                           OR row_number() OVER (PARTITION BY s.account, s.slot AND s.opens
                                                  ORDER BY s.ord) <= s.out_new) AS kept
         FROM slotted s
     ),
@@ -402,7 +401,7 @@ BEGIN
         SELECT t.*,
                CASE WHEN t.account IS NULL OR NOT t.kept THEN NULL
                     WHEN cardinality(t.out_times) > 0
-                    THEN t.out_times[least(row_number() OVER (PARTITION BY t.account COLLATE "C", t.kept
+                    THEN t.out_times[least(row_number() OVER (PARTITION BY t.account, t.kept
                                                               ORDER BY t.ord),
                                            cardinality(t.out_times))]
                     ELSE t.out_at END AS at,
@@ -415,11 +414,11 @@ BEGIN
     marked AS (
         INSERT INTO herald.recipient_sends AS s (namespace, account_id, recipient, last_sent_at,
                                                  opened_at)
-        SELECT DISTINCT ON (t.account COLLATE "C", t.recipient COLLATE "C")
+        SELECT DISTINCT ON (t.account, t.recipient)
                p_namespace, t.account, t.recipient, t.at, CASE WHEN t.opens THEN t.at END
         FROM timed t
         WHERE t.kept AND t.tracked
-        ORDER BY t.account COLLATE "C", t.recipient COLLATE "C", t.ord
+        ORDER BY t.account, t.recipient, t.ord
         ON CONFLICT (namespace, account_id, recipient) DO UPDATE
         SET last_sent_at = EXCLUDED.last_sent_at,
             opened_at = COALESCE(EXCLUDED.opened_at, s.opened_at)
@@ -443,7 +442,7 @@ BEGIN
            array_agg(d.account ORDER BY d.ord) FILTER (WHERE d.leased),
            array_agg(d.at ORDER BY d.ord) FILTER (WHERE d.leased),
            array_agg(d.paced ORDER BY d.ord) FILTER (WHERE d.leased),
-           array_agg(d.account ORDER BY d.account COLLATE "C") FILTER (WHERE d.had_slot AND NOT d.leased)
+           array_agg(d.account ORDER BY d.account) FILTER (WHERE d.had_slot AND NOT d.leased)
     INTO v_kept_ids, v_kept_accounts, v_kept_at, v_kept_paced, v_released
     FROM decided d;
 
