@@ -146,10 +146,10 @@ fn lease(task_id: &str, credentials_ref: &str) -> pb::Lease {
         attempt: 1,
         queue: "whatever".into(),
         recipient: "16505551234".into(),
-        content: Some(pb::Content {
+        content: Some(Box::new(pb::Content {
             body: Some(pb::content::Body::Text("hi".into())),
             ..Default::default()
-        }),
+        })),
         idempotency_key: format!("idem-{task_id}"),
         account_id: format!("id-{credentials_ref}"),
         credentials_ref: credentials_ref.into(),

@@ -147,10 +147,10 @@ fn lease(task_id: &str, queue: &str) -> pb::Lease {
         attempt: 1,
         queue: queue.into(),
         recipient: "someone".into(),
-        content: Some(pb::Content {
+        content: Some(Box::new(pb::Content {
             body: Some(pb::content::Body::Text("hi".into())),
             ..Default::default()
-        }),
+        })),
         idempotency_key: format!("idem-{task_id}"),
         ..Default::default()
     }

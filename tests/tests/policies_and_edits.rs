@@ -563,7 +563,7 @@ async fn an_edit_racing_a_claim_never_both_win() -> Result<()> {
     let leases = exec.leases(N).await?;
     let won: std::collections::HashSet<String> = editor.await??.into_iter().collect();
     for l in &leases {
-        let sent = body(l.content.as_ref());
+        let sent = body(l.content.as_deref());
         if won.contains(&l.task_id) {
             assert_eq!(
                 sent, "edited",

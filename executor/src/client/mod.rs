@@ -628,7 +628,7 @@ impl LeaseClient {
         let request = match sender {
             Err(error) => Err(error),
             Ok(sender) => match request_from_lease(lease) {
-                Some(req) => Ok((sender, req)),
+                Some(req) => Ok((sender, Box::new(req))),
                 None => Err(SendError::permanent("lease carries no content")),
             },
         };
@@ -664,10 +664,10 @@ impl LeaseClient {
 }
 
 fn request_from_lease(lease: pb::Lease) -> Option<SendRequest> {
-    let content = Content::from_proto(lease.content)?;
+    let content = Content::from_proto(lease.content.map(|c| *c))?;
     let window_closed_fallback = lease.window_closed_fallback.and_then(|t| {
         Content::from_proto(Some(pb::Content {
-            body: Some(pb::content::Body::Template(t)),
+            body: Some(pb::content::Body::Template(*t)),
             link_preview: false,
         }))
     });

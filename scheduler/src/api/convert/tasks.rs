@@ -352,7 +352,7 @@ pub fn lease(l: GrantedLease) -> Result<pb::Lease, StoreError> {
         attempt: l.attempt,
         queue: l.queue,
         recipient: l.recipient,
-        content: Some(content(&l.content)?),
+        content: Some(Box::new(content(&l.content)?)),
         idempotency_key: l.idempotency_key,
         run_at: Some(timestamp(l.run_at)),
         leased_at: Some(timestamp(l.leased_at)),
@@ -367,7 +367,7 @@ pub fn lease(l: GrantedLease) -> Result<pb::Lease, StoreError> {
         window_closed_fallback: l
             .window_closed_fallback
             .as_deref()
-            .map(fallback)
+            .map(|f| fallback(f).map(Box::new))
             .transpose()?,
     })
 }
