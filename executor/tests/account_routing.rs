@@ -142,18 +142,10 @@ async fn next(inbound: &mut Streaming<pb::ExecutorMessage>) -> Out {
 
 fn lease(task_id: &str, credentials_ref: &str) -> pb::Lease {
     pb::Lease {
-        task_id: task_id.into(),
-        attempt: 1,
-        queue: "whatever".into(),
         recipient: "16505551234".into(),
-        content: Some(Box::new(pb::Content {
-            body: Some(pb::content::Body::Text("hi".into())),
-            ..Default::default()
-        })),
-        idempotency_key: format!("idem-{task_id}"),
         account_id: format!("id-{credentials_ref}"),
         credentials_ref: credentials_ref.into(),
-        ..Default::default()
+        ..common::text_lease(task_id, "whatever")
     }
 }
 

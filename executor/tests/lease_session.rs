@@ -5,6 +5,8 @@
 // Test helpers: a failed expectation is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,6 +18,8 @@ use pb::scheduler_message::Kind as In;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio_stream::wrappers::{TcpListenerStream, UnboundedReceiverStream};
 use tonic::{Request, Response, Status, Streaming};
+
+use common::text_lease;
 
 /// One stream opened by the executor.
 struct Session {
@@ -141,21 +145,6 @@ fn gated_sender(
     }))
 }
 
-fn lease(task_id: &str, queue: &str) -> pb::Lease {
-    pb::Lease {
-        task_id: task_id.into(),
-        attempt: 1,
-        queue: queue.into(),
-        recipient: "someone".into(),
-        content: Some(Box::new(pb::Content {
-            body: Some(pb::content::Body::Text("hi".into())),
-            ..Default::default()
-        })),
-        idempotency_key: format!("idem-{task_id}"),
-        ..Default::default()
-    }
-}
-
 fn lease_ref(task_id: &str) -> pb::LeaseRef {
     pb::LeaseRef {
         task_id: task_id.into(),
@@ -271,12 +260,12 @@ async fn a_paced_lease_waits_for_its_instant_and_a_revoke_stops_it_unsent() {
     s.handshake().await;
 
     // The route has room for both, but the paced one is held for its hour: the other starts.
-    let mut paced = lease("paced", "q");
+    let mut paced = text_lease("paced", "q");
     paced.send_after = Some(prost_duration(Duration::from_secs(3600)));
-    let mut soon = lease("soon", "q");
+    let mut soon = text_lease("soon", "q");
     soon.send_after = Some(prost_duration(Duration::from_millis(1)));
     s.send(In::Leases(pb::LeaseBatch {
-        leases: vec![paced, lease("now", "q")],
+        leases: vec![paced, text_lease("now", "q")],
     }));
     assert_eq!(exec.started.recv().await.unwrap(), "now");
 
@@ -327,7 +316,7 @@ async fn leases_revokes_drain_and_resend() {
 
     // A lease on a queue without a sender fails PERMANENT at once and frees its slot.
     s1.send(In::Leases(pb::LeaseBatch {
-        leases: vec![lease("nowhere", "unknown")],
+        leases: vec![text_lease("nowhere", "unknown")],
     }));
     let results = expect_report(s1.next().await);
     assert_eq!(results.len(), 1);
@@ -345,7 +334,7 @@ async fn leases_revokes_drain_and_resend() {
 
     // Two leases on a route of concurrency 1: one sends, the other waits (Pending).
     s1.send(In::Leases(pb::LeaseBatch {
-        leases: vec![lease("a", "q"), lease("b", "q")],
+        leases: vec![text_lease("a", "q"), text_lease("b", "q")],
     }));
     let sending = exec.started.recv().await.unwrap();
     let pending = if sending == "a" { "b" } else { "a" };
@@ -420,7 +409,7 @@ async fn shutdown_finishes_sends_and_drops_pending_leases() {
     s.handshake().await;
 
     s.send(In::Leases(pb::LeaseBatch {
-        leases: vec![lease("a", "q"), lease("b", "q")],
+        leases: vec![text_lease("a", "q"), text_lease("b", "q")],
     }));
     let sending = exec.started.recv().await.unwrap();
 
@@ -483,7 +472,7 @@ async fn extends_old_leases_and_drops_lost_pending_ones() {
     s.handshake_with_ttl(Duration::from_millis(300)).await;
 
     s.send(In::Leases(pb::LeaseBatch {
-        leases: vec![lease("a", "q"), lease("b", "q")],
+        leases: vec![text_lease("a", "q"), text_lease("b", "q")],
     }));
     let sending = exec.started.recv().await.unwrap();
     let pending = if sending == "a" { "b" } else { "a" };

@@ -1,4 +1,5 @@
-//! Helpers shared by the sender tests: requests, senders built from config text, sending.
+//! Helpers shared by the executor's integration tests: requests, senders built from config
+//! text, sending, and leases as a scripted scheduler hands them out.
 
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
@@ -24,6 +25,24 @@ pub fn request(task_id: &str, recipient: &str, content: Content) -> SendRequest 
         account_id: "acc-1".into(),
         credentials_ref: "acc".into(),
         window_closed_fallback: None,
+    }
+}
+
+/// A first-attempt lease of task `task_id` on `queue`, carrying the text "hi" (the scheduler's
+/// side of the stream, as the lease-protocol tests script it).
+pub fn text_lease(task_id: &str, queue: &str) -> herald_proto::v1::Lease {
+    use herald_proto::v1 as pb;
+    pb::Lease {
+        task_id: task_id.into(),
+        attempt: 1,
+        queue: queue.into(),
+        recipient: "someone".into(),
+        content: Some(Box::new(pb::Content {
+            body: Some(pb::content::Body::Text("hi".into())),
+            ..Default::default()
+        })),
+        idempotency_key: format!("idem-{task_id}"),
+        ..Default::default()
     }
 }
 
