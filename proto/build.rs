@@ -30,8 +30,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // BTreeMap makes encoding deterministic, which the idempotency check hashes.
         .btree_map(".")
         // A lease's content and fallback template are most of its size unboxed (776 bytes a
-        // lease); boxed, the executor's decoder grows its vector of 512 leases a batch by
-        // copying a third as much (docs/performance.md).
+        // lease, 320 boxed): the executor's decoder grows its vector of 512 leases a batch by
+        // copying less than half as much (docs/performance.md).
         .boxed(".herald.v1.Lease.content")
         .boxed(".herald.v1.Lease.window_closed_fallback")
         .file_descriptor_set_path(&descriptor_path)
