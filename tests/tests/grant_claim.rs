@@ -6,7 +6,8 @@
 //! an account with gaps grants each send its own instant. A reservation that waits for another
 //! claim's lock grants only the room that claim left; feedback says when it frees room on a full
 //! account. And claims, report batches and webhook batches working on the same accounts at once
-//! lock them in one order, so they never deadlock.
+//! lock them in one order, so they never deadlock; the locking functions keep that order
+//! whatever order their callers pass.
 
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
@@ -124,6 +125,34 @@ async fn until_blocked_by(conn: &Client, pid: i32, what: &str) -> Result<()> {
         Ok(row.get::<_, i64>("n") > 0)
     })
     .await
+}
+
+/// Locks account `id`'s row in a new transaction of `client`, as a report batch or another
+/// claim holding it would; returns the transaction and its server process.
+async fn hold_account<'c>(
+    client: &'c mut Client,
+    id: &str,
+) -> Result<(tokio_postgres::Transaction<'c>, i32)> {
+    let tx = client.transaction().await?;
+    tx.execute(
+        "SELECT 1 FROM herald.accounts WHERE namespace = 'default' AND id = $1 FOR UPDATE",
+        &[&id],
+    )
+    .await?;
+    let pid = backend_pid(&tx).await?;
+    Ok((tx, pid))
+}
+
+/// Locks account `id`'s row in `tx` without waiting: fails at once if another transaction
+/// holds it.
+async fn take_at_once(tx: &tokio_postgres::Transaction<'_>, id: &str) -> Result<()> {
+    tx.execute(
+        "SELECT 1 FROM herald.accounts WHERE namespace = 'default' AND id = $1
+         FOR UPDATE NOWAIT",
+        &[&id],
+    )
+    .await?;
+    Ok(())
 }
 
 /// (in_flight, day_count) of an account.
@@ -333,25 +362,14 @@ async fn a_grant_takes_account_rows_byte_by_byte_as_report_batches_do_under_a_li
     assert!(linguistic, "the database should sort linguistically");
 
     let mut batch = db.connect().await?;
-    let batch = batch.transaction().await?;
-    batch
-        .batch_execute(
-            "SELECT 1 FROM herald.accounts WHERE namespace = 'default' AND id = 'Acct-b'
-             FOR UPDATE",
-        )
-        .await?;
-    let batch_pid = backend_pid(&batch).await?;
+    let (batch, batch_pid) = hold_account(&mut batch, "Acct-b").await?;
     let granting = db.connect().await?;
     let granted = tokio::spawn(async move {
         let (_, granted) = grant(&granting, &[to("acct-a", "+r"), to("Acct-b", "+s")], &[]).await?;
         anyhow::Ok(granted.len())
     });
     until_blocked_by(&conn, batch_pid, "the grant to wait for the report batch").await?;
-    batch
-        .batch_execute(
-            "SELECT 1 FROM herald.accounts WHERE namespace = 'default' AND id = 'acct-a'
-             FOR UPDATE NOWAIT",
-        )
+    take_at_once(&batch, "acct-a")
         .await
         .context("the waiting grant holds acct-a")?;
     batch.commit().await?;
@@ -360,6 +378,37 @@ async fn a_grant_takes_account_rows_byte_by_byte_as_report_batches_do_under_a_li
         2,
         "both assignments granted once the batch ended"
     );
+    Ok(())
+}
+
+/// The functions that lock several account rows take them byte by byte whatever order their
+/// caller passes the ids in, so no caller can get the order wrong. While another transaction
+/// holds `a1`, the first of the two in that order, a call given `[a2, a1]` waits for it holding
+/// neither, so the other transaction can take `a2` next. Fails if the function locks in the
+/// order it is given: it then holds `a2` while it waits, and that next lock would deadlock with
+/// it (taken here with NOWAIT, it fails at once).
+#[tokio::test]
+async fn account_locks_are_taken_byte_by_byte_whatever_order_the_caller_passes() -> Result<()> {
+    let calls = [
+        "SELECT herald.lock_accounts('default', ARRAY['a2', 'a1'])",
+        "SELECT herald.apply_account_feedback('default', ARRAY['a2', 'a1'], ARRAY[0, 0],
+             ARRAY[0, 0], ARRAY[0, 0], ARRAY[0, 0], ARRAY[0, 0]::bigint[], ARRAY[0, 0],
+             ARRAY[0, 0], ARRAY[NULL, NULL]::text[])",
+        "SELECT herald.fold_account_deltas('default', ARRAY['a2', 'a1'])",
+    ];
+    let (db, conn) = database(&["a1", "a2"], 10, "").await?;
+    for call in calls {
+        let mut holder = db.connect().await?;
+        let (holder, holder_pid) = hold_account(&mut holder, "a1").await?;
+        let caller = db.connect().await?;
+        let called = tokio::spawn(async move { caller.batch_execute(call).await });
+        until_blocked_by(&conn, holder_pid, call).await?;
+        take_at_once(&holder, "a2")
+            .await
+            .with_context(|| format!("the waiting call holds a2: {call}"))?;
+        holder.commit().await?;
+        called.await?.with_context(|| call.to_owned())?;
+    }
     Ok(())
 }
 

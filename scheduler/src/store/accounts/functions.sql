@@ -206,15 +206,20 @@ BEGIN
 END
 $$;
 
--- Locks accounts p_ids of p_namespace for update, in p_ids' order (the nested loop is driven
--- by the unnest): every transaction that locks several account rows takes them in one order
--- (callers pass ids sorted), so none deadlock. A statement of its own, so that the caller's
--- next statement takes its snapshot once every lock is held and reads each row as it now is.
+-- Locks accounts p_ids of p_namespace for update, in id order byte by byte (COLLATE "C"),
+-- whatever order p_ids is in and whatever the database's collation: every transaction that
+-- locks several account rows takes them in that one order, so none deadlock. Sorted here
+-- rather than by each caller, so that no caller can get the order wrong (a grant sorted by a
+-- linguistic collation once deadlocked with report batches sorted byte by byte). The nested
+-- loop is driven by the sorted ids. A statement of its own, so that the caller's next
+-- statement takes its snapshot once every lock is held and reads each row as it now is.
 CREATE OR REPLACE FUNCTION herald.lock_accounts(p_namespace text, p_ids text[]) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM 1
-    FROM unnest(p_ids) AS u(id)
+    FROM (SELECT d.id
+          FROM (SELECT DISTINCT w.id FROM unnest(p_ids) AS w(id)) d
+          ORDER BY d.id COLLATE "C") AS u
     CROSS JOIN LATERAL (
         SELECT 1 FROM herald.accounts a
         WHERE a.namespace = p_namespace AND a.id = u.id
@@ -243,11 +248,11 @@ LANGUAGE plpgsql AS $$
 BEGIN
     -- One statement for every account of the claim: a row-at-a-time loop cost about 0.2 ms per
     -- account per claim, and a claim through a pool reserves on each of its accounts
-    -- (docs/performance.md, S5). Callers pass ids sorted; rows are locked in that order (the
-    -- nested loop is driven by the unnest), as account_feedback locks them, so concurrent
-    -- claims and reports never deadlock. PL/pgSQL rather than SQL so that the statement's plan
-    -- is kept across calls: a SQL function's body is planned again at every call, and with
-    -- account_room inlined that planning cost more than the reservation itself.
+    -- (docs/performance.md, S5). herald.lock_accounts takes the rows in id order byte by byte,
+    -- as report batches and folds take them, so concurrent claims and reports never deadlock;
+    -- the arrays need only agree with each other. PL/pgSQL rather than SQL so that the
+    -- statement's plan is kept across calls: a SQL function's body is planned again at every
+    -- call, and with account_room inlined that planning cost more than the reservation itself.
     --
     -- The rows are locked first (herald.lock_accounts), and read and updated by the next
     -- statement, which takes its snapshot once every lock is held and so sees each row as it
@@ -355,10 +360,9 @@ BEGIN
         LEFT JOIN (SELECT DISTINCT u.account FROM unnest(p_tracked) AS u(account)) tr
             ON tr.account = a.account
     ),
-    -- Sorted by account id byte by byte (COLLATE "C"), the order in which report batches (sorted
-    -- in Rust), folds and webhook batches lock account rows too, so none of them deadlock with a
-    -- claim whatever the database's collation. Under a linguistic collation ('acct-a' before
-    -- 'Acct-b' in en-US, after it byte by byte) the two orders differ.
+    -- One element per account, in one order for every array. The reservation locks the rows
+    -- byte by byte itself (herald.lock_accounts); sorting them so here too costs nothing and
+    -- keeps the reservation's output in the order the rows were taken.
     wanted AS (
         SELECT array_agg(w.account ORDER BY w.account COLLATE "C") AS ids,
                array_agg(w.high ORDER BY w.account COLLATE "C") AS high,
@@ -482,8 +486,8 @@ $$;
 -- One statement for the whole batch: a report batch touches every account it sent for (all 100
 -- in the routed benchmark), and a row-at-a-time loop cost about half a millisecond per account
 -- per batch, the largest fixed cost of the routed report path (docs/performance.md, S5). Rows
--- are locked in the caller's order (`ord`), as the claims' reservations lock them, so the two
--- never deadlock.
+-- are locked in id order byte by byte, whatever order p_ids is in, as herald.lock_accounts
+-- takes them for the claims' reservations, so the two never deadlock.
 CREATE OR REPLACE FUNCTION herald.apply_account_feedback(
     p_namespace text, p_ids text[], p_released integer[], p_refund integer[], p_ok integer[],
     p_rate_limited integer[], p_retry_after_ms bigint[], p_unavailable integer[],
@@ -497,19 +501,20 @@ BEGIN
         SELECT *
         FROM unnest(p_ids, p_released, p_refund, p_ok, p_rate_limited, p_retry_after_ms,
                     p_unavailable, p_failed, p_reason)
-            WITH ORDINALITY AS f(id, released, refund, ok, rate_limited, retry_after_ms,
-                                 unavailable, failed, reason, ord)
+            AS f(id, released, refund, ok, rate_limited, retry_after_ms, unavailable, failed,
+                 reason)
     ),
+    -- Rows locked in id order byte by byte, whatever order p_ids is in, as
+    -- herald.lock_accounts takes them (the nested loop is driven by the sorted input).
     locked AS (
         SELECT a.*, f.released, f.refund, f.ok, f.rate_limited, f.retry_after_ms,
                f.unavailable, coalesce(f.failed, 0) AS failed, f.reason
-        FROM f
+        FROM (SELECT * FROM f ORDER BY f.id COLLATE "C") f
         CROSS JOIN LATERAL (
             SELECT * FROM herald.accounts a
             WHERE a.namespace = p_namespace AND a.id = f.id
             FOR UPDATE
         ) a
-        ORDER BY f.ord
     ),
     -- As in reserve_capacity: the clock after the lock, never behind the bucket's. The bucket
     -- is settled at the old rate before the rate changes.
@@ -675,8 +680,8 @@ BEGIN
         RETURN v_freed;
     END IF;
     -- What was waiting happened first: folded before this batch's news, so successes from
-    -- before a rate limit do not count towards its recovery. The fold locks the rows in the
-    -- caller's order, as apply_account_feedback would.
+    -- before a rate limit do not count towards its recovery. The fold locks the rows (in id
+    -- order byte by byte, as apply_account_feedback would).
     PERFORM herald.fold_account_deltas(p_namespace, v_now_ids);
     SELECT herald.apply_account_feedback(
         p_namespace, v_now_ids,
@@ -697,10 +702,10 @@ $$;
 
 -- Folds what is waiting in herald.account_deltas for accounts p_ids of p_namespace into their
 -- rows (herald.apply_account_feedback) and deletes it. Room it frees was counted already, by
--- herald.account_in_flight, when the delta was written. The rows are locked, in p_ids' order,
--- before the deltas are read: two folds of one account then take turns, and each delta is
--- deleted, and applied, by exactly one of them. A delta committed while this runs waits for
--- the next fold.
+-- herald.account_in_flight, when the delta was written. The rows are locked (byte by byte, by
+-- herald.lock_accounts) before the deltas are read: two folds of one account then take turns,
+-- and each delta is deleted, and applied, by exactly one of them. A delta committed while this
+-- runs waits for the next fold.
 CREATE OR REPLACE FUNCTION herald.fold_account_deltas(p_namespace text, p_ids text[])
 RETURNS void
 LANGUAGE plpgsql AS $$
