@@ -150,35 +150,27 @@ pub(crate) async fn wait_succeeded(
     limit: Duration,
 ) -> Result<Duration> {
     let started = Instant::now();
-    let (probe, horizon_ms) = match pending {
-        Pending::DueWithin(horizon) => (
-            client
-                .prepare(
-                    "SELECT EXISTS (SELECT 1 FROM herald.tasks
-                            WHERE state = 'scheduled' AND route = $1
-                              AND priority = ANY('{9,8,7,6,5,4,3,2,1,0}'::smallint[])
-                              AND run_at <= now() + $2::bigint * interval '1 millisecond')
-                 OR EXISTS (SELECT 1 FROM herald.tasks WHERE state = 'leased')",
-                )
-                .await?,
-            Some(horizon.as_millis() as i64),
+    // Sent as text at every poll, not prepared once: after five runs of a prepared statement
+    // PostgreSQL may keep a generic plan, and for the horizon's `run_at <= now() + $2` that
+    // plan was a sequential scan. At 10M future tasks (S4) each poll then scanned the whole
+    // table for 2-4 s, on the cores herald's spread was being measured on
+    // (docs/performance.md, S4). Planned with the values at hand, it probes the partial index.
+    let probe = match pending {
+        Pending::DueWithin(horizon) => format!(
+            "SELECT EXISTS (SELECT 1 FROM herald.tasks
+                    WHERE state = 'scheduled' AND route = '{}'
+                      AND priority = ANY('{{9,8,7,6,5,4,3,2,1,0}}'::smallint[])
+                      AND run_at <= now() + {} * interval '1 millisecond')
+             OR EXISTS (SELECT 1 FROM herald.tasks WHERE state = 'leased')",
+            crate::sql::ROUTE,
+            horizon.as_millis()
         ),
-        Pending::Any => (
-            client
-                .prepare(
-                    "SELECT EXISTS (SELECT 1 FROM herald.tasks WHERE state = 'scheduled')
-                         OR EXISTS (SELECT 1 FROM herald.tasks WHERE state = 'leased')",
-                )
-                .await?,
-            None,
-        ),
+        Pending::Any => "SELECT EXISTS (SELECT 1 FROM herald.tasks WHERE state = 'scheduled')
+                             OR EXISTS (SELECT 1 FROM herald.tasks WHERE state = 'leased')"
+            .to_owned(),
     };
     loop {
-        let pending: bool = match horizon_ms {
-            Some(ms) => client.query_one(&probe, &[&crate::sql::ROUTE, &ms]).await?,
-            None => client.query_one(&probe, &[]).await?,
-        }
-        .get(0);
+        let pending: bool = client.query_one(probe.as_str(), &[]).await?.get(0);
         if !pending {
             // `finished_at IS NOT NULL` lets the planner use the partial `tasks_finished`
             // index, so this stays cheap with millions of unfinished tasks in the table (S4).
