@@ -308,9 +308,11 @@ async fn refresh_account_gauges(store: &Store) -> Result<(), crate::store::Store
 /// when that is longer.
 ///
 /// Cost: one `GROUP BY state, queue` over live tasks only (SCHEDULED and LEASED, reached through
-/// the partial indexes on those states); finished tasks, usually the bulk of the table, are
-/// never read. With a million live tasks that is a few hundred milliseconds of one connection
-/// every 15 s per replica. Finished tasks are counted by [`TASKS_FINISHED`] instead.
+/// the partial indexes on those states while few tasks are live); finished tasks are counted by
+/// [`TASKS_FINISHED`] instead. With a million live tasks that is about a third of a second of
+/// one backend every 15 s per replica; with ten million, about three seconds every minute. It
+/// runs without parallel workers (`herald.live_task_counts`), so it never takes every core from
+/// the claims (docs/performance.md, S4).
 ///
 /// While a transaction anywhere on the database holds an old snapshot, those partial indexes
 /// keep an entry for every task that passed through the live states since, and the count visits

@@ -115,3 +115,47 @@ impl<C: GenericClient> NotificationRepo<'_, C> {
         Ok((column(&row, "waiting")?, column(&row, "next_due_ms")?))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::store::scratch::{insert_tasks, ScratchStore};
+    use crate::store::Db as _;
+
+    /// The gauge's count gives each live state's tasks by queue, and runs without parallel
+    /// workers whatever the server allows: with millions of live tasks a parallel count took
+    /// every core from the claims (docs/performance.md, S4). Fails if the function loses its
+    /// setting.
+    #[tokio::test]
+    async fn live_tasks_are_counted_by_state_and_queue_without_parallel_workers() {
+        let store = ScratchStore::migrated().await;
+        let conn = store.conn().await.unwrap_or_else(|e| panic!("{e}"));
+        insert_tasks(&conn, 3, "scheduled").await;
+        insert_tasks(&conn, 2, "leased").await;
+        insert_tasks(&conn, 4, "succeeded").await;
+        let mut counts = conn
+            .notifications()
+            .live_task_counts()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        counts.sort();
+        assert_eq!(
+            counts,
+            vec![
+                ("leased".to_owned(), "q".to_owned(), 2),
+                ("scheduled".to_owned(), "q".to_owned(), 3)
+            ]
+        );
+        let settings: Vec<String> = conn
+            .query(
+                "SELECT unnest(proconfig) AS setting FROM pg_proc
+                 WHERE oid = 'herald.live_task_counts()'::regprocedure",
+                &[],
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .iter()
+            .map(|r| r.get("setting"))
+            .collect();
+        assert_eq!(settings, vec!["max_parallel_workers_per_gather=0"]);
+    }
+}
