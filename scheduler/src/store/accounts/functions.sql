@@ -360,9 +360,9 @@ BEGIN
         LEFT JOIN (SELECT DISTINCT u.account FROM unnest(p_tracked) AS u(account)) tr
             ON tr.account = a.account
     ),
-    -- One element per account, in one order for every array. The reservation locks the rows
-    -- byte by byte itself (herald.lock_accounts); sorting them so here too costs nothing and
-    -- keeps the reservation's output in the order the rows were taken.
+    -- One element per account, every array in the same order. The reservation locks the rows
+    -- byte by byte itself (herald.lock_accounts); the arrays are sorted the same way here only
+    -- so that they agree with each other.
     wanted AS (
         SELECT array_agg(w.account ORDER BY w.account COLLATE "C") AS ids,
                array_agg(w.high ORDER BY w.account COLLATE "C") AS high,
