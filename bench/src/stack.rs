@@ -153,7 +153,7 @@ pub(crate) async fn wait_succeeded(
     // Sent as text at every poll, not prepared once: after five runs of a prepared statement
     // PostgreSQL may keep a generic plan, and for the horizon's `run_at <= now() + $2` that
     // plan was a sequential scan. At 10M future tasks (S4) each poll then scanned the whole
-    // table for 2-4 s, on the cores herald's spread was being measured on
+    // table for 1.6-4.3 s, on the cores herald's spread was being measured on
     // (docs/performance.md, S4). Planned with the values at hand, it probes the partial index.
     let probe = match pending {
         Pending::DueWithin(horizon) => format!(

@@ -143,9 +143,9 @@ async fn hold_account<'c>(
     Ok((tx, pid))
 }
 
-/// Locks account `id`'s row in `tx` without waiting: fails at once if another transaction
-/// holds it.
-async fn take_at_once(tx: &tokio_postgres::Transaction<'_>, id: &str) -> Result<()> {
+/// Locks account `id`'s row in the open transaction of `tx` without waiting: fails at once if
+/// another transaction holds it.
+async fn take_at_once(tx: &impl tokio_postgres::GenericClient, id: &str) -> Result<()> {
     tx.execute(
         "SELECT 1 FROM herald.accounts WHERE namespace = 'default' AND id = $1
          FOR UPDATE NOWAIT",
@@ -794,12 +794,7 @@ async fn a_webhook_batch_takes_its_accounts_in_id_order_before_any_mark() -> Res
             .await
     });
     grant.until_waited_on_by(&conn, "herald.accounts").await?;
-    grant
-        .conn
-        .batch_execute(
-            "SELECT 1 FROM herald.accounts WHERE namespace = 'default' AND id = 'a2'
-             FOR UPDATE NOWAIT",
-        )
+    take_at_once(&grant.conn, "a2")
         .await
         .context("the webhook batch holds a2 while it waits for a1")?;
     grant.mark_and_commit("the webhook batch").await?;
