@@ -1139,6 +1139,48 @@ async fn a_full_batch_of_reports_is_applied_beside_one_that_is_held_up() -> Resu
     Ok(())
 }
 
+/// The last reports of a burst go to a second transaction while an earlier report is held up,
+/// though far fewer than a full batch have gathered: the burst's claim came back short and every
+/// lease it handed out is reported, so nothing more can join them, and waiting for the first
+/// lane would only delay them (docs/performance.md, "The last reports of a burst"). With the
+/// second lane opened only for a full batch they waited for the held row.
+#[tokio::test]
+async fn the_last_reports_of_a_burst_are_applied_beside_one_that_is_held_up() -> Result<()> {
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
+    let queue = unique_id("q");
+    let specs = (0..3)
+        .map(|i| task_spec(&queue, &format!("+1555{i:07}"), "hi"))
+        .collect();
+    create_many(&mut tasks, specs).await?;
+    let mut exec = ScriptedExecutor::connect(&scheduler.grpc_url(), "burst", &[&queue], 3).await?;
+    let leases = exec.leases(3).await?;
+    let mut sql = db.connect().await?;
+    let held = report_first_held(&exec, &mut sql, &leases).await?;
+    let first = &leases[0].task_id;
+
+    let answered = accepted_acks(&mut exec, 2, first).await?;
+    let behind: std::collections::HashSet<String> =
+        leases[1..].iter().map(|l| l.task_id.clone()).collect();
+    assert_eq!(answered, behind);
+    let leased: i64 = db
+        .connect()
+        .await?
+        .query_one(
+            "SELECT count(*) AS n FROM herald.tasks WHERE state = 'leased'",
+            &[],
+        )
+        .await?
+        .try_get("n")?;
+    assert_eq!(leased, 1, "the held task waits");
+
+    held.rollback().await?;
+    held_report_accepted(&mut exec, first).await?;
+    wait_for_task_state(&mut tasks, first, TaskState::Succeeded, WAIT).await?;
+    Ok(())
+}
+
 /// A report under way when the executor closes its half of the stream is still written and
 /// acknowledged before the scheduler ends its half: here the first lane's report is held up by
 /// a row lock when the stream closes, while the second lane has answered the 2,048 behind it.

@@ -3,6 +3,7 @@
 //! and revoke answers. An [`Error`] ends the whole session; problems with one lease travel
 //! in-band (a refused ack, a lost extension).
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use futures::stream::{FuturesUnordered, StreamExt as _};
@@ -101,10 +102,19 @@ async fn run(
         },
     );
     let credit = Arc::new(Semaphore::new(hello.initial_credit as usize));
+    let unreported = Unreported::new(ctx.settings.claim_batch);
     let stop = CancellationToken::new();
     tracing::info!(executor_id = %executor_id, namespace = %namespace, queues = ?hello.queues,
         credit = hello.initial_credit, "executor connected");
-    let dispatch = spawn_dispatcher(&ctx, &namespace, &hello, credit.clone(), stop.clone(), &tx);
+    let dispatch = spawn_dispatcher(
+        &ctx,
+        &namespace,
+        &hello,
+        credit.clone(),
+        stop.clone(),
+        &tx,
+        &unreported,
+    );
 
     // Frames that touch the database are handled on their own task (`handle_frames`), so a
     // Credit frame never waits behind a report statement: the dispatcher can claim the next
@@ -117,6 +127,7 @@ async fn run(
         tx.clone(),
         work_rx,
         handler_failed.clone(),
+        unreported,
     ));
     let mut drained = false;
     loop {
@@ -167,6 +178,7 @@ fn spawn_dispatcher(
     credit: Arc<Semaphore>,
     stop: CancellationToken,
     tx: &Outbound,
+    unreported: &Unreported,
 ) -> tokio::task::JoinHandle<()> {
     let backlog = Backlog::new();
     let main_marks = PublishedMarks::default();
@@ -193,13 +205,15 @@ fn spawn_dispatcher(
             let store = ctx.store.clone();
             let namespace = namespace.to_owned();
             let executor_id = hello.executor_id.clone();
+            let unreported = unreported.clone();
             tokio::spawn(dispatcher.run(move |leases| {
                 let tx = tx.clone();
                 let store = store.clone();
                 let namespace = namespace.clone();
+                let unreported = unreported.clone();
                 crate::telemetry::metrics::leases_granted(&leases);
                 crate::telemetry::lease_grant_spans(&leases, &executor_id);
-                async move { deliver(&store, &namespace, &tx, leases).await }
+                async move { deliver(&store, &namespace, &tx, &unreported, leases).await }
             }))
         })
         .collect();
@@ -212,13 +226,65 @@ fn spawn_dispatcher(
 const MAX_GATHERED_REPORTS: usize = 2048;
 
 /// How many gathered report batches of one session are applied at once, each in its own
-/// transaction. The second opens only for a full gathered batch, that is for a backlog: with
-/// one lane a drain's reports were written one statement after another on one backend, and
-/// once the claims had caught up the results still queued were applied on one core while the
-/// other idled. Opened for any batch waiting, it split a steady stream into smaller batches,
-/// and the routed drain, whose account feedback costs per account and batch, slowed by a tenth
-/// (docs/performance.md, "Reports in two lanes").
+/// transaction. The second opens for a full gathered batch, that is for a backlog: with one
+/// lane a drain's reports were written one statement after another on one backend, and once
+/// the claims had caught up the results still queued were applied on one core while the other
+/// idled. Opened for any batch waiting, it split a steady stream into smaller batches, and the
+/// routed drain, whose account feedback costs per account and batch, slowed by a tenth
+/// (docs/performance.md, "Reports in two lanes"). It also opens at the end of a burst
+/// ([`Unreported::burst_over`]): then nothing more can join the batch, and waiting for the first
+/// lane only delays the burst's last results.
 const REPORT_LANES: usize = 2;
+
+/// What a session's report gathering knows of the leases it has handed out: how many the
+/// executor has not answered for yet (a report, a release, a revoke stopped before sending, an
+/// extension found lost), and whether the last batch granted was short of a full claim. Only a
+/// hint for when a gathered batch stops waiting for more: a report of an earlier stream's lease
+/// can take the count below the truth, and it then stays at zero, which only applies a batch
+/// early.
+#[derive(Debug, Clone)]
+struct Unreported {
+    leases: Arc<AtomicUsize>,
+    last_claim_short: Arc<AtomicBool>,
+    /// The session's claim batch: a batch of fewer leases was short.
+    claim_batch: usize,
+}
+
+impl Unreported {
+    fn new(claim_batch: u32) -> Self {
+        Unreported {
+            leases: Arc::default(),
+            last_claim_short: Arc::default(),
+            claim_batch: claim_batch as usize,
+        }
+    }
+
+    /// `n` leases are on their way to the executor. Counted before they are sent, so that no
+    /// report of theirs can be counted first.
+    fn granted(&self, n: usize) {
+        self.last_claim_short
+            .store(n < self.claim_batch, Ordering::Release);
+        self.leases.fetch_add(n, Ordering::AcqRel);
+    }
+
+    /// The executor answered for `n` leases (or they never reached it).
+    fn answered(&self, n: usize) {
+        // Never fails: the closure always returns a value.
+        let _ = self
+            .leases
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+                Some(v.saturating_sub(n))
+            });
+    }
+
+    /// Whether a burst of due work is over: the last claim came back short (it found no more
+    /// due) and every lease handed out has been answered for. Under a backlog every claim is
+    /// full, and a gathered batch keeps waiting to grow: splitting a steady stream into small
+    /// batches slowed the routed drain.
+    fn burst_over(&self) -> bool {
+        self.last_claim_short.load(Ordering::Acquire) && self.leases.load(Ordering::Acquire) == 0
+    }
+}
 
 /// Handles the executor's frames other than Credit; on an error, ends the stream with it and
 /// tells the reader to stop. Report batches are applied up to [`REPORT_LANES`] at a time: they
@@ -231,6 +297,7 @@ async fn handle_frames(
     tx: Outbound,
     mut frames: mpsc::Receiver<FromExecutor>,
     failed: CancellationToken,
+    unreported: Unreported,
 ) {
     let apply = |batch: Vec<ReportEntry>| handle_reports(&ctx, &namespace, &tx, batch);
     let mut applying = FuturesUnordered::new();
@@ -242,7 +309,8 @@ async fn handle_frames(
     loop {
         if !gathered.is_empty()
             && (applying.is_empty()
-                || (applying.len() < REPORT_LANES && gathered.len() >= MAX_GATHERED_REPORTS))
+                || (applying.len() < REPORT_LANES
+                    && (gathered.len() >= MAX_GATHERED_REPORTS || unreported.burst_over())))
         {
             applying.push(apply(std::mem::take(&mut gathered)));
         }
@@ -261,6 +329,7 @@ async fn handle_frames(
             },
         };
         if let FromExecutor::Reports(batch) = frame {
+            unreported.answered(batch.len());
             gathered.extend(batch);
             continue;
         }
@@ -273,12 +342,22 @@ async fn handle_frames(
             break;
         }
         let result = match frame {
-            FromExecutor::Extend(leases) => handle_extend(&ctx, &namespace, &tx, leases).await,
+            FromExecutor::Extend(leases) => {
+                handle_extend(&ctx, &namespace, &tx, &unreported, leases).await
+            }
             FromExecutor::RevokeAck {
                 lease,
                 stopped_before_send,
-            } => handle_revoke_ack(&ctx, &namespace, &lease, stopped_before_send).await,
-            FromExecutor::Release(leases) => handle_release(&ctx, &namespace, &leases).await,
+            } => {
+                if stopped_before_send {
+                    unreported.answered(1);
+                }
+                handle_revoke_ack(&ctx, &namespace, &lease, stopped_before_send).await
+            }
+            FromExecutor::Release(leases) => {
+                unreported.answered(leases.len());
+                handle_release(&ctx, &namespace, &leases).await
+            }
             FromExecutor::Heartbeat => send(&tx, ToExecutor::Heartbeat(chrono::Utc::now())).await,
             FromExecutor::Violation(e) => Err(e),
             // The reader handles credit itself; reports are gathered above.
@@ -326,11 +405,19 @@ async fn send(tx: &Outbound, frame: ToExecutor) -> Result<(), Error> {
 
 /// Sends a claimed batch; if the stream is gone, hands the leases straight back (nothing was
 /// sent for them) instead of letting them wait out their TTL.
-async fn deliver(store: &Store, namespace: &str, tx: &Outbound, leases: Vec<GrantedLease>) -> bool {
+async fn deliver(
+    store: &Store,
+    namespace: &str,
+    tx: &Outbound,
+    unreported: &Unreported,
+    leases: Vec<GrantedLease>,
+) -> bool {
     let refs: Vec<(uuid::Uuid, i32)> = leases.iter().map(|l| (l.task_id, l.attempt)).collect();
+    unreported.granted(refs.len());
     if tx.send(ToExecutor::Leases(leases)).await.is_ok() {
         return true;
     }
+    unreported.answered(refs.len());
     // Idempotent: fenced by the lease tokens, a second run releases nothing more.
     let released = transaction!(store, StoreError, idempotent = true, |db| db
         .leases()
@@ -365,6 +452,7 @@ async fn handle_extend(
     ctx: &SessionContext,
     namespace: &str,
     tx: &Outbound,
+    unreported: &Unreported,
     leases: Vec<LeaseRef>,
 ) -> Result<(), Error> {
     let refs: Vec<(uuid::Uuid, i32)> = leases
@@ -383,6 +471,8 @@ async fn handle_extend(
             .is_some_and(|id| held.contains(&(id, l.attempt)))
     });
     let expires_at = extended.iter().map(|(_, _, at)| *at).max();
+    // The executor drops a lost lease it has not started sending, without a report.
+    unreported.answered(lost.len());
     send(
         tx,
         ToExecutor::ExtendAck {
@@ -430,4 +520,47 @@ async fn handle_revoke_ack(
             .await
     })?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Unreported;
+
+    /// A burst is over only when its last claim came back short and every lease is answered
+    /// for; under a backlog (full claims) a gathered batch keeps waiting to grow.
+    #[test]
+    fn a_burst_is_over_after_a_short_claim_once_every_lease_is_answered_for() {
+        let unreported = Unreported::new(512);
+        unreported.granted(512);
+        unreported.answered(512);
+        assert!(
+            !unreported.burst_over(),
+            "the last claim was full: more may come"
+        );
+
+        unreported.granted(512);
+        unreported.granted(300);
+        unreported.answered(700);
+        assert!(!unreported.burst_over(), "112 leases still out");
+        unreported.answered(112);
+        assert!(unreported.burst_over());
+
+        unreported.granted(512);
+        assert!(
+            !unreported.burst_over(),
+            "a full claim starts another backlog"
+        );
+    }
+
+    /// Reports of an earlier stream's leases take the count to zero, not below: the next
+    /// leases are counted from there.
+    #[test]
+    fn answers_for_leases_not_counted_stop_at_zero() {
+        let unreported = Unreported::new(512);
+        unreported.answered(5);
+        unreported.granted(3);
+        assert!(!unreported.burst_over(), "3 leases out");
+        unreported.answered(3);
+        assert!(unreported.burst_over());
+    }
 }
