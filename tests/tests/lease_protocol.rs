@@ -1140,10 +1140,11 @@ async fn a_full_batch_of_reports_is_applied_beside_one_that_is_held_up() -> Resu
 }
 
 /// The last reports of a burst go to a second transaction while an earlier report is held up,
-/// though far fewer than a full batch have gathered: the burst's claim came back short and every
-/// lease it handed out is reported, so nothing more can join them, and waiting for the first
-/// lane would only delay them (docs/performance.md, "The last reports of a burst"). With the
-/// second lane opened only for a full batch they waited for the held row.
+/// though far fewer than a full batch have gathered: the burst's claim walked every due task
+/// (it came back short of the executor's credit) and every lease it handed out is reported, so
+/// nothing more can join them, and waiting for the first lane would only delay them
+/// (docs/performance.md, "The last reports of a burst in the second lane"). With the second
+/// lane opened only for a full batch they waited for the held row.
 #[tokio::test]
 async fn the_last_reports_of_a_burst_are_applied_beside_one_that_is_held_up() -> Result<()> {
     let db = TestDb::new().await?;
@@ -1154,7 +1155,9 @@ async fn the_last_reports_of_a_burst_are_applied_beside_one_that_is_held_up() ->
         .map(|i| task_spec(&queue, &format!("+1555{i:07}"), "hi"))
         .collect();
     create_many(&mut tasks, specs).await?;
-    let mut exec = ScriptedExecutor::connect(&scheduler.grpc_url(), "burst", &[&queue], 3).await?;
+    // Credit for more than is due, so that the claim comes back short: it walked every due
+    // task, and the burst ends with it.
+    let mut exec = ScriptedExecutor::connect(&scheduler.grpc_url(), "burst", &[&queue], 10).await?;
     let leases = exec.leases(3).await?;
     let mut sql = db.connect().await?;
     let held = report_first_held(&exec, &mut sql, &leases).await?;

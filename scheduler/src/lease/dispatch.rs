@@ -167,11 +167,12 @@ pub struct Dispatcher {
 }
 
 impl Dispatcher {
-    /// Runs until stopped, handing each claimed batch to `deliver`; stops early if `deliver`
-    /// returns false (the stream is gone).
+    /// Runs until stopped, handing each claimed batch to `deliver` with whether the main
+    /// claim's walk of the due queue came back short of what it asked for (it found no more due
+    /// tasks: the end of a burst); stops early if `deliver` returns false (the stream is gone).
     pub async fn run<F, Fut>(mut self, mut deliver: F)
     where
-        F: FnMut(Vec<GrantedLease>) -> Fut,
+        F: FnMut(Vec<GrantedLease>, bool) -> Fut,
         Fut: std::future::Future<Output = bool>,
     {
         let mut error_backoff = Duration::from_millis(50);
@@ -246,6 +247,10 @@ impl Dispatcher {
                     error_backoff = Duration::from_millis(50);
                     let leases = claimed.leases;
                     let granted = leases.len() as u32;
+                    // A routed claim also comes back short when the accounts' limits bind, with
+                    // more due behind it: only the main queue walk says a burst is over.
+                    let walked_all_due =
+                        self.role == Role::Main && claimed.by_queue_walk && granted < want;
                     if let Some(passed_before) = &passed_before {
                         straggler_pause = straggler_pause_after(
                             period,
@@ -276,7 +281,7 @@ impl Dispatcher {
                             linger_until = Some(started + LINGER);
                         }
                     }
-                    if !deliver(leases).await {
+                    if !deliver(leases, walked_all_due).await {
                         return;
                     }
                 }

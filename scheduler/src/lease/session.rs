@@ -102,7 +102,7 @@ async fn run(
         },
     );
     let credit = Arc::new(Semaphore::new(hello.initial_credit as usize));
-    let unreported = Unreported::new(ctx.settings.claim_batch);
+    let unreported = Unreported::default();
     let stop = CancellationToken::new();
     tracing::info!(executor_id = %executor_id, namespace = %namespace, queues = ?hello.queues,
         credit = hello.initial_credit, "executor connected");
@@ -206,14 +206,17 @@ fn spawn_dispatcher(
             let namespace = namespace.to_owned();
             let executor_id = hello.executor_id.clone();
             let unreported = unreported.clone();
-            tokio::spawn(dispatcher.run(move |leases| {
+            tokio::spawn(dispatcher.run(move |leases, walked_all_due| {
                 let tx = tx.clone();
                 let store = store.clone();
                 let namespace = namespace.clone();
                 let unreported = unreported.clone();
                 crate::telemetry::metrics::leases_granted(&leases);
                 crate::telemetry::lease_grant_spans(&leases, &executor_id);
-                async move { deliver(&store, &namespace, &tx, &unreported, leases).await }
+                async move {
+                    unreported.burst_ends(walked_all_due);
+                    deliver(&store, &namespace, &tx, &unreported, leases).await
+                }
             }))
         })
         .collect();
@@ -238,32 +241,26 @@ const REPORT_LANES: usize = 2;
 
 /// What a session's report gathering knows of the leases it has handed out: how many the
 /// executor has not answered for yet (a report, a release, a revoke stopped before sending, an
-/// extension found lost), and whether the last batch granted was short of a full claim. Only a
-/// hint for when a gathered batch stops waiting for more: a report of an earlier stream's lease
-/// can take the count below the truth, and it then stays at zero, which only applies a batch
-/// early.
-#[derive(Debug, Clone)]
+/// extension found lost), and whether the main claim's last walk of the due queue came back
+/// short of what it asked for. Only a hint for when a gathered batch stops waiting for more: a
+/// report of an earlier stream's lease can take the count below the truth, and it then stays at
+/// zero, which only applies a batch early.
+#[derive(Debug, Clone, Default)]
 struct Unreported {
     leases: Arc<AtomicUsize>,
-    last_claim_short: Arc<AtomicBool>,
-    /// The session's claim batch: a batch of fewer leases was short.
-    claim_batch: usize,
+    walked_all_due: Arc<AtomicBool>,
 }
 
 impl Unreported {
-    fn new(claim_batch: u32) -> Self {
-        Unreported {
-            leases: Arc::default(),
-            last_claim_short: Arc::default(),
-            claim_batch: claim_batch as usize,
-        }
+    /// Records whether the batch about to be granted ends a burst: the main claim's walk of the
+    /// due queue found fewer tasks than it asked for.
+    fn burst_ends(&self, walked_all_due: bool) {
+        self.walked_all_due.store(walked_all_due, Ordering::Release);
     }
 
     /// `n` leases are on their way to the executor. Counted before they are sent, so that no
     /// report of theirs can be counted first.
     fn granted(&self, n: usize) {
-        self.last_claim_short
-            .store(n < self.claim_batch, Ordering::Release);
         self.leases.fetch_add(n, Ordering::AcqRel);
     }
 
@@ -277,12 +274,13 @@ impl Unreported {
             });
     }
 
-    /// Whether a burst of due work is over: the last claim came back short (it found no more
-    /// due) and every lease handed out has been answered for. Under a backlog every claim is
-    /// full, and a gathered batch keeps waiting to grow: splitting a steady stream into small
-    /// batches slowed the routed drain.
+    /// Whether a burst of due work is over: the main claim's last walk found no more due tasks
+    /// and every lease handed out has been answered for. Under a backlog every walk is full, and
+    /// a gathered batch keeps waiting to grow: splitting a steady stream into small batches
+    /// slowed the routed drain. Routed claims never end a burst here: they also come back short
+    /// when the accounts' limits bind, with more due behind them.
     fn burst_over(&self) -> bool {
-        self.last_claim_short.load(Ordering::Acquire) && self.leases.load(Ordering::Acquire) == 0
+        self.walked_all_due.load(Ordering::Acquire) && self.leases.load(Ordering::Acquire) == 0
     }
 }
 
@@ -526,29 +524,32 @@ async fn handle_revoke_ack(
 mod tests {
     use super::Unreported;
 
-    /// A burst is over only when its last claim came back short and every lease is answered
-    /// for; under a backlog (full claims) a gathered batch keeps waiting to grow.
+    /// A burst is over only when the main claim's last walk came back short and every lease is
+    /// answered for; under a backlog (full walks) a gathered batch keeps waiting to grow.
     #[test]
-    fn a_burst_is_over_after_a_short_claim_once_every_lease_is_answered_for() {
-        let unreported = Unreported::new(512);
+    fn a_burst_is_over_after_a_short_walk_once_every_lease_is_answered_for() {
+        let unreported = Unreported::default();
+        unreported.burst_ends(false);
         unreported.granted(512);
         unreported.answered(512);
         assert!(
             !unreported.burst_over(),
-            "the last claim was full: more may come"
+            "the last walk was full: more may come"
         );
 
         unreported.granted(512);
+        unreported.burst_ends(true);
         unreported.granted(300);
         unreported.answered(700);
         assert!(!unreported.burst_over(), "112 leases still out");
         unreported.answered(112);
         assert!(unreported.burst_over());
 
+        unreported.burst_ends(false);
         unreported.granted(512);
         assert!(
             !unreported.burst_over(),
-            "a full claim starts another backlog"
+            "a full walk starts another backlog"
         );
     }
 
@@ -556,7 +557,8 @@ mod tests {
     /// leases are counted from there.
     #[test]
     fn answers_for_leases_not_counted_stop_at_zero() {
-        let unreported = Unreported::new(512);
+        let unreported = Unreported::default();
+        unreported.burst_ends(true);
         unreported.answered(5);
         unreported.granted(3);
         assert!(!unreported.burst_over(), "3 leases out");
