@@ -1019,27 +1019,32 @@ async fn acks_follow_the_reports_order_and_refusals_carry_the_state() -> Result<
     Ok(())
 }
 
-/// 2,049 leased tasks in a fresh queue, every lease held by one scripted executor.
-async fn leased_for_lanes(
-    executor_id: &str,
-) -> Result<(
+/// A fresh scheduler, what it leased to a scripted executor.
+type Leased = (
     TestDb,
     SchedulerProcess,
     ScriptedExecutor,
     Vec<herald_proto::v1::Lease>,
-)> {
+);
+
+/// 2,049 leased tasks in a fresh queue, every lease held by one scripted executor.
+async fn leased_for_lanes(executor_id: &str) -> Result<Leased> {
+    leased_in_fresh_queue(executor_id, GATHERED + 1, u32::try_from(GATHERED + 1)?).await
+}
+
+/// `n` tasks due now in a fresh queue, all leased to one scripted executor with `credit`.
+async fn leased_in_fresh_queue(executor_id: &str, n: usize, credit: u32) -> Result<Leased> {
     let db = TestDb::new().await?;
     let scheduler = SchedulerProcess::spawn(&db).await?;
     let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
     let queue = unique_id("q");
-    let specs = (0..=GATHERED)
+    let specs = (0..n)
         .map(|i| task_spec(&queue, &format!("+1555{i:07}"), "hi"))
         .collect();
     create_many(&mut tasks, specs).await?;
-    let credit = u32::try_from(GATHERED + 1)?;
     let mut exec =
         ScriptedExecutor::connect(&scheduler.grpc_url(), executor_id, &[&queue], credit).await?;
-    let leases = exec.leases(GATHERED + 1).await?;
+    let leases = exec.leases(n).await?;
     Ok((db, scheduler, exec, leases))
 }
 
@@ -1147,18 +1152,9 @@ async fn a_full_batch_of_reports_is_applied_beside_one_that_is_held_up() -> Resu
 /// lane opened only for a full batch they waited for the held row.
 #[tokio::test]
 async fn the_last_reports_of_a_burst_are_applied_beside_one_that_is_held_up() -> Result<()> {
-    let db = TestDb::new().await?;
-    let scheduler = SchedulerProcess::spawn(&db).await?;
-    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
-    let queue = unique_id("q");
-    let specs = (0..3)
-        .map(|i| task_spec(&queue, &format!("+1555{i:07}"), "hi"))
-        .collect();
-    create_many(&mut tasks, specs).await?;
     // Credit for more than is due, so that the claim comes back short: it walked every due
     // task, and the burst ends with it.
-    let mut exec = ScriptedExecutor::connect(&scheduler.grpc_url(), "burst", &[&queue], 10).await?;
-    let leases = exec.leases(3).await?;
+    let (db, scheduler, mut exec, leases) = leased_in_fresh_queue("burst", 3, 10).await?;
     let mut sql = db.connect().await?;
     let held = report_first_held(&exec, &mut sql, &leases).await?;
     let first = &leases[0].task_id;
@@ -1167,19 +1163,11 @@ async fn the_last_reports_of_a_burst_are_applied_beside_one_that_is_held_up() ->
     let behind: std::collections::HashSet<String> =
         leases[1..].iter().map(|l| l.task_id.clone()).collect();
     assert_eq!(answered, behind);
-    let leased: i64 = db
-        .connect()
-        .await?
-        .query_one(
-            "SELECT count(*) AS n FROM herald.tasks WHERE state = 'leased'",
-            &[],
-        )
-        .await?
-        .try_get("n")?;
-    assert_eq!(leased, 1, "the held task waits");
+    assert_eq!(leased_count(&db).await?, 1, "the held task waits");
 
     held.rollback().await?;
     held_report_accepted(&mut exec, first).await?;
+    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
     wait_for_task_state(&mut tasks, first, TaskState::Succeeded, WAIT).await?;
     Ok(())
 }

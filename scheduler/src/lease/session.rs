@@ -214,8 +214,7 @@ fn spawn_dispatcher(
                 crate::telemetry::metrics::leases_granted(&leases);
                 crate::telemetry::lease_grant_spans(&leases, &executor_id);
                 async move {
-                    unreported.burst_ends(walked_all_due);
-                    deliver(&store, &namespace, &tx, &unreported, leases).await
+                    deliver(&store, &namespace, &tx, &unreported, leases, walked_all_due).await
                 }
             }))
         })
@@ -252,15 +251,11 @@ struct Unreported {
 }
 
 impl Unreported {
-    /// Records whether the batch about to be granted ends a burst: the main claim's walk of the
-    /// due queue found fewer tasks than it asked for.
-    fn burst_ends(&self, walked_all_due: bool) {
+    /// `n` leases are on their way to the executor, from a walk that found every due task
+    /// (`walked_all_due`) or not. Counted before they are sent, so that no report of theirs can
+    /// be counted first.
+    fn granted(&self, n: usize, walked_all_due: bool) {
         self.walked_all_due.store(walked_all_due, Ordering::Release);
-    }
-
-    /// `n` leases are on their way to the executor. Counted before they are sent, so that no
-    /// report of theirs can be counted first.
-    fn granted(&self, n: usize) {
         self.leases.fetch_add(n, Ordering::AcqRel);
     }
 
@@ -401,17 +396,19 @@ async fn send(tx: &Outbound, frame: ToExecutor) -> Result<(), Error> {
         .map_err(|_| Error::Cancelled("executor went away".into()))
 }
 
-/// Sends a claimed batch; if the stream is gone, hands the leases straight back (nothing was
-/// sent for them) instead of letting them wait out their TTL.
+/// Sends a claimed batch (`walked_all_due`: its walk found every due task, see
+/// [`Unreported`]); if the stream is gone, hands the leases straight back (nothing was sent for
+/// them) instead of letting them wait out their TTL.
 async fn deliver(
     store: &Store,
     namespace: &str,
     tx: &Outbound,
     unreported: &Unreported,
     leases: Vec<GrantedLease>,
+    walked_all_due: bool,
 ) -> bool {
     let refs: Vec<(uuid::Uuid, i32)> = leases.iter().map(|l| (l.task_id, l.attempt)).collect();
-    unreported.granted(refs.len());
+    unreported.granted(refs.len(), walked_all_due);
     if tx.send(ToExecutor::Leases(leases)).await.is_ok() {
         return true;
     }
@@ -529,24 +526,21 @@ mod tests {
     #[test]
     fn a_burst_is_over_after_a_short_walk_once_every_lease_is_answered_for() {
         let unreported = Unreported::default();
-        unreported.burst_ends(false);
-        unreported.granted(512);
+        unreported.granted(512, false);
         unreported.answered(512);
         assert!(
             !unreported.burst_over(),
             "the last walk was full: more may come"
         );
 
-        unreported.granted(512);
-        unreported.burst_ends(true);
-        unreported.granted(300);
+        unreported.granted(512, false);
+        unreported.granted(300, true);
         unreported.answered(700);
         assert!(!unreported.burst_over(), "112 leases still out");
         unreported.answered(112);
         assert!(unreported.burst_over());
 
-        unreported.burst_ends(false);
-        unreported.granted(512);
+        unreported.granted(512, false);
         assert!(
             !unreported.burst_over(),
             "a full walk starts another backlog"
@@ -558,9 +552,8 @@ mod tests {
     #[test]
     fn answers_for_leases_not_counted_stop_at_zero() {
         let unreported = Unreported::default();
-        unreported.burst_ends(true);
         unreported.answered(5);
-        unreported.granted(3);
+        unreported.granted(3, true);
         assert!(!unreported.burst_over(), "3 leases out");
         unreported.answered(3);
         assert!(unreported.burst_over());
