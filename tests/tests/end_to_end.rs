@@ -1,6 +1,7 @@
 //! The whole path on the real binaries: a task created over gRPC is leased by a real executor,
 //! sent by its webhook sender to a local receiver, and reported back; retries, failures,
-//! crashes, two executors at once, cancellation and a graceful executor shutdown.
+//! crashes, two executors at once, claims of large tasks, cancellation and a graceful executor
+//! shutdown.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -461,5 +462,33 @@ async fn an_executor_stopped_with_sigterm_finishes_its_send_first() -> Result<()
         .into_inner();
     assert_eq!(still.state(), TaskState::Scheduled);
     assert_eq!(receiver.requests().len(), 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_claim_of_large_tasks_reaches_the_executor_in_messages_it_accepts() -> Result<()> {
+    // 300 tasks of 40 KB each: one claim's leases are about 10 MB together, more than the
+    // 4 MiB a gRPC client decodes by default.
+    const TOTAL: usize = 300;
+    let body = "x".repeat(40_000);
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let receiver = WebhookReceiver::start().await?;
+    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
+    for batch in 0..TOTAL / 50 {
+        let specs = (0..50)
+            .map(|i| task_spec(QUEUE, &format!("+1555{batch:02}{i:04}"), &body))
+            .collect();
+        tasks
+            .create_tasks(CreateTasksRequest { tasks: specs })
+            .await?;
+    }
+    let _executor = executor(&scheduler, &receiver, "exec-large", "").await?;
+    receiver
+        .wait_for_requests(TOTAL, Duration::from_secs(60))
+        .await?;
+    let deliveries = receiver.deliveries_by_webhook_id();
+    assert_eq!(deliveries.len(), TOTAL, "every task delivered");
+    assert!(deliveries.values().all(|n| *n == 1), "none delivered twice");
     Ok(())
 }

@@ -10,6 +10,7 @@ use herald_proto::v1::{
     self as pb, executor_message, lease_service_server::LeaseService, scheduler_message,
     ExecutorMessage, SchedulerMessage,
 };
+use prost::Message as _;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
@@ -21,7 +22,7 @@ use crate::lease::reports::{AttemptReport, ReportEntry};
 use crate::lease::session::{self, SessionContext};
 use crate::lease::{FromExecutor, Hello, LeaseRef, ToExecutor, MAX_CREDIT, PROTOCOL_VERSION};
 use crate::rules;
-use crate::tasks::model::Outcome;
+use crate::tasks::model::{GrantedLease, Outcome};
 
 /// How long an executor has to send Hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -42,11 +43,18 @@ impl LeaseApi {
     }
 }
 
+/// Most encoded bytes of leases in one `LeaseBatch` message. A claim's leases are split across
+/// as many messages as they need: gRPC clients refuse messages over 4 MiB by default, and a
+/// claim of large tasks (up to 64 KB of content each) can be tens of megabytes. An executor
+/// that refused one broke its stream at every claim and its leases ran out unsent.
+pub const MAX_LEASE_BATCH_BYTES: usize = 1024 * 1024;
+
+/// The wire messages of one domain frame: one, or several for a large batch of leases.
+type WireFrames = futures::stream::Iter<std::vec::IntoIter<Result<SchedulerMessage, Status>>>;
+
 /// The scheduler's frames of one stream.
-type Outgoing = futures::stream::Map<
-    ReceiverStream<ToExecutor>,
-    fn(ToExecutor) -> Result<SchedulerMessage, Status>,
->;
+type Outgoing =
+    futures::stream::FlatMap<ReceiverStream<ToExecutor>, WireFrames, fn(ToExecutor) -> WireFrames>;
 
 #[tonic::async_trait]
 impl LeaseService for LeaseApi {
@@ -71,7 +79,7 @@ impl LeaseService for LeaseApi {
         let (out_tx, out_rx) = mpsc::channel(256);
         session::start(self.ctx.clone(), namespace, hello, frames_rx, out_tx);
         tokio::spawn(read_frames(inbound, frames_tx));
-        let outgoing: Outgoing = ReceiverStream::new(out_rx).map(to_wire);
+        let outgoing: Outgoing = ReceiverStream::new(out_rx).flat_map(wire_frames);
         Ok(Response::new(outgoing))
     }
 
@@ -244,8 +252,48 @@ fn attempt_report(r: &pb::AttemptResult) -> Option<AttemptReport> {
     })
 }
 
-/// A domain frame on the wire.
-fn to_wire(frame: ToExecutor) -> Result<SchedulerMessage, Status> {
+/// A domain frame as wire messages.
+fn wire_frames(frame: ToExecutor) -> WireFrames {
+    futures::stream::iter(to_wire(frame))
+}
+
+/// Leases as `LeaseBatch` messages of at most [`MAX_LEASE_BATCH_BYTES`] each (a lease larger
+/// than that alone goes in a message of its own), in their order.
+fn lease_batches(leases: Vec<GrantedLease>) -> Vec<pb::LeaseBatch> {
+    let mut batches = Vec::with_capacity(1);
+    // Sized up front: a filtered collect starts empty and grew (copying) a batch of large
+    // messages about once over.
+    let mut current = Vec::with_capacity(leases.len());
+    let mut bytes = 0;
+    for l in leases {
+        let task_id = l.task_id;
+        let lease = match wire::lease(l) {
+            Ok(lease) => lease,
+            Err(e) => {
+                tracing::error!(task_id = %task_id, error = %e, "undeliverable lease");
+                continue;
+            }
+        };
+        let len = lease.encoded_len();
+        // The field's tag and length prefix.
+        let framed = len + 1 + prost::length_delimiter_len(len);
+        if bytes + framed > MAX_LEASE_BATCH_BYTES && !current.is_empty() {
+            batches.push(pb::LeaseBatch {
+                leases: std::mem::take(&mut current),
+            });
+            bytes = 0;
+        }
+        bytes += framed;
+        current.push(lease);
+    }
+    if !current.is_empty() || batches.is_empty() {
+        batches.push(pb::LeaseBatch { leases: current });
+    }
+    batches
+}
+
+/// A domain frame on the wire: one message, or as many as a batch of leases needs.
+fn to_wire(frame: ToExecutor) -> Vec<Result<SchedulerMessage, Status>> {
     use scheduler_message::Kind;
     let kind = match frame {
         ToExecutor::Welcome {
@@ -260,21 +308,14 @@ fn to_wire(frame: ToExecutor) -> Result<SchedulerMessage, Status> {
             scheduler_id,
         }),
         ToExecutor::Leases(leases) => {
-            // Sized up front: a filtered collect starts empty and grew (copying) a batch of
-            // large messages about once over.
-            let mut wire_leases = Vec::with_capacity(leases.len());
-            for l in leases {
-                let task_id = l.task_id;
-                match wire::lease(l) {
-                    Ok(lease) => wire_leases.push(lease),
-                    Err(e) => {
-                        tracing::error!(task_id = %task_id, error = %e, "undeliverable lease");
-                    }
-                }
-            }
-            Kind::Leases(pb::LeaseBatch {
-                leases: wire_leases,
-            })
+            return lease_batches(leases)
+                .into_iter()
+                .map(|batch| {
+                    Ok(SchedulerMessage {
+                        kind: Some(Kind::Leases(batch)),
+                    })
+                })
+                .collect()
         }
         ToExecutor::Acks(acks) => Kind::ReportAcks(pb::ReportAckBatch {
             acks: acks
@@ -307,9 +348,9 @@ fn to_wire(frame: ToExecutor) -> Result<SchedulerMessage, Status> {
         ToExecutor::Heartbeat(at) => Kind::Heartbeat(pb::Heartbeat {
             sent_at: Some(convert::timestamp(at)),
         }),
-        ToExecutor::End(e) => return Err(e.into()),
+        ToExecutor::End(e) => return vec![Err(e.into())],
     };
-    Ok(SchedulerMessage { kind: Some(kind) })
+    vec![Ok(SchedulerMessage { kind: Some(kind) })]
 }
 
 /// `s` cut to at most `max` bytes, without NUL characters: a provider's response excerpt may
@@ -327,4 +368,54 @@ fn truncate(s: &str, max: usize) -> String {
         end -= 1;
     }
     s[..end].to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease_of(bytes: usize) -> GrantedLease {
+        GrantedLease {
+            task_id: uuid::Uuid::new_v4(),
+            idempotency_key: "k".repeat(bytes),
+            ..GrantedLease::default()
+        }
+    }
+
+    #[test]
+    fn a_large_claim_is_split_into_batches_under_the_limit_in_order() {
+        let leases: Vec<GrantedLease> = (0..40).map(|_| lease_of(100_000)).collect();
+        let ids: Vec<String> = leases.iter().map(|l| l.task_id.to_string()).collect();
+        let batches = lease_batches(leases);
+        assert!(
+            batches.len() >= 4,
+            "40 leases of 100 KB need at least four batches"
+        );
+        for batch in &batches {
+            assert!(batch.encoded_len() <= MAX_LEASE_BATCH_BYTES);
+        }
+        let sent: Vec<String> = batches
+            .iter()
+            .flat_map(|b| b.leases.iter().map(|l| l.task_id.clone()))
+            .collect();
+        assert_eq!(sent, ids);
+    }
+
+    #[test]
+    fn a_small_claim_stays_one_batch() {
+        let batches = lease_batches((0..1024).map(|_| lease_of(100)).collect());
+        assert_eq!(batches.len(), 1);
+        assert_eq!(batches[0].leases.len(), 1024);
+    }
+
+    #[test]
+    fn a_lease_over_the_limit_goes_alone() {
+        let batches = lease_batches(vec![
+            lease_of(10),
+            lease_of(MAX_LEASE_BATCH_BYTES + 1),
+            lease_of(10),
+        ]);
+        let sizes: Vec<usize> = batches.iter().map(|b| b.leases.len()).collect();
+        assert_eq!(sizes, [1, 1, 1]);
+    }
 }
