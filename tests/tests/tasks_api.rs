@@ -1216,6 +1216,61 @@ async fn list_tasks_pages_newest_first() -> Result<()> {
 }
 
 #[tokio::test]
+async fn a_page_of_large_tasks_is_cut_to_what_a_client_accepts() -> Result<()> {
+    // 100 tasks of 60 KB: one page of all of them would be 6 MB, more than the 4 MiB a gRPC
+    // client decodes by default.
+    let (_running, mut client, _) = env().await?;
+    let body = "y".repeat(60_000);
+    let mut created = Vec::new();
+    for batch in 0..5 {
+        let specs = (0..20)
+            .map(|i| task_spec("default", &format!("r{batch}-{i}"), &body))
+            .collect();
+        let answer = client
+            .create_tasks(CreateTasksRequest { tasks: specs })
+            .await?
+            .into_inner();
+        created.extend(
+            answer
+                .results
+                .into_iter()
+                .filter_map(|r| r.task)
+                .map(|t| t.id),
+        );
+    }
+    let mut seen = Vec::new();
+    let mut pages = 0;
+    let mut token = String::new();
+    loop {
+        ensure!(pages < 20, "paging does not end after {} tasks", seen.len());
+        let page = client
+            .list_tasks(ListTasksRequest {
+                page_size: 100,
+                page_token: token.clone(),
+                ..ListTasksRequest::default()
+            })
+            .await
+            .context("a page the client can decode")?
+            .into_inner();
+        pages += 1;
+        ensure!(!page.tasks.is_empty(), "an empty page before the end");
+        seen.extend(ids(&page.tasks));
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        token = page.next_page_token;
+    }
+    assert!(pages > 1, "the tasks did not fit one page");
+    let mut expected = created.clone();
+    expected.sort();
+    let mut got = seen.clone();
+    got.sort();
+    assert_eq!(got, expected, "every task exactly once");
+    assert_eq!(seen.len(), created.len(), "no task twice");
+    Ok(())
+}
+
+#[tokio::test]
 async fn list_tasks_rejects_bad_tokens_and_unspecified_state() -> Result<()> {
     let (_running, mut client, _) = env().await?;
     create_task(&mut client, task_spec("default", "r", "hi")).await?;
