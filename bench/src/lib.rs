@@ -71,10 +71,13 @@ pub struct Options {
     pub scale_probes: usize,
     /// The executor's credit (HERALD_MAX_IN_FLIGHT).
     pub max_in_flight: u32,
-    /// The scheduler's claim batch (HERALD_CLAIM_BATCH).
+    /// The scheduler's claim batch (HERALD_CLAIM_BATCH); S4 times the claim statement at it.
     pub claim_batch: u32,
     /// Plain-SQL baseline: concurrent drain workers.
     pub baseline_workers: usize,
+    /// Plain-SQL baseline: tasks each worker claims at a time (512, as #18 fixes it; its two
+    /// workers drain slower at 1,024, docs/performance.md).
+    pub baseline_batch: u32,
     /// S6: the phase unit (before: one unit; the held transaction: two; after: two); 150 s in
     /// a full run, so the soak takes twelve and a half minutes.
     pub soak_unit: Duration,
@@ -108,6 +111,7 @@ impl Options {
             max_in_flight: 2_048,
             claim_batch: 512,
             baseline_workers: 2,
+            baseline_batch: 512,
             soak_unit: Duration::from_secs(150),
             soak_rate: None,
             soak_history_after: Duration::ZERO,

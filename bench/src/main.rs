@@ -49,6 +49,9 @@ struct Cli {
     /// Plain-SQL drain baseline: concurrent workers.
     #[arg(long)]
     baseline_workers: Option<usize>,
+    /// Plain-SQL drain baseline: tasks each worker claims at a time.
+    #[arg(long)]
+    baseline_batch: Option<u32>,
     /// S6: seconds per phase unit (before 1, held transaction 2, after 2; default 150).
     #[arg(long)]
     soak_unit: Option<u64>,
@@ -144,6 +147,9 @@ fn options(cli: &Cli) -> Result<Options> {
     }
     if let Some(v) = cli.claim_batch {
         o.claim_batch = v;
+    }
+    if let Some(v) = cli.baseline_batch {
+        o.baseline_batch = v;
     }
     Ok(o)
 }

@@ -57,6 +57,7 @@ impl Report {
                 "max_in_flight": opts.max_in_flight,
                 "claim_batch": opts.claim_batch,
                 "baseline_workers": opts.baseline_workers,
+                "baseline_batch": opts.baseline_batch,
             }),
             notes: Vec::new(),
         }

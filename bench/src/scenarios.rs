@@ -81,7 +81,7 @@ pub(crate) async fn drain(opts: &Options, report: &mut Report) -> Result<f64> {
     let baseline = sql::baseline_drain(
         base_db.url(),
         opts.baseline_workers,
-        i64::from(opts.claim_batch),
+        i64::from(opts.baseline_batch),
         n,
     )
     .await?;
@@ -137,11 +137,13 @@ pub(crate) async fn drain(opts: &Options, report: &mut Report) -> Result<f64> {
     );
     report.note(format!(
         "S1: {n} tasks drained in {window:.2} s (database clock; executor started in {spawn:.2?}, \
-         wall {wall:.2?}; {}); baseline {baseline:.0} tasks/s with {} workers (PostgreSQL CPU \
-         {:.2} core-s)",
+         wall {wall:.2?}; {}); baseline {baseline:.0} tasks/s with {} workers claiming {} at a \
+         time (PostgreSQL CPU {:.2} core-s); herald claims {} at a time",
         spent.describe(),
         opts.baseline_workers,
-        base_spent.postgres
+        opts.baseline_batch,
+        base_spent.postgres,
+        opts.claim_batch
     ));
     stack::stop_executor(executor).await?;
     Ok(rate)
