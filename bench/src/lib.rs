@@ -109,7 +109,7 @@ impl Options {
             scale_due: 20_000,
             scale_probes: 50,
             max_in_flight: 2_048,
-            claim_batch: 512,
+            claim_batch: herald_scheduler::config::DEFAULT_CLAIM_BATCH,
             baseline_workers: 2,
             baseline_batch: 512,
             soak_unit: Duration::from_secs(150),
