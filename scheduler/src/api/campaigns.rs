@@ -127,8 +127,13 @@ impl CampaignService for CampaignApi {
         let (views, next_page_token) = crate::store::sql::page(views, limit, |last| {
             convert::page_token(last.record.id.as_bytes())
         });
+        let campaigns = views.iter().map(wire::campaign).collect();
+        let (campaigns, next_page_token) =
+            super::paging::fit(&views, campaigns, next_page_token, |last| {
+                convert::page_token(last.record.id.as_bytes())
+            });
         Ok(Response::new(pb::ListCampaignsResponse {
-            campaigns: views.iter().map(wire::campaign).collect(),
+            campaigns,
             next_page_token,
         }))
     }

@@ -7,6 +7,7 @@ pub mod audiences;
 pub mod campaigns;
 pub mod convert;
 pub mod lease;
+pub mod paging;
 pub mod schedules;
 pub mod stats;
 pub mod status;

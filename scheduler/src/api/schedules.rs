@@ -114,8 +114,11 @@ impl ScheduleService for ScheduleApi {
         let limit = page_size(req.page_size, 100);
         let rows = self.schedules.list(&ns, &req.page_token, limit + 1).await?;
         let (rows, next_page_token) = crate::store::sql::page(rows, limit, |s| s.id.clone());
+        let schedules = rows.iter().map(schedule).collect::<Result<_, _>>()?;
+        let (schedules, next_page_token) =
+            super::paging::fit(&rows, schedules, next_page_token, |s| s.id.clone());
         Ok(Response::new(pb::ListSchedulesResponse {
-            schedules: rows.iter().map(schedule).collect::<Result<_, _>>()?,
+            schedules,
             next_page_token,
         }))
     }

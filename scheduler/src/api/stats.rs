@@ -446,8 +446,13 @@ impl StatsService for StatsApi {
         let (records, next_page_token) = crate::store::sql::page(records, filter.limit, |last| {
             encode_failure_token(last.finished_at, last.id)
         });
+        let failures = records.iter().map(failure).collect::<Result<_, _>>()?;
+        let (failures, next_page_token) =
+            super::paging::fit(&records, failures, next_page_token, |last| {
+                encode_failure_token(last.finished_at, last.id)
+            });
         Ok(Response::new(pb::ListFailuresResponse {
-            failures: records.iter().map(failure).collect::<Result<_, _>>()?,
+            failures,
             next_page_token,
         }))
     }

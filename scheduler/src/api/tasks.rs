@@ -1,7 +1,6 @@
 //! TaskService: create, read, list, cancel and re-drive tasks.
 
 use herald_proto::v1::{self as pb, task_service_server::TaskService};
-use prost::Message as _;
 use tonic::{Request, Response, Status};
 use tracing::Instrument as _;
 use uuid::Uuid;
@@ -15,24 +14,6 @@ use crate::tasks::edit::{Edit, EditField};
 use crate::tasks::model::MAX_BATCH;
 use crate::tasks::selection::Selection;
 use crate::tasks::{CreatedTask, Tasks};
-
-/// Most encoded bytes of tasks in one ListTasks page. A page holds fewer than `page_size`
-/// tasks when they would not fit, and its `next_page_token` goes on from the last one: gRPC
-/// clients refuse answers over 4 MiB by default, and a page of 1,000 tasks with 64 KB of
-/// content each would be 64 MB.
-pub const MAX_PAGE_BYTES: usize = 3 * 1024 * 1024;
-
-/// How many of `tasks`, from the first, fit in a page of [`MAX_PAGE_BYTES`]; at least one.
-fn fitting(tasks: &[pb::Task]) -> usize {
-    let mut bytes = 0;
-    for (i, task) in tasks.iter().enumerate() {
-        bytes += task.encoded_len();
-        if bytes > MAX_PAGE_BYTES {
-            return i.max(1);
-        }
-    }
-    tasks.len()
-}
 
 /// The TaskService implementation.
 pub struct TaskApi {
@@ -229,10 +210,9 @@ impl TaskService for TaskApi {
             ..filter.clone()
         };
         let records = self.tasks.list(&ns, &probe).await?;
-        let (mut records, mut next_page_token) =
-            crate::store::sql::page(records, filter.limit, |last| {
-                convert::page_token(last.id.as_bytes())
-            });
+        let (records, next_page_token) = crate::store::sql::page(records, filter.limit, |last| {
+            convert::page_token(last.id.as_bytes())
+        });
         let ids: Vec<Uuid> = records.iter().map(|r| r.id).collect();
         let deliveries = self.tasks.deliveries(&ns, &ids).await?;
         let replacing: Vec<Uuid> = records
@@ -241,7 +221,7 @@ impl TaskService for TaskApi {
             .map(|r| r.id)
             .collect();
         let replaced = self.tasks.replaced_deliveries(&ns, &replacing).await?;
-        let mut tasks: Vec<pb::Task> = records
+        let tasks: Vec<pb::Task> = records
             .iter()
             .map(|r| {
                 let mut task = wire::task(r)?;
@@ -251,14 +231,9 @@ impl TaskService for TaskApi {
             })
             .collect::<Result<_, crate::store::StoreError>>()
             .map_err(Error::from)?;
-        let fit = fitting(&tasks);
-        if fit < tasks.len() {
-            tasks.truncate(fit);
-            records.truncate(fit);
-            if let Some(last) = records.last() {
-                next_page_token = convert::page_token(last.id.as_bytes());
-            }
-        }
+        let (tasks, next_page_token) = super::paging::fit(&records, tasks, next_page_token, |r| {
+            convert::page_token(r.id.as_bytes())
+        });
         Ok(Response::new(pb::ListTasksResponse {
             tasks,
             next_page_token,
