@@ -740,7 +740,6 @@ async fn open(
     Ok((stream, inbound, welcome))
 }
 
-/// An error and its sources, `: `-separated (tonic's top-level transport error says little).
 /// `results` as ReportBatch messages of at most [`MAX_BATCH`] results and
 /// [`MAX_REPORT_BYTES`] each (a larger result alone goes in one of its own), in their order.
 fn report_batches<'a>(
@@ -774,6 +773,7 @@ fn report_size_bound(result: &pb::AttemptResult) -> usize {
     result.task_id.len() + result.error.len() + result.provider_message_id.len() + 3 * FIELD + FIXED
 }
 
+/// An error and its sources, `: `-separated (tonic's top-level transport error says little).
 fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
