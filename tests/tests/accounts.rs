@@ -67,7 +67,8 @@ async fn create(client: &mut TaskServiceClient<Channel>, spec: TaskSpec) -> Resu
         .id)
 }
 
-/// One send as the database recorded it: the account and the lease time (database clock).
+/// One send as the database recorded it: the account and the lease time (database clock;
+/// [`granted_sends`] puts the grant instant there instead).
 #[derive(Debug, Clone)]
 struct Send {
     account: String,
@@ -76,16 +77,36 @@ struct Send {
     finished_at: DateTime<Utc>,
 }
 
+/// Every routed send, in the order of its recorded time.
 async fn sends(db: &TestDb) -> Result<Vec<Send>> {
+    recorded_sends(
+        db,
+        "SELECT a.account, t.recipient, a.leased_at, a.finished_at
+         FROM herald.attempt_records a JOIN herald.task_records t ON t.id = a.task_id
+         WHERE a.account IS NOT NULL ORDER BY a.leased_at",
+    )
+    .await
+}
+
+/// Every send with its grant instant in place of its lease time: the recipient mark the grant
+/// wrote (accounts that record recipients only; each recipient sent to once).
+async fn granted_sends(db: &TestDb) -> Result<Vec<Send>> {
+    recorded_sends(
+        db,
+        "SELECT a.account, t.recipient, s.last_sent_at, a.finished_at
+         FROM herald.attempt_records a JOIN herald.task_records t ON t.id = a.task_id
+         JOIN herald.recipient_sends s
+           ON s.namespace = t.namespace AND s.account_id = a.account
+          AND s.recipient = t.recipient
+         WHERE a.account IS NOT NULL ORDER BY s.last_sent_at",
+    )
+    .await
+}
+
+/// The sends `query` reads: account, recipient, the send's time and its finish, in order.
+async fn recorded_sends(db: &TestDb, query: &str) -> Result<Vec<Send>> {
     let conn = db.connect().await?;
-    let rows = conn
-        .query(
-            "SELECT a.account, t.recipient, a.leased_at, a.finished_at
-             FROM herald.attempt_records a JOIN herald.task_records t ON t.id = a.task_id
-             WHERE a.account IS NOT NULL ORDER BY a.leased_at",
-            &[],
-        )
-        .await?;
+    let rows = conn.query(query, &[]).await?;
     Ok(rows
         .iter()
         .map(|r| Send {
@@ -343,10 +364,23 @@ async fn limits_hold_across_three_executors_and_two_replicas() -> Result<()> {
     let mut accounts = accounts_client(&s1.grpc_url()).await?;
     let mut tasks = connect_tasks(&s2.grpc_url()).await?;
 
+    // A recipient interval of 1 ms spaces nothing here (every recipient is new) but records
+    // each send's grant instant as its recipient mark, which is what the limits bound.
+    let tracked = |mut limits: AccountLimits| {
+        limits.recipient_interval = Some(prost_types::Duration {
+            seconds: 0,
+            nanos: 1_000_000,
+        });
+        limits
+    };
     let mut fast = rate(20.0, 5);
     fast.max_in_flight = Some(3);
-    create_account(&mut accounts, account("fast", "pool", fast)).await?;
-    create_account(&mut accounts, account("slow", "pool", rate(8.0, 2))).await?;
+    create_account(&mut accounts, account("fast", "pool", tracked(fast))).await?;
+    create_account(
+        &mut accounts,
+        account("slow", "pool", tracked(rate(8.0, 2))),
+    )
+    .await?;
     // Far more work than the window allows, so both accounts run at their limits throughout.
     let specs = (0..1500)
         .map(|i| pooled("pool", &format!("+1555{i:05}")))
@@ -367,17 +401,13 @@ async fn limits_hold_across_three_executors_and_two_replicas() -> Result<()> {
             stop.clone(),
         )));
     }
-    // 20 s of sending on the test clock, 50 ms ahead at every 25 ms of real time (a clock three
-    // times as fast as the real one); the short real pause only lets the executors work between
-    // steps (every limit is checked on the database clock). The sends are measured by their
-    // lease times, which precede their reservations by a claim's wait for the account rows
-    // (docs/accounts.md): a faster clock stretches that wait into a burst the bucket never
-    // granted (at ten times, 250 ms steps, about one run in 18 on a loaded machine).
+    // 20 s of sending on the test clock, a quarter second at a time; the short real pause only
+    // lets the executors work between steps (every limit is checked on the database clock).
     let conn = db.connect().await?;
-    for _ in 0..267 {
+    for _ in 0..80 {
         conn.execute(
             "SELECT herald.set_test_clock(
-                 coalesce((SELECT skew FROM herald.test_clock), interval '0') + interval '50 ms')",
+                 coalesce((SELECT skew FROM herald.test_clock), interval '0') + interval '250 ms')",
             &[],
         )
         .await?;
@@ -388,7 +418,15 @@ async fn limits_hold_across_three_executors_and_two_replicas() -> Result<()> {
         e.await??;
     }
 
-    let all = sends(&db).await?;
+    // Each send at its grant instant, not its lease time: a routed lease is written before its
+    // grant reserves the account's capacity, by the claim's wait for the account rows
+    // (docs/accounts.md), which this fast clock stretches into bursts the bucket never granted.
+    let all = granted_sends(&db).await?;
+    assert_eq!(
+        all.len(),
+        sends(&db).await?.len(),
+        "every send has its grant instant"
+    );
     let window = chrono::Duration::seconds(20);
     for (name, per_second, burst, max_in_flight) in
         [("fast", 20.0, 5, Some(3)), ("slow", 8.0, 2, None)]
