@@ -4,9 +4,11 @@
 //! Only wire types live here; the services convert them to their own domain types at the API
 //! edge. [`SenderKind`] is the one hand-written type: the values `Account.sender_kind` may take,
 //! which both services must agree on; [`content`] is what a task's content may hold, per sender
-//! kind, which both check.
+//! kind, which both check; [`framing`] how large a lease-stream message may be, which both
+//! split by.
 
 pub mod content;
+pub mod framing;
 mod sender_kind;
 
 pub use sender_kind::{SenderKind, UnknownSenderKind};

@@ -5,6 +5,7 @@
 mod backoff;
 pub(crate) mod events;
 mod inflight;
+mod report_frames;
 mod worker;
 
 use std::collections::{BTreeMap, HashMap};
@@ -31,11 +32,6 @@ use worker::{Done, Job};
 
 /// Most results in one ReportBatch (and leases in one Extend).
 const MAX_BATCH: usize = 1000;
-/// Most bytes of results in one ReportBatch. The scheduler refuses messages over its limit
-/// (4 MiB by default), and a thousand results with 4 KB errors each are about that: refused,
-/// the batch would be sent again on every reconnect while its leases ran out and were leased
-/// again, to be sent a second time.
-const MAX_REPORT_BYTES: usize = 1024 * 1024;
 /// How long connecting to an endpoint may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long the scheduler has to answer Hello.
@@ -511,7 +507,7 @@ impl LeaseClient {
         // every result still waiting for its ack again.
         let unsent = std::mem::take(&mut self.unsent);
         let results = unsent.iter().filter_map(|k| self.outbox.get(k));
-        for batch in report_batches(results) {
+        for batch in report_frames::report_batches(results, MAX_BATCH) {
             stream.send(Out::Report(batch)).await?;
         }
         if stream.granting && self.freed > 0 {
@@ -740,39 +736,6 @@ async fn open(
     Ok((stream, inbound, welcome))
 }
 
-/// `results` as ReportBatch messages of at most [`MAX_BATCH`] results and
-/// [`MAX_REPORT_BYTES`] each (a larger result alone goes in one of its own), in their order.
-fn report_batches<'a>(
-    results: impl Iterator<Item = &'a pb::AttemptResult>,
-) -> Vec<pb::ReportBatch> {
-    let mut batches = Vec::new();
-    let mut current: Vec<pb::AttemptResult> = Vec::new();
-    let mut bytes = 0;
-    for result in results {
-        let size = report_size_bound(result);
-        if !current.is_empty() && (current.len() == MAX_BATCH || bytes + size > MAX_REPORT_BYTES) {
-            batches.push(pb::ReportBatch {
-                results: std::mem::take(&mut current),
-            });
-            bytes = 0;
-        }
-        bytes += size;
-        current.push(result.clone());
-    }
-    if !current.is_empty() {
-        batches.push(pb::ReportBatch { results: current });
-    }
-    batches
-}
-
-/// At least the bytes `result` takes in a ReportBatch: its strings, each with a tag and a
-/// length, and a fixed allowance for its numbers, timestamps and its own tag and length.
-fn report_size_bound(result: &pb::AttemptResult) -> usize {
-    const FIELD: usize = 6;
-    const FIXED: usize = 96;
-    result.task_id.len() + result.error.len() + result.provider_message_id.len() + 3 * FIELD + FIXED
-}
-
 /// An error and its sources, `: `-separated (tonic's top-level transport error says little).
 fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
@@ -792,68 +755,4 @@ fn error_chain(error: &dyn std::error::Error) -> String {
 fn positive(d: Option<prost_types::Duration>) -> Option<Duration> {
     d.and_then(|d| Duration::try_from(d).ok())
         .filter(|d| !d.is_zero())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use prost::Message as _;
-
-    fn failed(n: usize, error_bytes: usize) -> pb::AttemptResult {
-        pb::AttemptResult {
-            task_id: format!("00000000-0000-4000-8000-{n:012}"),
-            attempt: i32::MAX,
-            outcome: pb::OutcomeClass::Transient as i32,
-            error: "e".repeat(error_bytes),
-            retry_after: Some(prost_types::Duration {
-                seconds: i64::MAX,
-                nanos: 999_999_999,
-            }),
-            provider_message_id: "wamid.".repeat(20),
-            started_at: Some(prost_types::Timestamp {
-                seconds: i64::MAX,
-                nanos: 999_999_999,
-            }),
-            rate_limit_scope: pb::RateLimitScope::Recipient as i32,
-            error_code: i64::MAX,
-            window_closed_fallback: true,
-        }
-    }
-
-    #[test]
-    fn the_size_bound_is_never_below_the_encoded_size() {
-        let result = failed(1, 4096);
-        let len = result.encoded_len();
-        assert!(report_size_bound(&result) >= len + 1 + prost::length_delimiter_len(len));
-    }
-
-    #[test]
-    fn a_thousand_long_errors_go_in_batches_under_the_limit_in_order() {
-        let results: Vec<pb::AttemptResult> = (0..1000).map(|n| failed(n, 4096)).collect();
-        let batches = report_batches(results.iter());
-        assert!(
-            batches.len() >= 4,
-            "4 MB of results in {} batches",
-            batches.len()
-        );
-        for batch in &batches {
-            assert!(batch.encoded_len() <= MAX_REPORT_BYTES);
-        }
-        let sent: Vec<&str> = batches
-            .iter()
-            .flat_map(|b| b.results.iter().map(|r| r.task_id.as_str()))
-            .collect();
-        let asked: Vec<&str> = results.iter().map(|r| r.task_id.as_str()).collect();
-        assert_eq!(sent, asked);
-    }
-
-    #[test]
-    fn short_results_go_a_thousand_at_a_time() {
-        let results: Vec<pb::AttemptResult> = (0..2500).map(|n| failed(n, 0)).collect();
-        let sizes: Vec<usize> = report_batches(results.iter())
-            .iter()
-            .map(|b| b.results.len())
-            .collect();
-        assert_eq!(sizes, [1000, 1000, 500]);
-    }
 }

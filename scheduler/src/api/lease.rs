@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use futures::StreamExt as _;
+use herald_proto::framing;
 use herald_proto::v1::{
     self as pb, executor_message, lease_service_server::LeaseService, scheduler_message,
     ExecutorMessage, SchedulerMessage,
@@ -41,12 +42,6 @@ impl LeaseApi {
         LeaseApi { ctx }
     }
 }
-
-/// Most encoded bytes of leases in one `LeaseBatch` message. A claim's leases are split across
-/// as many messages as they need: gRPC clients refuse messages over 4 MiB by default, and a
-/// claim of large tasks (up to 64 KB of content each) can be tens of megabytes. An executor
-/// that refused one broke its stream at every claim and its leases ran out unsent.
-pub const MAX_LEASE_BATCH_BYTES: usize = 1024 * 1024;
 
 /// The wire messages of one domain frame: one, or several for a large batch of leases.
 type WireFrames = futures::stream::Iter<std::vec::IntoIter<Result<SchedulerMessage, Status>>>;
@@ -256,37 +251,26 @@ fn wire_frames(frame: ToExecutor) -> WireFrames {
     futures::stream::iter(to_wire(frame))
 }
 
-/// Leases as `LeaseBatch` messages of at most [`MAX_LEASE_BATCH_BYTES`] each (a lease larger
-/// than that alone goes in a message of its own), in their order.
+/// Leases as `LeaseBatch` messages under the lease stream's size limit
+/// ([`herald_proto::framing`]), in their order. A claim of large tasks (up to 64 KB of content
+/// each) can be tens of megabytes: sent as one message, the executor refused it, broke its
+/// stream at every claim, and the leases ran out unsent.
 fn lease_batches(leases: Vec<GrantedLease>) -> Vec<pb::LeaseBatch> {
-    let mut batches = Vec::with_capacity(1);
-    // Sized up front: a filtered collect starts empty and grew (copying) a batch of large
-    // messages about once over.
-    let mut current = Vec::with_capacity(leases.len());
-    let mut bytes = 0;
-    for l in leases {
+    let sized = leases.into_iter().filter_map(|l| {
         let task_id = l.task_id;
-        let framed = wire_size_bound(&l);
-        let lease = match wire::lease(l) {
-            Ok(lease) => lease,
+        let size = wire_size_bound(&l);
+        match wire::lease(l) {
+            Ok(lease) => Some((size, lease)),
             Err(e) => {
                 tracing::error!(task_id = %task_id, error = %e, "undeliverable lease");
-                continue;
+                None
             }
-        };
-        if bytes + framed > MAX_LEASE_BATCH_BYTES && !current.is_empty() {
-            batches.push(pb::LeaseBatch {
-                leases: std::mem::take(&mut current),
-            });
-            bytes = 0;
         }
-        bytes += framed;
-        current.push(lease);
-    }
-    if !current.is_empty() || batches.is_empty() {
-        batches.push(pb::LeaseBatch { leases: current });
-    }
-    batches
+    });
+    framing::batches(sized, usize::MAX)
+        .into_iter()
+        .map(|leases| pb::LeaseBatch { leases })
+        .collect()
 }
 
 /// At least the bytes `l` takes in a `LeaseBatch`, from its stored fields: cheaper than
@@ -415,7 +399,7 @@ mod tests {
             "40 leases of 100 KB need at least four batches"
         );
         for batch in &batches {
-            assert!(batch.encoded_len() <= MAX_LEASE_BATCH_BYTES);
+            assert!(batch.encoded_len() <= framing::MAX_FRAME_BYTES);
         }
         let sent: Vec<String> = batches
             .iter()
@@ -467,16 +451,5 @@ mod tests {
         let batches = lease_batches((0..1024).map(|_| lease_of(100)).collect());
         assert_eq!(batches.len(), 1);
         assert_eq!(batches[0].leases.len(), 1024);
-    }
-
-    #[test]
-    fn a_lease_over_the_limit_goes_alone() {
-        let batches = lease_batches(vec![
-            lease_of(10),
-            lease_of(MAX_LEASE_BATCH_BYTES + 1),
-            lease_of(10),
-        ]);
-        let sizes: Vec<usize> = batches.iter().map(|b| b.leases.len()).collect();
-        assert_eq!(sizes, [1, 1, 1]);
     }
 }
