@@ -89,3 +89,31 @@ pub async fn wait_for_task_state(
         }
     }
 }
+
+/// How a List call's pages read from the first to the last: the ids of every item in order, and
+/// how many pages it took. `page(token)` asks for one page and answers its items' ids and its
+/// `next_page_token`. Fails when a page before the last is empty or the list does not end
+/// within `max_pages` pages.
+pub async fn read_every_page<F, Fut>(max_pages: usize, mut page: F) -> Result<(Vec<String>, usize)>
+where
+    F: FnMut(String) -> Fut,
+    Fut: std::future::Future<Output = Result<(Vec<String>, String)>>,
+{
+    let mut ids = Vec::new();
+    let mut token = String::new();
+    for pages in 1..=max_pages {
+        let (items, next) = page(token).await.context("a page the client can decode")?;
+        if items.is_empty() && !next.is_empty() {
+            bail!("page {pages} is empty and points to another");
+        }
+        ids.extend(items);
+        if next.is_empty() {
+            return Ok((ids, pages));
+        }
+        token = next;
+    }
+    bail!(
+        "paging does not end within {max_pages} pages, after {} items",
+        ids.len()
+    )
+}

@@ -5,7 +5,7 @@
 //!   file lock, or taken from `HERALD_TEST_PG_URL` when `script/test` already started one).
 //! - [`SchedulerProcess`] / [`ExecutorProcess`]: the real `herald-scheduler` and
 //!   `herald-executor` binaries on ephemeral loopback ports, awaited until they print `READY`.
-//! - [`connect_tasks`], [`connect_lease`], [`connect_health`], [`create_task`],
+//! - [`connect_tasks`], [`connect_lease`], [`connect_health`], [`create_task`], [`read_every_page`],
 //!   [`wait_for_task_state`]: gRPC client helpers.
 //! - [`WebhookReceiver`]: a scriptable HTTP endpoint that records every request, for the webhook
 //!   sender and as the base of provider fakes.
@@ -41,7 +41,9 @@ mod webhook;
 
 pub mod accounts;
 pub use db::TestDb;
-pub use grpc::{connect_health, connect_lease, connect_tasks, create_task, wait_for_task_state};
+pub use grpc::{
+    connect_health, connect_lease, connect_tasks, create_task, read_every_page, wait_for_task_state,
+};
 pub use ha_cluster::HaCluster;
 pub use pg_cluster::PgCluster;
 pub use poll::{until, until_moved_to_history};

@@ -1,7 +1,8 @@
 //! Policies and edits (issue #16, item 4) on the real binary: a schedule's and a campaign's
 //! retry policy reaching their tasks (fixed delays spacing a real retry), UpdateSchedule with
-//! a field mask applying from the fire time it names, ListCampaigns pages, and UpdateTask on a
-//! SCHEDULED task, refused once leased, and never both winning against a concurrent claim.
+//! a field mask applying from the fire time it names, ListCampaigns pages (cut to what a client
+//! accepts when its campaigns are large), and UpdateTask on a SCHEDULED task, refused once
+//! leased, and never both winning against a concurrent claim.
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
@@ -16,7 +17,8 @@ use herald_proto::v1::{
 };
 use herald_tests::lease::{result, ScriptedExecutor};
 use herald_tests::{
-    connect_tasks, create_task, task_spec, unique_id, until, SchedulerProcess, TaskSpecExt, TestDb,
+    connect_tasks, create_task, read_every_page, task_spec, unique_id, until, SchedulerProcess,
+    TaskSpecExt, TestDb,
 };
 use prost_types::FieldMask;
 
@@ -390,6 +392,54 @@ async fn list_campaigns_pages_newest_first() -> Result<()> {
         .context("a forged token is refused")?;
     assert_eq!(bad.code(), tonic::Code::InvalidArgument);
     assert!(bad.message().contains("page_token"), "{}", bad.message());
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_page_of_large_campaigns_is_cut_to_what_a_client_accepts() -> Result<()> {
+    // 100 campaigns of 60 KB of content: one page of all of them would be 6 MB, more than the
+    // 4 MiB a gRPC client decodes by default.
+    let db = TestDb::new().await?;
+    let s = SchedulerProcess::spawn(&db).await?;
+    let mut campaigns = CampaignServiceClient::connect(s.grpc_url()).await?;
+    let body = "c".repeat(60_000);
+    let mut created = Vec::new();
+    for i in 0..100 {
+        let campaign = CampaignSpec {
+            name: format!("large-{i}"),
+            queue: "campaign".into(),
+            content: text(&body),
+            ..Default::default()
+        };
+        let id = campaigns
+            .create_campaign(CreateCampaignRequest {
+                campaign: Some(campaign),
+                recipients: vec![],
+            })
+            .await?
+            .into_inner()
+            .id;
+        created.push(id);
+    }
+    let (seen, pages) = read_every_page(20, |token| {
+        let mut campaigns = campaigns.clone();
+        async move {
+            let page = campaigns
+                .list_campaigns(ListCampaignsRequest {
+                    page_size: 100,
+                    page_token: token,
+                    ..Default::default()
+                })
+                .await?
+                .into_inner();
+            let ids = page.campaigns.iter().map(|c| c.id.clone()).collect();
+            Ok((ids, page.next_page_token))
+        }
+    })
+    .await?;
+    ensure!(pages > 1, "the campaigns did not fit one page");
+    created.reverse();
+    ensure!(seen == created, "every campaign once, newest first");
     Ok(())
 }
 

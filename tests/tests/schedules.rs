@@ -1,18 +1,18 @@
 //! ScheduleService on the real binary: fire-time preview, misfire policies after the scheduler
 //! was down across 5 fire times, SIGKILL and restart without duplicate or gap, and three
 //! replicas materialising one schedule with each fire time once; RunScheduleNow outside the
-//! fire-time rules.
+//! fire-time rules; ListSchedules pages cut to what a client accepts when schedules are large.
 
 use std::collections::BTreeMap;
 
 use anyhow::Result;
 use herald_proto::v1::{
     content, schedule_service_client::ScheduleServiceClient, Content, CreateScheduleRequest,
-    GetScheduleRequest, MisfirePolicy, OverlapPolicy, PauseScheduleRequest,
+    GetScheduleRequest, ListSchedulesRequest, MisfirePolicy, OverlapPolicy, PauseScheduleRequest,
     PreviewFireTimesRequest, RepeatedTimePolicy, ResumeScheduleRequest, RunKind,
     RunScheduleNowRequest, ScheduleSpec,
 };
-use herald_tests::{until, SchedulerProcess, TestDb};
+use herald_tests::{read_every_page, until, SchedulerProcess, TestDb};
 use tonic::transport::Channel;
 
 async fn client(s: &SchedulerProcess) -> Result<ScheduleServiceClient<Channel>> {
@@ -334,5 +334,52 @@ async fn run_now_creates_a_manual_run_without_moving_the_next_fire_and_refuses_w
         .ok_or_else(|| anyhow::anyhow!("an unknown schedule ran"))?;
     assert_eq!(missing.code(), tonic::Code::NotFound);
     assert_eq!(runs(&db, "daily").await?.len(), 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_page_of_large_schedules_is_cut_to_what_a_client_accepts() -> Result<()> {
+    // 100 schedules of 60 KB of content: one page of all of them would be 6 MB, more than the
+    // 4 MiB a gRPC client decodes by default.
+    let db = TestDb::new().await?;
+    let s = SchedulerProcess::spawn(&db).await?;
+    let mut c = client(&s).await?;
+    let body = "s".repeat(60_000);
+    let mut created = Vec::new();
+    for i in 0..100 {
+        let id = format!("large-{i:03}");
+        let mut spec = every(1, &id, MisfirePolicy::Skip, &["+15550100"]);
+        spec.cron = "0 0 9 * * *".into();
+        spec.content = Some(Content {
+            body: Some(content::Body::Text(body.clone())),
+            ..Default::default()
+        });
+        c.create_schedule(CreateScheduleRequest {
+            schedule: Some(spec),
+        })
+        .await?;
+        created.push(id);
+    }
+    let (seen, pages) = read_every_page(20, |token| {
+        let mut c = c.clone();
+        async move {
+            let page = c
+                .list_schedules(ListSchedulesRequest {
+                    page_size: 100,
+                    page_token: token,
+                })
+                .await?
+                .into_inner();
+            let ids = page
+                .schedules
+                .iter()
+                .filter_map(|s| s.spec.as_ref().map(|spec| spec.id.clone()))
+                .collect();
+            Ok((ids, page.next_page_token))
+        }
+    })
+    .await?;
+    anyhow::ensure!(pages > 1, "the schedules did not fit one page");
+    anyhow::ensure!(seen == created, "every schedule once, in id order");
     Ok(())
 }

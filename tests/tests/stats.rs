@@ -2,7 +2,7 @@
 //! chosen timestamps (the database's clock is the only clock the statistics read, so seeding
 //! relative to its `now()` is the injectable clock): today's counts in several time zones across
 //! UTC midnight, success rates grouped three ways, trigger-lag percentiles, send durations, and
-//! the failure list's paging and filters.
+//! the failure list's paging and filters, and its pages cut to what a client accepts.
 
 use std::collections::BTreeSet;
 use std::fmt::Debug;
@@ -15,7 +15,7 @@ use herald_proto::v1::{
     StatsGroupBy, StatsWindow, SuccessRatesRequest, TaskState, TemplateContent, TriggerLagRequest,
 };
 use herald_tests::metrics::{scrape, series};
-use herald_tests::{SchedulerProcess, TaskSpecExt, TestDb};
+use herald_tests::{read_every_page, SchedulerProcess, TaskSpecExt, TestDb};
 use prost::Message;
 use tonic::transport::Channel;
 use tonic::{Code, Status};
@@ -560,6 +560,60 @@ async fn trigger_lag_percentiles_and_send_durations() -> Result<()> {
     ensure!(
         got == vec![("", 1, 1.0, 1.0), ("t1", 2, 0.3, 0.4)],
         "durations: {got:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_page_of_large_failures_is_cut_to_what_a_client_accepts() -> Result<()> {
+    // 100 failed tasks of 60 KB of content: one page of all of them would be 6 MB, more than
+    // the 4 MiB a gRPC client decodes by default.
+    let (db, _scheduler, stats) = stack().await?;
+    let pg = db.connect().await?;
+    let now = db_now(&pg).await?;
+    let seeds: Vec<Seed> = (0..100)
+        .map(|i| {
+            let ended = now - Duration::seconds(i + 1);
+            Seed::new("large", "failed", now - Duration::hours(1))
+                .attempt(Some("a1"), 4, ended)
+                .finished(ended)
+        })
+        .collect();
+    let ids = seed(&pg, &seeds).await?;
+    let large = Content {
+        body: Some(content::Body::Text("f".repeat(60_000))),
+        ..Default::default()
+    }
+    .encode_to_vec();
+    pg.execute(
+        "UPDATE herald.tasks SET content = $1 WHERE id = ANY($2)",
+        &[&large, &ids],
+    )
+    .await?;
+    let window = range(now - Duration::hours(2), now + Duration::seconds(1));
+    let (seen, pages) = read_every_page(20, |token| {
+        let mut stats = stats.clone();
+        let window = window.clone();
+        async move {
+            let page = stats
+                .list_failures(ListFailuresRequest {
+                    window,
+                    page_size: 100,
+                    page_token: token,
+                    ..Default::default()
+                })
+                .await?
+                .into_inner();
+            let ids = page.failures.iter().map(|f| f.task_id.clone()).collect();
+            Ok((ids, page.next_page_token))
+        }
+    })
+    .await?;
+    ensure!(pages > 1, "the failures did not fit one page");
+    let expected: Vec<String> = ids.iter().map(Uuid::to_string).collect();
+    ensure!(
+        seen == expected,
+        "every failure once, most recently ended first"
     );
     Ok(())
 }

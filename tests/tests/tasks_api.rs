@@ -15,7 +15,9 @@ use herald_proto::v1::{
     ListAttemptsRequest, ListTasksRequest, RetryPolicy, RetryTaskRequest, Task, TaskSpec,
     TaskState, TemplateContent,
 };
-use herald_tests::{connect_tasks, task_spec, unique_id, SchedulerProcess, TaskSpecExt, TestDb};
+use herald_tests::{
+    connect_tasks, read_every_page, task_spec, unique_id, SchedulerProcess, TaskSpecExt, TestDb,
+};
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 use tonic_types::StatusExt;
@@ -1238,28 +1240,21 @@ async fn a_page_of_large_tasks_is_cut_to_what_a_client_accepts() -> Result<()> {
                 .map(|t| t.id),
         );
     }
-    let mut seen = Vec::new();
-    let mut pages = 0;
-    let mut token = String::new();
-    loop {
-        ensure!(pages < 20, "paging does not end after {} tasks", seen.len());
-        let page = client
-            .list_tasks(ListTasksRequest {
-                page_size: 100,
-                page_token: token.clone(),
-                ..ListTasksRequest::default()
-            })
-            .await
-            .context("a page the client can decode")?
-            .into_inner();
-        pages += 1;
-        ensure!(!page.tasks.is_empty(), "an empty page before the end");
-        seen.extend(ids(&page.tasks));
-        if page.next_page_token.is_empty() {
-            break;
+    let (seen, pages) = read_every_page(20, |token| {
+        let mut client = client.clone();
+        async move {
+            let page = client
+                .list_tasks(ListTasksRequest {
+                    page_size: 100,
+                    page_token: token,
+                    ..ListTasksRequest::default()
+                })
+                .await?
+                .into_inner();
+            Ok((ids(&page.tasks), page.next_page_token))
         }
-        token = page.next_page_token;
-    }
+    })
+    .await?;
     assert!(pages > 1, "the tasks did not fit one page");
     let mut expected = created.clone();
     expected.sort();

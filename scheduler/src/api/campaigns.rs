@@ -6,6 +6,7 @@ use tonic::{Request, Response, Status, Streaming};
 use uuid::Uuid;
 
 use super::convert::{self, campaigns as wire};
+use super::paging::Page;
 use crate::auth::namespace_of;
 use crate::campaigns::model::Added;
 use crate::campaigns::{Campaigns, Recipient};
@@ -124,14 +125,11 @@ impl CampaignService for CampaignApi {
         }
         v.into_result(())?;
         let views = self.campaigns.list(&ns, &states, before, limit + 1).await?;
-        let (views, next_page_token) = crate::store::sql::page(views, limit, |last| {
+        let page = Page::new(views, limit, |last| {
             convert::page_token(last.record.id.as_bytes())
         });
-        let campaigns = views.iter().map(wire::campaign).collect();
-        let (campaigns, next_page_token) =
-            super::paging::fit(&views, campaigns, next_page_token, |last| {
-                convert::page_token(last.record.id.as_bytes())
-            });
+        let campaigns = page.rows().iter().map(wire::campaign).collect();
+        let (campaigns, next_page_token) = page.answer(campaigns);
         Ok(Response::new(pb::ListCampaignsResponse {
             campaigns,
             next_page_token,

@@ -5,6 +5,7 @@ use prost::Message;
 use tonic::{Request, Response, Status};
 
 use super::convert::{from_timestamp, timestamp};
+use super::paging::Page;
 use crate::auth::namespace_of;
 use crate::error::Error;
 use crate::schedule::model::{RunRecord, ScheduleRecord};
@@ -113,10 +114,8 @@ impl ScheduleService for ScheduleApi {
         let req = request.into_inner();
         let limit = page_size(req.page_size, 100);
         let rows = self.schedules.list(&ns, &req.page_token, limit + 1).await?;
-        let (rows, next_page_token) = crate::store::sql::page(rows, limit, |s| s.id.clone());
-        let schedules = rows.iter().map(schedule).collect::<Result<_, _>>()?;
         let (schedules, next_page_token) =
-            super::paging::fit(&rows, schedules, next_page_token, |s| s.id.clone());
+            Page::new(rows, limit, |s| s.id.clone()).map(schedule)?;
         Ok(Response::new(pb::ListSchedulesResponse {
             schedules,
             next_page_token,

@@ -6,6 +6,7 @@ use herald_proto::v1::{self as pb, stats_service_server::StatsService};
 use tonic::{Request, Response, Status};
 
 use super::convert;
+use super::paging::Page;
 use crate::auth::namespace_of;
 use crate::error::Error;
 use crate::error::Violations;
@@ -443,14 +444,10 @@ impl StatsService for StatsApi {
             )
             .await
             .map_err(Error::from)?;
-        let (records, next_page_token) = crate::store::sql::page(records, filter.limit, |last| {
+        let (failures, next_page_token) = Page::new(records, filter.limit, |last| {
             encode_failure_token(last.finished_at, last.id)
-        });
-        let failures = records.iter().map(failure).collect::<Result<_, _>>()?;
-        let (failures, next_page_token) =
-            super::paging::fit(&records, failures, next_page_token, |last| {
-                encode_failure_token(last.finished_at, last.id)
-            });
+        })
+        .map(failure)?;
         Ok(Response::new(pb::ListFailuresResponse {
             failures,
             next_page_token,

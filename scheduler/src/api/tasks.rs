@@ -6,6 +6,7 @@ use tracing::Instrument as _;
 use uuid::Uuid;
 
 use super::convert::{self, tasks as wire};
+use super::paging::Page;
 use crate::auth::namespace_of;
 use crate::error::{Error, Violations};
 use crate::rules;
@@ -210,9 +211,10 @@ impl TaskService for TaskApi {
             ..filter.clone()
         };
         let records = self.tasks.list(&ns, &probe).await?;
-        let (records, next_page_token) = crate::store::sql::page(records, filter.limit, |last| {
+        let page = Page::new(records, filter.limit, |last| {
             convert::page_token(last.id.as_bytes())
         });
+        let records = page.rows();
         let ids: Vec<Uuid> = records.iter().map(|r| r.id).collect();
         let deliveries = self.tasks.deliveries(&ns, &ids).await?;
         let replacing: Vec<Uuid> = records
@@ -231,9 +233,7 @@ impl TaskService for TaskApi {
             })
             .collect::<Result<_, crate::store::StoreError>>()
             .map_err(Error::from)?;
-        let (tasks, next_page_token) = super::paging::fit(&records, tasks, next_page_token, |r| {
-            convert::page_token(r.id.as_bytes())
-        });
+        let (tasks, next_page_token) = page.answer(tasks);
         Ok(Response::new(pb::ListTasksResponse {
             tasks,
             next_page_token,
