@@ -160,6 +160,8 @@ struct Shared {
     /// While true, answers are held after the request is recorded (an executor killed while
     /// waiting never learns that its message was accepted).
     hold: tokio::sync::watch::Sender<bool>,
+    /// Answers sent so far (held ones count once they are sent).
+    answered: AtomicU64,
     http: reqwest::Client,
 }
 
@@ -285,6 +287,7 @@ impl FakeWhatsApp {
             posted: Mutex::new(Vec::new()),
             undelivered: Mutex::new(Vec::new()),
             hold: tokio::sync::watch::channel(false).0,
+            answered: AtomicU64::new(0),
             http: reqwest::Client::new(),
         });
         let app = axum::Router::new()
@@ -319,6 +322,11 @@ impl FakeWhatsApp {
     /// Sends the held answers and stops holding.
     pub fn release_answers(&self) {
         self.shared.hold.send_replace(false);
+    }
+
+    /// How many answers were sent so far (held answers count once released).
+    pub fn answered(&self) -> u64 {
+        self.shared.answered.load(Ordering::SeqCst)
     }
 
     /// Every request so far.
@@ -488,6 +496,7 @@ async fn messages(
     // Held answers wait here, after the request was recorded and accepted.
     let mut hold = shared.hold.subscribe();
     let _ = hold.wait_for(|held| !*held).await;
+    shared.answered.fetch_add(1, Ordering::SeqCst);
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     match answer {
         Answer::Json(v) => (status, axum::Json(v)).into_response(),
