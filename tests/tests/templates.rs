@@ -1,6 +1,7 @@
 //! Stored templates: rendered into the task when it is created (what is stored is what will be
 //! sent), a missing variable refused at creation, provider templates mapped to positional
-//! parameters, previews, and test sends that leave the real recipients alone.
+//! parameters, previews, test sends that leave the real recipients alone, and a batch rendered
+//! too large to answer whole answered without its contents.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -411,5 +412,75 @@ async fn a_schedules_stored_template_is_rendered_at_every_run() -> Result<()> {
         "{:?}",
         sent[0].body
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_batch_rendered_too_large_to_answer_whole_is_answered_without_its_contents() -> Result<()>
+{
+    // 1,000 tasks of a stored template of 5 KB: a small request whose answer, with each task's
+    // rendered content, would be over 5 MB, more than the 4 MiB a gRPC client decodes.
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let mut tpl = templates(&scheduler.grpc_url()).await?;
+    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
+    let body = format!("{} {{{{ name }}}}", "x".repeat(5_000));
+    tpl.create_template(CreateTemplateRequest {
+        template: Some(text_template("long", &body)),
+    })
+    .await?;
+    let batch = || CreateTasksRequest {
+        tasks: (0..1_000)
+            .map(|i| TaskSpec {
+                idempotency_key: format!("long-{i}"),
+                ..with_content(uses("long", &[("name", &format!("n{i}"))]))
+            })
+            .collect(),
+    };
+    let answer = tasks
+        .create_tasks(batch())
+        .await
+        .context("an answer the client can decode")?
+        .into_inner();
+    assert!(answer.content_omitted, "the answer says what it left out");
+    assert_eq!(answer.results.len(), 1_000);
+    assert!(answer.results.iter().all(|r| r
+        .task
+        .as_ref()
+        .is_some_and(|t| !t.id.is_empty() && t.content.is_none())));
+    let first = answer.results[0].task.clone().context("task")?;
+    let stored = tasks
+        .get_task(GetTaskRequest { id: first.id })
+        .await?
+        .into_inner();
+    assert_eq!(
+        stored.content.and_then(|c| c.body),
+        Some(content::Body::Text(format!("{} n0", "x".repeat(5_000)))),
+        "the task itself keeps its whole content"
+    );
+
+    // Sent again with the same keys: the same tasks, answered the same way.
+    let again = tasks.create_tasks(batch()).await?.into_inner();
+    assert!(again.content_omitted && again.results.iter().all(|r| r.existing));
+    let ids = |a: &herald_proto::v1::CreateTasksResponse| -> Vec<String> {
+        a.results
+            .iter()
+            .filter_map(|r| r.task.as_ref().map(|t| t.id.clone()))
+            .collect()
+    };
+    assert_eq!(ids(&again), ids(&answer));
+
+    // A batch that fits is answered whole.
+    let small = tasks
+        .create_tasks(CreateTasksRequest {
+            tasks: vec![with_content(uses("long", &[("name", "one")]))],
+        })
+        .await?
+        .into_inner();
+    assert!(!small.content_omitted);
+    assert!(small.results[0]
+        .task
+        .as_ref()
+        .is_some_and(|t| t.content.is_some()));
     Ok(())
 }

@@ -1,12 +1,14 @@
-//! List pages that a client's default message limit accepts.
+//! List pages, and other answers that carry contents, that a client's default message limit
+//! accepts.
 
 use prost::Message;
 
-/// Most encoded bytes of items in one page of a List answer. A page holds fewer than its
-/// `page_size` items when they would not fit, and its `next_page_token` goes on from the last
-/// one kept (AIP-158 lets a server return fewer than asked): gRPC clients refuse answers over
-/// 4 MiB by default, and a page of 1,000 items with 64 KB of content each would be 64 MB.
-pub const MAX_PAGE_BYTES: usize = 3 * 1024 * 1024;
+/// Most encoded bytes of items in one answer that carries contents. A List page holds fewer
+/// than its `page_size` items when they would not fit, and its `next_page_token` goes on from
+/// the last one kept (AIP-158 lets a server return fewer than asked); a CreateTasks answer
+/// leaves the contents out. gRPC clients refuse answers over 4 MiB by default, and a page of
+/// 1,000 items with 64 KB of content each would be 64 MB.
+pub const MAX_ANSWER_BYTES: usize = 3 * 1024 * 1024;
 
 /// One page of a List answer, from rows read with `limit + 1`: the rows it keeps, and the token
 /// that goes on after them. Every List call goes through it, so that each names how a row makes
@@ -35,7 +37,7 @@ impl<R, T: Fn(&R) -> String> Page<R, T> {
     }
 
     /// The answer: `items`, the wire forms of [`Page::rows`] in order, cut to those that fit in
-    /// [`MAX_PAGE_BYTES`], and the token to go on after the last one kept.
+    /// [`MAX_ANSWER_BYTES`], and the token to go on after the last one kept.
     pub fn answer<W: Message>(self, items: Vec<W>) -> (Vec<W>, String) {
         fit(&self.rows, items, self.next_page_token, self.token)
     }
@@ -52,7 +54,7 @@ impl<R, T: Fn(&R) -> String> Page<R, T> {
 
 /// `items`, the wire forms of `records` (a page already cut to its size, whose
 /// `next_page_token` goes on after the last), cut further to the first ones that fit in
-/// [`MAX_PAGE_BYTES`] (at least one), with the token to go on from the last kept: `token` of
+/// [`MAX_ANSWER_BYTES`] (at least one), with the token to go on from the last kept: `token` of
 /// its record, or `next_page_token` when every item fits.
 fn fit<R, W: Message>(
     records: &[R],
@@ -64,7 +66,7 @@ fn fit<R, W: Message>(
     let mut keep = items.len();
     for (i, item) in items.iter().enumerate() {
         bytes += item.encoded_len();
-        if bytes > MAX_PAGE_BYTES {
+        if bytes > MAX_ANSWER_BYTES {
             keep = i.max(1);
             break;
         }
@@ -110,7 +112,7 @@ mod tests {
     #[test]
     fn one_item_larger_than_the_limit_still_makes_a_page() {
         let records = [7, 8];
-        let items = vec![item(MAX_PAGE_BYTES + 1), item(1)];
+        let items = vec![item(MAX_ANSWER_BYTES + 1), item(1)];
         let (kept, next) = fit(&records, items, String::new(), |r| format!("after-{r}"));
         assert_eq!(kept.len(), 1);
         assert_eq!(next, "after-7");
@@ -129,7 +131,7 @@ mod tests {
         let whole = Page::new(vec![1, 2], 3, |r: &u32| format!("after-{r}"));
         assert_eq!(whole.answer(vec![item(10), item(10)]).1, "");
         let cut = Page::new(vec![1, 2], 3, |r: &u32| format!("after-{r}"));
-        let (kept, next) = cut.answer(vec![item(MAX_PAGE_BYTES), item(10)]);
+        let (kept, next) = cut.answer(vec![item(MAX_ANSWER_BYTES), item(10)]);
         assert_eq!((kept.len(), next.as_str()), (1, "after-1"));
     }
 }

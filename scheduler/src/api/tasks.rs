@@ -6,7 +6,7 @@ use tracing::Instrument as _;
 use uuid::Uuid;
 
 use super::convert::{self, tasks as wire};
-use super::paging::Page;
+use super::paging::{Page, MAX_ANSWER_BYTES};
 use crate::auth::namespace_of;
 use crate::error::{Error, Violations};
 use crate::rules;
@@ -163,7 +163,7 @@ impl TaskService for TaskApi {
             return Err(Error::invalid("tasks", "must hold 1 to 1000 tasks").into());
         }
         span.record("tasks", req.tasks.len());
-        let results = create(
+        let mut results = create(
             &self.tasks,
             &ns,
             req.tasks,
@@ -172,7 +172,22 @@ impl TaskService for TaskApi {
         )
         .instrument(span)
         .await?;
-        Ok(Response::new(pb::CreateTasksResponse { results }))
+        // The tasks are created by now, so an answer too large to read would leave the caller
+        // without their ids: it comes back without the contents instead, and says so.
+        let content_omitted = results
+            .iter()
+            .map(prost::Message::encoded_len)
+            .sum::<usize>()
+            > MAX_ANSWER_BYTES;
+        if content_omitted {
+            for task in results.iter_mut().filter_map(|r| r.task.as_mut()) {
+                task.content = None;
+            }
+        }
+        Ok(Response::new(pb::CreateTasksResponse {
+            results,
+            content_omitted,
+        }))
     }
 
     async fn get_task(
