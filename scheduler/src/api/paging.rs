@@ -52,6 +52,19 @@ impl<R, T: Fn(&R) -> String> Page<R, T> {
     }
 }
 
+/// How many of `items`, from the first, fit in [`MAX_ANSWER_BYTES`]; at least one. The one
+/// rule every answer that carries contents is held to.
+pub fn fitting<W: Message>(items: &[W]) -> usize {
+    let mut bytes = 0;
+    for (i, item) in items.iter().enumerate() {
+        bytes += item.encoded_len();
+        if bytes > MAX_ANSWER_BYTES {
+            return i.max(1);
+        }
+    }
+    items.len()
+}
+
 /// `items`, the wire forms of `records` (a page already cut to its size, whose
 /// `next_page_token` goes on after the last), cut further to the first ones that fit in
 /// [`MAX_ANSWER_BYTES`] (at least one), with the token to go on from the last kept: `token` of
@@ -62,15 +75,7 @@ fn fit<R, W: Message>(
     next_page_token: String,
     token: impl Fn(&R) -> String,
 ) -> (Vec<W>, String) {
-    let mut bytes = 0;
-    let mut keep = items.len();
-    for (i, item) in items.iter().enumerate() {
-        bytes += item.encoded_len();
-        if bytes > MAX_ANSWER_BYTES {
-            keep = i.max(1);
-            break;
-        }
-    }
+    let keep = fitting(&items);
     if keep == items.len() {
         return (items, next_page_token);
     }

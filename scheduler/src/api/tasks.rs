@@ -6,7 +6,7 @@ use tracing::Instrument as _;
 use uuid::Uuid;
 
 use super::convert::{self, tasks as wire};
-use super::paging::{Page, MAX_ANSWER_BYTES};
+use super::paging::{self, Page};
 use crate::auth::namespace_of;
 use crate::error::{Error, Violations};
 use crate::rules;
@@ -174,11 +174,7 @@ impl TaskService for TaskApi {
         .await?;
         // The tasks are created by now, so an answer too large to read would leave the caller
         // without their ids: it comes back without the contents instead, and says so.
-        let content_omitted = results
-            .iter()
-            .map(prost::Message::encoded_len)
-            .sum::<usize>()
-            > MAX_ANSWER_BYTES;
+        let content_omitted = paging::fitting(&results) < results.len();
         if content_omitted {
             for task in results.iter_mut().filter_map(|r| r.task.as_mut()) {
                 task.content = None;
