@@ -51,7 +51,10 @@ async fn create_via_api(
                     })
                     .collect();
                 client
-                    .create_tasks(CreateTasksRequest { tasks })
+                    .create_tasks(CreateTasksRequest {
+                        tasks,
+                        ..Default::default()
+                    })
                     .await
                     .context("CreateTasks")?;
                 first += clients * batch;
@@ -633,7 +636,10 @@ async fn routed_drain(
             })
             .collect();
         client
-            .create_tasks(CreateTasksRequest { tasks })
+            .create_tasks(CreateTasksRequest {
+                tasks,
+                ..Default::default()
+            })
             .await
             .context("CreateTasks")?;
     }

@@ -186,7 +186,10 @@ async fn create_steadily(
                 .collect();
             let count = specs.len() as u64;
             tasks
-                .create_tasks(CreateTasksRequest { tasks: specs })
+                .create_tasks(CreateTasksRequest {
+                    tasks: specs,
+                    ..Default::default()
+                })
                 .await
                 .context("CreateTasks")?;
             created.fetch_add(count, Ordering::Relaxed);

@@ -32,6 +32,23 @@ def test_lists_services_through_reflection(scheduler):
     assert "recipient" in described and "idempotency_key" in described
 
 
+def test_create_tasks_basic_view_by_its_name(scheduler):
+    """docs/api.md's BASIC CreateTasks: the view named as grpcurl spells it, contents left out."""
+    addr = scheduler.ready["grpc"]
+    created = json.loads(grpcurl(
+        addr,
+        "herald.v1.TaskService/CreateTasks",
+        data={"responseView": "RESPONSE_VIEW_BASIC", "tasks": [
+            {"queue": "hooks", "recipient": "/orders", "content": {"text": '{"id":3}'}, "delay": "3600s"},
+        ]},
+    ))
+    assert created["contentOmitted"] is True
+    task = created["results"][0]["task"]
+    assert "content" not in task and task["state"] == "TASK_STATE_SCHEDULED"
+    stored = json.loads(grpcurl(addr, "herald.v1.TaskService/GetTask", data={"id": task["id"]}))
+    assert stored["content"]["text"] == '{"id":3}'
+
+
 def test_health_and_create_task(scheduler):
     addr = scheduler.ready["grpc"]
     health = json.loads(grpcurl(addr, "grpc.health.v1.Health/Check", data={}))

@@ -40,6 +40,7 @@ pub async fn create_many(
         client
             .create_tasks(CreateTasksRequest {
                 tasks: chunk.to_vec(),
+                ..Default::default()
             })
             .await?;
     }

@@ -279,7 +279,10 @@ async fn two_executors_deliver_ten_thousand_tasks_exactly_once() -> Result<()> {
             .map(|i| task_spec(QUEUE, &format!("+1555{batch:02}{i:04}"), "bulk"))
             .collect();
         tasks
-            .create_tasks(CreateTasksRequest { tasks: specs })
+            .create_tasks(CreateTasksRequest {
+                tasks: specs,
+                ..Default::default()
+            })
             .await?;
     }
     receiver
@@ -480,7 +483,10 @@ async fn a_claim_of_large_tasks_reaches_the_executor_in_messages_it_accepts() ->
             .map(|i| task_spec(QUEUE, &format!("+1555{batch:02}{i:04}"), &body))
             .collect();
         tasks
-            .create_tasks(CreateTasksRequest { tasks: specs })
+            .create_tasks(CreateTasksRequest {
+                tasks: specs,
+                ..Default::default()
+            })
             .await?;
     }
     let _executor = executor(&scheduler, &receiver, "exec-large", "").await?;

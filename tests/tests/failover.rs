@@ -144,7 +144,10 @@ async fn create_run(tasks: &mut TaskServiceClient<Channel>, n: usize) -> Result<
         loop {
             let specs = chunk.iter().map(|k| fault_spec(k)).collect();
             match tasks
-                .create_tasks(CreateTasksRequest { tasks: specs })
+                .create_tasks(CreateTasksRequest {
+                    tasks: specs,
+                    ..Default::default()
+                })
                 .await
             {
                 Ok(_) => break,

@@ -109,7 +109,10 @@ async fn create_run(
     for chunk in new.chunks(500) {
         let specs = chunk.iter().map(|k| fault_spec(k)).collect();
         tasks
-            .create_tasks(CreateTasksRequest { tasks: specs })
+            .create_tasks(CreateTasksRequest {
+                tasks: specs,
+                ..Default::default()
+            })
             .await
             .context("CreateTasks")?;
     }

@@ -332,7 +332,10 @@ async fn play(world: &mut World, script: &Script) -> Result<()> {
         })
         .collect();
     tasks
-        .create_tasks(CreateTasksRequest { tasks: specs })
+        .create_tasks(CreateTasksRequest {
+            tasks: specs,
+            ..Default::default()
+        })
         .await?;
 
     let h = &script.hello;
@@ -619,6 +622,7 @@ async fn check_world(world: &mut World, queue: &str, seen: &Seen) -> Result<()> 
     tasks
         .create_tasks(CreateTasksRequest {
             tasks: vec![task_spec(&world.witness_queue, "+19990000", "witness")],
+            ..Default::default()
         })
         .await?;
     let lease = world

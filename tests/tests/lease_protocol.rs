@@ -77,7 +77,10 @@ async fn grants_no_more_leases_than_credit() -> Result<()> {
         .map(|i| task_spec(&queue, &format!("+1555000{i}"), "hi"))
         .collect();
     tasks
-        .create_tasks(CreateTasksRequest { tasks: specs })
+        .create_tasks(CreateTasksRequest {
+            tasks: specs,
+            ..Default::default()
+        })
         .await?;
 
     let mut exec = ScriptedExecutor::connect(&scheduler.grpc_url(), "exec-a", &[], 3).await?;

@@ -601,6 +601,7 @@ async fn oversized_messages_big_batches_and_busy_schedules_are_refused() -> Resu
     let batch = tasks
         .create_tasks(CreateTasksRequest {
             tasks: vec![task_spec("limits", "+1", "x"); 1001],
+            ..Default::default()
         })
         .await;
     // 1001 small specs fit in 4 KB? No: refused either as too large or as too many, never

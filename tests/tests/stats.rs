@@ -970,7 +970,10 @@ async fn the_outcome_metrics_count_every_finished_task_and_send_attempt() -> Res
         .collect();
     let mut tasks = herald_tests::connect_tasks(&scheduler.grpc_url()).await?;
     tasks
-        .create_tasks(CreateTasksRequest { tasks: specs })
+        .create_tasks(CreateTasksRequest {
+            tasks: specs,
+            ..Default::default()
+        })
         .await?;
 
     let client = db.connect().await?;

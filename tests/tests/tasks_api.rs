@@ -12,8 +12,8 @@ use herald_proto::v1::task_service_client::TaskServiceClient;
 use herald_proto::v1::{
     content, retry_policy, task_spec, CancelOutcome, CancelTaskRequest, Content, CreateTaskRequest,
     CreateTaskResponse, CreateTasksRequest, ExponentialBackoff, FixedDelays, GetTaskRequest,
-    ListAttemptsRequest, ListTasksRequest, RetryPolicy, RetryTaskRequest, Task, TaskSpec,
-    TaskState, TemplateContent,
+    ListAttemptsRequest, ListTasksRequest, ResponseView, RetryPolicy, RetryTaskRequest, Task,
+    TaskSpec, TaskState, TemplateContent,
 };
 use herald_tests::{
     connect_tasks, read_every_page, task_spec, unique_id, SchedulerProcess, TaskSpecExt, TestDb,
@@ -173,7 +173,10 @@ fn sorted(mut v: Vec<String>) -> Vec<String> {
 async fn create_batch_as_read(client: &mut Client, specs: Vec<TaskSpec>) -> Result<Vec<Task>> {
     let asked = specs.len();
     let results = client
-        .create_tasks(CreateTasksRequest { tasks: specs })
+        .create_tasks(CreateTasksRequest {
+            tasks: specs,
+            ..Default::default()
+        })
         .await
         .context("CreateTasks")?
         .into_inner()
@@ -648,6 +651,7 @@ async fn create_tasks_names_the_bad_entry_and_writes_nothing() -> Result<()> {
     let result = client
         .create_tasks(CreateTasksRequest {
             tasks: vec![good(0), good(1), bad, good(3)],
+            ..Default::default()
         })
         .await;
     expect_invalid(result, "tasks[2].recipient")?;
@@ -657,6 +661,7 @@ async fn create_tasks_names_the_bad_entry_and_writes_nothing() -> Result<()> {
     let result = client
         .create_tasks(CreateTasksRequest {
             tasks: vec![good(0), bad_queue],
+            ..Default::default()
         })
         .await;
     expect_invalid(result, "tasks[1].queue")?;
@@ -667,14 +672,20 @@ async fn create_tasks_names_the_bad_entry_and_writes_nothing() -> Result<()> {
     );
 
     let result = client
-        .create_tasks(CreateTasksRequest { tasks: Vec::new() })
+        .create_tasks(CreateTasksRequest {
+            tasks: Vec::new(),
+            ..Default::default()
+        })
         .await;
     expect_invalid(result, "tasks")?;
     let too_many: Vec<TaskSpec> = (0..1001)
         .map(|n| task_spec("default", &format!("r{n}"), "hi"))
         .collect();
     let result = client
-        .create_tasks(CreateTasksRequest { tasks: too_many })
+        .create_tasks(CreateTasksRequest {
+            tasks: too_many,
+            ..Default::default()
+        })
         .await;
     expect_invalid(result, "tasks")?;
     assert_eq!(
@@ -687,11 +698,81 @@ async fn create_tasks_names_the_bad_entry_and_writes_nothing() -> Result<()> {
     let response = client
         .create_tasks(CreateTasksRequest {
             tasks: vec![good(0), good(1), good(3)],
+            ..Default::default()
         })
         .await?
         .into_inner();
     assert_eq!(response.results.len(), 3);
     assert_eq!(row_counts(&sql).await?, (3, 3));
+    Ok(())
+}
+
+#[tokio::test]
+async fn create_tasks_answers_without_contents_when_asked_for_the_basic_view() -> Result<()> {
+    let (_running, mut client, sql) = env().await?;
+    let specs = |view: &str| {
+        (0..3)
+            .map(|n| task_spec("default", &format!("+1555000{n}"), &format!("{view} {n}")))
+            .collect::<Vec<_>>()
+    };
+
+    let basic = client
+        .create_tasks(CreateTasksRequest {
+            tasks: specs("basic"),
+            response_view: ResponseView::Basic.into(),
+        })
+        .await?
+        .into_inner();
+    ensure!(
+        basic.content_omitted,
+        "a BASIC answer must say it omits the contents"
+    );
+    assert_eq!(basic.results.len(), 3);
+    for (n, result) in basic.results.iter().enumerate() {
+        let task = result.task.as_ref().context("a result without its task")?;
+        ensure!(
+            task.content.is_none(),
+            "a BASIC answer carried content: {task:?}"
+        );
+        ensure!(!task.id.is_empty() && task.state() == TaskState::Scheduled);
+        // The content was stored all the same.
+        let stored = get(&mut client, &task.id).await?;
+        assert_eq!(stored.content, specs("basic")[n].content);
+    }
+
+    // Unset and FULL answer whole, and do not claim to omit anything.
+    for view in [ResponseView::Unspecified, ResponseView::Full] {
+        let full = client
+            .create_tasks(CreateTasksRequest {
+                tasks: specs("full"),
+                response_view: view.into(),
+            })
+            .await?
+            .into_inner();
+        ensure!(!full.content_omitted, "{view:?} claimed to omit contents");
+        let contents: Vec<_> = full
+            .results
+            .iter()
+            .map(|r| r.task.as_ref().and_then(|t| t.content.clone()))
+            .collect();
+        let sent: Vec<_> = specs("full").into_iter().map(|s| s.content).collect();
+        assert_eq!(contents, sent, "{view:?} answered without the contents");
+    }
+
+    // A view that does not exist is refused by name and creates nothing.
+    let before = row_counts(&sql).await?;
+    let result = client
+        .create_tasks(CreateTasksRequest {
+            tasks: specs("unknown"),
+            response_view: 7,
+        })
+        .await;
+    expect_invalid(result, "response_view")?;
+    assert_eq!(
+        row_counts(&sql).await?,
+        before,
+        "a refused batch wrote rows"
+    );
     Ok(())
 }
 
@@ -732,6 +813,7 @@ async fn one_key_named_twice_in_a_batch_answers_the_one_task_twice() -> Result<(
     let results = client
         .create_tasks(CreateTasksRequest {
             tasks: vec![twice.clone(), other, twice],
+            ..Default::default()
         })
         .await?
         .into_inner()
@@ -798,6 +880,7 @@ async fn create_tasks_resolves_a_known_key_and_creates_the_rest() -> Result<()> 
     let response = client
         .create_tasks(CreateTasksRequest {
             tasks: vec![fresh_keyed.clone(), known, unkeyed.clone()],
+            ..Default::default()
         })
         .await?
         .into_inner();
@@ -841,6 +924,7 @@ async fn create_tasks_with_one_conflicting_key_creates_nothing() -> Result<()> {
                     task_spec("default", "+15550003", "b"),
                     conflicting,
                 ],
+                ..Default::default()
             })
             .await,
         Code::AlreadyExists,
@@ -1229,7 +1313,10 @@ async fn a_page_of_large_tasks_is_cut_to_what_a_client_accepts() -> Result<()> {
             .map(|i| task_spec("default", &format!("r{batch}-{i}"), &body))
             .collect();
         let answer = client
-            .create_tasks(CreateTasksRequest { tasks: specs })
+            .create_tasks(CreateTasksRequest {
+                tasks: specs,
+                ..Default::default()
+            })
             .await?
             .into_inner();
         created.extend(

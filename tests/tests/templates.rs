@@ -105,6 +105,7 @@ async fn a_task_stores_its_rendered_text_and_a_missing_variable_is_refused() -> 
                 with_content(uses("order-shipped", &[("name", "Bo"), ("order", "B-1")])),
                 with_content(uses("order-shipped", &[("name", "Cy")])),
             ],
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -436,6 +437,7 @@ async fn a_batch_rendered_too_large_to_answer_whole_is_answered_without_its_cont
                 ..with_content(uses("long", &[("name", &format!("n{i}"))]))
             })
             .collect(),
+        ..Default::default()
     };
     let answer = tasks
         .create_tasks(batch())
@@ -474,6 +476,7 @@ async fn a_batch_rendered_too_large_to_answer_whole_is_answered_without_its_cont
     let small = tasks
         .create_tasks(CreateTasksRequest {
             tasks: vec![with_content(uses("long", &[("name", "one")]))],
+            ..Default::default()
         })
         .await?
         .into_inner();

@@ -192,7 +192,10 @@ async fn long_provider_errors_resent_after_a_reconnect_arrive_in_frames_the_sche
             })
             .collect();
         tasks
-            .create_tasks(CreateTasksRequest { tasks: specs })
+            .create_tasks(CreateTasksRequest {
+                tasks: specs,
+                ..Default::default()
+            })
             .await?;
     }
     until("every send to reach the provider", || {

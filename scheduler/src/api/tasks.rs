@@ -162,6 +162,12 @@ impl TaskService for TaskApi {
         if req.tasks.is_empty() || req.tasks.len() > MAX_BATCH {
             return Err(Error::invalid("tasks", "must hold 1 to 1000 tasks").into());
         }
+        let basic = match pb::ResponseView::try_from(req.response_view) {
+            Ok(view) => view == pb::ResponseView::Basic,
+            Err(_) => {
+                return Err(Error::invalid("response_view", "is not a ResponseView").into());
+            }
+        };
         span.record("tasks", req.tasks.len());
         let mut results = create(
             &self.tasks,
@@ -174,7 +180,7 @@ impl TaskService for TaskApi {
         .await?;
         // The tasks are created by now, so an answer too large to read would leave the caller
         // without their ids: it comes back without the contents instead, and says so.
-        let content_omitted = paging::fitting(&results) < results.len();
+        let content_omitted = basic || paging::fitting(&results) < results.len();
         if content_omitted {
             for task in results.iter_mut().filter_map(|r| r.task.as_mut()) {
                 task.content = None;
