@@ -222,6 +222,80 @@ async fn assignments_take_their_accounts_room_in_order_and_a_conversation_past_t
     Ok(())
 }
 
+/// An account granted everything it was asked keeps every assignment without the slotting's
+/// window passes (the usual case); beside one short of room, in the same claim, both keep
+/// routing's order, and the whole account's marks carry its reservation instant.
+#[tokio::test]
+async fn an_account_granted_whole_beside_one_short_of_room_keeps_the_claims_order() -> Result<()> {
+    let (_db, conn) = database(
+        &["short", "whole"],
+        2,
+        "UPDATE herald.accounts SET max_in_flight = 10 WHERE id = 'whole'",
+    )
+    .await?;
+    let (ids, granted) = grant(
+        &conn,
+        &[
+            to("whole", "w1"),
+            to("short", "s1"),
+            to("whole", "w2"),
+            to("short", "s2"),
+            to("short", "s3"),
+            to("whole", "w3"),
+        ],
+        &["short", "whole"],
+    )
+    .await?;
+    let granted_ids: Vec<Uuid> = granted.iter().map(|g| g.0).collect();
+    assert_eq!(
+        granted_ids,
+        vec![ids[0], ids[1], ids[2], ids[3], ids[5]],
+        "every send of the whole account and the first two of the short one, in order"
+    );
+    assert_eq!(counts(&conn, "whole").await?, (3, 3));
+    assert_eq!(counts(&conn, "short").await?, (2, 2), "s3 had no slot");
+    let whole_at: Vec<Option<DateTime<Utc>>> = granted
+        .iter()
+        .filter(|g| g.1.as_deref() == Some("whole"))
+        .map(|g| g.2)
+        .collect();
+    assert!(
+        whole_at.iter().all(|at| at.is_some() && *at == whole_at[0]),
+        "one reservation instant for the whole account: {whole_at:?}"
+    );
+    let marks: Vec<(String, DateTime<Utc>)> = conn
+        .query(
+            "SELECT recipient, last_sent_at FROM herald.recipient_sends
+             WHERE account_id = 'whole' ORDER BY recipient",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| (r.get("recipient"), r.get("last_sent_at")))
+        .collect();
+    let expected: Vec<(String, DateTime<Utc>)> = ["w1", "w2", "w3"]
+        .iter()
+        .map(|r| (r.to_string(), whole_at[0].unwrap_or_default()))
+        .collect();
+    assert_eq!(
+        marks, expected,
+        "each whole send marked at the reservation instant"
+    );
+    let short_marks: i64 = conn
+        .query_one(
+            "SELECT count(*) AS n FROM herald.recipient_sends
+             WHERE account_id = 'short' AND recipient IN ('s1', 's2', 's3')",
+            &[],
+        )
+        .await?
+        .get("n");
+    assert_eq!(
+        short_marks, 2,
+        "s1 and s2 marked; s3, refused for room, not"
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_recipient_sent_to_within_the_interval_is_refused_and_its_slot_given_back() -> Result<()>
 {

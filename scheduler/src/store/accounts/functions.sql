@@ -360,6 +360,15 @@ BEGIN
         LEFT JOIN (SELECT DISTINCT u.account FROM unnest(p_tracked) AS u(account)) tr
             ON tr.account = a.account
     ),
+    -- What each account is asked for.
+    asked AS (
+        SELECT a.account, (count(*) FILTER (WHERE a.high))::integer AS high,
+               (count(*) FILTER (WHERE NOT a.high))::integer AS low,
+               (count(*) FILTER (WHERE a.opens))::integer AS new
+        FROM assigned a
+        WHERE a.account IS NOT NULL
+        GROUP BY a.account
+    ),
     -- One element per account, every array in the same order. The reservation locks the rows
     -- byte by byte itself (herald.lock_accounts); the arrays are sorted the same way here only
     -- so that they agree with each other.
@@ -368,49 +377,59 @@ BEGIN
                array_agg(w.high ORDER BY w.account COLLATE "C") AS high,
                array_agg(w.low ORDER BY w.account COLLATE "C") AS low,
                array_agg(w.new ORDER BY w.account COLLATE "C") AS new
-        FROM (
-            SELECT a.account, (count(*) FILTER (WHERE a.high))::integer AS high,
-                   (count(*) FILTER (WHERE NOT a.high))::integer AS low,
-                   (count(*) FILTER (WHERE a.opens))::integer AS new
-            FROM assigned a
-            WHERE a.account IS NOT NULL
-            GROUP BY a.account
-        ) w
+        FROM asked w
     ),
     reserved AS MATERIALIZED (
-        SELECT r.*
+        SELECT r.*,
+               -- Granted all it was asked, at one instant: every assignment keeps its slot.
+               (r.out_high = k.high AND r.out_low = k.low AND r.out_new >= k.new
+                AND coalesce(cardinality(r.out_times), 0) = 0) AS whole
         FROM wanted w
         CROSS JOIN LATERAL herald.reserve_capacity(p_namespace, w.ids, w.high, w.low, w.new) r
+        JOIN asked k ON k.account = r.out_account
         WHERE w.ids IS NOT NULL
     ),
-    -- A slot of its class (high or low), in assignment order.
-    slotted AS (
-        SELECT a.*, r.out_new, r.out_at, r.out_times,
-               a.account IS NULL
-               OR row_number() OVER (PARTITION BY a.account, a.high ORDER BY a.ord)
-                  <= coalesce(CASE WHEN a.high THEN r.out_high ELSE r.out_low END, 0) AS slot
+    joined AS (
+        SELECT a.*, r.out_high, r.out_low, r.out_new, r.out_at, r.out_times,
+               a.account IS NULL OR r.whole AS whole
         FROM assigned a
         LEFT JOIN reserved r ON r.out_account = a.account
     ),
-    -- Of those with a slot that open a conversation, the first out_new may.
-    tiered AS (
-        SELECT s.*,
-               s.slot AND (s.account IS NULL OR NOT s.opens
-                           OR row_number() OVER (PARTITION BY s.account, s.slot AND s.opens
-                                                 ORDER BY s.ord) <= s.out_new) AS kept
-        FROM slotted s
-    ),
-    -- The kept sends' instants, handed out in order.
+    -- Routing plans within the room it read, so an account is usually granted all it was
+    -- asked: those assignments keep their slots at the reservation's instant without the
+    -- window passes below, which hand out the slots of the others in assignment order (three
+    -- sorts of the claim: about a sixth of the grant, docs/performance.md, S5).
     timed AS (
-        SELECT t.*,
-               CASE WHEN t.account IS NULL OR NOT t.kept THEN NULL
+        SELECT j.id, j.account, j.opens, j.recipient, j.ord, j.tracked,
+               true AS slot, true AS kept, j.out_at AS at, false AS paced
+        FROM joined j
+        WHERE j.whole
+        UNION ALL
+        -- The kept sends' instants, handed out in order.
+        SELECT t.id, t.account, t.opens, t.recipient, t.ord, t.tracked, t.slot, t.kept,
+               CASE WHEN NOT t.kept THEN NULL
                     WHEN cardinality(t.out_times) > 0
                     THEN t.out_times[least(row_number() OVER (PARTITION BY t.account, t.kept
                                                               ORDER BY t.ord),
                                            cardinality(t.out_times))]
                     ELSE t.out_at END AS at,
                coalesce(cardinality(t.out_times) > 0, false) AS paced
-        FROM tiered t
+        FROM (
+            -- Of those with a slot that open a conversation, the first out_new may.
+            SELECT s.*,
+                   s.slot AND (NOT s.opens
+                               OR row_number() OVER (PARTITION BY s.account, s.slot AND s.opens
+                                                     ORDER BY s.ord) <= s.out_new) AS kept
+            FROM (
+                -- A slot of its class (high or low), in assignment order.
+                SELECT j.*,
+                       row_number() OVER (PARTITION BY j.account, j.high ORDER BY j.ord)
+                       <= coalesce(CASE WHEN j.high THEN j.out_high ELSE j.out_low END, 0)
+                       AS slot
+                FROM joined j
+                WHERE NOT j.whole
+            ) s
+        ) t
     ),
     -- The recipient marks: a pair whose last send is too recent (or which
     -- the provider blocked) is not updated and not returned. A concurrent claim inserting the
@@ -442,13 +461,15 @@ BEGIN
         -- A join, not a probe per row: marked holds one row per pair.
         LEFT JOIN marked m ON m.account_id = t.account AND m.recipient = t.recipient
     )
-    SELECT array_agg(d.id ORDER BY d.ord) FILTER (WHERE d.leased),
-           array_agg(d.account ORDER BY d.ord) FILTER (WHERE d.leased),
-           array_agg(d.at ORDER BY d.ord) FILTER (WHERE d.leased),
-           array_agg(d.paced ORDER BY d.ord) FILTER (WHERE d.leased),
-           array_agg(d.account ORDER BY d.account) FILTER (WHERE d.had_slot AND NOT d.leased)
+    -- Sorted once here rather than by each aggregate (each ORDER BY in an aggregate sorts its
+    -- own input); an aggregate takes its rows in its input's order.
+    SELECT array_agg(d.id) FILTER (WHERE d.leased),
+           array_agg(d.account) FILTER (WHERE d.leased),
+           array_agg(d.at) FILTER (WHERE d.leased),
+           array_agg(d.paced) FILTER (WHERE d.leased),
+           array_agg(d.account) FILTER (WHERE d.had_slot AND NOT d.leased)
     INTO v_kept_ids, v_kept_accounts, v_kept_at, v_kept_paced, v_released
-    FROM decided d;
+    FROM (SELECT * FROM decided ORDER BY ord) d;
 
     -- The rows are locked already, by the reservation, so the slots go back at once; one
     -- element per account, as apply_account_feedback takes them.
