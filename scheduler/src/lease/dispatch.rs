@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use tokio::sync::{broadcast, watch, Semaphore};
+use tokio::sync::{broadcast, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::claim::{self, ClaimRequest, Claimed, NoAccountsCache};
@@ -25,16 +25,11 @@ use crate::telemetry::metrics::CLAIMS;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
     /// Claims whenever there is credit, and sleeps until the next due time when nothing is due.
+    /// One claim at a time: a second beside it during a routed backlog once overlapped the
+    /// first's round trips, but on a busy database it only walked past the first's locked
+    /// candidates and waited for the same account rows, and S5 drained 7 % faster at 13 % less
+    /// database CPU without it (docs/performance.md).
     Main,
-    /// Claims only while routed claims come back at least half full ([`Backlog`]). A routed
-    /// claim is a few statements in a row (budgets, candidates, facts, lease, grant), most of
-    /// the time waiting on the database rather than holding a lock, so one claim at a time left
-    /// the executor's credit unused while each ran: a second claim overlaps those waits and
-    /// serialises only on the account rows the grants lock (S5 in docs/performance.md). A
-    /// trickle of due work is claimed by one claim at a time and never split between two that
-    /// route it without seeing each other's choices. A queue claim, one statement, gains
-    /// nothing from a second beside it, which walks the same due entries (S1).
-    Extra,
     /// Every straggler period (`HERALD_STRAGGLER_PERIOD`, longer when its walks are slow), a
     /// small claim that walks the due index from its oldest entry: it leases the rows the other
     /// claims' walks passed while another transaction held them, which nothing announces
@@ -45,14 +40,13 @@ pub enum Role {
 }
 
 /// The claim loops of every session, in the order they start.
-pub const SESSION_ROLES: [Role; 3] = [Role::Main, Role::Extra, Role::Stragglers];
+pub const SESSION_ROLES: [Role; 2] = [Role::Main, Role::Stragglers];
 
 impl Role {
     /// The `loop` label of [`CLAIMS`](crate::telemetry::metrics::CLAIMS).
     fn label(self) -> &'static str {
         match self {
             Role::Main => "main",
-            Role::Extra => "extra",
             Role::Stragglers => "stragglers",
         }
     }
@@ -96,40 +90,6 @@ fn lingers_after(role: Role, granted: u32, want: u32) -> bool {
     role == Role::Main && granted >= LINGER_MIN && granted < want
 }
 
-/// Whether a session's routed claims are finding a backlog (the last came back at least half a
-/// batch full); the session's extra claims run only then.
-#[derive(Clone)]
-pub struct Backlog(Arc<watch::Sender<bool>>);
-
-impl Backlog {
-    /// No backlog yet.
-    pub fn new() -> Self {
-        Backlog(Arc::new(watch::Sender::new(false)))
-    }
-
-    /// Records what a claim granted out of a batch of `batch`.
-    fn record(&self, granted: usize, batch: u32) {
-        let full = granted as u64 * 2 >= u64::from(batch.max(1));
-        self.0
-            .send_if_modified(|b| std::mem::replace(b, full) != full);
-    }
-
-    /// Waits until there is a backlog; false when stopped first.
-    async fn wait(&self, stop: &CancellationToken) -> bool {
-        let mut rx = self.0.subscribe();
-        tokio::select! {
-            _ = stop.cancelled() => false,
-            seen = rx.wait_for(|b| *b) => seen.is_ok(),
-        }
-    }
-}
-
-impl Default for Backlog {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 /// Upper bound on an idle sleep. Wake-ups come from events; this only bounds the damage of a
 /// notification lost while the LISTEN connection was down.
 const MAX_IDLE: Duration = Duration::from_secs(60);
@@ -157,8 +117,6 @@ pub struct Dispatcher {
     pub events: broadcast::Receiver<Event>,
     /// Stops the dispatcher (stream closed or draining).
     pub stop: CancellationToken,
-    /// Whether the session's claims find a backlog.
-    pub backlog: Backlog,
     /// What this claim loop does.
     pub role: Role,
     /// The session's main claim marks (published by [`Role::Main`], read by
@@ -182,12 +140,11 @@ impl Dispatcher {
         let mut linger_until: Option<Instant> = None;
         let batch = match self.role {
             Role::Stragglers => STRAGGLER_BATCH.min(self.settings.claim_batch),
-            Role::Main | Role::Extra => self.settings.claim_batch,
+            Role::Main => self.settings.claim_batch,
         };
         loop {
             let go = match self.role {
                 Role::Main => true,
-                Role::Extra => self.backlog.wait(&self.stop).await,
                 Role::Stragglers => self.pause(straggler_pause).await,
             };
             if !go {
@@ -238,7 +195,6 @@ impl Dispatcher {
             let started = Instant::now();
             let claimed = match self.role {
                 Role::Main => self.claim_until_some(want, &mut marks).await,
-                Role::Extra => self.claim(want, &mut marks).await.map(Some),
                 // From the oldest entry: no marks.
                 Role::Stragglers => self.claim(want, &mut DueMarks::default()).await.map(Some),
             };
@@ -257,19 +213,8 @@ impl Dispatcher {
                             granted >= want && passed_before.all_passed(&leases),
                             started.elapsed(),
                         );
-                    } else {
-                        if self.role == Role::Main {
-                            self.main_marks.publish(&marks);
-                        }
-                        // Only routed claims make a backlog: a second queue claim beside the
-                        // first walked the same due entries and skipped its locked rows, a
-                        // third of the drain's claim time (S1 in docs/performance.md).
-                        let routed = if claimed.by_queue_walk {
-                            0
-                        } else {
-                            leases.len()
-                        };
-                        self.backlog.record(routed, self.settings.claim_batch);
+                    } else if self.role == Role::Main {
+                        self.main_marks.publish(&marks);
                     }
                     if granted == 0 {
                         self.credit.add_permits(want as usize);
@@ -460,7 +405,6 @@ fn millis(ms: f64) -> Duration {
 
 #[cfg(test)]
 mod tests {
-    use futures::FutureExt;
 
     use super::*;
 
@@ -493,26 +437,6 @@ mod tests {
         assert!(!lingers_after(Role::Main, 512, 512));
         assert!(!lingers_after(Role::Main, 40, 40));
         // The other loops keep their own pace.
-        assert!(!lingers_after(Role::Extra, 20, 512));
         assert!(!lingers_after(Role::Stragglers, 20, 32));
-    }
-
-    #[test]
-    fn the_extra_claims_wait_for_a_claim_at_least_half_a_batch_full() {
-        let backlog = Backlog::new();
-        let stop = CancellationToken::new();
-        assert_eq!(backlog.wait(&stop).now_or_never(), None, "no claim yet");
-        backlog.record(255, 512);
-        assert_eq!(backlog.wait(&stop).now_or_never(), None, "under half");
-        backlog.record(256, 512);
-        assert_eq!(backlog.wait(&stop).now_or_never(), Some(true), "half full");
-        backlog.record(0, 512);
-        assert_eq!(
-            backlog.wait(&stop).now_or_never(),
-            None,
-            "an empty claim ends it"
-        );
-        stop.cancel();
-        assert_eq!(backlog.wait(&stop).now_or_never(), Some(false), "stopped");
     }
 }

@@ -11,7 +11,7 @@ use tokio::sync::{broadcast, mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::claim::NoAccountsCache;
-use super::dispatch::{Backlog, Dispatcher, SESSION_ROLES};
+use super::dispatch::{Dispatcher, SESSION_ROLES};
 use super::due_marks::PublishedMarks;
 use super::events::Event;
 use super::registry::{Outbound, Registry};
@@ -180,7 +180,6 @@ fn spawn_dispatcher(
     tx: &Outbound,
     unreported: &Unreported,
 ) -> tokio::task::JoinHandle<()> {
-    let backlog = Backlog::new();
     let main_marks = PublishedMarks::default();
     let dispatchers: Vec<_> = SESSION_ROLES
         .into_iter()
@@ -197,7 +196,6 @@ fn spawn_dispatcher(
                 credit: credit.clone(),
                 events: ctx.events.subscribe(),
                 stop: stop.clone(),
-                backlog: backlog.clone(),
                 role,
                 main_marks: main_marks.clone(),
             };
