@@ -172,6 +172,17 @@ pub fn assign<C: AsRef<Candidate>>(
         .enumerate()
         .map(|(i, a)| (a.id.as_str(), i))
         .collect();
+    // Each account's place in id order: ties in health and room, the usual case when a pool's
+    // accounts are alike, compare these integers instead of the ids' strings.
+    let id_rank: Vec<usize> = {
+        let mut by_id: Vec<usize> = (0..accounts.len()).collect();
+        by_id.sort_by(|&x, &y| accounts[x].id.cmp(&accounts[y].id));
+        let mut rank = vec![0; accounts.len()];
+        for (r, i) in by_id.into_iter().enumerate() {
+            rank[i] = r;
+        }
+        rank
+    };
     let by_pool: BTreeMap<&str, Vec<usize>> =
         accounts
             .iter()
@@ -200,22 +211,33 @@ pub fn assign<C: AsRef<Candidate>>(
             });
             continue;
         }
-        let mut choices: Vec<usize> = if let Some(pool) = c.route.strip_prefix(&pool_prefix) {
-            by_pool.get(pool).cloned().unwrap_or_default()
-        } else if let Some(id) = c.route.strip_prefix(&account_prefix) {
-            index_of.get(id).map(|&i| vec![i]).unwrap_or_default()
+        // Borrowed from the pool, not copied: one account alone (a pinned route, or the sticky
+        // one) is held in `single`.
+        let mut single = [0usize; 1];
+        let mut choices: &[usize] = if let Some(pool) = c.route.strip_prefix(&pool_prefix) {
+            by_pool.get(pool).map_or(&[], Vec::as_slice)
+        } else if let Some(&i) = c
+            .route
+            .strip_prefix(&account_prefix)
+            .and_then(|id| index_of.get(id))
+        {
+            single[0] = i;
+            &single
         } else {
-            Vec::new()
+            &[]
         };
         if c.route.starts_with(&pool_prefix) && choices.first().is_some_and(|&i| accounts[i].sticky)
         {
             let pool: Vec<&AccountRoom> = choices.iter().map(|&i| &accounts[i]).collect();
             if let Some(last) = facts.last_account(&c.recipient, &pool) {
                 if last.active && last.health >= STICKY_MIN_HEALTH {
-                    choices = index_of
-                        .get(last.id.as_str())
-                        .map(|&i| vec![i])
-                        .unwrap_or_default();
+                    choices = match index_of.get(last.id.as_str()) {
+                        Some(&i) => {
+                            single[0] = i;
+                            &single
+                        }
+                        None => &[],
+                    };
                 }
             }
         }
@@ -247,7 +269,7 @@ pub fn assign<C: AsRef<Candidate>>(
                 health_tenths[x]
                     .cmp(&health_tenths[y])
                     .then(left[x].room.cmp(&left[y].room))
-                    .then_with(|| accounts[y].id.cmp(&accounts[x].id))
+                    .then(id_rank[y].cmp(&id_rank[x]))
             });
         let Some(i) = pick else { continue };
         let account = &accounts[i];
@@ -334,6 +356,32 @@ mod tests {
         assert_eq!(
             accounts_of(&out),
             vec![Some("b"), Some("b"), Some("a"), Some("b")]
+        );
+    }
+
+    #[test]
+    fn equally_healthy_accounts_with_equal_room_go_in_id_order_whatever_their_order() {
+        // Given out of id order; every tie goes to the lowest id that still has the most room.
+        let accounts = vec![
+            account("c", "p", 2, 2),
+            account("a", "p", 2, 2),
+            account("b", "p", 2, 2),
+            account("a2", "p", 1, 1),
+        ];
+        let candidates: Vec<Candidate> = (0..6)
+            .map(|n| candidate("ns/p:p", &format!("r{n}"), 0))
+            .collect();
+        let out = assign("ns", &candidates, &accounts, &PairFacts::default(), 10);
+        assert_eq!(
+            accounts_of(&out),
+            vec![
+                Some("a"),
+                Some("b"),
+                Some("c"),
+                Some("a"),
+                Some("a2"),
+                Some("b")
+            ]
         );
     }
 
