@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 use super::LeaseRepo;
 use crate::accounts::routing::{AccountRoom, Assignment, Candidate, PairFacts};
-use crate::store::sql::{column, statement, Statement};
+use crate::store::sql::{column, statement, Params, Statement};
 use crate::store::tasks::columns::with_columns;
 use crate::store::StoreError;
 use crate::tasks::model::GrantedLease;
@@ -325,7 +325,8 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
     /// Assignments without an account are leased as they are.
     ///
     /// Assignments to accounts that are not `paced` are leased first (`lease_assigned.sql`),
-    /// then granted (`grant_assigned.sql`, `herald.grant_claim`); the few the grant refuses are
+    /// then granted (`grant_assigned.sql`, `herald.grant_claim`), both statements sent at once;
+    /// the few the grant refuses are
     /// put back as `candidates` read them (`return_refused.sql`). The grant locks the account
     /// rows until the commit, and other claims, folds and the reports applied at once wait for
     /// those locks; leasing before the grant keeps the lease update, the grant's largest part,
@@ -353,31 +354,37 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
         let is_paced = |a: &Assignment| a.account.as_deref().is_some_and(|id| paced.contains(&id));
         let (before, after): (Vec<&Assignment>, Vec<&Assignment>) =
             assigned.iter().partition(|a| !is_paced(a));
-        let mut leased = self.lease(req, &before, &[], credentials).await?;
-        // Only what was leased is granted: a slot is never reserved for a task left behind.
-        let assigned: Vec<&Assignment> = assigned
-            .iter()
-            .filter(|a| is_paced(a) || leased.contains_key(&a.id))
-            .collect();
         let ids: Vec<Uuid> = assigned.iter().map(|a| a.id).collect();
         let accounts: Vec<Option<&str>> = assigned.iter().map(|a| a.account.as_deref()).collect();
         let high: Vec<bool> = assigned.iter().map(|a| a.high).collect();
         let opens: Vec<bool> = assigned.iter().map(|a| a.opens).collect();
         let recipients: Vec<&str> = assigned.iter().map(|a| a.recipient.as_str()).collect();
-        let granted = GRANT_ASSIGNED
-            .query(
-                self.db,
-                &[
-                    &req.namespace,
-                    &ids,
-                    &accounts,
-                    &high,
-                    &opens,
-                    &recipients,
-                    &tracked,
-                ],
-            )
-            .await?;
+        let grant_params: &Params = &[
+            &req.namespace,
+            &ids,
+            &accounts,
+            &high,
+            &opens,
+            &recipients,
+            &tracked,
+        ];
+        // The lease and the grant in one round trip (the connection pipelines them, in this
+        // order): a routed claim's latency is the drain's bound since a session claims one
+        // batch at a time (docs/performance.md, S5).
+        let (mut leased, granted) = futures::try_join!(
+            self.lease(req, &before, &[], credentials),
+            GRANT_ASSIGNED.query(self.db, grant_params),
+        )?;
+        // Every assignment is locked since `candidates` and still scheduled, so each leases; one
+        // that did not would have had a slot reserved for a task left behind, so the claim fails
+        // and its transaction rolls back.
+        if leased.len() != before.len() {
+            return Err(StoreError::Corrupt(format!(
+                "{} of {} locked routed assignments could not be leased",
+                before.len() - leased.len(),
+                before.len()
+            )));
+        }
         let by_id: HashMap<Uuid, &Assignment> = after.iter().map(|a| (a.id, *a)).collect();
         let mut order = Vec::with_capacity(granted.len());
         let mut paced_kept: Vec<&Assignment> = Vec::new();
