@@ -326,8 +326,7 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
     ///
     /// Assignments to accounts that are not `paced` are leased first (`lease_assigned.sql`),
     /// then granted (`grant_assigned.sql`, `herald.grant_claim`), both statements sent at once;
-    /// the few the grant refuses are
-    /// put back as `candidates` read them (`return_refused.sql`). The grant locks the account
+    /// the few the grant refuses are put back as `candidates` read them (`return_refused.sql`). The grant locks the account
     /// rows until the commit, and other claims, folds and the reports applied at once wait for
     /// those locks; leasing before the grant keeps the lease update, the grant's largest part,
     /// out of that hold (docs/performance.md, S5). Refusals are rare (routing reads the same
@@ -368,9 +367,11 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
             &recipients,
             &tracked,
         ];
-        // The lease and the grant in one round trip (the connection pipelines them, in this
-        // order): a routed claim's latency is the drain's bound since a session claims one
-        // batch at a time (docs/performance.md, S5).
+        // The lease and the grant in one round trip: the connection pipelines them, lease first
+        // once both statements are prepared on it (on a fresh connection the grant may run
+        // first, which only holds the account rows a little longer; neither reads what the
+        // other writes). A routed claim's latency is the drain's bound since a session claims
+        // one batch at a time (docs/performance.md, S5).
         let (mut leased, granted) = futures::try_join!(
             self.lease(req, &before, &[], credentials),
             GRANT_ASSIGNED.query(self.db, grant_params),
