@@ -370,8 +370,8 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
         // The lease and the grant in one round trip: the connection pipelines them, lease first
         // once both statements are prepared on it (on a fresh connection the grant may run
         // first, which only holds the account rows a little longer; neither reads what the
-        // other writes). A routed claim's latency is the drain's bound since a session claims
-        // one batch at a time (docs/performance.md, S5).
+        // other writes). Measured a little faster than one after the other (docs/performance.md,
+        // S5).
         let (mut leased, granted) = futures::try_join!(
             self.lease(req, &before, &[], credentials),
             GRANT_ASSIGNED.query(self.db, grant_params),
