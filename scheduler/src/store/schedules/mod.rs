@@ -5,6 +5,7 @@ use std::sync::LazyLock;
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
+use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
 use super::sql::{column, notify, statement, FromRow, Statement};
@@ -121,6 +122,27 @@ async fn announce(db: &impl GenericClient) -> Result<(), StoreError> {
     notify(db, "herald_schedules", "").await
 }
 
+/// A schedule's stored fields as `insert_schedule.sql` and `update_schedule.sql` both take them
+/// ($1 to $14, in this order), so a new field is bound in one place.
+fn record_params<'a>(namespace: &'a &str, s: &'a ScheduleRecord) -> [&'a (dyn ToSql + Sync); 14] {
+    [
+        namespace,
+        &s.id,
+        &s.cron,
+        &s.time_zone,
+        &s.skipped_time,
+        &s.repeated_time,
+        &s.overlap,
+        &s.misfire,
+        &s.misfire_grace_ms,
+        &s.jitter_ms,
+        &s.stagger_ms,
+        &s.stagger_off_round,
+        &s.spec,
+        &s.next_fire_at,
+    ]
+}
+
 impl<C: GenericClient> ScheduleRepo<'_, C> {
     /// Inserts a schedule and wakes the materialiser; None if the id is taken.
     pub async fn create(
@@ -129,25 +151,7 @@ impl<C: GenericClient> ScheduleRepo<'_, C> {
         s: &ScheduleRecord,
     ) -> Result<Option<ScheduleRecord>, StoreError> {
         let created = INSERT_SCHEDULE
-            .fetch_opt(
-                self.db,
-                &[
-                    &namespace,
-                    &s.id,
-                    &s.cron,
-                    &s.time_zone,
-                    &s.skipped_time,
-                    &s.repeated_time,
-                    &s.overlap,
-                    &s.misfire,
-                    &s.misfire_grace_ms,
-                    &s.jitter_ms,
-                    &s.stagger_ms,
-                    &s.stagger_off_round,
-                    &s.spec,
-                    &s.next_fire_at,
-                ],
-            )
+            .fetch_opt(self.db, &record_params(&namespace, s))
             .await?;
         announce(self.db).await?;
         Ok(created)
@@ -181,25 +185,7 @@ impl<C: GenericClient> ScheduleRepo<'_, C> {
     ) -> Result<ScheduleRecord, StoreError> {
         let updated = ScheduleRecord::from_row(
             &UPDATE_SCHEDULE
-                .query_one(
-                    self.db,
-                    &[
-                        &namespace,
-                        &s.id,
-                        &s.cron,
-                        &s.time_zone,
-                        &s.skipped_time,
-                        &s.repeated_time,
-                        &s.overlap,
-                        &s.misfire,
-                        &s.misfire_grace_ms,
-                        &s.jitter_ms,
-                        &s.stagger_ms,
-                        &s.stagger_off_round,
-                        &s.spec,
-                        &s.next_fire_at,
-                    ],
-                )
+                .query_one(self.db, &record_params(&namespace, s))
                 .await?,
         )?;
         announce(self.db).await?;
