@@ -4,6 +4,7 @@
 use std::sync::LazyLock;
 
 use deadpool_postgres::GenericClient;
+use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
 use super::sql::{column, statement, FromRow, Statement};
@@ -81,6 +82,27 @@ impl FromRow for Contact {
             updated_at: Some(column(r, "updated_at")?),
         })
     }
+}
+
+/// A contact's fields as `insert_contact.sql` and `update_contact.sql` both take them ($1 to $8,
+/// in this order; `attributes` is [`attributes_json`] of the contact), so a new contact field
+/// is bound in one place.
+fn contact_params<'a>(
+    namespace: &'a &str,
+    audience_id: &'a &str,
+    c: &'a Contact,
+    attributes: &'a serde_json::Value,
+) -> [&'a (dyn ToSql + Sync); 8] {
+    [
+        namespace,
+        audience_id,
+        &c.recipient,
+        &c.name,
+        &c.time_zone,
+        &c.locale,
+        &c.tags,
+        attributes,
+    ]
 }
 
 fn attributes_json(c: &Contact) -> serde_json::Value {
@@ -229,19 +251,11 @@ impl<C: GenericClient> AudienceRepo<'_, C> {
         audience_id: &str,
         c: &Contact,
     ) -> Result<Option<Contact>, StoreError> {
+        let attributes = attributes_json(c);
         let inserted: Option<Contact> = INSERT_CONTACT
             .fetch_opt(
                 self.db,
-                &[
-                    &namespace,
-                    &audience_id,
-                    &c.recipient,
-                    &c.name,
-                    &c.time_zone,
-                    &c.locale,
-                    &c.tags,
-                    &attributes_json(c),
-                ],
+                &contact_params(&namespace, &audience_id, c, &attributes),
             )
             .await?;
         if inserted.is_some() {
@@ -257,19 +271,11 @@ impl<C: GenericClient> AudienceRepo<'_, C> {
         audience_id: &str,
         c: &Contact,
     ) -> Result<Option<Contact>, StoreError> {
+        let attributes = attributes_json(c);
         UPDATE_CONTACT
             .fetch_opt(
                 self.db,
-                &[
-                    &namespace,
-                    &audience_id,
-                    &c.recipient,
-                    &c.name,
-                    &c.time_zone,
-                    &c.locale,
-                    &c.tags,
-                    &attributes_json(c),
-                ],
+                &contact_params(&namespace, &audience_id, c, &attributes),
             )
             .await
     }
