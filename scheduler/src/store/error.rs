@@ -32,6 +32,10 @@ pub enum StoreError {
     /// A row held a value this build cannot interpret.
     #[error("corrupt row: {0}")]
     Corrupt(String),
+    /// The database answered what the transaction's own locks rule out (a row it locked that
+    /// its update then did not find); the transaction is rolled back rather than committed.
+    #[error("inconsistent answer: {0}")]
+    Inconsistent(String),
 }
 
 /// What a failed transaction's error says about running it again; decided here, once, for
@@ -93,7 +97,7 @@ impl StoreError {
                     || source.code() == Some(&SqlState::TOO_MANY_CONNECTIONS)
                     || source.code().is_none()
             }
-            StoreError::Corrupt(_) => false,
+            StoreError::Corrupt(_) | StoreError::Inconsistent(_) => false,
         }
     }
 
@@ -111,7 +115,9 @@ impl StoreError {
                 _ => Rerun::Never,
             },
             StoreError::CommitInDoubt { .. } => Rerun::InDoubt,
-            StoreError::Pool(_) | StoreError::Corrupt(_) => Rerun::Never,
+            StoreError::Pool(_) | StoreError::Corrupt(_) | StoreError::Inconsistent(_) => {
+                Rerun::Never
+            }
         }
     }
 

@@ -324,13 +324,14 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
     /// (a pair a concurrent claim just took is refused), and unused slots are given back.
     /// Assignments without an account are leased as they are.
     ///
-    /// Assignments to accounts that are not `paced` are leased first (`lease_assigned.sql`),
-    /// then granted (`grant_assigned.sql`, `herald.grant_claim`), both statements sent at once;
-    /// the few the grant refuses are put back as `candidates` read them (`return_refused.sql`). The grant locks the account
-    /// rows until the commit, and other claims, folds and the reports applied at once wait for
-    /// those locks; leasing before the grant keeps the lease update, the grant's largest part,
-    /// out of that hold (docs/performance.md, S5). Refusals are rare (routing reads the same
-    /// room and recipients first), so undoing them costs little.
+    /// Assignments to accounts that are not `paced` are leased (`lease_assigned.sql`) and
+    /// granted (`grant_assigned.sql`, `herald.grant_claim`) by two statements sent at once, the
+    /// lease ahead; the few the grant refuses are put back as `candidates` read them
+    /// (`return_refused.sql`). The grant locks the account rows until the commit, and other
+    /// claims, folds and the reports applied at once wait for those locks; sending the lease
+    /// ahead keeps the lease update, the grant's largest part, out of that hold
+    /// (docs/performance.md, S5). Refusals are rare (routing reads the same room and
+    /// recipients first), so undoing them costs little.
     ///
     /// Assignments to `paced` accounts (human-like gaps) are leased after the grant instead,
     /// from the instants it drew, so each is written once: leased before, every one was
@@ -380,7 +381,7 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
         // that did not would have had a slot reserved for a task left behind, so the claim fails
         // and its transaction rolls back.
         if leased.len() != before.len() {
-            return Err(StoreError::Corrupt(format!(
+            return Err(StoreError::Inconsistent(format!(
                 "{} of {} locked routed assignments could not be leased",
                 before.len() - leased.len(),
                 before.len()
