@@ -392,6 +392,25 @@ def test_ha_tls_values_mount_the_security_material():
     assert any("{{ $labels" in str(r.get("annotations")) for g in rules[0]["spec"]["groups"] for r in g["rules"])
 
 
+@chart
+def test_alert_rules_name_only_documented_metrics():
+    """Every series an example alert reads is one docs/operations.md lists as exported: a rule
+    on a renamed or missing metric never fires and nothing says so."""
+    import re
+
+    rules = yaml.safe_load((CHART / "files" / "prometheus-rules.yaml").read_text())
+    named = set()
+    for group in rules["groups"]:
+        for rule in group["rules"]:
+            for name in re.findall(r"\bherald_[a-z_]+", rule["expr"]):
+                named.add(re.sub(r"_(bucket|count|sum)$", "", name))
+    ops = (harness.REPO / "docs" / "operations.md").read_text()
+    documented = set(re.findall(r"^\| `(herald_[a-z_]+)` \|", ops, re.MULTILINE))
+    assert named, "no metric found in the rules"
+    assert named <= documented, f"rules read undocumented metrics: {sorted(named - documented)}"
+    assert "herald_oldest_transaction_seconds" in named
+
+
 def database_refs(objects):
     """(Secret, key) of DATABASE_URL in every workload that reads it."""
     refs = set()

@@ -1,10 +1,12 @@
 //! The real scheduler binary starts on a fresh database (running its migrations) and reports
-//! SERVING on the standard gRPC health service.
+//! SERVING on the standard gRPC health service; its storage settings and the storage figures it
+//! exports (table sizes, the transaction that holds VACUUM back).
 
-use anyhow::{bail, Result};
+use anyhow::{bail, ensure, Result};
 use herald_proto::v1::scheduler_message;
 use herald_tests::lease::ScriptedExecutor;
-use herald_tests::{connect_health, ExecutorProcess, SchedulerProcess, TestDb};
+use herald_tests::metrics::{scrape, series};
+use herald_tests::{connect_health, until, ExecutorProcess, SchedulerProcess, TaskSpecExt, TestDb};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::HealthCheckRequest;
 
@@ -53,6 +55,89 @@ async fn the_churning_tables_get_their_own_vacuum_settings() -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// `herald_table_bytes{table}` as /metrics renders it.
+fn table_bytes(body: &str, table: &str) -> Option<f64> {
+    series(body, "herald_table_bytes", &format!("table=\"{table}\""))
+}
+
+/// `herald_oldest_transaction_seconds` as /metrics renders it.
+fn oldest_transaction(body: &str) -> Option<f64> {
+    series(body, "herald_oldest_transaction_seconds", "")
+}
+
+#[tokio::test]
+async fn a_scrape_shows_table_sizes_and_the_transaction_that_holds_vacuum_back() -> Result<()> {
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let conn = db.connect().await?;
+    let before = scrape(&scheduler.http_url()).await?;
+    for table in [
+        "tasks",
+        "attempts",
+        "recipient_sends",
+        "task_history",
+        "attempt_history",
+    ] {
+        ensure!(
+            table_bytes(&before, table).is_some(),
+            "herald_table_bytes{{table=\"{table}\"}} missing:\n{before}"
+        );
+    }
+    // A partitioned table holds nothing itself: once retention's first pass has made the
+    // history's partitions, a size above zero is their sum.
+    until("retention to make the history's partitions", || async {
+        let partitions: i64 = conn
+            .query_one(
+                "SELECT count(*) FROM pg_inherits
+                 WHERE inhparent = 'herald.task_history'::regclass",
+                &[],
+            )
+            .await?
+            .get(0);
+        Ok(partitions > 0)
+    })
+    .await?;
+    let sized = scrape(&scheduler.http_url()).await?;
+    ensure!(
+        table_bytes(&sized, "task_history").unwrap_or(0.0) > 0.0,
+        "herald_table_bytes{{table=\"task_history\"}} is not its partitions' sum:\n{sized}"
+    );
+
+    // Rows written show in the next scrape: the size is read afresh, not cached.
+    let tasks_before = table_bytes(&sized, "tasks").unwrap_or(0.0);
+    let mut tasks = herald_tests::connect_tasks(&scheduler.grpc_url()).await?;
+    for i in 0..20 {
+        let spec = herald_tests::task_spec("sized", &format!("+1555100{i:02}"), "hi")
+            .with_delay(std::time::Duration::from_secs(3600));
+        tasks
+            .create_task(herald_proto::v1::CreateTaskRequest { task: Some(spec) })
+            .await?;
+    }
+    let after = scrape(&scheduler.http_url()).await?;
+    ensure!(
+        table_bytes(&after, "tasks").unwrap_or(0.0) > tasks_before,
+        "herald_table_bytes{{table=\"tasks\"}} did not grow with 20 tasks:\n{after}"
+    );
+
+    // A transaction holding a snapshot, as a report or an analyst's session would: the gauge
+    // counts its age, and drops back once it ends. A second is far longer than any of the
+    // scheduler's own transactions while nothing is due.
+    let held = db.connect().await?;
+    held.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1")
+        .await?;
+    until("the held transaction to show as a second old", || async {
+        let body = scrape(&scheduler.http_url()).await?;
+        Ok(oldest_transaction(&body).is_some_and(|s| s >= 1.0))
+    })
+    .await?;
+    held.batch_execute("COMMIT").await?;
+    until("the gauge to drop once the transaction ends", || async {
+        let body = scrape(&scheduler.http_url()).await?;
+        Ok(oldest_transaction(&body).is_some_and(|s| s < 1.0))
+    })
+    .await
 }
 
 /// Every name health answers for: the server and each herald service it serves.

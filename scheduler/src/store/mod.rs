@@ -25,6 +25,7 @@ pub mod schedules;
 pub mod sql;
 pub mod statistics;
 pub mod stats;
+pub mod storage;
 pub mod suppressions;
 pub mod tasks;
 pub mod templates;
@@ -297,6 +298,10 @@ pub trait Db: GenericClient + Sized {
     /// Planner statistics of the busiest tables.
     fn statistics(&self) -> statistics::StatisticsRepo<'_, Self> {
         statistics::StatisticsRepo::new(self)
+    }
+    /// Table sizes and the transaction that holds VACUUM back.
+    fn storage(&self) -> storage::StorageRepo<'_, Self> {
+        storage::StorageRepo::new(self)
     }
 }
 

@@ -6,6 +6,7 @@
 //! a report batch looks its counters up once per end state and lease count.
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{LazyLock, OnceLock};
 use std::time::Duration;
 
@@ -70,6 +71,12 @@ pub const PROVIDER_EVENTS: &str = "herald_provider_events_total";
 pub const PROVIDER_EVENTS_APPLIED: &str = "herald_provider_events_applied_total";
 /// Counter: recipients put on a suppression list by an opt-out reply.
 pub const OPT_OUTS: &str = "herald_opt_outs_total";
+/// Gauge `{table}`: the size on disk of herald's growing tables, indexes and TOAST included
+/// (the history's summed over its partitions), read at each scrape.
+pub const TABLE_BYTES: &str = "herald_table_bytes";
+/// Gauge: seconds the oldest transaction on herald's database has been open, of those that keep
+/// VACUUM from reclaiming dead rows (0 when none is), read at each scrape.
+pub const OLDEST_TRANSACTION: &str = "herald_oldest_transaction_seconds";
 
 /// Seconds; from "on time" to "an hour late".
 const LAG_BUCKETS: &[f64] = &[
@@ -187,6 +194,16 @@ fn describe() {
         NOTIFICATIONS_PENDING,
         "Notifications waiting in the outbox."
     );
+    describe_gauge!(
+        TABLE_BYTES,
+        Unit::Bytes,
+        "Size on disk of herald's growing tables, indexes and TOAST included."
+    );
+    describe_gauge!(
+        OLDEST_TRANSACTION,
+        Unit::Seconds,
+        "Age of the oldest open transaction on herald's database that holds VACUUM back."
+    );
 }
 
 /// Counts a schedule run found unfinished past its overrun deadline.
@@ -195,11 +212,14 @@ pub fn run_overran(namespace: &str, schedule_id: &str) {
         .increment(1);
 }
 
-/// Renders every metric in the Prometheus text format, after sampling the pool and recounting
-/// live tasks when their count is older than a second.
+/// Renders every metric in the Prometheus text format, after sampling the pool and the storage
+/// figures and recounting live tasks when their count is older than a second.
 pub async fn render(store: &Store) -> String {
     let handle = install();
     refresh_live_counts(store, SCRAPE_FRESHNESS).await;
+    if let Err(e) = refresh_storage(store).await {
+        tracing::warn!(error = %e, "cannot read table sizes or transaction ages for metrics");
+    }
     let status = store.pool_status();
     let in_use = status.size.saturating_sub(status.available);
     metrics::gauge!(DB_POOL, "state" => "in_use").set(in_use as f64);
@@ -278,6 +298,29 @@ pub fn swept(leases_expired: u64, deadlines_passed: u64) {
 
 async fn live_task_counts(store: &Store) -> Result<Vec<(String, String, i64)>, StoreError> {
     store.conn().await?.notifications().live_task_counts().await
+}
+
+/// Whether the warning that other roles' transactions are out of sight was logged.
+static WARNED_OUT_OF_SIGHT: AtomicBool = AtomicBool::new(false);
+
+/// Sets [`TABLE_BYTES`] and [`OLDEST_TRANSACTION`]. Both are cheap whatever the tables hold
+/// (file sizes and the server's list of sessions), so every scrape reads them afresh: a
+/// transaction left open shows within one scrape.
+async fn refresh_storage(store: &Store) -> Result<(), StoreError> {
+    let conn = store.conn().await?;
+    for (table, bytes) in conn.storage().table_sizes().await? {
+        metrics::gauge!(TABLE_BYTES, "table" => table).set(bytes as f64);
+    }
+    let oldest = conn.storage().oldest_transaction().await?;
+    metrics::gauge!(OLDEST_TRANSACTION).set(oldest.seconds);
+    if !oldest.sees_every_role && !WARNED_OUT_OF_SIGHT.swap(true, Ordering::Relaxed) {
+        tracing::warn!(
+            "herald's database role is not a member of pg_read_all_stats: \
+             herald_oldest_transaction_seconds sees only its own role's transactions \
+             (docs/operations.md)"
+        );
+    }
+    Ok(())
 }
 
 /// Counts accounts whose in-flight count the reconciler corrected.
