@@ -45,14 +45,22 @@ struct Phase {
     throughput: f64,
     lateness_p99_ms: f64,
     size_mib: f64,
+    oldest_transaction_s: f64,
 }
 
-/// What the scheduler's /metrics says at one instant: tasks finished, and the trigger-lag
-/// histogram's cumulative bucket counts by upper bound (seconds; +Inf last).
+/// The tables whose sizes (`herald_table_bytes`) the soak adds up: the hot tasks and attempts
+/// and their history.
+const SIZED: [&str; 4] = ["tasks", "attempts", "task_history", "attempt_history"];
+
+/// What the scheduler's /metrics says at one instant: tasks finished, the trigger-lag
+/// histogram's cumulative bucket counts by upper bound (seconds; +Inf last), the size of the
+/// [`SIZED`] tables and the age of the oldest transaction holding VACUUM back.
 #[derive(Debug, Clone, Default)]
 struct Scrape {
     finished: f64,
     lag_buckets: BTreeMap<u64, f64>,
+    table_bytes: f64,
+    oldest_transaction_s: f64,
 }
 
 /// Runs S6. `s1_rate` is S1's herald drain rate from this run, if it ran.
@@ -86,7 +94,6 @@ pub(crate) async fn soak(opts: &Options, s1_rate: Option<f64>, report: &mut Repo
         .spawn()
         .await
         .context("starting the executor")?;
-    let client = db.connect().await?;
     let metrics_url = format!("{}/metrics", scheduler.http_url());
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -108,7 +115,7 @@ pub(crate) async fn soak(opts: &Options, s1_rate: Option<f64>, report: &mut Repo
     let first = scrape(&metrics_url).await?;
     tokio::time::sleep(unit).await;
     let before_end = scrape(&metrics_url).await?;
-    let before = phase(&first, &before_end, unit, size_mib(&client).await?);
+    let before = phase(&first, &before_end, unit);
 
     // A snapshot held open: REPEATABLE READ takes it at the first statement and keeps it.
     let (holder, holder_conn) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls).await?;
@@ -121,14 +128,14 @@ pub(crate) async fn soak(opts: &Options, s1_rate: Option<f64>, report: &mut Repo
         .context("opening the held transaction")?;
     tokio::time::sleep(unit * 2).await;
     let during_end = scrape(&metrics_url).await?;
-    let during = phase(&before_end, &during_end, unit * 2, size_mib(&client).await?);
+    let during = phase(&before_end, &during_end, unit * 2);
     holder.batch_execute("COMMIT").await?;
     drop(holder);
     holder_task.abort();
 
     tokio::time::sleep(unit * 2).await;
     let after_end = scrape(&metrics_url).await?;
-    let after = phase(&during_end, &after_end, unit * 2, size_mib(&client).await?);
+    let after = phase(&during_end, &after_end, unit * 2);
 
     stop.store(true, Ordering::Relaxed);
     for c in creators {
@@ -198,8 +205,9 @@ async fn create_steadily(
     Ok(())
 }
 
-/// The figures of the phase between two scrapes.
-fn phase(from: &Scrape, to: &Scrape, length: Duration, size_mib: f64) -> Phase {
+/// The figures of the phase between two scrapes; the size and the oldest transaction as the
+/// phase ends.
+fn phase(from: &Scrape, to: &Scrape, length: Duration) -> Phase {
     let deltas: BTreeMap<u64, f64> = to
         .lag_buckets
         .iter()
@@ -208,7 +216,8 @@ fn phase(from: &Scrape, to: &Scrape, length: Duration, size_mib: f64) -> Phase {
     Phase {
         throughput: (to.finished - from.finished) / length.as_secs_f64(),
         lateness_p99_ms: quantile(&deltas, 0.99) * 1000.0,
-        size_mib,
+        size_mib: to.table_bytes / (1024.0 * 1024.0),
+        oldest_transaction_s: to.oldest_transaction_s,
     }
 }
 
@@ -241,7 +250,7 @@ fn quantile(buckets: &BTreeMap<u64, f64>, q: f64) -> f64 {
     lower
 }
 
-/// Reads tasks finished and the trigger-lag buckets from the scheduler's /metrics.
+/// Reads a [`Scrape`] from the scheduler's /metrics.
 async fn scrape(url: &str) -> Result<Scrape> {
     let body = reqwest::get(url)
         .await
@@ -259,6 +268,15 @@ async fn scrape(url: &str) -> Result<Scrape> {
         };
         if series.starts_with("herald_tasks_finished_total") {
             out.finished += value;
+        } else if series == "herald_oldest_transaction_seconds" {
+            out.oldest_transaction_s = value;
+        } else if let Some(table) = series
+            .strip_prefix("herald_table_bytes{table=\"")
+            .and_then(|t| t.strip_suffix("\"}"))
+        {
+            if SIZED.contains(&table) {
+                out.table_bytes += value;
+            }
         } else if let Some(labels) = series.strip_prefix("herald_trigger_lag_seconds_bucket{") {
             let le = labels
                 .split(',')
@@ -273,24 +291,6 @@ async fn scrape(url: &str) -> Result<Scrape> {
         }
     }
     Ok(out)
-}
-
-/// `herald.tasks`, `herald.attempts` and every partition of their history, with their
-/// indexes and TOAST, in MiB.
-async fn size_mib(client: &tokio_postgres::Client) -> Result<f64> {
-    let bytes: i64 = client
-        .query_one(
-            "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint
-             FROM pg_class c
-             WHERE c.relnamespace = 'herald'::regnamespace AND c.relkind = 'r'
-               AND (c.relname IN ('tasks', 'attempts')
-                    OR c.relname LIKE 'task\\_history\\_%'
-                    OR c.relname LIKE 'attempt\\_history\\_%')",
-            &[],
-        )
-        .await?
-        .get(0);
-    Ok(bytes as f64 / (1024.0 * 1024.0))
 }
 
 fn add_rows(report: &mut Report, rate: f64, offered: f64, b: &Phase, d: &Phase, a: &Phase) {
@@ -328,6 +328,17 @@ fn add_rows(report: &mut Report, rate: f64, offered: f64, b: &Phase, d: &Phase, 
             S,
             &format!("tasks+attempts size {name} (MiB)"),
             p.size_mib,
+            "",
+            None,
+        );
+    }
+    // The held transaction's age as the held phase ends, as herald_oldest_transaction_seconds
+    // (what the alert reads) shows it; about zero at the other phases' ends.
+    for (name, p) in [("before", b), ("held", d), ("after", a)] {
+        report.add(
+            S,
+            &format!("oldest transaction at the end, {name} (s)"),
+            p.oldest_transaction_s,
             "",
             None,
         );

@@ -49,5 +49,26 @@ async fn every_scenario_runs_at_tiny_sizes() {
         .expect("early count");
     // Not a timing assertion: a task leased before its run_at is a correctness bug at any speed.
     assert_eq!(early.value, 0.0, "{}", report.table());
+    let s6 = |metric: &str| {
+        report
+            .rows
+            .iter()
+            .find(|r| r.scenario == "S6 soak" && r.metric == metric)
+            .map(|r| r.value)
+            .unwrap_or_else(|| panic!("no S6 row {metric}:\n{}", report.table()))
+    };
+    // The sizes and the held transaction come from the scheduler's own gauges
+    // (herald_table_bytes, herald_oldest_transaction_seconds): the soak holds its transaction
+    // two units (2 s here) before it scrapes, so the gauge must show at least that long.
+    assert!(
+        s6("tasks+attempts size before (MiB)") > 0.0,
+        "{}",
+        report.table()
+    );
+    assert!(
+        s6("oldest transaction at the end, held (s)") >= 1.0,
+        "{}",
+        report.table()
+    );
     assert!(report.to_json()["rows"].is_array());
 }
