@@ -555,11 +555,11 @@ async fn a_reservation_waiting_for_another_claims_lock_grants_only_the_room_left
     Ok(())
 }
 
-/// A claim leases its assignments before granting them; one the grant refuses goes back to
-/// scheduled exactly as it was (its lease count, last executor, last grant time and account),
-/// the account keeps no slot for it, and the rest of the claim is leased and delivered.
+/// A claim leases only what its grant kept: an assignment the grant refuses stays scheduled
+/// exactly as it was (its lease count, last executor, last grant time and account), the
+/// account keeps no slot for it, and the rest of the claim is leased and delivered.
 #[tokio::test]
-async fn a_refused_assignment_is_put_back_as_it_was_and_the_rest_is_leased() -> Result<()> {
+async fn a_refused_assignment_stays_as_it_was_and_the_rest_is_leased() -> Result<()> {
     let (db, conn) = database(
         &["a1"],
         10,
@@ -648,6 +648,53 @@ async fn a_refused_assignment_is_put_back_as_it_was_and_the_rest_is_leased() -> 
         Some("gone")
     );
     assert_eq!(counts(&conn, "a1").await?.0, 1, "one slot in flight: +s's");
+    Ok(())
+}
+
+/// A routed lease is stamped with the instant its account's capacity was taken: its
+/// `leased_at` is the instant the grant recorded the send to its recipient at, so the recorded
+/// lease times keep the spacing and rates the reservation enforced (docs/accounts.md).
+#[tokio::test]
+async fn a_routed_lease_is_stamped_with_its_grant_instant() -> Result<()> {
+    let (db, conn) = database(
+        &["a1", "a2"],
+        10,
+        "UPDATE herald.accounts SET recipient_interval_ms = 1000",
+    )
+    .await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
+    let recipients = ["+r1", "+r2", "+r3", "+r4"];
+    create_many(
+        &mut tasks,
+        recipients.iter().map(|r| pooled("p", r)).collect(),
+    )
+    .await?;
+    let mut exec = ScriptedExecutor::connect(&scheduler.grpc_url(), "e", &[], 10).await?;
+    let leases = exec.leases(recipients.len()).await?;
+    assert_eq!(leases.len(), recipients.len());
+    let rows = conn
+        .query(
+            "SELECT t.recipient, t.account_id, t.leased_at, s.last_sent_at
+             FROM herald.tasks t
+             JOIN herald.recipient_sends s
+               ON s.namespace = t.namespace AND s.account_id = t.account_id
+              AND s.recipient = t.recipient",
+            &[],
+        )
+        .await?;
+    assert_eq!(rows.len(), recipients.len(), "every send has its mark");
+    for row in rows {
+        let leased: DateTime<Utc> = row.get("leased_at");
+        let marked: DateTime<Utc> = row.get("last_sent_at");
+        assert_eq!(
+            leased,
+            marked,
+            "{} through {}",
+            row.get::<_, String>("recipient"),
+            row.get::<_, String>("account_id")
+        );
+    }
     Ok(())
 }
 

@@ -42,9 +42,6 @@ pub struct AccountRoom {
     pub health: f64,
     /// Whether its pool is sticky.
     pub sticky: bool,
-    /// Whether its sends are spaced by human-like gaps: the grant draws their instants, and
-    /// they are leased from those (routing does not weigh it).
-    pub paced: bool,
 }
 
 impl AccountRoom {
@@ -329,7 +326,6 @@ mod tests {
             active: true,
             health: 1.0,
             sticky: false,
-            paced: false,
         }
     }
 

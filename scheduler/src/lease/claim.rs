@@ -222,20 +222,11 @@ async fn claim_in(
         .filter(|a| a.tracks_recipients())
         .map(|a| a.id.as_str())
         .collect();
-    let paced: Vec<&str> = accounts
-        .iter()
-        .filter(|a| a.paced)
-        .map(|a| a.id.as_str())
-        .collect();
     let grant_accounts = GrantAccounts {
         tracked: &tracked,
-        paced: &paced,
         credentials: &credentials,
     };
-    let leases = tx
-        .leases()
-        .grant(req, &assigned, &candidates, &grant_accounts)
-        .await?;
+    let leases = tx.leases().grant(req, &assigned, &grant_accounts).await?;
     let claimed = Claimed {
         leases,
         open_routes,

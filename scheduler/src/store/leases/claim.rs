@@ -1,8 +1,8 @@
 //! The claim's statements, one method per step: the one-statement claim by queue, and the steps
 //! of a routed claim (read each account's room, lock due candidates, read what is known of
-//! their recipients, move tasks whose send window is closed, then lease the assignments and
-//! grant them (reserve capacity, record recipient sends): paced sends after the grant, from
-//! the instants it drew, the rest before it, put back if the grant refuses them).
+//! their recipients, move tasks whose send window is closed, then grant the assignments
+//! (reserve capacity, record recipient sends) and lease what was granted, each from its grant
+//! instant).
 //! `lease/claim.rs` runs them in one transaction and decides between them.
 
 use std::collections::{HashMap, HashSet};
@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 use super::LeaseRepo;
 use crate::accounts::routing::{AccountRoom, Assignment, Candidate, PairFacts};
-use crate::store::sql::{column, statement, Params, Statement};
+use crate::store::sql::{column, statement, Statement};
 use crate::store::tasks::columns::with_columns;
 use crate::store::StoreError;
 use crate::tasks::model::GrantedLease;
@@ -31,26 +31,12 @@ pub struct CandidateRow {
     pub windowed: bool,
     /// Whether its recipient is on the suppression list (the claim ends it instead).
     pub suppressed: bool,
-    /// What it holds from its last lease.
-    pub prior: PriorLease,
 }
 
 impl AsRef<Candidate> for CandidateRow {
     fn as_ref(&self) -> &Candidate {
         &self.task
     }
-}
-
-/// What a candidate holds from its last lease: a claim leases its assignments before the grant
-/// and puts back one the grant refuses exactly as it was.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PriorLease {
-    /// The executor that held it.
-    pub executor_id: Option<String>,
-    /// When it was granted.
-    pub leased_at: Option<DateTime<Utc>>,
-    /// The account it went through.
-    pub account_id: Option<String>,
 }
 
 /// Priority levels, highest first: the order claims visit them in.
@@ -114,8 +100,6 @@ pub(super) static LEASE_ASSIGNED: LazyLock<Statement> = LazyLock::new(|| {
     )
 });
 const GRANT_ASSIGNED: Statement = statement!("grant_assigned");
-/// Puts refused assignments back (`return_refused.sql`); seen by the plan tests.
-pub(super) const RETURN_REFUSED: Statement = statement!("return_refused");
 const ACCOUNT_BUDGETS: Statement = statement!("account_budgets");
 const RECIPIENT_FACTS: Statement = statement!("recipient_facts");
 /// Moves closed-window candidates (`defer_to_window.sql`); seen by the plan tests.
@@ -160,8 +144,6 @@ impl ClaimRequest<'_> {
 pub struct GrantAccounts<'a> {
     /// Accounts that record sends per recipient (spacing, provider blocks, the tier).
     pub tracked: &'a [&'a str],
-    /// Accounts that pace their sends with human-like gaps.
-    pub paced: &'a [&'a str],
     /// Each account's credentials ref, by account id.
     pub credentials: &'a HashMap<String, String>,
 }
@@ -218,7 +200,6 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
                         active: column(r, "active")?,
                         health: column(r, "health")?,
                         sticky: column(r, "sticky")?,
-                        paced: column(r, "paced")?,
                     },
                     credentials_ref: column(r, "credentials_ref")?,
                     available_in_ms: column(r, "available_in_ms")?,
@@ -263,11 +244,6 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
                     },
                     windowed: column(r, "windowed")?,
                     suppressed: column(r, "suppressed")?,
-                    prior: PriorLease {
-                        executor_id: column(r, "executor_id")?,
-                        leased_at: column(r, "leased_at")?,
-                        account_id: column(r, "account_id")?,
-                    },
                 })
             })
             .collect()
@@ -324,113 +300,73 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
     /// (a pair a concurrent claim just took is refused), and unused slots are given back.
     /// Assignments without an account are leased as they are.
     ///
-    /// Assignments to accounts that are not `paced` are leased (`lease_assigned.sql`) and
-    /// granted (`grant_assigned.sql`, `herald.grant_claim`) by two statements sent at once, the
-    /// lease ahead; the few the grant refuses are put back as `candidates` read them
-    /// (`return_refused.sql`). The grant locks the account rows until the commit, and other
-    /// claims, folds and the reports applied at once wait for those locks; sending the lease
-    /// ahead keeps the lease update, the grant's largest part, out of that hold
-    /// (docs/performance.md, S5). Refusals are rare (routing reads the same room and
-    /// recipients first), so undoing them costs little.
-    ///
-    /// Assignments to `paced` accounts (human-like gaps) are leased after the grant instead,
-    /// from the instants it drew, so each is written once: leased before, every one was
-    /// re-timed by a second update (S7). Their tasks are locked since `candidates`, so the
-    /// lease cannot miss one the grant kept.
+    /// The grant (`grant_assigned.sql`, `herald.grant_claim`) runs first and returns each kept
+    /// assignment with its instant: its account's reservation instant, or for an account with
+    /// human-like gaps (`paced`) the instant it drew. The lease (`lease_assigned.sql`) then
+    /// writes each kept task once, leased from that instant, so a routed lease's `leased_at` is
+    /// the moment its account's capacity was taken and an assignment the grant refuses is
+    /// never leased. The lease runs while the grant's account locks are held; other claims,
+    /// folds and the reports that free slots at once wait that much longer for those rows
+    /// (docs/performance.md, S5).
     ///
     /// `credentials` maps each account id to its credentials ref, which every lease carries.
     pub async fn grant(
         &self,
         req: &ClaimRequest<'_>,
         assigned: &[Assignment],
-        candidates: &[CandidateRow],
         accounts: &GrantAccounts<'_>,
     ) -> Result<Vec<GrantedLease>, StoreError> {
         let GrantAccounts {
             tracked,
-            paced,
             credentials,
         } = accounts;
-        let is_paced = |a: &Assignment| a.account.as_deref().is_some_and(|id| paced.contains(&id));
-        let (before, after): (Vec<&Assignment>, Vec<&Assignment>) =
-            assigned.iter().partition(|a| !is_paced(a));
         let ids: Vec<Uuid> = assigned.iter().map(|a| a.id).collect();
         let accounts: Vec<Option<&str>> = assigned.iter().map(|a| a.account.as_deref()).collect();
         let high: Vec<bool> = assigned.iter().map(|a| a.high).collect();
         let opens: Vec<bool> = assigned.iter().map(|a| a.opens).collect();
         let recipients: Vec<&str> = assigned.iter().map(|a| a.recipient.as_str()).collect();
-        let grant_params: &Params = &[
-            &req.namespace,
-            &ids,
-            &accounts,
-            &high,
-            &opens,
-            &recipients,
-            &tracked,
-        ];
-        // The lease and the grant in one round trip: the connection pipelines them, lease first
-        // once both statements are prepared on it (on a fresh connection the grant may run
-        // first, which only holds the account rows a little longer; neither reads what the
-        // other writes). Measured a little faster than one after the other (docs/performance.md,
-        // S5).
-        let (mut leased, granted) = futures::try_join!(
-            self.lease(req, &before, &[], credentials),
-            GRANT_ASSIGNED.query(self.db, grant_params),
-        )?;
-        // Every assignment is locked since `candidates` and still scheduled, so each leases; one
-        // that did not would have had a slot reserved for a task left behind, so the claim fails
-        // and its transaction rolls back.
-        if leased.len() != before.len() {
-            return Err(StoreError::Inconsistent(format!(
-                "{} of {} locked routed assignments could not be leased",
-                before.len() - leased.len(),
-                before.len()
-            )));
-        }
-        let by_id: HashMap<Uuid, &Assignment> = after.iter().map(|a| (a.id, *a)).collect();
-        let mut order = Vec::with_capacity(granted.len());
-        let mut paced_kept: Vec<&Assignment> = Vec::new();
-        let mut instants: Vec<Option<DateTime<Utc>>> = Vec::new();
+        let granted = GRANT_ASSIGNED
+            .query(
+                self.db,
+                &[
+                    &req.namespace,
+                    &ids,
+                    &accounts,
+                    &high,
+                    &opens,
+                    &recipients,
+                    &tracked,
+                ],
+            )
+            .await?;
+        let by_id: HashMap<Uuid, &Assignment> = assigned.iter().map(|a| (a.id, a)).collect();
+        let mut kept: Vec<&Assignment> = Vec::with_capacity(granted.len());
+        let mut instants: Vec<Option<DateTime<Utc>>> = Vec::with_capacity(granted.len());
         for row in &granted {
             let id: Uuid = column(row, "id")?;
-            if let Some(a) = by_id.get(&id) {
-                paced_kept.push(a);
-                instants.push(column(row, "granted_at")?);
-            }
-            order.push(id);
+            let assignment = by_id.get(&id).ok_or_else(|| {
+                StoreError::Inconsistent(format!("the grant kept {id}, which was not assigned"))
+            })?;
+            kept.push(assignment);
+            instants.push(column(row, "granted_at")?);
         }
-        let mut paced_leased = self.lease(req, &paced_kept, &instants, credentials).await?;
+        let mut leased = self.lease(req, &kept, &instants, credentials).await?;
+        // Every assignment is locked since `candidates` and still scheduled, so each one kept
+        // leases; one that did not would hold a slot reserved for a task left behind, so the
+        // claim fails and its transaction rolls back.
+        if leased.len() != kept.len() {
+            return Err(StoreError::Inconsistent(format!(
+                "{} of {} granted routed assignments could not be leased",
+                kept.len() - leased.len(),
+                kept.len()
+            )));
+        }
         // In the grant's order, which is routing's.
-        let kept: Vec<GrantedLease> = order
-            .iter()
-            .filter_map(|id| leased.remove(id).or_else(|| paced_leased.remove(id)))
-            .collect();
-        // What is left was leased and not granted.
-        if !leased.is_empty() {
-            let priors: HashMap<Uuid, &PriorLease> =
-                candidates.iter().map(|c| (c.task.id, &c.prior)).collect();
-            let mut refused = Refused::default();
-            for id in leased.into_keys() {
-                let prior = priors.get(&id).copied().cloned().unwrap_or_default();
-                refused.push(id, prior);
-            }
-            RETURN_REFUSED
-                .execute(
-                    self.db,
-                    &[
-                        &refused.ids,
-                        &refused.leased_at,
-                        &refused.executor_id,
-                        &refused.account_id,
-                    ],
-                )
-                .await?;
-        }
-        Ok(kept)
+        Ok(kept.iter().filter_map(|a| leased.remove(&a.id)).collect())
     }
 
-    /// Leases `assigned` to their accounts, each from its instant in `at` (a paced send's drawn
-    /// instant) or, where there is none, now; by task id.
+    /// Leases `assigned` to their accounts, each from its instant in `at` (its grant instant)
+    /// or, where there is none (sent by queue), now; by task id.
     async fn lease(
         &self,
         req: &ClaimRequest<'_>,
@@ -447,11 +383,6 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
             .iter()
             .map(|a| a.and_then(|id| credentials.get(id)).map(String::as_str))
             .collect();
-        let at: Vec<Option<DateTime<Utc>>> = if at.is_empty() {
-            vec![None; ids.len()]
-        } else {
-            at.to_vec()
-        };
         Ok(LEASE_ASSIGNED
             .fetch::<GrantedLease>(
                 self.db,
@@ -511,24 +442,5 @@ mod tests {
             );
             assert!(positions.windows(2).all(|w| w[0] < w[1]), "{sql}");
         }
-    }
-}
-
-/// The refused assignments `return_refused.sql` puts back, as its array parameters: what each
-/// task held from its last lease.
-#[derive(Default)]
-struct Refused {
-    ids: Vec<Uuid>,
-    leased_at: Vec<Option<DateTime<Utc>>>,
-    executor_id: Vec<Option<String>>,
-    account_id: Vec<Option<String>>,
-}
-
-impl Refused {
-    fn push(&mut self, id: Uuid, prior: PriorLease) {
-        self.ids.push(id);
-        self.leased_at.push(prior.leased_at);
-        self.executor_id.push(prior.executor_id);
-        self.account_id.push(prior.account_id);
     }
 }

@@ -1,5 +1,4 @@
-SELECT t.id, t.route, t.recipient, t.priority, t.run_at, t.window_start IS NOT NULL AS windowed,
-       t.executor_id, t.leased_at, t.account_id
+SELECT t.id, t.route, t.recipient, t.priority, t.run_at, t.window_start IS NOT NULL AS windowed
 FROM herald.tasks t
 WHERE t.state = 'scheduled'
   AND t.route = r.route

@@ -6,10 +6,7 @@
 -- when the transaction ends.
 -- `suppressed`: the recipient is on the namespace ($6) suppression list (migration 15); the
 -- caller ends such a task instead of routing it. One primary-key probe per candidate.
--- executor_id, leased_at and account_id are what the task held from its last lease: a claim
--- puts them back if the grant refuses the task after leasing it (return_refused.sql).
-SELECT c.id, c.route, c.recipient, c.priority, c.run_at, c.windowed, c.executor_id, c.leased_at,
-       c.account_id,
+SELECT c.id, c.route, c.recipient, c.priority, c.run_at, c.windowed,
        EXISTS (SELECT 1 FROM herald.suppressions s
                WHERE s.namespace = $6 AND s.recipient = ltrim(c.recipient, '+')) AS suppressed
 FROM (
@@ -24,7 +21,7 @@ FROM (
     FROM unnest($3::text[], $4::integer[]) AS r(route, lim)
     CROSS JOIN LATERAL (
         SELECT t.id, t.route, t.recipient, t.priority, t.run_at,
-               t.window_start IS NOT NULL AS windowed, t.executor_id, t.leased_at, t.account_id
+               t.window_start IS NOT NULL AS windowed
         FROM herald.tasks t
         WHERE t.state = 'scheduled'
           AND t.route = r.route

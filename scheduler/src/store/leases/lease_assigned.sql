@@ -1,10 +1,8 @@
--- Leases a routed claim's assignments: those to accounts without human-like gaps before
--- herald.grant_claim decides which it grants (see LeaseRepo::grant), so that the account rows
--- are locked from the reservation to the commit and this update, the largest part of the
--- grant, does not run inside that lock (docs/performance.md, S5); those to paced accounts after
--- it, from the instants it drew. Each task gets its account (NULL: sent by queue) and its
--- lease's grant time: its instant, or now. return_refused.sql puts back assignments leased
--- before the grant that it refused, as claim_candidates.sql read them.
+-- Leases what herald.grant_claim granted of a routed claim's assignments (see
+-- LeaseRepo::grant), each from the instant the grant returned for it: its account's
+-- reservation instant, or for an account with human-like gaps the instant it drew; NULL (sent by
+-- queue) is now. Each task gets its account (NULL: sent by queue). Every task here is locked since
+-- claim_candidates.sql and still scheduled; an assignment the grant refused is not leased.
 -- $1 task ids, $2 their accounts, $3 executor id, $4 lease TTL in milliseconds, $5 their
 -- instants (NULL: now), $6 their accounts' credentials refs (from the claim's budgets: looked up
 -- here, one primary-key probe per task was an eighth of this statement's buffer reads in S5).

@@ -284,7 +284,7 @@ pub fn duration_ms(d: Duration) -> i64 {
 
 #[cfg(test)]
 mod tests {
-    use super::claim::{CLAIM_DUE_SQL, DEFER_TO_WINDOW, LEASE_ASSIGNED, NEXT_DUE, RETURN_REFUSED};
+    use super::claim::{CLAIM_DUE_SQL, DEFER_TO_WINDOW, LEASE_ASSIGNED, NEXT_DUE};
     use super::*;
     use crate::store::scratch::{insert_tasks, rows_discarded, ScratchStore};
     use crate::store::sql::Params;
@@ -404,7 +404,7 @@ mod tests {
         let nothing: Vec<Option<String>> = vec![None; 200];
         let no_queues: Option<Vec<String>> = None;
         let no_marks: Vec<Option<DateTime<Utc>>> = Vec::new();
-        let cases: [(&str, &str, &Params<'_>); 8] = [
+        let cases: [(&str, &str, &Params<'_>); 7] = [
             (
                 "claim_due",
                 CLAIM_DUE_SQL.as_str(),
@@ -423,11 +423,6 @@ mod tests {
                 ],
             ),
             ("defer_to_window", DEFER_TO_WINDOW.text(), &[&scheduled]),
-            (
-                "return_refused",
-                RETURN_REFUSED.text(),
-                &[&leased, &nothing_at, &nothing, &nothing],
-            ),
             (
                 "extend_leases",
                 EXTEND_LEASES.text(),
