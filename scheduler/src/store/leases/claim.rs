@@ -302,7 +302,7 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
     ///
     /// The grant (`grant_assigned.sql`, `herald.grant_claim`) runs first and returns each kept
     /// assignment with its instant: its account's reservation instant, or for an account with
-    /// human-like gaps (`paced`) the instant it drew. The lease (`lease_assigned.sql`) then
+    /// human-like gaps the instant it drew. The lease (`lease_assigned.sql`) then
     /// writes each kept task once, leased from that instant, so a routed lease's `leased_at` is
     /// the moment its account's capacity was taken and an assignment the grant refuses is
     /// never leased. The lease runs while the grant's account locks are held; other claims,

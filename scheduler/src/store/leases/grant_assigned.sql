@@ -1,4 +1,4 @@
--- Grants a routed claim's leased assignments (herald.grant_claim in
+-- Grants a routed claim's assignments (herald.grant_claim in
 -- store/accounts/functions.sql): reserves account capacity, records recipient sends, gives back
 -- unused slots; returns the assignments kept, each with its account and grant instant (paced:
 -- a drawn instant the send waits for).
