@@ -32,8 +32,9 @@ pub enum StoreError {
     /// A row held a value this build cannot interpret.
     #[error("corrupt row: {0}")]
     Corrupt(String),
-    /// The database answered what the transaction's own locks rule out (a row it locked that
-    /// its update then did not find); the transaction is rolled back rather than committed.
+    /// The database answered what the transaction's own locks and inputs rule out (a row it
+    /// locked that its update then did not find, a kept assignment it never asked for); the
+    /// transaction is rolled back rather than committed.
     #[error("inconsistent answer: {0}")]
     Inconsistent(String),
 }
