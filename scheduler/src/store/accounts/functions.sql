@@ -289,9 +289,17 @@ BEGIN
             SELECT r.*, greatest(0, least(r.high, r.room - r.low_granted)) AS high_granted
             FROM roomed r
         ) m
-        CROSS JOIN LATERAL herald.paced_instants(
-            m.a, m.now, CASE WHEN (m.a).gap_min_ms IS NULL THEN 0
-                             ELSE m.high_granted + m.low_granted END) g
+        -- Only an account with human-like gaps draws instants. The filter refers to the outer
+        -- row alone, so it gates the call (a one-time filter per account): called for every
+        -- account, this PL/pgSQL function was about a tenth of the reservation of 100 accounts
+        -- without gaps, which returned at once (docs/performance.md, S5). An account without
+        -- gaps gets NULL times and next, as the call gave it.
+        LEFT JOIN LATERAL (
+            SELECT p.times, p.next
+            FROM herald.paced_instants(m.a, m.now, m.high_granted + m.low_granted) p
+            WHERE (m.a).gap_min_ms IS NOT NULL
+            OFFSET 0
+        ) g ON true
     ),
     updated AS (
         UPDATE herald.accounts acc SET
