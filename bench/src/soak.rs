@@ -10,8 +10,10 @@
 //! transaction the tables reach a steady size. Figures per phase: throughput (tasks finished,
 //! from the scheduler's `herald_tasks_finished_total`), grant lateness p99 (interpolated from
 //! the scheduler's `herald_trigger_lag_seconds` buckets, as Prometheus' histogram_quantile
-//! does: cheap enough not to disturb what it measures) and the size of `herald.tasks` and
-//! `herald.attempts` with their indexes at the phase's end.
+//! does: cheap enough not to disturb what it measures), and at the phase's end the size of
+//! `herald.tasks` and `herald.attempts` and their history with indexes, the age of the oldest
+//! transaction, and the tasks waiting (SCHEDULED, from `herald_tasks`): a backlog is live rows
+//! in that size, which no VACUUM gives back.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -46,6 +48,7 @@ struct Phase {
     lateness_p99_ms: f64,
     size_mib: f64,
     oldest_transaction_s: f64,
+    waiting: f64,
 }
 
 /// The tables whose sizes (`herald_table_bytes`) the soak adds up: the hot tasks and attempts
@@ -54,13 +57,15 @@ const SIZED: [&str; 4] = ["tasks", "attempts", "task_history", "attempt_history"
 
 /// What the scheduler's /metrics says at one instant: tasks finished, the trigger-lag
 /// histogram's cumulative bucket counts by upper bound (seconds; +Inf last), the size of the
-/// [`SIZED`] tables and the age of the oldest transaction holding VACUUM back.
+/// [`SIZED`] tables, the age of the oldest transaction holding VACUUM back, and the tasks
+/// waiting (SCHEDULED, the live-task gauge: a backlog is live rows in the size, not bloat).
 #[derive(Debug, Clone, Default)]
 struct Scrape {
     finished: f64,
     lag_buckets: BTreeMap<u64, f64>,
     table_bytes: f64,
     oldest_transaction_s: f64,
+    waiting: f64,
 }
 
 /// Runs S6. `s1_rate` is S1's herald drain rate from this run, if it ran.
@@ -205,8 +210,8 @@ async fn create_steadily(
     Ok(())
 }
 
-/// The figures of the phase between two scrapes; the size and the oldest transaction as the
-/// phase ends.
+/// The figures of the phase between two scrapes; the size, the oldest transaction and the
+/// tasks waiting as the phase ends.
 fn phase(from: &Scrape, to: &Scrape, length: Duration) -> Phase {
     let deltas: BTreeMap<u64, f64> = to
         .lag_buckets
@@ -218,6 +223,7 @@ fn phase(from: &Scrape, to: &Scrape, length: Duration) -> Phase {
         lateness_p99_ms: quantile(&deltas, 0.99) * 1000.0,
         size_mib: to.table_bytes / (1024.0 * 1024.0),
         oldest_transaction_s: to.oldest_transaction_s,
+        waiting: to.waiting,
     }
 }
 
@@ -258,6 +264,11 @@ async fn scrape(url: &str) -> Result<Scrape> {
         .error_for_status()?
         .text()
         .await?;
+    Ok(parse_scrape(&body))
+}
+
+/// The [`Scrape`] in a /metrics text.
+fn parse_scrape(body: &str) -> Scrape {
     let mut out = Scrape::default();
     for line in body.lines() {
         let Some((series, value)) = line.rsplit_once(' ') else {
@@ -268,6 +279,8 @@ async fn scrape(url: &str) -> Result<Scrape> {
         };
         if series.starts_with("herald_tasks_finished_total") {
             out.finished += value;
+        } else if series.starts_with("herald_tasks{") && series.contains("state=\"scheduled\"") {
+            out.waiting += value;
         } else if series == "herald_oldest_transaction_seconds" {
             out.oldest_transaction_s = value;
         } else if let Some(table) = series
@@ -290,7 +303,7 @@ async fn scrape(url: &str) -> Result<Scrape> {
             *out.lag_buckets.entry(bound).or_default() += value;
         }
     }
-    Ok(out)
+    out
 }
 
 fn add_rows(report: &mut Report, rate: f64, offered: f64, b: &Phase, d: &Phase, a: &Phase) {
@@ -343,6 +356,18 @@ fn add_rows(report: &mut Report, rate: f64, offered: f64, b: &Phase, d: &Phase, 
             None,
         );
     }
+    // Tasks due or not yet due and not leased, as each phase ends: a backlog is live rows the
+    // size holds, which no VACUUM can give back (the live-task gauge, recounted every few
+    // seconds, longer when a count takes long).
+    for (name, p) in [("before", b), ("held", d), ("after", a)] {
+        report.add(
+            S,
+            &format!("tasks waiting at the end, {name}"),
+            p.waiting,
+            "",
+            None,
+        );
+    }
     let grown = a.size_mib / b.size_mib;
     report.add(
         S,
@@ -371,5 +396,24 @@ mod tests {
         // The 99th falls 9/10 of the way through the 10-25 ms bucket.
         assert!((quantile(&buckets, 0.99) - 0.0235).abs() < 1e-9);
         assert!(quantile(&BTreeMap::new(), 0.99).is_nan());
+    }
+
+    #[test]
+    fn a_scrape_sums_the_waiting_tasks_of_every_queue_and_the_sized_tables() {
+        let body = "\
+herald_tasks{state=\"scheduled\",queue=\"a\"} 7
+herald_tasks{queue=\"b\",state=\"scheduled\"} 5
+herald_tasks{state=\"leased\",queue=\"a\"} 100
+herald_tasks_finished_total{state=\"succeeded\"} 40
+herald_table_bytes{table=\"tasks\"} 1000
+herald_table_bytes{table=\"recipient_sends\"} 9999
+herald_table_bytes{table=\"attempt_history\"} 24
+herald_oldest_transaction_seconds 3.5
+";
+        let s = parse_scrape(body);
+        assert_eq!(s.waiting, 12.0);
+        assert_eq!(s.finished, 40.0);
+        assert_eq!(s.table_bytes, 1024.0);
+        assert_eq!(s.oldest_transaction_s, 3.5);
     }
 }

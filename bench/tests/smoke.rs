@@ -70,5 +70,11 @@ async fn every_scenario_runs_at_tiny_sizes() {
         "{}",
         report.table()
     );
+    // The backlog at each phase's end, from the live-task gauge (never negative, present).
+    assert!(
+        s6("tasks waiting at the end, after") >= 0.0,
+        "{}",
+        report.table()
+    );
     assert!(report.to_json()["rows"].is_array());
 }
