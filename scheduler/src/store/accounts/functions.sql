@@ -10,7 +10,8 @@ DROP FUNCTION IF EXISTS herald.reserve_capacity(text, text[], integer[], integer
     timestamptz);
 DROP FUNCTION IF EXISTS herald.account_feedback(text, text[], integer[], integer[], integer[],
     integer[], bigint[], integer[], text[], timestamptz);
--- Its result gained out_paced.
+-- Dropped whenever this file is applied, so its result may change (out_paced went when
+-- every routed lease began to take its grant instant).
 DROP FUNCTION IF EXISTS herald.grant_claim(text, uuid[], text[], boolean[], boolean[], text[],
     text[]);
 
@@ -345,18 +346,17 @@ $$;
 -- first in order); a pair a concurrent claim just took is refused and every assignment to it is
 -- dropped, its slot given back. Returns the kept assignments with their grant instants: the
 -- account's reservation instant or, for an account with human-like gaps, the next of its paced
--- instants in order (an instant of a send dropped for its recipient stays unused; out_paced is
--- true); NULL for assignments sent by queue.
+-- instants in order (an instant of a send dropped for its recipient stays unused); NULL for
+-- assignments sent by queue.
 CREATE OR REPLACE FUNCTION herald.grant_claim(
     p_namespace text, p_ids uuid[], p_accounts text[], p_high boolean[], p_opens boolean[],
     p_recipients text[], p_tracked text[]
-) RETURNS TABLE (out_id uuid, out_account text, out_at timestamptz, out_paced boolean)
+) RETURNS TABLE (out_id uuid, out_account text, out_at timestamptz)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_kept_ids uuid[];
     v_kept_accounts text[];
     v_kept_at timestamptz[];
-    v_kept_paced boolean[];
     v_released text[];
 BEGIN
     WITH assigned AS (
@@ -409,7 +409,7 @@ BEGIN
     -- sorts of the claim: about a sixth of the grant, docs/performance.md, S5).
     timed AS (
         SELECT j.id, j.account, j.opens, j.recipient, j.ord, j.tracked,
-               true AS slot, true AS kept, j.out_at AS at, false AS paced
+               true AS slot, true AS kept, j.out_at AS at
         FROM joined j
         WHERE j.whole
         UNION ALL
@@ -420,8 +420,7 @@ BEGIN
                     THEN t.out_times[least(row_number() OVER (PARTITION BY t.account, t.kept
                                                               ORDER BY t.ord),
                                            cardinality(t.out_times))]
-                    ELSE t.out_at END AS at,
-               coalesce(cardinality(t.out_times) > 0, false) AS paced
+                    ELSE t.out_at END AS at
         FROM (
             -- Of those with a slot that open a conversation, the first out_new may.
             SELECT s.*,
@@ -461,7 +460,7 @@ BEGIN
         RETURNING s.account_id, s.recipient
     ),
     decided AS (
-        SELECT t.id, t.account, t.at, t.paced, t.ord,
+        SELECT t.id, t.account, t.at, t.ord,
                t.kept AND (NOT t.tracked OR m.account_id IS NOT NULL) AS leased,
                -- A slot taken and not used: no tier room, or the recipient was refused.
                t.slot AND t.account IS NOT NULL AS had_slot
@@ -474,9 +473,8 @@ BEGIN
     SELECT array_agg(d.id) FILTER (WHERE d.leased),
            array_agg(d.account) FILTER (WHERE d.leased),
            array_agg(d.at) FILTER (WHERE d.leased),
-           array_agg(d.paced) FILTER (WHERE d.leased),
            array_agg(d.account) FILTER (WHERE d.had_slot AND NOT d.leased)
-    INTO v_kept_ids, v_kept_accounts, v_kept_at, v_kept_paced, v_released
+    INTO v_kept_ids, v_kept_accounts, v_kept_at, v_released
     FROM (SELECT * FROM decided ORDER BY ord) d;
 
     -- The rows are locked already, by the reservation, so the slots go back at once; one
@@ -496,8 +494,8 @@ BEGIN
     END IF;
 
     RETURN QUERY
-    SELECT k.id, k.account, k.at, k.paced
-    FROM unnest(v_kept_ids, v_kept_accounts, v_kept_at, v_kept_paced) AS k(id, account, at, paced);
+    SELECT k.id, k.account, k.at
+    FROM unnest(v_kept_ids, v_kept_accounts, v_kept_at) AS k(id, account, at);
 END
 $$;
 
