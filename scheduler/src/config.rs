@@ -54,6 +54,15 @@ pub struct Config {
     /// a finished task is kept for the task retention plus up to this much.
     #[arg(long, env = "HERALD_HISTORY_PARTITION", default_value = "1d", value_parser = humantime::parse_duration)]
     pub history_partition: Duration,
+    /// Hot tables (tasks, attempts, recipient marks) at least this many MiB on disk and mostly
+    /// empty space, as a long-open transaction leaves them, are rewritten to give the space
+    /// back (docs/operations.md, "Giving back space").
+    #[arg(long, env = "HERALD_COMPACT_MIN_MIB", default_value_t = 512)]
+    pub compact_min_mib: u64,
+    /// The largest table, in MiB, the scheduler rewrites itself: a rewrite holds the table's
+    /// claims, reports and creates for about 0.7 s per GiB. 0: never.
+    #[arg(long, env = "HERALD_COMPACT_MAX_MIB", default_value_t = 4096)]
+    pub compact_max_mib: u64,
     /// How often account in-flight counts are checked against the leases accounts hold (a
     /// backstop: every lease change keeps them equal in its own transaction).
     #[arg(long, env = "HERALD_RECONCILE_INTERVAL", default_value = "30s", value_parser = humantime::parse_duration)]
@@ -200,6 +209,8 @@ impl Config {
             retention_interval: Duration::from_secs(60),
             history_after: Duration::from_secs(600),
             history_partition: Duration::from_secs(86_400),
+            compact_min_mib: 512,
+            compact_max_mib: 4096,
             reconcile_interval: Duration::from_secs(30),
             fold_interval: Duration::from_millis(200),
             no_accounts_ttl: Duration::from_secs(1),

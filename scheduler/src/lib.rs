@@ -14,8 +14,9 @@
 //! - [`store`]: PostgreSQL, one repository per aggregate with its SQL in named `.sql` files,
 //!   and the migrations.
 //! - Running: [`server`] (wiring and the ordered shutdown), [`config`], [`tls`], [`telemetry`]
-//!   (traces, metrics, the notification webhook), [`db_watch`], [`retention`], and
-//!   [`low_water`] (where the sweeper's and retention's walks start).
+//!   (traces, metrics, the notification webhook), [`db_watch`], [`retention`], [`compaction`]
+//!   (the hot tables' space given back after a long transaction), and [`low_water`] (where
+//!   the sweeper's and retention's walks start).
 
 pub mod accounts;
 pub mod api;
@@ -24,6 +25,7 @@ pub mod auth;
 pub mod callbacks;
 pub mod campaigns;
 pub mod clock;
+pub mod compaction;
 pub mod config;
 pub mod db_watch;
 pub mod error;

@@ -42,6 +42,14 @@ pub(super) fn start(replica: &Replica, config: &Config, notifier: Option<Notifie
     jobs.spawn(fold::run(store.clone(), config.fold_interval, stop.clone()));
     // Plans made while a busy table was small are made again as soon as it grows.
     jobs.spawn(crate::planner_statistics::run(store.clone(), stop.clone()));
+    // The space a long transaction made the hot tables grow into, given back after it ends.
+    if let Some(compaction) = crate::compaction::Compaction::of(config) {
+        jobs.spawn(crate::compaction::run(
+            store.clone(),
+            compaction,
+            stop.clone(),
+        ));
+    }
     jobs.spawn(reconcile::run(
         store.clone(),
         config.reconcile_interval,

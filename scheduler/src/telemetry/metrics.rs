@@ -77,6 +77,10 @@ pub const TABLE_BYTES: &str = "herald_table_bytes";
 /// Gauge: seconds the oldest transaction on herald's database has been open, of those that keep
 /// VACUUM from reclaiming dead rows (0 when none is), read at each scrape.
 pub const OLDEST_TRANSACTION: &str = "herald_oldest_transaction_seconds";
+/// Counter `{table, outcome}`: the compactor's rewrites of a hot table (`compacted`,
+/// `held_back`: rewritten but most of its size kept) and those given up waiting for the table's
+/// lock (`lock_busy`).
+pub const COMPACTIONS: &str = "herald_compactions_total";
 
 /// Seconds; from "on time" to "an hour late".
 const LAG_BUCKETS: &[f64] = &[
@@ -198,6 +202,10 @@ fn describe() {
         TABLE_BYTES,
         Unit::Bytes,
         "Size on disk of herald's growing tables, indexes and TOAST included."
+    );
+    describe_counter!(
+        COMPACTIONS,
+        "Rewrites of a hot table left mostly empty space, by table and outcome."
     );
     describe_gauge!(
         OLDEST_TRANSACTION,
@@ -321,6 +329,11 @@ async fn refresh_storage(store: &Store) -> Result<(), StoreError> {
         );
     }
     Ok(())
+}
+
+/// Counts one of the compactor's rewrites of `table` (or one given up), by `outcome`.
+pub fn compacted(table: &str, outcome: &'static str) {
+    metrics::counter!(COMPACTIONS, "table" => table.to_owned(), "outcome" => outcome).increment(1);
 }
 
 /// Counts accounts whose in-flight count the reconciler corrected.

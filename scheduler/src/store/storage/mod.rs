@@ -1,9 +1,13 @@
-//! The storage repository: how large herald's busiest tables are on disk, and how long the
-//! oldest open transaction has kept VACUUM from reclaiming them. Read by the metrics
-//! (`telemetry/metrics.rs`), so operators see a table growing and what holds it
-//! (docs/operations.md, "Giving back space").
+//! The storage repository: how large herald's busiest tables are on disk, how long the
+//! oldest open transaction has kept VACUUM from reclaiming them, and rewriting a table that
+//! was left mostly empty space. Read by the metrics (`telemetry/metrics.rs`), so operators see
+//! a table growing and what holds it, and by the compactor (`crate::compaction`), which gives
+//! the space back (docs/operations.md, "Giving back space").
+
+use std::time::Duration;
 
 use deadpool_postgres::GenericClient;
+use tokio_postgres::error::SqlState;
 
 use super::sql::{column, statement, Statement};
 use super::{repository, StoreError};
@@ -15,6 +19,34 @@ repository!(
 
 const TABLE_SIZES: Statement = statement!("table_sizes");
 const OLDEST_TRANSACTION: Statement = statement!("oldest_transaction");
+const BLOATED_TABLES: Statement = statement!("bloated_tables");
+
+/// The tables the compactor may rewrite: the hot ones every task passes through, which a
+/// long-open transaction makes grow into space they keep after it ends. (The history gives its
+/// space back by dropping partitions.)
+pub const COMPACTED: [&str; 3] = ["tasks", "attempts", "recipient_sends"];
+
+/// A table whose heap is mostly empty space, as [`StorageRepo::bloated`] finds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bloated {
+    /// The table, one of [`COMPACTED`].
+    pub table: String,
+    /// Its size on disk, indexes and TOAST included.
+    pub bytes: i64,
+    /// Its heap's size on disk.
+    pub heap_bytes: i64,
+    /// What its live rows take, estimated from the statistics.
+    pub live_bytes: i64,
+}
+
+/// How a rewrite ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rewrite {
+    /// The table was rewritten.
+    Done,
+    /// Another session held the table longer than the lock wait allowed; nothing changed.
+    LockBusy,
+}
 
 /// The tables whose sizes are reported: those that grow with traffic. The history tables are
 /// partitioned; each reports the sum of its partitions.
@@ -55,5 +87,85 @@ impl<C: GenericClient> StorageRepo<'_, C> {
             seconds: column(&row, "seconds")?,
             sees_every_role: column(&row, "sees_every_role")?,
         })
+    }
+
+    /// Of [`COMPACTED`], the tables between `min_bytes` and `max_bytes` on disk whose heap is at
+    /// least `factor` times what their live rows take.
+    pub async fn bloated(
+        &self,
+        min_bytes: i64,
+        max_bytes: i64,
+        factor: f64,
+    ) -> Result<Vec<Bloated>, StoreError> {
+        BLOATED_TABLES
+            .query(
+                self.db,
+                &[&COMPACTED.as_slice(), &min_bytes, &max_bytes, &factor],
+            )
+            .await?
+            .iter()
+            .map(|r| {
+                Ok(Bloated {
+                    table: column(r, "table_name")?,
+                    bytes: column(r, "bytes")?,
+                    heap_bytes: column(r, "heap_bytes")?,
+                    live_bytes: column(r, "live_bytes")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Takes the compactor's lock for this session, if no other replica holds it: one rewrite
+    /// at a time across replicas, so two never rewrite one table back to back. Released when
+    /// the session ends (the compactor discards its connection after each round).
+    pub async fn lock_compaction(&self) -> Result<bool, StoreError> {
+        let row = self
+            .db
+            .query_one(
+                "SELECT pg_try_advisory_lock(hashtext('herald.compaction')) AS locked",
+                &[],
+            )
+            .await
+            .map_err(StoreError::query("lock_compaction"))?;
+        column(&row, "locked")
+    }
+
+    /// Rewrites `table`, one of [`COMPACTED`] (anything else is refused, so no name reaches
+    /// the statement that herald did not write), with `VACUUM FULL`: a copy of its live rows
+    /// and indexes anew, under an exclusive lock that holds every other statement on the
+    /// table until it ends. Waits at most `lock_wait` for that lock, since every statement
+    /// queues behind a waiting request. Outside any transaction, on a connection the caller
+    /// discards afterwards (it changes `lock_timeout`).
+    pub async fn rewrite(&self, table: &str, lock_wait: Duration) -> Result<Rewrite, StoreError> {
+        let Some(table) = COMPACTED.iter().find(|c| **c == table) else {
+            return Err(StoreError::Inconsistent(format!(
+                "{table:?} is not a table the compactor rewrites"
+            )));
+        };
+        self.db
+            .batch_execute(&format!(
+                "SET lock_timeout = {}",
+                lock_wait.as_millis().max(1)
+            ))
+            .await
+            .map_err(StoreError::query("set_lock_timeout"))?;
+        match self
+            .db
+            .batch_execute(&format!("VACUUM FULL herald.{table}"))
+            .await
+        {
+            Ok(()) => Ok(Rewrite::Done),
+            Err(e) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => Ok(Rewrite::LockBusy),
+            Err(e) => Err(StoreError::query("rewrite_table")(e)),
+        }
+    }
+
+    /// The size on disk of `table`, indexes and TOAST included (0 when it does not exist).
+    pub async fn table_bytes(&self, table: &str) -> Result<i64, StoreError> {
+        let rows = TABLE_SIZES.query(self.db, &[&[table].as_slice()]).await?;
+        match rows.first() {
+            Some(row) => column(row, "bytes"),
+            None => Ok(0),
+        }
     }
 }

@@ -1,0 +1,523 @@
+//! The compactor: gives back the disk space a long-open transaction made herald's hot tables
+//! grow into.
+//!
+//! While any transaction holds a snapshot, VACUUM may remove no row version that became dead
+//! after it began, so a busy queue table grows by every task that passes through it meanwhile.
+//! Once the transaction ends, VACUUM frees that space for new rows, but a table's file shrinks
+//! only by empty pages at its very end, which a queue table, whose new rows land wherever the
+//! free space map points, seldom has. In S6 the hot tables ended about four times their size
+//! before a five-minute hold (docs/performance.md). The compactor rewrites such a table with
+//! `VACUUM FULL`: a copy of its live rows, few by then, with its indexes built anew.
+//!
+//! The rewrite holds an exclusive lock on the table for as long as it reads the old file
+//! (about 0.7 s per GiB on the benchmark machine), and every claim, report and create
+//! on the table waits for it. So a table is rewritten only when that buys most of its size
+//! back and the wait is bounded: at least `min_bytes` and at most `max_bytes` on disk, a heap
+//! at least [`WASTE_FACTOR`] times what its live rows take, no transaction older than
+//! `long_transaction` still open (it would keep the dead rows the rewrite is for), at most once
+//! per [`COOLDOWN`] per table, and the lock waited for at most `lock_wait`. A larger table is
+//! left to `pg_repack`, which works online (docs/operations.md, "Giving back space").
+//!
+//! Safe on every replica at once: one replica rewrites at a time (an advisory lock), and it
+//! reads which tables are bloated again once it holds the lock, so a table another replica just
+//! rewrote is not rewritten twice.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::store::storage::{Bloated, Rewrite};
+use crate::store::{Db, Store, StoreError};
+
+/// How often the compactor looks: two cheap reads (file sizes, the session list), and a table
+/// left mostly empty is given back within this much of the transaction's end.
+pub const INTERVAL: Duration = Duration::from_secs(10);
+
+/// A table is rewritten only when its heap is at least this many times what its live rows
+/// take: the rewrite then gives back at least three quarters of the heap. A busy queue table
+/// carries a few seconds of dead rows between autovacuum's visits, which the minimum size
+/// keeps out of reach.
+pub const WASTE_FACTOR: f64 = 4.0;
+
+/// A table rewritten is not rewritten again for this long, whatever it looks like: a table that
+/// regrows at once (a rate whose own churn crosses the minimum size) is rewritten at most once
+/// per period, and each rewrite holds its traffic for a moment.
+pub const COOLDOWN: Duration = Duration::from_secs(600);
+
+/// A rewrite that gave back less than half the table's size most likely copied dead rows that
+/// a transaction out of herald's sight still needs (another role's, when herald's role may not
+/// see other roles' sessions); that table waits this long before it is tried again.
+pub const HELD_BACK_PAUSE: Duration = Duration::from_secs(3600);
+
+/// When the compactor rewrites a table (docs/operations.md, "Giving back space").
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Compaction {
+    /// Tables smaller than this on disk are left alone: the space is not worth a pause.
+    pub min_bytes: i64,
+    /// Tables larger than this are left alone: their rewrite would pause traffic too long.
+    pub max_bytes: i64,
+    /// How many times what its live rows take a table's heap must be.
+    pub factor: f64,
+    /// How long a rewrite waits for its lock before it gives up until the next round.
+    pub lock_wait: Duration,
+    /// No table is rewritten while a transaction open longer than this holds VACUUM back.
+    pub long_transaction: Duration,
+}
+
+impl Compaction {
+    /// The compactor's settings from `config`; `None` when it is turned off
+    /// (`HERALD_COMPACT_MAX_MIB=0`).
+    pub fn of(config: &crate::config::Config) -> Option<Self> {
+        const MIB: u64 = 1 << 20;
+        if config.compact_max_mib == 0 {
+            return None;
+        }
+        let bytes = |mib: u64| i64::try_from(mib.saturating_mul(MIB)).unwrap_or(i64::MAX);
+        Some(Compaction {
+            min_bytes: bytes(config.compact_min_mib),
+            max_bytes: bytes(config.compact_max_mib),
+            factor: WASTE_FACTOR,
+            lock_wait: Duration::from_millis(100),
+            long_transaction: Duration::from_secs(60),
+        })
+    }
+}
+
+/// What a round did to one table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Rewritten, and at least half its size given back.
+    Compacted {
+        /// Its size on disk before, indexes and TOAST included.
+        before: i64,
+        /// Its size on disk after.
+        after: i64,
+    },
+    /// Rewritten, but it kept more than half its size: something still held its dead rows.
+    HeldBack {
+        /// Its size on disk before, indexes and TOAST included.
+        before: i64,
+        /// Its size on disk after.
+        after: i64,
+    },
+    /// Another session held the table longer than the lock wait; tried again next round.
+    LockBusy,
+}
+
+impl Outcome {
+    /// The outcome's label in `herald_compactions_total`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Outcome::Compacted { .. } => "compacted",
+            Outcome::HeldBack { .. } => "held_back",
+            Outcome::LockBusy => "lock_busy",
+        }
+    }
+}
+
+/// When each table may be rewritten again: what the compactor remembers between rounds.
+#[derive(Debug, Default)]
+pub struct Cooldowns {
+    next: HashMap<String, Instant>,
+}
+
+impl Cooldowns {
+    /// Whether `table` may be rewritten at `now`.
+    pub fn ready(&self, table: &str, now: Instant) -> bool {
+        self.next.get(table).is_none_or(|at| *at <= now)
+    }
+
+    /// Notes what a round did to `table` at `now`.
+    pub fn record(&mut self, table: &str, outcome: Outcome, now: Instant) {
+        let pause = match outcome {
+            Outcome::Compacted { .. } => COOLDOWN,
+            Outcome::HeldBack { .. } => HELD_BACK_PAUSE,
+            Outcome::LockBusy => return,
+        };
+        self.next.insert(table.to_owned(), now + pause);
+    }
+}
+
+/// Runs until `stop`, looking every [`INTERVAL`].
+pub async fn run(store: Store, settings: Compaction, stop: CancellationToken) {
+    let cooldowns = Arc::new(tokio::sync::Mutex::new(Cooldowns::default()));
+    crate::server::background::every(INTERVAL, stop, "compact tables", || {
+        let (store, cooldowns) = (store.clone(), cooldowns.clone());
+        async move { compact_bloated(&store, &settings, &mut *cooldowns.lock().await).await }
+    })
+    .await;
+}
+
+/// One round: rewrites every table `settings` and `cooldowns` allow; returns what it did to
+/// each table it tried (nothing while a long transaction is open or another replica is
+/// rewriting).
+pub async fn compact_bloated(
+    store: &Store,
+    settings: &Compaction,
+    cooldowns: &mut Cooldowns,
+) -> Result<Vec<(String, Outcome)>, StoreError> {
+    let conn = store.conn().await?;
+    let oldest = conn.storage().oldest_transaction().await?;
+    if oldest.seconds > settings.long_transaction.as_secs_f64() {
+        return Ok(Vec::new());
+    }
+    if bloated(&conn, settings, cooldowns).await?.is_empty() {
+        return Ok(Vec::new());
+    }
+    // Taken only now, so the session that holds it (until it closes) is one about to rewrite.
+    let locked = conn.storage().lock_compaction().await;
+    let done = match locked {
+        Ok(true) => rewrite_all(&conn, settings, cooldowns).await,
+        Ok(false) => Ok(Vec::new()),
+        Err(e) => Err(e),
+    };
+    // Its lock_timeout was changed and it may hold the advisory lock: closed, not reused.
+    Store::discard(conn);
+    done
+}
+
+/// The tables bloated past `settings` that `cooldowns` allow now.
+async fn bloated(
+    conn: &deadpool_postgres::Object,
+    settings: &Compaction,
+    cooldowns: &Cooldowns,
+) -> Result<Vec<Bloated>, StoreError> {
+    let now = Instant::now();
+    let mut found = conn
+        .storage()
+        .bloated(settings.min_bytes, settings.max_bytes, settings.factor)
+        .await?;
+    found.retain(|b| cooldowns.ready(&b.table, now));
+    Ok(found)
+}
+
+/// Under the compactor's lock: reads the bloated tables again (another replica may have just
+/// rewritten one) and rewrites each.
+async fn rewrite_all(
+    conn: &deadpool_postgres::Object,
+    settings: &Compaction,
+    cooldowns: &mut Cooldowns,
+) -> Result<Vec<(String, Outcome)>, StoreError> {
+    let mut done = Vec::new();
+    for table in bloated(conn, settings, cooldowns).await? {
+        let started = Instant::now();
+        let outcome = match conn
+            .storage()
+            .rewrite(&table.table, settings.lock_wait)
+            .await?
+        {
+            Rewrite::LockBusy => Outcome::LockBusy,
+            Rewrite::Done => {
+                let after = conn.storage().table_bytes(&table.table).await?;
+                if after.saturating_mul(2) > table.bytes {
+                    Outcome::HeldBack {
+                        before: table.bytes,
+                        after,
+                    }
+                } else {
+                    Outcome::Compacted {
+                        before: table.bytes,
+                        after,
+                    }
+                }
+            }
+        };
+        log(&table, outcome, started.elapsed());
+        crate::telemetry::metrics::compacted(&table.table, outcome.label());
+        cooldowns.record(&table.table, outcome, Instant::now());
+        done.push((table.table, outcome));
+    }
+    Ok(done)
+}
+
+fn log(table: &Bloated, outcome: Outcome, took: Duration) {
+    let took_ms = took.as_millis();
+    match outcome {
+        Outcome::Compacted { before, after } => tracing::info!(
+            table = %table.table, bytes_before = before, bytes_after = after, took_ms,
+            "table rewritten: the space a long transaction left is given back"
+        ),
+        Outcome::HeldBack { before, after } => tracing::warn!(
+            table = %table.table, bytes_before = before, bytes_after = after, took_ms,
+            "table rewritten but it kept most of its size: a transaction herald's role cannot \
+             see (grant it pg_read_all_stats) may still hold its dead rows; not tried again \
+             for an hour"
+        ),
+        Outcome::LockBusy => tracing::info!(
+            table = %table.table, took_ms,
+            "table not rewritten: another session held it; trying again next round"
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::scratch::{insert_tasks, ScratchStore};
+
+    /// Settings that take any table of a few MiB that is mostly empty, waiting `lock_wait`
+    /// for its lock and counting every open transaction as long.
+    fn small_tables(lock_wait: Duration) -> Compaction {
+        Compaction {
+            min_bytes: 1 << 20,
+            max_bytes: 1 << 30,
+            factor: WASTE_FACTOR,
+            lock_wait,
+            long_transaction: Duration::ZERO,
+        }
+    }
+
+    /// A session outside the scratch pool (two connections, both in use meanwhile).
+    async fn other_session(store: &ScratchStore) -> tokio_postgres::Client {
+        let (client, connection) = store
+            .pg_config()
+            .connect(tokio_postgres::NoTls)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        tokio::spawn(connection);
+        client
+    }
+
+    /// A replica's first round: nothing rewritten before.
+    async fn first_round(store: &ScratchStore, settings: &Compaction) -> Vec<(String, Outcome)> {
+        compact_bloated(store, settings, &mut Cooldowns::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    async fn heap_bytes(conn: &deadpool_postgres::Object) -> i64 {
+        conn.query_one("SELECT pg_relation_size('herald.tasks')", &[])
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .get(0)
+    }
+
+    async fn scheduled_ids(conn: &deadpool_postgres::Object) -> Vec<uuid::Uuid> {
+        conn.query(
+            "SELECT id FROM herald.tasks WHERE state = 'scheduled' ORDER BY id",
+            &[],
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+    }
+
+    /// Waits until every transaction that began before now and holds a snapshot has ended, in
+    /// any database: one taken before the test's deletes would keep the deleted rows through a
+    /// rewrite. Besides an automatic ANALYZE here, another test's CREATE DATABASE does, whose
+    /// snapshot holds back every database's horizon while it copies the template.
+    async fn await_older_snapshots(conn: &deadpool_postgres::Object) {
+        let now: chrono::DateTime<chrono::Utc> = conn
+            .query_one("SELECT clock_timestamp()", &[])
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .get(0);
+        loop {
+            let older: i64 = conn
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity
+                     WHERE pid <> pg_backend_pid() AND xact_start < $1
+                       AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)",
+                    &[&now],
+                )
+                .await
+                .unwrap_or_else(|e| panic!("{e}"))
+                .get(0);
+            if older == 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// `herald.tasks` with 20,000 finished tasks deleted and 100 scheduled ones left: mostly
+    /// empty space, as after a hold. Autovacuum is off, so only the compactor changes its file.
+    async fn bloated_tasks(store: &ScratchStore) -> deadpool_postgres::Object {
+        let conn = store.conn().await.unwrap_or_else(|e| panic!("{e}"));
+        conn.batch_execute("ALTER TABLE herald.tasks SET (autovacuum_enabled = false)")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        insert_tasks(&conn, 20_000, "succeeded").await;
+        insert_tasks(&conn, 100, "scheduled").await;
+        conn.batch_execute(
+            "DELETE FROM herald.tasks WHERE state = 'succeeded'; SELECT pg_stat_force_next_flush()",
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        await_older_snapshots(&conn).await;
+        conn
+    }
+
+    /// A table left mostly empty is rewritten to a fraction of its size, keeps every live row,
+    /// and is not rewritten again in the next round.
+    #[tokio::test]
+    async fn a_mostly_empty_table_is_rewritten_and_keeps_its_live_rows() {
+        let store = ScratchStore::migrated().await;
+        let conn = bloated_tasks(&store).await;
+        let live = scheduled_ids(&conn).await;
+        let before = heap_bytes(&conn).await;
+        let mut cooldowns = Cooldowns::default();
+        let settings = small_tables(Duration::from_secs(1));
+
+        let done = compact_bloated(&store, &settings, &mut cooldowns)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(done.len(), 1, "{done:?}");
+        assert_eq!(done[0].0, "tasks");
+        assert!(
+            matches!(done[0].1, Outcome::Compacted { before, after } if after * 4 < before),
+            "{done:?}"
+        );
+        let after = heap_bytes(&conn).await;
+        assert!(after * 10 < before, "heap {before} -> {after} bytes");
+        assert_eq!(scheduled_ids(&conn).await, live);
+
+        let again = compact_bloated(&store, &settings, &mut cooldowns)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(again, Vec::new());
+    }
+
+    /// While a transaction holds a snapshot (which would keep the dead rows a rewrite is for),
+    /// nothing is rewritten.
+    #[tokio::test]
+    async fn nothing_is_rewritten_while_a_long_transaction_is_open() {
+        let store = ScratchStore::migrated().await;
+        let conn = bloated_tasks(&store).await;
+        let before = heap_bytes(&conn).await;
+        let mut holder = other_session(&store).await;
+        let held = holder
+            .build_transaction()
+            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+            .start()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        held.query_one("SELECT count(*) FROM herald.accounts", &[])
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+
+        let done = first_round(&store, &small_tables(Duration::from_secs(1))).await;
+        assert_eq!(done, Vec::new());
+        assert_eq!(heap_bytes(&conn).await, before);
+        drop(held);
+    }
+
+    /// A rewrite that cannot have its lock within the wait gives up, changes nothing, and
+    /// leaves the table to the next round, which rewrites it once the lock is free.
+    #[tokio::test]
+    async fn a_rewrite_kept_waiting_gives_up_until_the_next_round() {
+        let store = ScratchStore::migrated().await;
+        let conn = bloated_tasks(&store).await;
+        let before = heap_bytes(&conn).await;
+        let mut holder = other_session(&store).await;
+        // A lock without a snapshot: READ COMMITTED drops the statement's snapshot after it.
+        let held = holder.transaction().await.unwrap_or_else(|e| panic!("{e}"));
+        held.batch_execute("LOCK TABLE herald.tasks IN ACCESS SHARE MODE")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut cooldowns = Cooldowns::default();
+        let settings = small_tables(Duration::from_millis(50));
+
+        let done = compact_bloated(&store, &settings, &mut cooldowns)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(done, vec![("tasks".to_owned(), Outcome::LockBusy)]);
+        assert_eq!(heap_bytes(&conn).await, before);
+
+        held.rollback().await.unwrap_or_else(|e| panic!("{e}"));
+        let done = compact_bloated(&store, &settings, &mut cooldowns)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            matches!(done.as_slice(), [(t, Outcome::Compacted { .. })] if t == "tasks"),
+            "{done:?}"
+        );
+    }
+
+    /// Tables smaller than the minimum, or larger than the maximum, are left alone.
+    #[tokio::test]
+    async fn tables_outside_the_size_bounds_are_left_alone() {
+        let store = ScratchStore::migrated().await;
+        let conn = bloated_tasks(&store).await;
+        let before = heap_bytes(&conn).await;
+        let base = small_tables(Duration::from_secs(1));
+        for settings in [
+            Compaction {
+                min_bytes: 1 << 30,
+                max_bytes: 1 << 31,
+                ..base
+            },
+            Compaction {
+                max_bytes: 1 << 20,
+                ..base
+            },
+        ] {
+            let done = first_round(&store, &settings).await;
+            assert_eq!(done, Vec::new(), "{settings:?}");
+        }
+        assert_eq!(heap_bytes(&conn).await, before);
+    }
+
+    /// A table full of live rows whose running row count was reset (as a crash resets it) is
+    /// not taken for an empty one: the catalog's count from the last ANALYZE still counts.
+    #[tokio::test]
+    async fn a_full_table_whose_row_count_was_reset_is_left_alone() {
+        let store = ScratchStore::migrated().await;
+        let conn = store.conn().await.unwrap_or_else(|e| panic!("{e}"));
+        conn.batch_execute("ALTER TABLE herald.tasks SET (autovacuum_enabled = false)")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        insert_tasks(&conn, 20_000, "scheduled").await;
+        conn.batch_execute(
+            "ANALYZE herald.tasks;
+             SELECT pg_stat_reset_single_table_counters('herald.tasks'::regclass);
+             SELECT pg_stat_force_next_flush()",
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        let counted: i64 = conn
+            .query_one(
+                "SELECT n_live_tup FROM pg_stat_user_tables WHERE relid = 'herald.tasks'::regclass",
+                &[],
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .get(0);
+        assert_eq!(counted, 0, "the running count was not reset");
+        let done = first_round(&store, &small_tables(Duration::from_secs(1))).await;
+        assert_eq!(done, Vec::new());
+    }
+
+    #[test]
+    fn a_table_rewritten_waits_its_cooldown_and_one_held_back_waits_longer() {
+        let now = Instant::now();
+        let mut cooldowns = Cooldowns::default();
+        cooldowns.record("tasks", Outcome::LockBusy, now);
+        assert!(cooldowns.ready("tasks", now));
+        cooldowns.record(
+            "tasks",
+            Outcome::Compacted {
+                before: 100,
+                after: 10,
+            },
+            now,
+        );
+        assert!(!cooldowns.ready("tasks", now + COOLDOWN - Duration::from_secs(1)));
+        assert!(cooldowns.ready("tasks", now + COOLDOWN));
+        assert!(cooldowns.ready("attempts", now));
+        cooldowns.record(
+            "attempts",
+            Outcome::HeldBack {
+                before: 100,
+                after: 90,
+            },
+            now,
+        );
+        assert!(!cooldowns.ready("attempts", now + COOLDOWN));
+        assert!(cooldowns.ready("attempts", now + HELD_BACK_PAUSE));
+    }
+}
