@@ -1,6 +1,7 @@
 //! The real scheduler binary starts on a fresh database (running its migrations) and reports
-//! SERVING on the standard gRPC health service; its storage settings and the storage figures it
-//! exports (table sizes, the transaction that holds VACUUM back).
+//! SERVING on the standard gRPC health service; its storage settings, the storage figures it
+//! exports (table sizes, the transaction that holds VACUUM back), and the compactor giving back
+//! the space of a hot table left mostly empty.
 
 use anyhow::{bail, ensure, Result};
 use herald_proto::v1::scheduler_message;
@@ -138,6 +139,118 @@ async fn a_scrape_shows_table_sizes_and_the_transaction_that_holds_vacuum_back()
         Ok(oldest_transaction(&body).is_some_and(|s| s < 1.0))
     })
     .await
+}
+
+/// Waits until every transaction that began before now and holds a snapshot has ended, in any
+/// database: one taken before a delete keeps the deleted rows through a rewrite (another test's
+/// CREATE DATABASE holds back every database's horizon while it copies the template).
+async fn until_older_snapshots_end(conn: &tokio_postgres::Client) -> Result<()> {
+    let now: std::time::SystemTime = conn
+        .query_one("SELECT clock_timestamp()", &[])
+        .await?
+        .get(0);
+    until("the snapshots older than the delete to end", || async {
+        let older: i64 = conn
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE pid <> pg_backend_pid() AND xact_start < $1
+                   AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)",
+                &[&now],
+            )
+            .await?
+            .get(0);
+        Ok(older == 0)
+    })
+    .await
+}
+
+/// `herald_compactions_total{table, outcome}` as /metrics renders it (labels in any order).
+fn compactions(body: &str, table: &str, outcome: &str) -> Option<f64> {
+    let (table, outcome) = (
+        format!("table=\"{table}\""),
+        format!("outcome=\"{outcome}\""),
+    );
+    body.lines()
+        .filter(|l| l.starts_with("herald_compactions_total{"))
+        .find(|l| l.contains(&table) && l.contains(&outcome))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// A replica whose minimum is 1 MiB rewrites a `herald.tasks` left mostly empty space (20,000
+/// tasks gone, 20 still waiting at the end of the file, where VACUUM cannot cut it short), counts
+/// the rewrite, and every waiting task is still there.
+#[tokio::test]
+async fn the_compactor_gives_back_a_tasks_table_left_mostly_empty() -> Result<()> {
+    let db = TestDb::new().await?;
+    // Makes the tasks; its compactor is off, so only the second replica's can act.
+    let maker = SchedulerProcess::builder(&db)
+        .env("HERALD_COMPACT_MAX_MIB", "0")
+        .spawn()
+        .await?;
+    let mut tasks = herald_tests::connect_tasks(&maker.grpc_url()).await?;
+    let later = std::time::Duration::from_secs(3600);
+    for (queue, batches, per_batch) in [("gone", 20, 1_000), ("kept", 1, 20)] {
+        for batch in 0..batches {
+            let specs = (0..per_batch)
+                .map(|i| {
+                    herald_tests::task_spec(queue, &format!("+1555{batch:02}{i:04}"), "hi")
+                        .with_delay(later)
+                })
+                .collect();
+            tasks
+                .create_tasks(herald_proto::v1::CreateTasksRequest {
+                    tasks: specs,
+                    ..Default::default()
+                })
+                .await?;
+        }
+    }
+    let conn = db.connect().await?;
+    // ANALYZE, so the catalog counts the 20 rows left rather than the 20,020 made.
+    conn.batch_execute(
+        "DELETE FROM herald.tasks WHERE queue = 'gone';
+         ANALYZE herald.tasks;
+         SELECT pg_stat_force_next_flush()",
+    )
+    .await?;
+    let size = || async {
+        let row = conn
+            .query_one("SELECT pg_total_relation_size('herald.tasks')", &[])
+            .await?;
+        anyhow::Ok(row.get::<_, i64>(0))
+    };
+    let before = size().await?;
+    until_older_snapshots_end(&conn).await?;
+
+    let compactor = SchedulerProcess::builder(&db)
+        .env("HERALD_COMPACT_MIN_MIB", "1")
+        .spawn()
+        .await?;
+    until("the compactor to rewrite herald.tasks", || async {
+        let body = scrape(&compactor.http_url()).await?;
+        ensure!(
+            compactions(&body, "tasks", "held_back").is_none(),
+            "the rewrite kept the deleted rows:\n{}",
+            compactor.stderr_tail()
+        );
+        Ok(compactions(&body, "tasks", "compacted") == Some(1.0))
+    })
+    .await?;
+    let after = size().await?;
+    ensure!(
+        after * 4 < before,
+        "herald.tasks went from {before} to {after} bytes"
+    );
+    let kept: i64 = conn
+        .query_one(
+            "SELECT count(*) FROM herald.tasks WHERE queue = 'kept' AND state = 'scheduled'",
+            &[],
+        )
+        .await?
+        .get(0);
+    ensure!(kept == 20, "{kept} of the 20 waiting tasks are left");
+    Ok(())
 }
 
 /// Every name health answers for: the server and each herald service it serves.
