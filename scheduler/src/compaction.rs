@@ -232,15 +232,20 @@ async fn rewrite_all(
     Ok(done)
 }
 
+/// Logs a rewrite with what made the table a candidate (its heap against the estimate of its
+/// live rows), so an operator can tell a rewrite that was worth its pause from one that was not.
 fn log(table: &Bloated, outcome: Outcome, took: Duration) {
     let took_ms = took.as_millis();
+    let (heap_bytes, live_bytes) = (table.heap_bytes, table.live_bytes);
     match outcome {
         Outcome::Compacted { before, after } => tracing::info!(
-            table = %table.table, bytes_before = before, bytes_after = after, took_ms,
+            table = %table.table, bytes_before = before, bytes_after = after, heap_bytes,
+            live_bytes, took_ms,
             "table rewritten: the space a long transaction left is given back"
         ),
         Outcome::HeldBack { before, after } => tracing::warn!(
-            table = %table.table, bytes_before = before, bytes_after = after, took_ms,
+            table = %table.table, bytes_before = before, bytes_after = after, heap_bytes,
+            live_bytes, took_ms,
             "table rewritten but it kept most of its size: a transaction herald's role cannot \
              see (grant it pg_read_all_stats) may still hold its dead rows; not tried again \
              for an hour"
