@@ -70,7 +70,7 @@ pub async fn refresh_grown(store: &Store) -> Result<Vec<String>, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::scratch::{insert_tasks, ScratchStore};
+    use crate::store::scratch::{insert_tasks, OtherRole, ScratchStore};
 
     /// The rows `herald.tasks`' statistics count.
     async fn counted_rows(conn: &deadpool_postgres::Object) -> f32 {
@@ -118,18 +118,9 @@ mod tests {
         let store = ScratchStore::migrated().await;
         let conn = store.conn().await.unwrap_or_else(|e| panic!("{e}"));
         insert_tasks(&conn, 2_000, "scheduled").await;
-        let role = format!("r_{}", uuid::Uuid::new_v4().simple());
-        conn.batch_execute(&format!(
-            "CREATE ROLE {role} NOLOGIN; GRANT USAGE ON SCHEMA herald TO {role}; SET ROLE {role}"
-        ))
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        let other = OtherRole::assume(&conn).await;
         let as_other = conn.statistics().grown(GROWTH_FACTOR, MIN_ROWS).await;
-        conn.batch_execute(&format!(
-            "RESET ROLE; REVOKE USAGE ON SCHEMA herald FROM {role}; DROP ROLE {role}"
-        ))
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        other.leave(&conn).await;
         assert_eq!(as_other.ok(), Some(Vec::new()));
         let as_owner = conn.statistics().grown(GROWTH_FACTOR, MIN_ROWS).await;
         assert_eq!(as_owner.ok(), Some(vec!["tasks".to_owned()]));

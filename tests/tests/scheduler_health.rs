@@ -146,19 +146,19 @@ async fn a_scrape_shows_table_sizes_and_the_transaction_that_holds_vacuum_back()
 /// CREATE DATABASE holds back every database's horizon while it copies the template).
 async fn until_older_snapshots_end(conn: &tokio_postgres::Client) -> Result<()> {
     let now: std::time::SystemTime = conn
-        .query_one("SELECT clock_timestamp()", &[])
+        .query_one("SELECT clock_timestamp() AS now", &[])
         .await?
-        .get(0);
+        .get("now");
     until("the snapshots older than the delete to end", || async {
         let older: i64 = conn
             .query_one(
-                "SELECT count(*) FROM pg_stat_activity
+                "SELECT count(*) AS older FROM pg_stat_activity
                  WHERE pid <> pg_backend_pid() AND xact_start < $1
                    AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)",
                 &[&now],
             )
             .await?
-            .get(0);
+            .get("older");
         Ok(older == 0)
     })
     .await
@@ -216,9 +216,12 @@ async fn the_compactor_gives_back_a_tasks_table_left_mostly_empty() -> Result<()
     .await?;
     let size = || async {
         let row = conn
-            .query_one("SELECT pg_total_relation_size('herald.tasks')", &[])
+            .query_one(
+                "SELECT pg_total_relation_size('herald.tasks') AS bytes",
+                &[],
+            )
             .await?;
-        anyhow::Ok(row.get::<_, i64>(0))
+        anyhow::Ok(row.get::<_, i64>("bytes"))
     };
     let before = size().await?;
     until_older_snapshots_end(&conn).await?;
@@ -244,11 +247,12 @@ async fn the_compactor_gives_back_a_tasks_table_left_mostly_empty() -> Result<()
     );
     let kept: i64 = conn
         .query_one(
-            "SELECT count(*) FROM herald.tasks WHERE queue = 'kept' AND state = 'scheduled'",
+            "SELECT count(*) AS kept FROM herald.tasks
+             WHERE queue = 'kept' AND state = 'scheduled'",
             &[],
         )
         .await?
-        .get(0);
+        .get("kept");
     ensure!(kept == 20, "{kept} of the 20 waiting tasks are left");
     Ok(())
 }

@@ -147,3 +147,31 @@ pub(crate) async fn rows_discarded(
     tx.rollback().await.unwrap_or_else(|e| panic!("{e}"));
     sum(&explained[0]["Plan"])
 }
+
+/// A role that owns nothing, which a session acts as between [`OtherRole::assume`] and
+/// [`OtherRole::leave`]: what herald's jobs do when the scheduler's role does not own its tables.
+pub(crate) struct OtherRole(String);
+
+impl OtherRole {
+    /// Makes the role (allowed into the `herald` schema, owning nothing) and has `conn` act as
+    /// it.
+    pub(crate) async fn assume(conn: &deadpool_postgres::Object) -> OtherRole {
+        let role = format!("r_{}", uuid::Uuid::new_v4().simple());
+        conn.batch_execute(&format!(
+            "CREATE ROLE {role} NOLOGIN; GRANT USAGE ON SCHEMA herald TO {role}; SET ROLE {role}"
+        ))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        OtherRole(role)
+    }
+
+    /// Has `conn` act as itself again and drops the role.
+    pub(crate) async fn leave(self, conn: &deadpool_postgres::Object) {
+        let role = self.0;
+        conn.batch_execute(&format!(
+            "RESET ROLE; REVOKE USAGE ON SCHEMA herald FROM {role}; DROP ROLE {role}"
+        ))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
+}
