@@ -88,6 +88,10 @@ pub struct Config {
     /// The namespace to lease in (default: the token's first).
     #[arg(long, env = "HERALD_NAMESPACE")]
     pub namespace: Option<String>,
+
+    /// Log format: text or json.
+    #[arg(long, env = "HERALD_LOG_FORMAT", default_value = "text")]
+    pub log_format: String,
 }
 
 fn parse_secret(value: &str) -> Result<Secret, String> {
@@ -115,6 +119,7 @@ impl Config {
             auth_token_file: None,
             auth_token: None,
             namespace: None,
+            log_format: "text".into(),
         }
     }
 

@@ -18,8 +18,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 async fn main() -> anyhow::Result<()> {
     let config = Config::parse();
     // Held to the end of main: dropping it flushes the spans not yet exported.
-    let _telemetry =
-        herald_executor::telemetry::init(&std::env::var("HERALD_LOG_FORMAT").unwrap_or_default());
+    let _telemetry = herald_executor::telemetry::init(&config.log_format);
     herald_process::memory::turn_off_transparent_huge_pages();
 
     let routes = match &config.config_file {

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import re
 import subprocess
 import time
 import urllib.request
@@ -481,6 +482,51 @@ def argv_of(container):
 def http_get(addr, path):
     with urllib.request.urlopen(f"http://{addr}{path}", timeout=10) as resp:
         return resp.status
+
+
+@pytest.mark.parametrize("values_file", VALUES, ids=IDS)
+def test_every_rendered_variable_is_one_the_binary_reads(values_file):
+    # The ConfigMaps derive each variable's name from its key in `*.config`
+    # (herald.configEnv), so a key with no flag behind it would be set and silently ignored.
+    values = load_values(values_file) or {}
+    objects, _ = render(values)
+    extra_env = {e["name"] for c in ("scheduler", "executor") for e in values.get(c, {}).get("extraEnv", [])}
+    checked = 0
+    for _, pod in workloads(objects):
+        for container in pod["containers"]:
+            configmaps = {o["metadata"]["name"]: o.get("data", {}) for o in find(objects, "ConfigMap")}
+            # Less what the operator adds by `extraEnv` (RUST_LOG and the like).
+            names = {e["name"] for e in container.get("env", [])} - extra_env
+            for source in container.get("envFrom", []):
+                # A Secret's variables (executor.credentials.asEnv) are the sender file's to name.
+                if "configMapRef" in source:
+                    names |= set(configmaps[source["configMapRef"]["name"]])
+            argv = argv_of(container)
+            help_text = subprocess.run([*argv, "--help"], capture_output=True, text=True, timeout=60, check=True).stdout
+            read = set(re.findall(r"\[env: ([A-Z0-9_]+)[=\]]", help_text))
+            assert names - read == set(), f"{argv[0]} {argv[1:]} does not read these"
+            checked += len(names)
+    assert checked > 20
+
+
+@pytest.mark.parametrize("values", [
+    {"scheduler": {"config": {"claimBatch": 10000000, "compactMaxMib": 123456789}}},
+    {"executor": {"config": {"queues": ["whatsapp", "wecom"], "maxInFlight": 2048}}},
+])
+@chart
+def test_config_values_become_the_variables_the_binaries_parse(values):
+    objects, _ = render(values)
+    scheduler = one(objects, "ConfigMap", "herald-scheduler")["data"]
+    executor = one(objects, "ConfigMap", "herald-executor")["data"]
+    for component, data in (("scheduler", scheduler), ("executor", executor)):
+        for key, value in values.get(component, {}).get("config", {}).items():
+            name = "HERALD_" + re.sub(r"(?<!^)(?=[A-Z])", "_", key).upper()
+            # Whole numbers in full (Helm reads them as floats), lists joined by commas.
+            expected = ",".join(value) if isinstance(value, list) else str(value)
+            assert data[name] == expected, name
+    # An empty list is left out, so the executor takes every queue of its sender file.
+    if "executor" not in values:
+        assert "HERALD_QUEUES" not in executor
 
 
 def test_smoke_rendered_manifests_start_and_report_serving(database, tmp_path, stubs):

@@ -129,3 +129,26 @@ uri
 {{- fail "auth.enabled needs auth.existingSecret (the Secret with the tokens file)" -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+A component's `config` map as ConfigMap data. Each key becomes the environment twin of the
+binary's flag: HERALD_ and the key in upper snake case (claimBatch: HERALD_CLAIM_BATCH). A list
+is joined with commas, and an empty one left out so that the binary's default applies. A whole
+number is written without an exponent: Helm reads numbers as floats, and 10000000 would
+otherwise become 1e+07, which the binary rejects. One rule instead of a line per setting: a new
+setting is its flag, its default in values.yaml and its schema entry (test_chart checks every
+rendered name against the binary's --help).
+*/}}
+{{- define "herald.configEnv" -}}
+{{- range $key, $value := . }}
+{{- if kindIs "slice" $value }}
+{{- if $value }}
+{{ printf "HERALD_%s" ($key | snakecase | upper) }}: {{ join "," $value | quote }}
+{{- end }}
+{{- else if and (kindIs "float64" $value) (eq $value (float64 (int64 $value))) }}
+{{ printf "HERALD_%s" ($key | snakecase | upper) }}: {{ int64 $value | quote }}
+{{- else }}
+{{ printf "HERALD_%s" ($key | snakecase | upper) }}: {{ $value | quote }}
+{{- end }}
+{{- end }}
+{{- end -}}
