@@ -63,6 +63,41 @@ impl Violations {
     pub fn into_error(self) -> Error {
         Error::InvalidArgument(self.0)
     }
+
+    /// Runs `check`, which records fields relative to one part of the request (`queue`,
+    /// `retry_policy.exponential.initial`, or `` for the part itself), and puts `parent()`
+    /// (`tasks[3]`) in front of each. The parent's path is built only when something was
+    /// recorded: valid input, the common case, formats no path at all (the create path checks
+    /// a thousand specs a call, and building their paths up front was a tenth of its CPU).
+    pub fn under<T>(
+        &mut self,
+        parent: impl FnOnce() -> String,
+        check: impl FnOnce(&mut Self) -> T,
+    ) -> T {
+        let before = self.0.len();
+        let checked = check(self);
+        if self.0.len() > before {
+            let parent = parent();
+            for violation in &mut self.0[before..] {
+                violation.field = join_path(&parent, &violation.field);
+            }
+        }
+        checked
+    }
+}
+
+/// `field` under `parent`: `tasks[3]` and `queue` make `tasks[3].queue`, an index or a map key
+/// (`[2]`) joins without a dot, and an empty field is the parent itself.
+fn join_path(parent: &str, field: &str) -> String {
+    if field.is_empty() {
+        parent.to_owned()
+    } else if parent.is_empty() {
+        field.to_owned()
+    } else if field.starts_with('[') {
+        format!("{parent}{field}")
+    } else {
+        format!("{parent}.{field}")
+    }
 }
 
 /// Why a request failed.
@@ -141,5 +176,57 @@ impl From<WriteError> for Error {
             WriteError::InUse(m) => Error::FailedPrecondition(m),
             WriteError::Store(e) => Error::Store(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fields(v: &Violations) -> Vec<&str> {
+        v.as_slice().iter().map(|f| f.field.as_str()).collect()
+    }
+
+    #[test]
+    fn fields_recorded_under_a_parent_are_named_from_the_request_root() {
+        let mut v = Violations::default();
+        v.add("tasks", "outside");
+        v.under(
+            || "tasks[3]".to_owned(),
+            |v| {
+                v.add("queue", "bad");
+                v.add("", "the task itself");
+                v.add("labels[k]", "a key");
+                v.under(
+                    || "retry_policy".to_owned(),
+                    |v| v.add("exponential.initial", "too small"),
+                );
+            },
+        );
+        assert_eq!(
+            fields(&v),
+            [
+                "tasks",
+                "tasks[3].queue",
+                "tasks[3]",
+                "tasks[3].labels[k]",
+                "tasks[3].retry_policy.exponential.initial"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_parent_with_nothing_recorded_under_it_is_never_built() {
+        let mut v = Violations::default();
+        let built = std::cell::Cell::new(0);
+        let answer = v.under(
+            || {
+                built.set(built.get() + 1);
+                "tasks[0]".to_owned()
+            },
+            |_| 42,
+        );
+        assert_eq!((answer, built.get()), (42, 0));
+        assert!(v.is_empty());
     }
 }

@@ -34,7 +34,10 @@ mod validate {
         v: &mut Violations,
     ) -> Option<NewTask> {
         let before = v.len();
-        let domain = convert::tasks::task_spec(spec.clone(), path, v);
+        let domain = v.under(
+            || path.to_owned(),
+            |v| convert::tasks::task_spec(spec.clone(), v),
+        );
         let wire_ok = v.len() == before;
         domain.validate(path, now, v).filter(|_| wire_ok)
     }

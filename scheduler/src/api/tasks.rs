@@ -41,7 +41,7 @@ pub async fn create(
     let domain: Vec<_> = specs
         .into_iter()
         .enumerate()
-        .map(|(i, s)| wire::task_spec(s, &path(i), &mut v))
+        .map(|(i, s)| v.under(|| path(i), |v| wire::task_spec(s, v)))
         .collect();
     let domain = v.into_result(domain)?;
     let created = tasks.create(ns, domain, path, trace_parent).await?;
@@ -304,7 +304,10 @@ impl TaskService for TaskApi {
                 None => v.add("update_mask", format!("unknown or read-only path {path:?}")),
             }
         }
-        let patch = wire::task_spec(req.task.unwrap_or_default(), "task", &mut v);
+        let patch = v.under(
+            || "task".into(),
+            |v| wire::task_spec(req.task.unwrap_or_default(), v),
+        );
         let edit = v.into_result(Edit { fields, patch })?;
         let record = self.tasks.update(&ns, id, edit).await?;
         Ok(Response::new(wire::task(&record).map_err(Error::from)?))

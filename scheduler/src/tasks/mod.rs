@@ -394,7 +394,7 @@ pub async fn prepare(
     let tasks: Vec<NewTask> = specs
         .into_iter()
         .enumerate()
-        .filter_map(|(i, s)| s.into_task(&path(i), now, &mut v))
+        .filter_map(|(i, s)| v.under(|| path(i), |v| s.into_task(now, v)))
         .collect();
     let tasks = v.into_result(tasks)?;
     let mut tasks = render(db, namespace, tasks, path).await?;
@@ -469,7 +469,7 @@ async fn render(
             task.fallback_inherited = task.window_closed_fallback.is_some();
         }
         let rendered: Option<pb::Content> =
-            renderer.render(&task.content, &format!("{}.content", path(i)), &mut v);
+            v.under(|| path(i), |v| renderer.render(&task.content, "content", v));
         if let Some(rendered) = rendered {
             task.content = rendered;
         }
@@ -552,14 +552,18 @@ async fn check_targets(
         };
         // The content must suit every channel the task may go out through. A kind this build
         // does not know (stored by a newer one) is not checked.
-        let content_path = format!("{}.content", path(i));
-        for kind in kinds.iter().filter_map(|k| k.parse::<SenderKind>().ok()) {
-            let problems = herald_proto::content::check_for(&t.content, &content_path, kind);
-            if let Some(p) = problems.into_iter().next() {
-                v.add(p.field, p.description);
-                break;
-            }
-        }
+        v.under(
+            || path(i),
+            |v| {
+                let kinds = kinds.iter().filter_map(|k| k.parse::<SenderKind>().ok());
+                let problem = kinds
+                    .flat_map(|kind| herald_proto::content::check_for(&t.content, "content", kind))
+                    .next();
+                if let Some(p) = problem {
+                    v.add(p.field, p.description);
+                }
+            },
+        );
         // The fallback answers WhatsApp's own refusal: every account it may go out through
         // must be a WhatsApp Cloud number.
         if t.window_closed_fallback.is_some() {

@@ -109,32 +109,32 @@ impl RetryPolicy {
                 multiplier,
                 jitter,
             } => {
-                let path = format!("{path}.exponential");
+                // Built only for a field that is out of range.
+                let f = |name: &str| format!("{path}.exponential.{name}");
                 if *initial_ms < 100 {
-                    v.add(format!("{path}.initial"), "must be at least 100ms");
+                    v.add(f("initial"), "must be at least 100ms");
                 }
                 if *max_ms < *initial_ms || *max_ms > MAX_RETRY_DELAY_MS {
-                    v.add(
-                        format!("{path}.max"),
-                        "must be at least initial and at most 7 days",
-                    );
+                    v.add(f("max"), "must be at least initial and at most 7 days");
                 }
                 if !(1.0..=10.0).contains(multiplier) {
-                    v.add(format!("{path}.multiplier"), "must be between 1.0 and 10.0");
+                    v.add(f("multiplier"), "must be between 1.0 and 10.0");
                 }
                 if !(0.0..=1.0).contains(jitter) {
-                    v.add(format!("{path}.jitter"), "must be between 0.0 and 1.0");
+                    v.add(f("jitter"), "must be between 0.0 and 1.0");
                 }
             }
             RetryPolicy::Delays(delays) => {
-                let path = format!("{path}.delays.delays");
                 if delays.is_empty() || delays.len() > 20 {
-                    v.add(path, "must list 1 to 20 delays");
+                    v.add(format!("{path}.delays.delays"), "must list 1 to 20 delays");
                     return;
                 }
                 for (i, ms) in delays.iter().enumerate() {
                     if !(0..=MAX_RETRY_DELAY_MS).contains(ms) {
-                        v.add(format!("{path}[{i}]"), "must be between 0 and 7 days");
+                        v.add(
+                            format!("{path}.delays.delays[{i}]"),
+                            "must be between 0 and 7 days",
+                        );
                     }
                 }
             }

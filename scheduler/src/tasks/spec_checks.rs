@@ -14,53 +14,55 @@ use crate::rules;
 use uuid::Uuid;
 
 impl TaskSpec {
-    /// Checks every rule, recording violations under `path` (`task` or `tasks[3]`), and
+    /// Checks every rule, recording violations under `path` (`task`, `schedule.task`), and
     /// returns the task when all hold. `now` is used only for the coarse past/future bounds;
     /// due times themselves come from the database clock.
     pub fn validate(&self, path: &str, now: DateTime<Utc>, v: &mut Violations) -> Option<NewTask> {
-        self.clone().into_task(path, now, v)
+        v.under(|| path.to_owned(), |v| self.clone().into_task(now, v))
     }
 
-    /// [`TaskSpec::validate`] consuming the spec: its text and content move into the task
-    /// rather than being copied (the create path handles a thousand specs a call).
-    pub fn into_task(self, path: &str, now: DateTime<Utc>, v: &mut Violations) -> Option<NewTask> {
+    /// [`TaskSpec::validate`] consuming the spec, with violations named relative to the spec
+    /// (`queue`, `content.text`): the caller puts its path in front with
+    /// [`Violations::under`], which builds it only for a spec that has any. Its text and
+    /// content move into the task rather than being copied (the create path handles a
+    /// thousand specs a call).
+    pub fn into_task(self, now: DateTime<Utc>, v: &mut Violations) -> Option<NewTask> {
         let before = v.len();
-        let f = |name: &str| format!("{path}.{name}");
 
         if let Some(problem) = rules::name_problem(&self.queue) {
-            v.add(f("queue"), problem);
+            v.add("queue", problem);
         }
         if self.recipient.trim().is_empty() {
-            v.add(f("recipient"), "is required");
+            v.add("recipient", "is required");
         } else if self.recipient.chars().count() > MAX_RECIPIENT_CHARS {
-            v.add(f("recipient"), "must be at most 256 characters");
+            v.add("recipient", "must be at most 256 characters");
         } else if self.recipient.chars().any(char::is_control) {
-            v.add(f("recipient"), "must not contain control characters");
+            v.add("recipient", "must not contain control characters");
         }
-        let template_id = content(self.content.as_ref(), &f("content"), v);
+        let template_id = content(self.content.as_ref(), "content", v);
         if let Some(t) = &self.window_closed_fallback {
-            check_window_closed_fallback(t, &f("window_closed_fallback"), v);
+            check_window_closed_fallback(t, "window_closed_fallback", v);
         }
-        let due = self.due(path, now, v);
+        let due = self.due(now, v);
         let priority = self.priority.unwrap_or(DEFAULT_PRIORITY);
         if !(0..=9).contains(&priority) {
-            v.add(f("priority"), "must be between 0 and 9");
+            v.add("priority", "must be between 0 and 9");
         }
         let max_attempts = self.max_attempts.unwrap_or(DEFAULT_MAX_ATTEMPTS);
         if !(1..=100).contains(&max_attempts) {
-            v.add(f("max_attempts"), "must be between 1 and 100");
+            v.add("max_attempts", "must be between 1 and 100");
         }
         let key = &self.idempotency_key;
         if key.len() > 200 {
-            v.add(f("idempotency_key"), "must be at most 200 characters");
+            v.add("idempotency_key", "must be at most 200 characters");
         } else if key.chars().any(|c| !(' '..='~').contains(&c)) {
-            v.add(f("idempotency_key"), "must be printable ASCII");
+            v.add("idempotency_key", "must be printable ASCII");
         }
         let retry = self
             .retry
             .clone()
             .unwrap_or_else(RetryPolicy::default_exponential);
-        retry.check(&f("retry_policy"), v);
+        retry.check("retry_policy", v);
         if let Some(at) = self.expire_at {
             let due_at = match due {
                 Some(DueAt::At(t)) => t,
@@ -68,16 +70,16 @@ impl TaskSpec {
                 None => now,
             };
             if at <= due_at {
-                v.add(f("expire_at"), "must be after the task's due time");
+                v.add("expire_at", "must be after the task's due time");
             }
         }
-        rules::labels(&self.labels, &f("labels"), v);
+        rules::labels(&self.labels, "labels", v);
         if let Some(ms) = self.duplicate_window_ms {
             if !(1_000..=super::duplicates::MAX_WINDOW_MS).contains(&ms) {
-                v.add(f("duplicate_window"), "must be between 1 s and 7 days");
+                v.add("duplicate_window", "must be between 1 s and 7 days");
             }
         }
-        let target = self.target(path, v);
+        let target = self.target(v);
         let local_zone = match &self.when {
             Some(When::Local { zone, .. }) => zone.as_str(),
             _ => "",
@@ -85,7 +87,7 @@ impl TaskSpec {
         let send_window = self
             .send_window
             .as_ref()
-            .and_then(|w| SendWindow::from_wire(w, local_zone, &f("send_window"), v));
+            .and_then(|w| SendWindow::from_wire(w, local_zone, "send_window", v));
 
         if v.len() > before {
             return None;
@@ -115,50 +117,48 @@ impl TaskSpec {
         })
     }
 
-    fn due(&self, path: &str, now: DateTime<Utc>, v: &mut Violations) -> Option<DueAt> {
-        let f = |name: &str| format!("{path}.{name}");
+    fn due(&self, now: DateTime<Utc>, v: &mut Violations) -> Option<DueAt> {
         match &self.when {
             None | Some(When::Now) => Some(DueAt::After(0)),
             Some(When::At(at)) if *at < now - MAX_PAST => {
-                v.add(f("run_at"), "is more than 24 hours in the past");
+                v.add("run_at", "is more than 24 hours in the past");
                 None
             }
             Some(When::At(at)) if *at > now + MAX_AHEAD => {
-                v.add(f("run_at"), "is more than 366 days ahead");
+                v.add("run_at", "is more than 366 days ahead");
                 None
             }
             Some(When::At(at)) => Some(DueAt::At(*at)),
             Some(When::After(ms)) if *ms < 0 => {
-                v.add(f("delay"), "must be a non-negative duration");
+                v.add("delay", "must be a non-negative duration");
                 None
             }
             Some(When::After(ms)) if *ms > MAX_AHEAD.num_milliseconds() => {
-                v.add(f("delay"), "must be at most 366 days");
+                v.add("delay", "must be at most 366 days");
                 None
             }
             Some(When::After(ms)) => Some(DueAt::After(*ms)),
-            Some(When::Local { time, zone }) => local_time(time, zone, path, now, v),
+            Some(When::Local { time, zone }) => local_time(time, zone, now, v),
         }
     }
 
-    fn target(&self, path: &str, v: &mut Violations) -> Target {
-        let f = |name: &str| format!("{path}.{name}");
+    fn target(&self, v: &mut Violations) -> Target {
         match (self.pool.is_empty(), self.account_id.is_empty()) {
             (true, true) => Target::Queue,
             (false, true) => {
                 if let Some(p) = rules::name_problem(&self.pool) {
-                    v.add(f("pool"), p);
+                    v.add("pool", p);
                 }
                 Target::Pool(self.pool.clone())
             }
             (true, false) => {
                 if let Some(p) = rules::name_problem(&self.account_id) {
-                    v.add(f("account_id"), p);
+                    v.add("account_id", p);
                 }
                 Target::Account(self.account_id.clone())
             }
             (false, false) => {
-                v.add(f("account_id"), "set pool or account_id, not both");
+                v.add("account_id", "set pool or account_id, not both");
                 Target::Queue
             }
         }
@@ -166,23 +166,17 @@ impl TaskSpec {
 }
 
 /// A wall-clock time in a zone as a due instant (see task.proto's `local_time`).
-fn local_time(
-    time: &str,
-    zone: &str,
-    path: &str,
-    now: DateTime<Utc>,
-    v: &mut Violations,
-) -> Option<DueAt> {
+fn local_time(time: &str, zone: &str, now: DateTime<Utc>, v: &mut Violations) -> Option<DueAt> {
     let Ok(zone) = zone.parse::<chrono_tz::Tz>() else {
         v.add(
-            format!("{path}.local_time_zone"),
+            "local_time_zone",
             "is required with local_time and must be an IANA time zone name",
         );
         return None;
     };
     let Some(local) = rules::parse_local_time(time) else {
         v.add(
-            format!("{path}.local_time"),
+            "local_time",
             "must be a date-time like 2026-12-24T09:00 or 2026-12-24T09:00:30",
         );
         return None;
@@ -190,14 +184,14 @@ fn local_time(
     match crate::schedule::fire_times::local_to_instant(&zone, local) {
         Some(at) if at < now - MAX_PAST || at > now + MAX_AHEAD => {
             v.add(
-                format!("{path}.local_time"),
+                "local_time",
                 "must be within 24 hours in the past and 366 days ahead",
             );
             None
         }
         Some(at) => Some(DueAt::At(at)),
         None => {
-            v.add(format!("{path}.local_time"), "does not exist in the zone");
+            v.add("local_time", "does not exist in the zone");
             None
         }
     }

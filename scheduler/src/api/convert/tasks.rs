@@ -14,12 +14,11 @@ use crate::tasks::model::{
     TaskSpec, TaskState, When,
 };
 
-/// A wire spec as a domain spec; wire problems are recorded under `path` (`task`,
-/// `tasks[3]`). The request hash, which idempotency keys are checked against, is the digest of
+/// A wire spec as a domain spec; wire problems are recorded relative to the spec (`run_at`),
+/// for the caller to put its path in front ([`Violations::under`]). The request hash, which idempotency keys are checked against, is the digest of
 /// the spec's encoding (maps are BTreeMaps, so equal requests encode to equal bytes); only keyed
 /// specs get one.
-pub fn task_spec(spec: pb::TaskSpec, path: &str, v: &mut Violations) -> TaskSpec {
-    let f = |name: &str| format!("{path}.{name}");
+pub fn task_spec(spec: pb::TaskSpec, v: &mut Violations) -> TaskSpec {
     // Only a keyed request is ever compared; hashing every spec cost S2 a fifth of its rate.
     let request_hash = if spec.idempotency_key.is_empty() {
         Vec::new()
@@ -31,7 +30,7 @@ pub fn task_spec(spec: pb::TaskSpec, path: &str, v: &mut Violations) -> TaskSpec
         Some(pb::task_spec::When::RunAt(ts)) => match from_timestamp(ts) {
             Some(at) => Some(When::At(at)),
             None => {
-                v.add(f("run_at"), "is not a valid timestamp");
+                v.add("run_at", "is not a valid timestamp");
                 None
             }
         },
@@ -41,7 +40,7 @@ pub fn task_spec(spec: pb::TaskSpec, path: &str, v: &mut Violations) -> TaskSpec
     let when = match (spec.local_time.is_empty(), when) {
         (true, when) => when,
         (false, _) if spec.when.is_some() => {
-            v.add(f("local_time"), "cannot be combined with run_at or delay");
+            v.add("local_time", "cannot be combined with run_at or delay");
             None
         }
         (false, _) => Some(When::Local {
@@ -52,7 +51,7 @@ pub fn task_spec(spec: pb::TaskSpec, path: &str, v: &mut Violations) -> TaskSpec
     let expire_at = spec.expire_at.as_ref().and_then(|ts| {
         let at = from_timestamp(ts);
         if at.is_none() {
-            v.add(f("expire_at"), "is not a valid timestamp");
+            v.add("expire_at", "is not a valid timestamp");
         }
         at
     });
@@ -387,9 +386,7 @@ mod tests {
         a.labels.insert("b".into(), "2".into());
         a.labels.insert("a".into(), "1".into());
         let mut b = a.clone();
-        let hash = |s: &pb::TaskSpec| {
-            task_spec(s.clone(), "task", &mut Violations::default()).request_hash
-        };
+        let hash = |s: &pb::TaskSpec| task_spec(s.clone(), &mut Violations::default()).request_hash;
         assert_eq!(hash(&a), hash(&b));
         b.recipient = "+15550002".into();
         assert_ne!(hash(&a), hash(&b));
@@ -409,7 +406,7 @@ mod tests {
             ..Default::default()
         };
         let mut v = Violations::default();
-        task_spec(spec, "task", &mut v);
+        v.under(|| "task".into(), |v| task_spec(spec, v));
         assert_eq!(v.into_fields(), vec!["task.run_at", "task.expire_at"]);
     }
 
