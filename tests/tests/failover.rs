@@ -179,9 +179,15 @@ async fn settle(cluster: &HaCluster, campaign: Option<(uuid::Uuid, i64)>) -> Res
                 .query_one(
                     // A scheduled task already due is a retry waiting its short backoff, or
                     // one not leased yet: the run is not over. Schedule runs created ahead of
-                    // their fire time are not due yet.
-                    "SELECT count(*) AS n FROM herald.tasks
-                     WHERE state = 'leased' OR (state = 'scheduled' AND run_at <= now())",
+                    // their fire time are not due yet; those of a paused schedule are open
+                    // all the same: the materialiser made them up to half a second ahead,
+                    // before the pause, and they will fire.
+                    "SELECT count(*) AS n FROM herald.tasks t
+                     WHERE t.state = 'leased'
+                        OR (t.state = 'scheduled'
+                            AND (t.run_at <= now()
+                                 OR t.schedule_id IN (SELECT s.id FROM herald.schedules s
+                                                      WHERE s.paused)))",
                     &[],
                 )
                 .await?

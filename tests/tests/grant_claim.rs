@@ -730,15 +730,24 @@ impl GrantInProgress {
         Ok(GrantInProgress { conn: grant, pid })
     }
 
-    /// Waits until a statement whose text contains `statement` waits for this grant.
+    /// Waits until a statement whose text contains `statement` waits for this grant, directly
+    /// or behind other sessions waiting for the same row: a second waiter for a row lock waits
+    /// for the first (which holds the row's tuple lock), not for the row's holder. The
+    /// scheduler's own jobs (the fold of a report's deltas) may be queued first.
     async fn until_waited_on_by(&self, conn: &Client, statement: &str) -> Result<()> {
         let pattern = format!("%{statement}%");
         herald_tests::until(&format!("{statement} to wait for the grant"), || async {
             let row = conn
                 .query_one(
-                    "SELECT count(*) AS n FROM pg_stat_activity
-                     WHERE datname = current_database() AND $1 = ANY(pg_blocking_pids(pid))
-                       AND query LIKE $2",
+                    "WITH RECURSIVE waiting(pid) AS (
+                         SELECT a.pid FROM pg_stat_activity a
+                         WHERE $1 = ANY(pg_blocking_pids(a.pid))
+                         UNION
+                         SELECT a.pid FROM pg_stat_activity a, waiting w
+                         WHERE w.pid = ANY(pg_blocking_pids(a.pid))
+                     )
+                     SELECT count(*) AS n FROM pg_stat_activity a JOIN waiting w USING (pid)
+                     WHERE a.datname = current_database() AND a.query LIKE $2",
                     &[&self.pid, &pattern],
                 )
                 .await?;
