@@ -14,9 +14,9 @@ use crate::rules;
 use uuid::Uuid;
 
 impl TaskSpec {
-    /// Checks every rule, recording violations under `path` (`task`, `schedule.task`), and
-    /// returns the task when all hold. `now` is used only for the coarse past/future bounds;
-    /// due times themselves come from the database clock.
+    /// Checks every rule, recording violations under `path` (`task`, `schedule`,
+    /// `campaign`), and returns the task when all hold. `now` is used only for the coarse
+    /// past/future bounds; due times themselves come from the database clock.
     pub fn validate(&self, path: &str, now: DateTime<Utc>, v: &mut Violations) -> Option<NewTask> {
         v.under(|| path.to_owned(), |v| self.clone().into_task(now, v))
     }
