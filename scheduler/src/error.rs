@@ -91,8 +91,6 @@ impl Violations {
 fn join_path(parent: &str, field: &str) -> String {
     if field.is_empty() {
         parent.to_owned()
-    } else if parent.is_empty() {
-        field.to_owned()
     } else if field.starts_with('[') {
         format!("{parent}{field}")
     } else {

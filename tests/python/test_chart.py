@@ -491,10 +491,10 @@ def test_every_rendered_variable_is_one_the_binary_reads(values_file):
     values = load_values(values_file) or {}
     objects, _ = render(values)
     extra_env = {e["name"] for c in ("scheduler", "executor") for e in values.get(c, {}).get("extraEnv", [])}
+    configmaps = {o["metadata"]["name"]: o.get("data", {}) for o in find(objects, "ConfigMap")}
     checked = 0
     for _, pod in workloads(objects):
         for container in pod["containers"]:
-            configmaps = {o["metadata"]["name"]: o.get("data", {}) for o in find(objects, "ConfigMap")}
             # Less what the operator adds by `extraEnv` (RUST_LOG and the like).
             names = {e["name"] for e in container.get("env", [])} - extra_env
             for source in container.get("envFrom", []):
