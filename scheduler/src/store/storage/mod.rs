@@ -19,16 +19,17 @@ repository!(
 
 const TABLE_SIZES: Statement = statement!("table_sizes");
 const OLDEST_TRANSACTION: Statement = statement!("oldest_transaction");
-const BLOATED_TABLES: Statement = statement!("bloated_tables");
+const COMPACTION_CANDIDATES: Statement = statement!("compaction_candidates");
 
 /// The tables the compactor may rewrite: the hot ones every task passes through, which a
 /// long-open transaction makes grow into space they keep after it ends. (The history gives its
 /// space back by dropping partitions.)
 pub const COMPACTED: [&str; 3] = ["tasks", "attempts", "recipient_sends"];
 
-/// A table whose heap is mostly empty space, as [`StorageRepo::bloated`] finds it.
+/// A table the compactor may rewrite, with what it weighs, as [`StorageRepo::candidates`]
+/// finds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Bloated {
+pub struct Candidate {
     /// The table, one of [`COMPACTED`].
     pub table: String,
     /// Its size on disk, indexes and TOAST included.
@@ -37,6 +38,11 @@ pub struct Bloated {
     pub heap_bytes: i64,
     /// What its live rows take, estimated from the statistics.
     pub live_bytes: i64,
+    /// What one row takes, estimated from the statistics.
+    pub row_bytes: i64,
+    /// How many row versions its updates and deletes have left dead since the statistics
+    /// began counting (a running count: it only grows, until a crash or a reset).
+    pub dead_versions: i64,
 }
 
 /// How a rewrite ended.
@@ -89,27 +95,25 @@ impl<C: GenericClient> StorageRepo<'_, C> {
         })
     }
 
-    /// Of [`COMPACTED`], the tables between `min_bytes` and `max_bytes` on disk whose heap is at
-    /// least `factor` times what their live rows take.
-    pub async fn bloated(
+    /// Of [`COMPACTED`], the tables between `min_bytes` and `max_bytes` on disk that this
+    /// session's role may rewrite.
+    pub async fn candidates(
         &self,
         min_bytes: i64,
         max_bytes: i64,
-        factor: f64,
-    ) -> Result<Vec<Bloated>, StoreError> {
-        BLOATED_TABLES
-            .query(
-                self.db,
-                &[&COMPACTED.as_slice(), &min_bytes, &max_bytes, &factor],
-            )
+    ) -> Result<Vec<Candidate>, StoreError> {
+        COMPACTION_CANDIDATES
+            .query(self.db, &[&COMPACTED.as_slice(), &min_bytes, &max_bytes])
             .await?
             .iter()
             .map(|r| {
-                Ok(Bloated {
+                Ok(Candidate {
                     table: column(r, "table_name")?,
                     bytes: column(r, "bytes")?,
                     heap_bytes: column(r, "heap_bytes")?,
                     live_bytes: column(r, "live_bytes")?,
+                    row_bytes: column(r, "row_bytes")?,
+                    dead_versions: column(r, "dead_versions")?,
                 })
             })
             .collect()
