@@ -16,12 +16,17 @@
 //! - **S7 careful pacing**: S5's drain with each account also on a warm-up ramp, human-like gaps
 //!   and a messaging tier, against S5's drain without them (they may cost at most 40 %).
 //!
+//! S1, S2, S5 and S7 measure herald and their baseline in several pairs, alternating which side
+//! goes first, and report the pair with the median fraction (`pairs`): one pair's fraction
+//! moves with the machine's speed of the moment.
+//!
 //! Every scenario gets a fresh database ([`herald_tests::TestDb`]) and its own scheduler and
 //! executor processes (the real release binaries, the executor with the `noop` sender).
 //! The drains' notes say how much CPU each cost PostgreSQL, the scheduler and the executor
 //! (`cpu`), which is where a drain's time goes once the machine's cores are all busy.
 
 mod cpu;
+mod pairs;
 mod report;
 mod scenarios;
 mod soak;
@@ -81,6 +86,9 @@ pub struct Options {
     /// S6: the phase unit (before: one unit; the held transaction: two; after: two); 150 s in
     /// a full run, so the soak takes twelve and a half minutes.
     pub soak_unit: Duration,
+    /// S1, S2, S5 and S7: pairs of herald and its baseline, measured in alternating order; the
+    /// pair with the median fraction is reported (`pairs`).
+    pub pairs: usize,
     /// S6: creates per second; None for half of S1's rate in the same run (5,000 without S1).
     pub soak_rate: Option<f64>,
     /// S6: how long a finished task stays in the hot table before it moves into the history
@@ -113,6 +121,7 @@ impl Options {
             baseline_workers: 2,
             baseline_batch: 512,
             soak_unit: Duration::from_secs(150),
+            pairs: 5,
             soak_rate: None,
             soak_history_after: Duration::ZERO,
         }
@@ -129,6 +138,7 @@ impl Options {
             scale_due: 1_000,
             scale_probes: 10,
             soak_unit: Duration::from_secs(4),
+            pairs: 1,
             ..Self::full()
         }
     }

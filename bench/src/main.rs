@@ -63,6 +63,10 @@ struct Cli {
     /// nothing: retention then deletes finished tasks from the hot table, as without a history.
     #[arg(long)]
     soak_history_after: Option<u64>,
+    /// S1, S2, S5, S7: pairs of herald and its baseline, in alternating order; the pair with
+    /// the median fraction is reported (default 5, 1 with --quick).
+    #[arg(long)]
+    pairs: Option<usize>,
     /// Where to write the JSON results.
     #[arg(long, default_value = "target/bench/results.json")]
     out: PathBuf,
@@ -144,6 +148,9 @@ fn options(cli: &Cli) -> Result<Options> {
     }
     if let Some(v) = cli.soak_history_after {
         o.soak_history_after = std::time::Duration::from_secs(v);
+    }
+    if let Some(v) = cli.pairs {
+        o.pairs = v.max(1);
     }
     if let Some(v) = cli.claim_batch {
         o.claim_batch = v;

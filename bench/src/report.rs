@@ -58,6 +58,7 @@ impl Report {
                 "claim_batch": opts.claim_batch,
                 "baseline_workers": opts.baseline_workers,
                 "baseline_batch": opts.baseline_batch,
+                "pairs": opts.pairs,
             }),
             notes: Vec::new(),
         }

@@ -10,7 +10,8 @@ use herald_proto::SenderKind;
 use herald_tests::{connect_tasks, task_spec, TestDb};
 use tokio_postgres::Client;
 
-use crate::cpu::{CpuMeter, CpuSplit};
+use crate::cpu::CpuMeter;
+use crate::pairs::{self, Side};
 use crate::report::Report;
 use crate::sql::{self, percentiles, QUEUE};
 use crate::stack::{self, Pending, RssSampler};
@@ -72,12 +73,31 @@ async fn create_via_api(
     Ok(started.elapsed())
 }
 
-/// S1: tasks due now, created before the executor connects; tasks/s until all SUCCEEDED.
-/// Returns herald's rate.
+/// S1: tasks due now, created before the executor connects; tasks/s until all SUCCEEDED,
+/// against the plain-SQL drain, in interleaved pairs. Returns herald's rate in the median pair.
 pub(crate) async fn drain(opts: &Options, report: &mut Report) -> Result<f64> {
-    let n = opts.drain_tasks;
+    let pairs = pairs::measure(
+        opts.pairs,
+        async || drain_herald(opts).await,
+        async || drain_baseline(opts).await,
+    )
+    .await?;
+    Ok(pairs::add(
+        report,
+        "S1 drain",
+        "tasks/s",
+        S1_TARGET,
+        &format!(
+            "S1: {} tasks; herald claims {} at a time, the baseline's {} workers {} at a time",
+            opts.drain_tasks, opts.claim_batch, opts.baseline_workers, opts.baseline_batch
+        ),
+        &pairs,
+    ))
+}
 
-    // Baseline first, on its own database of the same cluster and schema.
+/// S1's baseline: the plain-SQL drain, on a database of its own of the same cluster and schema.
+async fn drain_baseline(opts: &Options) -> Result<Side> {
+    let n = opts.drain_tasks;
     let base_db = TestDb::new().await?;
     drop(stack::scheduler(&base_db, opts).await?); // applies the migrations
     let base = sql::connect(base_db.url()).await?;
@@ -85,7 +105,7 @@ pub(crate) async fn drain(opts: &Options, report: &mut Report) -> Result<f64> {
     base.batch_execute("VACUUM ANALYZE herald.tasks").await?;
     let base_cpu = CpuMeter::new(&base, None).await?;
     let base_before = base_cpu.read(None)?;
-    let baseline = sql::baseline_drain(
+    let rate = sql::baseline_drain(
         base_db.url(),
         opts.baseline_workers,
         i64::from(opts.baseline_batch),
@@ -93,9 +113,19 @@ pub(crate) async fn drain(opts: &Options, report: &mut Report) -> Result<f64> {
     )
     .await?;
     let base_spent = base_cpu.read(None)?.since(base_before);
-    drop(base);
-    drop(base_db);
+    Ok(Side {
+        rate,
+        note: format!(
+            "{rate:.0} tasks/s (PostgreSQL CPU {:.2} core-s)",
+            base_spent.postgres
+        ),
+        rows: Vec::new(),
+    })
+}
 
+/// S1's herald side: the tasks created through CreateTasks, then drained by an executor.
+async fn drain_herald(opts: &Options) -> Result<Side> {
+    let n = opts.drain_tasks;
     let db = TestDb::new().await?;
     let scheduler = stack::scheduler(&db, opts).await?;
     let rss = RssSampler::start(stack::pid(&scheduler)?);
@@ -126,50 +156,74 @@ pub(crate) async fn drain(opts: &Options, report: &mut Report) -> Result<f64> {
         )
         .await?
         .get(0);
-    let rate = n as f64 / window;
-    report.add_vs("S1 drain", "tasks/s", rate, baseline, S1_TARGET);
-    report.add(
-        "S1 drain",
-        "tasks/s incl. executor start",
-        n as f64 / wall.as_secs_f64(),
-        "",
-        None,
-    );
-    report.add(
-        "S1 drain",
-        "scheduler peak RSS (MiB)",
-        rss.peak_mib(),
-        "< 150 MiB",
-        Some(rss.peak_mib() < 150.0),
-    );
-    report.note(format!(
-        "S1: {n} tasks drained in {window:.2} s (database clock; executor started in {spawn:.2?}, \
-         wall {wall:.2?}; {}); baseline {baseline:.0} tasks/s with {} workers claiming {} at a \
-         time (PostgreSQL CPU {:.2} core-s); herald claims {} at a time",
-        spent.describe(),
-        opts.baseline_workers,
-        opts.baseline_batch,
-        base_spent.postgres,
-        opts.claim_batch
-    ));
     stack::stop_executor(executor).await?;
-    Ok(rate)
+    let rate = n as f64 / window;
+    Ok(Side {
+        rate,
+        note: format!(
+            "{rate:.0} tasks/s, drained in {window:.2} s (database clock; executor started in \
+             {spawn:.2?}, wall {wall:.2?}; {})",
+            spent.describe()
+        ),
+        rows: vec![
+            (
+                "tasks/s incl. executor start".into(),
+                n as f64 / wall.as_secs_f64(),
+                String::new(),
+                None,
+            ),
+            (
+                "scheduler peak RSS (MiB)".into(),
+                rss.peak_mib(),
+                "< 150 MiB".into(),
+                Some(rss.peak_mib() < 150.0),
+            ),
+        ],
+    })
 }
 
-/// S2: tasks/s through CreateTasks batches from concurrent clients, against COPY.
+/// S2: tasks/s through CreateTasks batches from concurrent clients, against COPY, in
+/// interleaved pairs.
 pub(crate) async fn enqueue(opts: &Options, report: &mut Report) -> Result<()> {
-    let n = opts.enqueue_tasks;
+    let pairs = pairs::measure(
+        opts.pairs,
+        async || enqueue_herald(opts).await,
+        async || enqueue_baseline(opts).await,
+    )
+    .await?;
+    pairs::add(
+        report,
+        "S2 enqueue",
+        "tasks/s",
+        S2_TARGET,
+        &format!(
+            "S2: {} tasks by {} clients in batches of {}; the baseline {} concurrent COPYs",
+            opts.enqueue_tasks, opts.enqueue_clients, opts.enqueue_batch, opts.enqueue_clients
+        ),
+        &pairs,
+    );
+    Ok(())
+}
 
+/// S2's baseline: concurrent `COPY` of the same number of tasks.
+async fn enqueue_baseline(opts: &Options) -> Result<Side> {
     let base_db = TestDb::new().await?;
     drop(stack::scheduler(&base_db, opts).await?);
     let base = sql::connect(base_db.url()).await?;
     let base_cpu = CpuMeter::new(&base, None).await?;
     let base_before = base_cpu.read(None)?;
-    let baseline = sql::baseline_copy(base_db.url(), opts.enqueue_clients, n).await?;
+    let rate = sql::baseline_copy(base_db.url(), opts.enqueue_clients, opts.enqueue_tasks).await?;
     let base_spent = base_cpu.read(None)?.since(base_before);
-    drop(base);
-    drop(base_db);
+    Ok(Side {
+        rate,
+        note: format!("{rate:.0} tasks/s ({})", base_spent.describe()),
+        rows: Vec::new(),
+    })
+}
 
+/// S2's herald side: the tasks through CreateTasks, due in an hour.
+async fn enqueue_herald(opts: &Options) -> Result<Side> {
+    let n = opts.enqueue_tasks;
     let db = TestDb::new().await?;
     let scheduler = stack::scheduler(&db, opts).await?;
     let rss = RssSampler::start(stack::pid(&scheduler)?);
@@ -193,24 +247,16 @@ pub(crate) async fn enqueue(opts: &Options, report: &mut Report) -> Result<()> {
     .await?;
     let spent = cpu.read(None)?.since(before);
     let rate = n as f64 / elapsed.as_secs_f64();
-    report.add_vs("S2 enqueue", "tasks/s", rate, baseline, S2_TARGET);
-    report.add(
-        "S2 enqueue",
-        "scheduler peak RSS (MiB)",
-        rss.peak_mib(),
-        "< 150 MiB",
-        Some(rss.peak_mib() < 150.0),
-    );
-    report.note(format!(
-        "S2: {n} tasks by {} clients in batches of {} in {elapsed:.2?} ({}); baseline: {} \
-         concurrent COPYs ({})",
-        opts.enqueue_clients,
-        opts.enqueue_batch,
-        spent.describe(),
-        opts.enqueue_clients,
-        base_spent.describe()
-    ));
-    Ok(())
+    Ok(Side {
+        rate,
+        note: format!("{rate:.0} tasks/s in {elapsed:.2?} ({})", spent.describe()),
+        rows: vec![(
+            "scheduler peak RSS (MiB)".into(),
+            rss.peak_mib(),
+            "< 150 MiB".into(),
+            Some(rss.peak_mib() < 150.0),
+        )],
+    })
 }
 
 /// Lateness of the lease grant and of the send start against run_at, in ms, for every task
@@ -512,60 +558,60 @@ const S5_ACCOUNTS: usize = 100;
 /// limit is switched on (rate and burst, daily cap, in-flight cap with a high-priority reserve,
 /// per-recipient spacing), set high enough that the executor, not the limits, bounds the drain:
 /// the difference is what checking and reserving the limits costs. Target: at least 2/3 of the
-/// unrouted rate.
+/// unrouted rate, in interleaved pairs.
 pub(crate) async fn accounts(opts: &Options, report: &mut Report) -> Result<()> {
     let n = opts.drain_tasks;
-    let (unrouted, unrouted_cpu) = routed_drain(opts, n, 0, false).await?;
-    let (limited, limited_cpu) = routed_drain(opts, n, S5_ACCOUNTS, false).await?;
-    report.add_vs(
+    let pairs = pairs::measure(
+        opts.pairs,
+        async || routed_drain(opts, n, S5_ACCOUNTS, false).await,
+        async || routed_drain(opts, n, 0, false).await,
+    )
+    .await?;
+    pairs::add(
+        report,
         "S5 100 accounts",
         "tasks/s (vs. the same drain by queue)",
-        limited,
-        unrouted,
         2.0 / 3.0,
+        &format!(
+            "S5: {n} tasks through {S5_ACCOUNTS} accounts with every limit on, against the same \
+             drain by queue"
+        ),
+        &pairs,
     );
-    report.note(format!(
-        "S5: {n} tasks, {unrouted:.0} tasks/s by queue ({}), {limited:.0} tasks/s through \
-         {S5_ACCOUNTS} accounts with every limit on ({})",
-        unrouted_cpu.describe(),
-        limited_cpu.describe()
-    ));
     Ok(())
 }
 
 /// S7: S5's drain through 100 accounts, once with S5's limits and once with each account also
 /// on a warm-up ramp (in its first days, its cap still far above the run), human-like gaps of
 /// 1-2 ms and the 100K messaging tier: what the careful-sending limits add to the claim. Every
-/// limit is set so that it holds without binding, as in S5. Target: at least 60 % of S5's rate.
+/// limit is set so that it holds without binding, as in S5. Target: at least 60 % of S5's
+/// rate, in interleaved pairs.
 pub(crate) async fn careful_pacing(opts: &Options, report: &mut Report) -> Result<()> {
     let n = opts.drain_tasks;
-    let (plain, plain_cpu) = routed_drain(opts, n, S5_ACCOUNTS, false).await?;
-    let (careful, careful_cpu) = routed_drain(opts, n, S5_ACCOUNTS, true).await?;
-    report.add_vs(
+    let pairs = pairs::measure(
+        opts.pairs,
+        async || routed_drain(opts, n, S5_ACCOUNTS, true).await,
+        async || routed_drain(opts, n, S5_ACCOUNTS, false).await,
+    )
+    .await?;
+    pairs::add(
+        report,
         "S7 careful pacing",
         "tasks/s (vs. S5's drain without warm-up, gaps, tiers)",
-        careful,
-        plain,
         0.6,
+        &format!(
+            "S7: {n} tasks through {S5_ACCOUNTS} accounts with warm-up, gaps and tiers as well, \
+             against S5's limits alone"
+        ),
+        &pairs,
     );
-    report.note(format!(
-        "S7: {n} tasks through {S5_ACCOUNTS} accounts, {plain:.0} tasks/s with S5's limits \
-         ({}), {careful:.0} tasks/s with warm-up, gaps and tiers as well ({})",
-        plain_cpu.describe(),
-        careful_cpu.describe()
-    ));
     Ok(())
 }
 
 /// Drains `n` tasks due now, through a pool of `accounts` accounts (0: by queue), with the
-/// careful-sending limits too when `careful`; tasks/s on the database clock, and the CPU the
-/// stack spent from the executor's start to the last task's success.
-async fn routed_drain(
-    opts: &Options,
-    n: usize,
-    accounts: usize,
-    careful: bool,
-) -> Result<(f64, CpuSplit)> {
+/// careful-sending limits too when `careful`: tasks/s on the database clock, and in the note the
+/// CPU the stack spent from the executor's start to the last task's success.
+async fn routed_drain(opts: &Options, n: usize, accounts: usize, careful: bool) -> Result<Side> {
     use herald_proto::v1::account_service_client::AccountServiceClient;
     use herald_proto::v1::{Account, AccountLimits, CreateAccountRequest, MessagingTier};
     use herald_proto::v1::{SendGaps, WarmUp};
@@ -670,5 +716,10 @@ async fn routed_drain(
         .await?
         .get(0);
     stack::stop_executor(executor).await?;
-    Ok((n as f64 / window, spent))
+    let rate = n as f64 / window;
+    Ok(Side {
+        rate,
+        note: format!("{rate:.0} tasks/s ({})", spent.describe()),
+        rows: Vec::new(),
+    })
 }

@@ -20,6 +20,8 @@ async fn every_scenario_runs_at_tiny_sizes() {
         max_in_flight: 64,
         soak_unit: Duration::from_secs(1),
         soak_rate: Some(200.0),
+        // Two: each side goes first once.
+        pairs: 2,
         ..Options::quick()
     };
     let report = run(&opts).await.expect("benchmark run");
