@@ -31,8 +31,6 @@ pub(crate) struct Side {
 pub(crate) struct Pair {
     pub(crate) herald: Side,
     pub(crate) baseline: Side,
-    /// Whether the baseline ran first.
-    pub(crate) baseline_first: bool,
 }
 
 impl Pair {
@@ -60,19 +58,14 @@ pub(crate) async fn measure(
 ) -> Result<Vec<Pair>> {
     let mut pairs = Vec::with_capacity(count.max(1));
     for i in 0..count.max(1) {
-        let first = baseline_first(i);
-        let (herald, baseline) = if first {
+        let (herald, baseline) = if baseline_first(i) {
             let b = baseline().await?;
             (herald().await?, b)
         } else {
             let h = herald().await?;
             (h, baseline().await?)
         };
-        pairs.push(Pair {
-            herald,
-            baseline,
-            baseline_first: first,
-        });
+        pairs.push(Pair { herald, baseline });
     }
     Ok(pairs)
 }
@@ -133,7 +126,7 @@ pub(crate) fn add(
             format!(
                 "pair {} ({} first): {:.0} against {:.0}, {:.0} %",
                 i + 1,
-                if p.baseline_first {
+                if baseline_first(i) {
                     "baseline"
                 } else {
                     "herald"
@@ -165,7 +158,6 @@ mod tests {
         Pair {
             herald: side(herald),
             baseline: side(baseline),
-            baseline_first: true,
         }
     }
 

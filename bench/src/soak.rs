@@ -249,17 +249,18 @@ async fn sample_phase(url: &str, first: Scrape, length: Duration) -> Result<Vec<
 /// size, the oldest transaction and the tasks waiting as it ends, and the compactor's rewrites
 /// within it.
 fn phase(scrapes: &[Scrape], length: Duration) -> Phase {
-    let from = scrapes.first().cloned().unwrap_or_default();
-    let to = scrapes.last().cloned().unwrap_or_default();
+    let none = Scrape::default();
+    let from = scrapes.first().unwrap_or(&none);
+    let to = scrapes.last().unwrap_or(&none);
     Phase {
         throughput: (to.finished - from.finished) / length.as_secs_f64(),
-        lateness_p99_ms: quantile(&lag_deltas(&from, &to), 0.99) * 1000.0,
+        lateness_p99_ms: quantile(&lag_deltas(from, to), 0.99) * 1000.0,
         worst_window_p99_ms: worst_window_p99_ms(scrapes, WORST_WINDOW),
         size_mib: to.table_bytes / (1024.0 * 1024.0),
         oldest_transaction_s: to.oldest_transaction_s,
         waiting: to.waiting,
         rewrites: to.compacted - from.compacted,
-        last: to,
+        last: to.clone(),
     }
 }
 

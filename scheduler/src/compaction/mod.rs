@@ -337,7 +337,16 @@ mod tests {
 
     /// A replica's first round: nothing rewritten before.
     async fn first_round(store: &ScratchStore, settings: &Compaction) -> Vec<(String, Outcome)> {
-        compact_bloated(store, settings, &mut Memory::default())
+        round(store, settings, &mut Memory::default()).await
+    }
+
+    /// A round by a replica that remembers `memory` from its earlier rounds.
+    async fn round(
+        store: &ScratchStore,
+        settings: &Compaction,
+        memory: &mut Memory,
+    ) -> Vec<(String, Outcome)> {
+        compact_bloated(store, settings, memory)
             .await
             .unwrap_or_else(|e| panic!("{e}"))
     }
@@ -455,9 +464,7 @@ mod tests {
         let mut memory = Memory::default();
         let settings = small_tables(Duration::from_secs(1));
 
-        let done = compact_bloated(&store, &settings, &mut memory)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        let done = round(&store, &settings, &mut memory).await;
         assert_eq!(done.len(), 1, "{done:?}");
         assert_eq!(done[0].0, "tasks");
         assert!(
@@ -468,9 +475,7 @@ mod tests {
         assert!(after * 10 < before, "heap {before} -> {after} bytes");
         assert_eq!(scheduled_ids(&conn).await, live);
 
-        let again = compact_bloated(&store, &settings, &mut memory)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        let again = round(&store, &settings, &mut memory).await;
         assert_eq!(again, Vec::new());
     }
 
@@ -505,9 +510,7 @@ mod tests {
         };
         let mut memory = Memory::default();
         // Full of live rows: nothing to rewrite, but the round samples the table.
-        let done = compact_bloated(&store, &settings, &mut memory)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        let done = round(&store, &settings, &mut memory).await;
         assert_eq!(done, Vec::new());
 
         let mut holder = other_session(&store).await;
@@ -515,17 +518,13 @@ mod tests {
         delete_finished(&conn).await;
         let before = heap_bytes(&conn).await;
 
-        let done = compact_bloated(&store, &settings, &mut memory)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        let done = round(&store, &settings, &mut memory).await;
         assert_eq!(done, Vec::new());
         assert_eq!(heap_bytes(&conn).await, before);
 
         held.commit().await.unwrap_or_else(|e| panic!("{e}"));
         await_older_snapshots(&conn).await;
-        let done = compact_bloated(&store, &settings, &mut memory)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        let done = round(&store, &settings, &mut memory).await;
         assert_tasks_compacted(&done);
     }
 
@@ -545,16 +544,12 @@ mod tests {
         let mut memory = Memory::default();
         let settings = small_tables(Duration::from_millis(50));
 
-        let done = compact_bloated(&store, &settings, &mut memory)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        let done = round(&store, &settings, &mut memory).await;
         assert_eq!(done, vec![("tasks".to_owned(), Outcome::LockBusy)]);
         assert_eq!(heap_bytes(&conn).await, before);
 
         held.rollback().await.unwrap_or_else(|e| panic!("{e}"));
-        let done = compact_bloated(&store, &settings, &mut memory)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        let done = round(&store, &settings, &mut memory).await;
         assert_tasks_compacted(&done);
     }
 
