@@ -38,3 +38,30 @@ mod templates;
 mod tracing;
 mod whatsapp_callbacks;
 mod whatsapp_stack;
+
+/// A file or folder under `tests/tests/` that is not a module above is never compiled, so its
+/// tests would silently never run: each must be named here.
+#[test]
+fn every_test_file_is_a_module_of_this_binary() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let declared = include_str!("main.rs");
+    let mut missing = Vec::new();
+    for entry in std::fs::read_dir(&dir).expect("listing tests/tests") {
+        let path = entry.expect("reading tests/tests").path();
+        let module = if path.is_dir() {
+            path.file_name()
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            path.file_stem()
+        } else {
+            continue;
+        };
+        let module = module.and_then(|m| m.to_str()).unwrap_or_default();
+        if module != "main" && !declared.contains(&format!("\nmod {module};\n")) {
+            missing.push(module.to_owned());
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "not declared in tests/tests/main.rs: {missing:?}"
+    );
+}
