@@ -155,10 +155,12 @@ def server(database, tmp_path):
             SCHEDULER_HTTP_ADDR=http_addr,
             EXECUTOR_HTTP_ADDR=executor_http_addr,
             NO_COLOR="1",
+            # The binaries under test, as they are: script/test builds them with the tests'
+            # features, and a build for the binaries alone would compile the stack again.
+            HERALD_BIN_DIR=str(harness.binary("herald-scheduler").parent),
         ),
         tmp_path / "script-server.log",
         ready_lines=2,
-        # script/server builds the binaries first: quick when script/test has built them.
         ready_timeout=900.0,
     )
     assert any(r.get("grpc") == grpc_addr for r in proc.ready_all), proc.ready_all
