@@ -18,7 +18,8 @@ use herald_proto::v1::{
 use herald_tests::accounts::{accounts_client, create_many, get_account, pooled};
 use herald_tests::lease::{result, ScriptedExecutor};
 use herald_tests::{
-    connect_tasks, task_spec, unique_id, wait_for_task_state, SchedulerProcess, TaskSpecExt, TestDb,
+    connect_tasks, create_task, task_spec, unique_id, wait_for_task_state, SchedulerProcess,
+    TaskSpecExt, TestDb,
 };
 use tonic::transport::Channel;
 use tonic::Code;
@@ -58,13 +59,7 @@ fn pinned(account: &str, recipient: &str) -> TaskSpec {
 }
 
 async fn create(client: &mut TaskServiceClient<Channel>, spec: TaskSpec) -> Result<String> {
-    Ok(client
-        .create_task(CreateTaskRequest { task: Some(spec) })
-        .await?
-        .into_inner()
-        .task
-        .context("task")?
-        .id)
+    Ok(create_task(client, spec).await?.id)
 }
 
 /// One send as the database recorded it: the account and the lease time (database clock;

@@ -10,16 +10,17 @@ use anyhow::{ensure, Context, Result};
 use herald_proto::v1::{
     account_service_client::AccountServiceClient, content::Body, interactive::Action, media,
     task_service_client::TaskServiceClient, template_button, template_header, Account,
-    AccountLimits, Content, CreateAccountRequest, CreateTaskRequest, Interactive, ListAction,
-    ListAttemptsRequest, ListRow, ListSection, Location, Media, MediaKind, News, NewsArticle,
-    OutcomeClass, ReplyButton, ReplyButtons, TaskSpec, TaskState, TemplateButton, TemplateContent,
-    TemplateHeader, TextCard, TextNoticeCard,
+    AccountLimits, Content, CreateAccountRequest, Interactive, ListAction, ListAttemptsRequest,
+    ListRow, ListSection, Location, Media, MediaKind, News, NewsArticle, OutcomeClass, ReplyButton,
+    ReplyButtons, TaskSpec, TaskState, TemplateButton, TemplateContent, TemplateHeader, TextCard,
+    TextNoticeCard,
 };
 use herald_tests::fakes::media::{png, FakeMedia};
 use herald_tests::fakes::wecom::FakeWeCom;
 use herald_tests::fakes::whatsapp::FakeWhatsApp;
 use herald_tests::{
-    connect_tasks, task_spec, wait_for_task_state, ExecutorProcess, SchedulerProcess, TestDb,
+    connect_tasks, create_task, task_spec, wait_for_task_state, ExecutorProcess, SchedulerProcess,
+    TestDb,
 };
 use serde_json::Value;
 use tonic::transport::Channel;
@@ -90,13 +91,7 @@ async fn send(
         max_attempts: Some(1),
         ..task_spec("content", recipient, "unused")
     };
-    Ok(tasks
-        .create_task(CreateTaskRequest { task: Some(spec) })
-        .await?
-        .into_inner()
-        .task
-        .context("task")?
-        .id)
+    Ok(create_task(tasks, spec).await?.id)
 }
 
 /// The fake's request whose callback data names `task`.

@@ -25,8 +25,8 @@ use herald_tests::fakes::whatsapp::{
     hub_signature, status_value, webhook_body, Callback, CallbackPlan, FakeWhatsApp, Scripted,
 };
 use herald_tests::{
-    connect_tasks, task_spec, wait_for_task_state, ExecutorProcess, SchedulerProcess, TestDb,
-    WebhookReceiver,
+    connect_tasks, create_task, task_spec, wait_for_task_state, ExecutorProcess, SchedulerProcess,
+    TestDb, WebhookReceiver,
 };
 use serde_json::json;
 use tonic::transport::Channel;
@@ -89,22 +89,19 @@ impl Stack {
         })
     }
 
+    /// Creates a text task to `recipient` through the pool; returns its id.
+    async fn create(&mut self, recipient: &str) -> Result<String> {
+        let spec = TaskSpec {
+            pool: "wa".into(),
+            ..task_spec("orders", recipient, "Your order has shipped")
+        };
+        Ok(create_task(&mut self.tasks, spec).await?.id)
+    }
+
     /// Creates a text task to `recipient` through the pool and waits until it has ended
     /// (SUCCEEDED once accepted; a failure webhook may already have made it FAILED).
     async fn send(&mut self, recipient: &str) -> Result<Task> {
-        let id = self
-            .tasks
-            .create_task(CreateTaskRequest {
-                task: Some(TaskSpec {
-                    pool: "wa".into(),
-                    ..task_spec("orders", recipient, "Your order has shipped")
-                }),
-            })
-            .await?
-            .into_inner()
-            .task
-            .context("task")?
-            .id;
+        let id = self.create(recipient).await?;
         self.wait_task(&id, |t| {
             matches!(t.state(), TaskState::Succeeded | TaskState::Failed)
         })

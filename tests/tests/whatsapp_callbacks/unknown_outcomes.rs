@@ -36,19 +36,7 @@ async fn an_executor_killed_after_meta_accepted_sends_once_a_callback_settles_it
     let recipient = "16505550051";
     // Meta accepts the message, but the executor never hears back: it is killed while waiting.
     stack.fake.hold_answers();
-    let id = stack
-        .tasks
-        .create_task(CreateTaskRequest {
-            task: Some(TaskSpec {
-                pool: "wa".into(),
-                ..task_spec("orders", recipient, "Your order has shipped")
-            }),
-        })
-        .await?
-        .into_inner()
-        .task
-        .context("task")?
-        .id;
+    let id = stack.create(recipient).await?;
     wait_for_request(&stack.fake, recipient).await?;
     stack.executor.kill()?;
     stack.executor.wait().await?;
@@ -97,19 +85,7 @@ async fn without_a_callback_the_task_is_sent_again_after_the_grace() -> Result<(
     .await?;
     let recipient = "16505550052";
     stack.fake.hold_answers();
-    let id = stack
-        .tasks
-        .create_task(CreateTaskRequest {
-            task: Some(TaskSpec {
-                pool: "wa".into(),
-                ..task_spec("orders", recipient, "Your order has shipped")
-            }),
-        })
-        .await?
-        .into_inner()
-        .task
-        .context("task")?
-        .id;
+    let id = stack.create(recipient).await?;
     wait_for_request(&stack.fake, recipient).await?;
     stack.executor.kill()?;
     stack.executor.wait().await?;
