@@ -335,11 +335,15 @@ def test_probes_use_the_health_endpoints(values_file):
     scheduler = one(objects, "Deployment", f"{fullname}-scheduler")
     c = scheduler["spec"]["template"]["spec"]["containers"][0]
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"grpc": grpc_port, "http": http_port}
-    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+    for probe in ("startupProbe", "readinessProbe"):
         if tls:  # kubelet's gRPC probe cannot do TLS
             assert c[probe]["httpGet"]["port"] == "http"
         else:
             assert c[probe]["grpc"] == {"port": grpc_port, "service": ""}
+    # Liveness never follows the database: gRPC health is NOT_SERVING while PostgreSQL is
+    # unreachable (faults::postgres_restarted_mid_run_turns_health_not_serving_and_everything_recovers),
+    # and a probe on it would restart every replica during a failover. /healthz stays 200.
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
     if values.get("executor", {}).get("enabled", True):
         executor = one(objects, "Deployment", f"{fullname}-executor")
         e = executor["spec"]["template"]["spec"]["containers"][0]
@@ -551,10 +555,11 @@ def test_smoke_rendered_manifests_start_and_report_serving(database, tmp_path, s
         # What the kubelet's gRPC probes call: grpc.health.v1.Health/Check with their service.
         with grpc.insecure_channel(grpc_addr) as ch:
             health = health_pb2_grpc.HealthStub(ch)
-            for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+            for probe in ("startupProbe", "readinessProbe"):
                 reply = health.Check(health_pb2.HealthCheckRequest(service=sched[probe]["grpc"]["service"]), timeout=10)
                 assert reply.status == health_pb2.HealthCheckResponse.SERVING, probe
-        # What the TLS variant's HTTP probes call.
+        # What the liveness probe and the TLS variant's HTTP probes call.
+        assert http_get(http_addr, sched["livenessProbe"]["httpGet"]["path"]) == 200
         assert http_get(http_addr, "/healthz") == 200
         assert http_get(http_addr, "/readyz") == 200
 
