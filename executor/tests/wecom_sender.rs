@@ -131,6 +131,21 @@ async fn token_is_cached() {
 }
 
 #[tokio::test]
+async fn a_token_lifetime_past_any_clock_is_capped_not_a_panic() {
+    let (fake, sender) = setup().await;
+    // Not what WeCom documents (7200), but what a broken gettoken or a proxy could answer:
+    // added to the clock unchecked it overflowed and the send panicked.
+    fake.set_expires_in(u64::MAX);
+    for i in 0..3 {
+        send(&sender, request(&format!("t{i}"), "alice", text("hi")))
+            .await
+            .unwrap();
+    }
+    assert_eq!(fake.gettoken_calls(), 1);
+    assert_eq!(fake.sends().len(), 3);
+}
+
+#[tokio::test]
 async fn token_past_its_lifetime_is_fetched_again() {
     let (fake, sender) = setup().await;
     // expires_in 0: the token is stale as soon as it is cached.

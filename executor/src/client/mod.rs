@@ -45,6 +45,10 @@ const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(60);
 /// A stream with nothing received for this many heartbeat intervals is considered dead.
 const SILENCE_LIMIT: u32 = 3;
 
+/// The longest heartbeat, lease TTL or send delay taken from the scheduler: what the clock
+/// arithmetic on them can hold without overflowing (none the scheduler sends comes near).
+const LONGEST_SCHEDULER_DURATION: Duration = Duration::from_secs(86_400);
+
 /// Why one session ended with an error.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum SessionError {
@@ -751,8 +755,27 @@ fn error_chain(error: &dyn std::error::Error) -> String {
     text
 }
 
-/// A wire duration, if positive.
+/// A wire duration, if positive, capped at [`LONGEST_SCHEDULER_DURATION`].
 fn positive(d: Option<prost_types::Duration>) -> Option<Duration> {
     d.and_then(|d| Duration::try_from(d).ok())
         .filter(|d| !d.is_zero())
+        .map(|d| d.min(LONGEST_SCHEDULER_DURATION))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scheduler_durations_are_positive_and_capped() {
+        let wire = |seconds| Some(prost_types::Duration { seconds, nanos: 0 });
+        assert_eq!(positive(wire(0)), None);
+        assert_eq!(positive(wire(-5)), None);
+        assert_eq!(positive(wire(5)), Some(Duration::from_secs(5)));
+        let longest = positive(wire(i64::MAX)).expect("a positive duration");
+        assert_eq!(longest, LONGEST_SCHEDULER_DURATION);
+        // The arithmetic the session does on them holds.
+        let _ = tokio::time::Instant::now() + longest;
+        let _ = longest * SILENCE_LIMIT;
+    }
 }

@@ -1,14 +1,18 @@
 //! One lease's worker: wait for the route's sender, send, turn the outcome into an
 //! `AttemptResult`.
 
+use std::any::Any;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
+
+use futures::FutureExt as _;
 
 use herald_proto::v1 as pb;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tower::{Service, ServiceExt};
-use tracing::{debug, warn, Instrument as _};
+use tracing::{debug, error, warn, Instrument as _};
 
 use super::inflight::{LeaseKey, SharedPhase};
 use crate::senders::{BoxSender, OutcomeClass, SendError, SendReceipt, SendRequest};
@@ -59,9 +63,23 @@ pub(crate) async fn run(job: Job, done: mpsc::UnboundedSender<Done>) {
 
 async fn run_in_span(job: Job, done: mpsc::UnboundedSender<Done>) {
     let key = job.key.clone();
-    let result = send(job).await;
+    // A sender that panics must not take its lease with it: without this the worker's end is
+    // never heard, the lease stays in flight and is extended for as long as the process lives.
+    // Whether the message went out is unknown, so nothing is reported: the lease runs out, as
+    // when an executor dies mid-send, and the scheduler treats it the same way (an idempotency
+    // key on the resend; a WhatsApp send waits for a status callback first).
+    let result = match AssertUnwindSafe(send(job)).catch_unwind().await {
+        Ok(result) => result,
+        Err(panic) => {
+            error!(
+                panic = panic_message(panic.as_ref()),
+                "the sender panicked; the lease is left to run out, unreported"
+            );
+            None
+        }
+    };
     if result.is_none() {
-        debug!("lease stopped before sending; no report");
+        debug!("lease stopped or abandoned before a result; no report");
     }
     // The receiver lives as long as the executor; if it is gone we are exiting anyway.
     let _ = done.send(Done { key, result });
@@ -113,6 +131,15 @@ async fn send(job: Job) -> Option<pb::AttemptResult> {
         }
     }
     Some(result(&job.key, started_at, outcome))
+}
+
+/// The text a panic was raised with, when it was a string.
+fn panic_message(panic: &(dyn Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(not a string)")
 }
 
 fn result(
@@ -188,6 +215,70 @@ mod tests {
     fn a_send_future_stays_small() {
         let size = future_size(run as fn(_, _) -> _);
         assert!(size <= 2048, "a send's future is {size} bytes");
+    }
+
+    /// A sender that panics mid-send: the worker still ends, so the lease leaves the in-flight
+    /// table (and is no longer extended), and it reports nothing, since whether the message
+    /// went out is unknown. A unit test with a panicking service: no real sender panics on any
+    /// input once its panics are fixed, so none can stand in for one.
+    #[tokio::test]
+    async fn a_panicking_sender_ends_its_worker_without_a_report() {
+        use super::super::inflight::InFlight;
+        use crate::senders::Content;
+
+        let key = LeaseKey {
+            task_id: "task-1".into(),
+            attempt: 1,
+        };
+        let mut inflight = InFlight::default();
+        let (phase, cancel) = inflight.insert(key.clone(), tokio::time::Instant::now());
+        let panicking: BoxSender =
+            tower::util::BoxCloneService::new(tower::service_fn(|_req: SendRequest| async move {
+                if true {
+                    panic!("a bug in a sender");
+                }
+                Ok::<SendReceipt, SendError>(SendReceipt::default())
+            }));
+        let request = SendRequest {
+            task_id: key.task_id.clone(),
+            attempt: 1,
+            queue: "q".into(),
+            recipient: "+15550001".into(),
+            content: Content::Text("hello".into()),
+            idempotency_key: "k".into(),
+            labels: Default::default(),
+            run_at: None,
+            leased_at: None,
+            attempts_before: 0,
+            max_attempts: 3,
+            account_id: String::new(),
+            credentials_ref: String::new(),
+            window_closed_fallback: None,
+        };
+        let job = Job {
+            key: key.clone(),
+            queue: "q".into(),
+            request: Ok((panicking, Box::new(request))),
+            phase,
+            cancel,
+            account: String::new(),
+            metrics: Arc::new(SendMetrics::new("")),
+            traceparent: String::new(),
+            send_at: None,
+        };
+        let (done_tx, mut done_rx) = mpsc::unbounded_channel();
+        tokio::spawn(run(job, done_tx));
+        let done = done_rx
+            .recv()
+            .await
+            .expect("the worker ended without a Done");
+        assert_eq!(done.key, key);
+        assert!(
+            done.result.is_none(),
+            "a panicked send reported {:?}",
+            done.result
+        );
+        assert!(inflight.remove(&done.key), "the lease was no longer held");
     }
 
     #[test]

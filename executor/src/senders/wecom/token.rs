@@ -20,6 +20,11 @@ use crate::senders::SendError;
 /// Refresh this long before WeCom's expiry (at most a tenth of the token's life), so a token
 /// does not expire between our check and WeCom's.
 const EXPIRY_MARGIN: Duration = Duration::from_secs(300);
+
+/// The longest a token is kept, whatever `expires_in` says (WeCom documents 7,200 s): a token
+/// is fetched again at least daily.
+const LONGEST_TOKEN_LIFETIME: Duration = Duration::from_secs(86_400);
+
 /// One `gettoken` call may not hold every waiting send for longer than this.
 const GETTOKEN_TIMEOUT: Duration = Duration::from_secs(10);
 /// After a failed `gettoken`, sends fail with the same error for this long instead of calling
@@ -114,6 +119,9 @@ impl TokenCache {
         }
         match self.fetch().await {
             Ok((token, expires_in)) => {
+                // The provider's figure is capped before it meets the clock: an absurd one
+                // (u64::MAX seconds) overflowed `Instant` and panicked the send.
+                let expires_in = expires_in.min(LONGEST_TOKEN_LIFETIME);
                 let margin = EXPIRY_MARGIN.min(expires_in / 10);
                 let refresh_at = Instant::now() + expires_in.saturating_sub(margin);
                 state.token = Some((token.clone(), refresh_at));
