@@ -174,6 +174,22 @@ async fn finished_tasks_move_into_the_history_and_every_read_still_finds_them() 
         "a moved task has ended; it is not missing: {status:?}"
     );
     assert_eq!(rows(&sql, "herald.task_history", &sent.id).await?, 1);
+
+    // A retry refused (the task SUCCEEDED) changes nothing: the task is looked for in the
+    // history, but it stays there with its attempts.
+    let status = client
+        .retry_task(RetryTaskRequest {
+            id: sent.id.clone(),
+            ..RetryTaskRequest::default()
+        })
+        .await
+        .err()
+        .context("retrying a succeeded task must fail")?;
+    assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
+    assert!(status.message().contains("is succeeded"), "{status:?}");
+    assert_eq!(rows(&sql, "herald.task_history", &sent.id).await?, 1);
+    assert_eq!(rows(&sql, "herald.tasks", &sent.id).await?, 0);
+    assert_eq!(rows(&sql, "herald.attempt_history", &sent.id).await?, 1);
     Ok(())
 }
 

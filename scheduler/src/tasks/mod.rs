@@ -364,18 +364,25 @@ impl Tasks {
         id: Uuid,
         run_at: Option<DateTime<Utc>>,
     ) -> Result<TaskRecord, Error> {
-        let changed = transaction!(self.store, Error, |tx| tx
-            .tasks()
-            .retry(namespace, id, run_at)
-            .await)?;
-        let record = self.get(namespace, id).await?;
-        if !changed {
-            return Err(Error::FailedPrecondition(format!(
+        transaction!(self.store, Error, |tx| {
+            if tx.tasks().retry(namespace, id, run_at).await? {
+                return Ok(());
+            }
+            // Refused: the error rolls the transaction back, so a finished task the retry
+            // brought back from the history (to find it where the update looks) goes back
+            // there untouched, and another namespace's task is not moved at all.
+            let state = tx
+                .tasks()
+                .get(namespace, id)
+                .await?
+                .ok_or_else(|| Error::NotFound(format!("task {id}")))?
+                .state;
+            Err(Error::FailedPrecondition(format!(
                 "task {id} is {}; only FAILED tasks can be retried",
-                record.state.as_str()
-            )));
-        }
-        Ok(record)
+                state.as_str()
+            )))
+        })?;
+        self.get(namespace, id).await
     }
 }
 
