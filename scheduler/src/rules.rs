@@ -57,22 +57,33 @@ pub fn uuid(field: &str, value: &str, what: &str) -> Result<Uuid, Error> {
     })
 }
 
-/// Checks a label map: at most 32 entries, keys 1 to 63 characters, values at most 256.
+/// Checks a label map: at most 32 entries, keys 1 to 63 characters, values at most 256, and
+/// neither holding a NUL character (labels are stored as `jsonb`, which refuses `\u0000`).
 pub fn labels(labels: &BTreeMap<String, String>, path: &str, v: &mut Violations) {
     if labels.len() > 32 {
         v.add(path, "must have at most 32 entries");
         return;
     }
     for (k, value) in labels {
+        // The key is escaped in the path: a field name with a NUL in it would be one more
+        // string PostgreSQL, a log line or a client chokes on.
+        let field = format!("{path}[{}]", k.escape_debug());
         if k.is_empty() || k.chars().count() > 63 {
-            v.add(format!("{path}[{k}]"), "keys must be 1 to 63 characters");
+            v.add(field, "keys must be 1 to 63 characters");
         } else if value.chars().count() > 256 {
-            v.add(
-                format!("{path}[{k}]"),
-                "values must be at most 256 characters",
-            );
+            v.add(field, "values must be at most 256 characters");
+        } else if let Some(problem) = text_problem(k).or_else(|| text_problem(value)) {
+            v.add(field, problem);
         }
     }
+}
+
+/// Why a free text (a note, a description, a name) cannot be stored, if it cannot: PostgreSQL
+/// refuses NUL characters in `text` and `jsonb` alike.
+pub fn text_problem(value: &str) -> Option<&'static str> {
+    value
+        .contains('\0')
+        .then_some("must not contain NUL characters")
 }
 
 /// Whether `zone` is an IANA time zone name.

@@ -144,6 +144,19 @@ async fn entries_are_added_checked_listed_by_page_and_removed() -> Result<()> {
         })
         .await;
     ensure!(invalid_fields(bad_reason)? == ["reason"]);
+    // PostgreSQL refuses NUL characters: caught as bad input, not a failed insert.
+    ensure!(
+        invalid_fields(add(&mut client, &["15550009", "1555\u{0}0010"]).await)?
+            == ["recipients[1]"]
+    );
+    let nul_note = client
+        .add_suppressions(AddSuppressionsRequest {
+            recipients: vec!["15550009".into()],
+            reason: SuppressionReason::Manual as i32,
+            note: "a\u{0}b".into(),
+        })
+        .await;
+    ensure!(invalid_fields(nul_note)? == ["note"]);
     let bad_token = client
         .list_suppressions(ListSuppressionsRequest {
             page_token: "not a token!".into(),

@@ -616,6 +616,22 @@ async fn create_task_rejects_each_bad_field_and_writes_nothing() -> Result<()> {
             }),
             "task.retry_policy.exponential.initial",
         ),
+        // Labels are stored as jsonb, which refuses \u0000: caught by the check, not left
+        // to fail the insert with INTERNAL.
+        (
+            "label value with a NUL character",
+            with(&|s| {
+                s.labels.insert("team".into(), "a\0b".into());
+            }),
+            "task.labels[team]",
+        ),
+        (
+            "label key with a NUL character",
+            with(&|s| {
+                s.labels.insert("te\0am".into(), "ops".into());
+            }),
+            "task.labels[te\\0am]",
+        ),
     ];
 
     let mut failures = Vec::new();

@@ -28,7 +28,10 @@ fn description(field: &str, pool: &pb::Pool) -> Result<(), Error> {
     if pool.description.chars().count() > 1024 {
         return Err(Error::invalid(field, "must be at most 1024 characters"));
     }
-    Ok(())
+    match rules::text_problem(&pool.description) {
+        Some(problem) => Err(Error::invalid(field, problem)),
+        None => Ok(()),
+    }
 }
 
 #[tonic::async_trait]
@@ -164,6 +167,9 @@ impl AccountService for AccountApi {
         rules::name("account_id", &req.account_id)?;
         if req.recipient.is_empty() || req.recipient.len() > 256 {
             return Err(Error::invalid("recipient", "must be 1 to 256 bytes").into());
+        }
+        if let Some(problem) = rules::text_problem(&req.recipient) {
+            return Err(Error::invalid("recipient", problem).into());
         }
         let at = match &req.received_at {
             None => None,

@@ -35,6 +35,13 @@ impl From<Error> for Status {
                      not have been applied; retry with the same idempotency key, or read it back",
                 )
             }
+            Error::Store(e) if e.is_unstorable_text() => {
+                tracing::info!(error = %e, "request refused: a text the database cannot store");
+                Status::invalid_argument(
+                    "a text field holds a NUL character (U+0000), which cannot be stored; \
+                     nothing was written",
+                )
+            }
             Error::Store(e) if e.is_unavailable() => {
                 tracing::warn!(error = %e, "database unavailable");
                 Status::unavailable("database unavailable; retry later")
@@ -62,6 +69,33 @@ mod tests {
             violations.map(|v| v.iter().map(|f| f.field.clone()).collect::<Vec<_>>()),
             Some(vec!["task.queue".to_string()])
         );
+    }
+
+    /// The backstop for a text field no check caught: PostgreSQL refuses NUL in `text` and
+    /// `\u0000` in `jsonb`, and the client hears INVALID_ARGUMENT for it, not INTERNAL.
+    #[tokio::test]
+    async fn text_the_database_cannot_store_is_the_clients_fault() {
+        let store = crate::store::scratch::ScratchStore::new().await;
+        let conn = store.conn().await.expect("a connection");
+        let text = conn
+            .query_one("SELECT $1::text", &[&"a\0b"])
+            .await
+            .map_err(StoreError::query("nul in text"))
+            .expect_err("PostgreSQL stored a NUL in text");
+        let json = conn
+            .query_one(
+                "SELECT $1::jsonb",
+                &[&serde_json::json!({ "label": "a\u{0}b" })],
+            )
+            .await
+            .map_err(StoreError::query("nul in jsonb"))
+            .expect_err("PostgreSQL stored \\u0000 in jsonb");
+        for error in [text, json] {
+            assert!(error.is_unstorable_text(), "{error}");
+            let status = Status::from(Error::Store(error));
+            assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+            assert!(status.message().contains("NUL"), "{status:?}");
+        }
     }
 
     #[test]

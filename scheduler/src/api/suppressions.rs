@@ -84,7 +84,7 @@ fn recipient_problem(r: &str) -> Option<String> {
     } else if r.chars().count() > MAX_RECIPIENT_CHARS {
         Some(format!("must be at most {MAX_RECIPIENT_CHARS} characters"))
     } else {
-        None
+        rules::text_problem(r).map(str::to_owned)
     }
 }
 
@@ -109,6 +109,8 @@ impl SuppressionService for SuppressionApi {
                 "note",
                 format!("must be at most {MAX_NOTE_CHARS} characters"),
             );
+        } else if let Some(problem) = rules::text_problem(&req.note) {
+            v.add("note", problem);
         }
         if !v.is_empty() {
             return Err(v.into_error().into());

@@ -154,6 +154,8 @@ impl Contact {
         }
         if self.name.chars().count() > MAX_NAME_CHARS {
             v.add(field("name"), "is longer than 200 characters");
+        } else if let Some(p) = rules::text_problem(&self.name) {
+            v.add(field("name"), p);
         }
         if !self.time_zone.is_empty() && !rules::is_time_zone(&self.time_zone) {
             v.add(field("time_zone"), "is not an IANA time zone name");
@@ -183,6 +185,8 @@ impl Contact {
                     field(&format!("attributes.{k}")),
                     "is longer than 1,024 characters",
                 );
+            } else if let Some(p) = rules::text_problem(value) {
+                v.add(field(&format!("attributes.{k}")), p);
             } else if audience.date_attributes.contains(k) && MonthDay::parse(value).is_none() {
                 v.add(
                     field(&format!("attributes.{k}")),

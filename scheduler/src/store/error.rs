@@ -63,6 +63,17 @@ impl StoreError {
         move |source| StoreError::Query { context, source }
     }
 
+    /// Whether PostgreSQL refused a text value it cannot store (a NUL character in `text`, or
+    /// `\u0000` in `jsonb`): the request's fault, not the database's, for a field no check
+    /// caught.
+    pub fn is_unstorable_text(&self) -> bool {
+        matches!(
+            self.sql_state(),
+            Some(c) if *c == SqlState::CHARACTER_NOT_IN_REPERTOIRE
+                || *c == SqlState::UNTRANSLATABLE_CHARACTER
+        )
+    }
+
     /// The SQLSTATE of a failed statement, if the server sent one.
     pub fn sql_state(&self) -> Option<&SqlState> {
         match self {
