@@ -29,7 +29,7 @@ use serde::Deserialize;
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
 use toml::Spanned;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::client::events::EventForwarder;
 use crate::credentials::{Secret, SecretRef};
@@ -209,6 +209,15 @@ async fn receive(
                     .increment(1);
             }
             debug!(applied, "whatsapp webhook recorded");
+            StatusCode::OK.into_response()
+        }
+        // Refused as they are, they would be refused on every one of Meta's redeliveries for
+        // seven days: the payload is acknowledged and dropped, loudly. The parser keeps what
+        // it forwards within the scheduler's rules, so this is a bug of ours, not a retry.
+        Err(e) if e.is_refused() => {
+            metrics::counter!(CALLBACKS_REJECTED, "provider" => "whatsapp", "reason" => "refused")
+                .increment(1);
+            error!(error = %e, "whatsapp webhook refused by the scheduler; acknowledged and dropped");
             StatusCode::OK.into_response()
         }
         Err(e) => {

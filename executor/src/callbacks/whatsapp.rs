@@ -64,6 +64,8 @@ pub enum PayloadError {
 
 /// Longest account state reason forwarded (the scheduler's limit).
 const MAX_REASON_BYTES: usize = 1000;
+/// Longest inbound sender forwarded (the scheduler's limit).
+const MAX_SENDER_BYTES: usize = 256;
 /// Longest error text forwarded (the scheduler's limit).
 const MAX_ERROR_BYTES: usize = 4000;
 
@@ -119,10 +121,16 @@ fn text(v: &Value) -> Option<String> {
     (!s.is_empty()).then_some(s)
 }
 
-/// A Unix-seconds timestamp (Meta sends strings).
+/// A Unix-seconds timestamp (Meta sends strings); None outside the years 1 to 9999, the range
+/// of a protobuf Timestamp, which the scheduler refuses a whole batch for (the event then
+/// counts from when it arrives).
 fn timestamp(v: &Value) -> Option<prost_types::Timestamp> {
+    /// 0001-01-01T00:00:00Z and 9999-12-31T23:59:59Z.
+    const SECONDS: std::ops::RangeInclusive<i64> = -62_135_596_800..=253_402_300_799;
     let seconds: i64 = text(v)?.parse().ok()?;
-    Some(prost_types::Timestamp { seconds, nanos: 0 })
+    SECONDS
+        .contains(&seconds)
+        .then_some(prost_types::Timestamp { seconds, nanos: 0 })
 }
 
 fn digits(s: &str) -> String {
@@ -168,7 +176,10 @@ fn messages(value: &Value, numbers: &[ConfiguredNumber], out: &mut Events) {
     let account =
         text(&value["metadata"]["phone_number_id"]).and_then(|id| by_phone_number_id(numbers, &id));
     for message in inbound {
-        match (account, text(&message["from"])) {
+        // A sender past the scheduler's limit is no WhatsApp number: skipped, rather than
+        // refused with the rest of the payload.
+        let sender = text(&message["from"]).filter(|s| s.len() <= MAX_SENDER_BYTES);
+        match (account, sender) {
             (Some(account), Some(sender)) => out.push(
                 Kind::Inbound(pb::InboundMessageEvent {
                     credentials_ref: account.to_owned(),

@@ -33,6 +33,14 @@ pub(crate) enum ForwardError {
     Failed(#[source] tonic::Status),
 }
 
+impl ForwardError {
+    /// Whether the scheduler refused the events themselves (INVALID_ARGUMENT): sending them
+    /// again, now or later, gets the same answer.
+    pub(crate) fn is_refused(&self) -> bool {
+        matches!(self, ForwardError::Failed(status) if status.code() == tonic::Code::InvalidArgument)
+    }
+}
+
 /// Sends provider events to the schedulers, trying each endpoint in turn.
 #[derive(Clone)]
 pub(crate) struct EventForwarder {

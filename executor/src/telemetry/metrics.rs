@@ -27,8 +27,9 @@ pub const CONNECTED: &str = "herald_executor_connected";
 /// account events), before any check.
 pub const CALLBACKS_RECEIVED: &str = "herald_callbacks_received_total";
 /// Counter `{provider, reason}`: webhook POSTs refused: `signature` (bad or missing, 401),
-/// `payload` (not a webhook body, 400) or `unrecorded` (the scheduler did not record the
-/// events, 503: the provider delivers them again).
+/// `payload` (not a webhook body, 400), `unrecorded` (the scheduler did not record the
+/// events, 503: the provider delivers them again) or `refused` (the scheduler refused the
+/// events as invalid, acknowledged with 200 and dropped, since a redelivery would be refused too).
 pub const CALLBACKS_REJECTED: &str = "herald_callbacks_rejected_total";
 /// Counter `{provider, field, kind}`: webhook events the scheduler recorded, by the webhook's
 /// field (`messages`, `account_update`, `phone_number_quality_update`, …) and kind (`sent`,

@@ -136,3 +136,46 @@ async fn an_opt_out_reply_suppresses_the_sender_and_its_queued_task_is_never_sen
     );
     Ok(())
 }
+
+/// One item of a payload outside what the scheduler stores (a timestamp past the year 9999, a
+/// sender longer than any number) used to make the scheduler refuse the whole payload, and the
+/// executor answer 503 to every one of Meta's redeliveries for seven days: the opt-out beside
+/// it was never recorded. The item is skipped or its time dropped; the rest is recorded.
+#[tokio::test]
+async fn an_item_past_the_schedulers_limits_does_not_lose_the_rest_of_its_payload() -> Result<()> {
+    let stack = Stack::start().await?;
+    let mut value = reply_from("16505550041", "STOP");
+    value["messages"][0]["timestamp"] = json!("99999999999999");
+    let long_sender = "1".repeat(300);
+    value["messages"].as_array_mut().context("messages")?.push(
+        json!({"from": long_sender, "id": "wamid.IN-long", "type": "text",
+                     "timestamp": chrono::Utc::now().timestamp().to_string(),
+                     "text": {"body": "STOP"}}),
+    );
+    let body = webhook_body(WABA, "messages", value);
+    assert_eq!(stack.fake.post_webhook(&body).await?, 200);
+
+    let mut suppressions = SuppressionServiceClient::connect(stack.scheduler.grpc_url()).await?;
+    let listed = suppressions
+        .check_suppressions(CheckSuppressionsRequest {
+            recipients: vec!["16505550041".into()],
+        })
+        .await?
+        .into_inner()
+        .suppressions;
+    assert_eq!(listed.len(), 1, "the opt-out was not recorded: {listed:?}");
+    let senders: Vec<String> = stack
+        .db
+        .connect()
+        .await?
+        .query(
+            "SELECT sender FROM herald.inbound_messages WHERE credentials_ref = 'wa-1'",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| r.get("sender"))
+        .collect();
+    assert_eq!(senders, ["16505550041"], "the over-long sender is skipped");
+    Ok(())
+}
