@@ -38,27 +38,30 @@ WITH updated AS (
                herald.now()
         FROM (
             SELECT
-                -- ACCOUNT_UNAVAILABLE (5) says nothing about the task: it is not charged. Nor
-                -- is RATE_LIMITED (2) for a pooled task, up to 10 times: the account (or the
-                -- pair) is what was throttled, and another account of the pool may send it at
-                -- once.
-                t.attempts + CASE WHEN i.outcome = 5 THEN 0
-                                  WHEN i.outcome = 2 AND r.rerouted THEN 0 ELSE 1 END
-                    AS new_attempts,
-                -- A provider's retry-after wins over the formula. ACCOUNT_UNAVAILABLE and a
-                -- pooled RATE_LIMITED are due again at once: the claim routes them to another
-                -- account of the pool (the throttled account has no room; a pinned task waits
-                -- for its account instead, which the claim also handles). Sent (1) and
-                -- permanent failures (4) are never retried: no delay to draw.
+                -- ACCOUNT_UNAVAILABLE (5) from an account says nothing about the task: it is
+                -- not charged (the account goes offline instead). Nor is RATE_LIMITED (2) for a
+                -- pooled task, up to 10 times: the account (or the pair) is what was
+                -- throttled, and another account of the pool may send it at once. A task sent
+                -- by queue alone has no account to take offline: its ACCOUNT_UNAVAILABLE (a
+                -- webhook endpoint gone, say) is charged and backs off like TRANSIENT, or
+                -- it would be leased and sent again at once, forever.
+                t.attempts + CASE WHEN r.uncharged THEN 0 ELSE 1 END AS new_attempts,
+                r.uncharged,
+                -- A provider's retry-after wins over the formula. Uncharged outcomes are due
+                -- again at once: the claim routes them to another account of the pool (the
+                -- throttled or offline account has no room; a pinned task waits for its account
+                -- instead, which the claim also handles). Sent (1) and permanent failures (4)
+                -- are never retried: no delay to draw.
                 CASE WHEN i.outcome IN (1, 4) THEN NULL
-                     WHEN i.outcome = 5 OR (i.outcome = 2 AND r.rerouted) THEN herald.now()
+                     WHEN r.uncharged THEN herald.now()
                      ELSE herald.now() + COALESCE(i.retry_after_ms,
                                  herald.retry_delay_ms(t.attempts + 1, t.retry_delays_ms,
                                                        t.backoff_initial_ms, t.backoff_max_ms,
                                                        t.backoff_multiplier, t.backoff_jitter))
                         * interval '1 millisecond' END AS next_run
-            FROM (SELECT position('/p:' IN t.route) > 0
-                         AND t.lease_count - t.attempts <= 10 AS rerouted) r
+            FROM (SELECT (i.outcome = 5 AND t.account_id IS NOT NULL)
+                         OR (i.outcome = 2 AND position('/p:' IN t.route) > 0
+                             AND t.lease_count - t.attempts <= 10) AS uncharged) r
         ) d
         CROSS JOIN LATERAL (
             SELECT
@@ -66,7 +69,7 @@ WITH updated AS (
                     WHEN t.state = 'cancelled' THEN 'cancelled'
                     WHEN i.outcome = 1 THEN 'succeeded'
                     WHEN i.outcome = 4 THEN 'failed'
-                    WHEN i.outcome <> 5 AND d.new_attempts >= t.max_attempts THEN 'failed'
+                    WHEN NOT d.uncharged AND d.new_attempts >= t.max_attempts THEN 'failed'
                     WHEN t.expire_at IS NOT NULL AND d.next_run >= t.expire_at THEN 'expired'
                     ELSE 'scheduled'
                 END::herald.task_state AS new_state,
@@ -80,7 +83,7 @@ WITH updated AS (
                     WHEN i.outcome = 4 AND i.error_code IN (131026, 81013)
                         THEN 'invalid_recipient'
                     WHEN i.outcome = 4 THEN 'permanent_error'
-                    WHEN i.outcome <> 5 AND d.new_attempts >= t.max_attempts THEN 'exhausted'
+                    WHEN NOT d.uncharged AND d.new_attempts >= t.max_attempts THEN 'exhausted'
                     WHEN t.expire_at IS NOT NULL AND d.next_run >= t.expire_at THEN 'expired'
                 END::herald.end_reason AS new_reason
         ) e
