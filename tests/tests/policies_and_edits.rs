@@ -493,6 +493,18 @@ async fn update_task_edits_a_scheduled_task_and_is_refused_once_leased() -> Resu
             "task.priority",
         ),
         (TaskSpec::default(), vec!["content"], "task.content"),
+        // A due time named in the mask but not given is refused, not taken as "now" (it sent
+        // a task due in two hours at once).
+        (TaskSpec::default(), vec!["run_at"], "task.run_at"),
+        (TaskSpec::default(), vec!["local_time_zone"], "task.run_at"),
+        (
+            TaskSpec {
+                local_time_zone: "Asia/Tokyo".into(),
+                ..Default::default()
+            },
+            vec!["local_time_zone"],
+            "task.",
+        ),
     ] {
         let err = tasks
             .update_task(UpdateTaskRequest {
@@ -518,6 +530,10 @@ async fn update_task_edits_a_scheduled_task_and_is_refused_once_leased() -> Resu
         .into_inner();
     assert_eq!(body(unchanged.content.as_ref()), "final");
     assert_eq!(unchanged.priority, 5);
+    assert_eq!(
+        unchanged.run_at, edited.run_at,
+        "a refused edit moved the due time"
+    );
 
     // Rescheduled to now, it is leased; then an edit is FAILED_PRECONDITION.
     tasks

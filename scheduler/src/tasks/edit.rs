@@ -102,6 +102,15 @@ fn check_edit(edit: &Edit, v: &mut Violations) {
     if edit.fields.is_empty() {
         v.add("update_mask", "name at least one field to change");
     }
+    // Left unset, the due time would be a create's default, now: a mask naming only
+    // `local_time_zone`, or `run_at` without a value, sent a task due tomorrow at once.
+    if edit.fields.contains(&EditField::When) && edit.patch.when.is_none() {
+        v.add(
+            "task.run_at",
+            "the update mask names the due time but the task sets none: give run_at, delay, \
+             or local_time with local_time_zone (a delay of 0 sends it now)",
+        );
+    }
     if edit.fields.contains(&EditField::Labels)
         && edit.patch.labels.keys().any(|k| k.starts_with("herald."))
     {
