@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use herald_proto::v1::{
     campaign_service_client::CampaignServiceClient, content, scheduler_message,
     AddRecipientsRequest, CampaignRecipient, CampaignSpec, CampaignState, CancelCampaignRequest,
@@ -332,4 +332,68 @@ fn spec_local(day: &str) -> CampaignSpec {
         local_start: format!("{day}T09:00"),
         ..spec()
     }
+}
+
+/// A CreateCampaign refused for one of its first recipients writes nothing: it used to leave an
+/// ACTIVE campaign without recipients behind, listed and shown, its id never given to the
+/// caller. A good request afterwards creates the campaign and its tasks.
+#[tokio::test]
+async fn a_campaign_refused_for_a_recipient_is_not_created() -> Result<()> {
+    let db = TestDb::new().await?;
+    let s = SchedulerProcess::spawn(&db).await?;
+    let mut c = client(&s).await?;
+    let sql = db.connect().await?;
+    let recipients = |second: &str| {
+        vec![
+            CampaignRecipient {
+                recipient: "user-1".into(),
+                ..Default::default()
+            },
+            CampaignRecipient {
+                recipient: second.into(),
+                ..Default::default()
+            },
+        ]
+    };
+    let refused = c
+        .create_campaign(CreateCampaignRequest {
+            campaign: Some(spec()),
+            recipients: recipients(""),
+        })
+        .await
+        .err()
+        .context("a campaign with an empty recipient was created")?;
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+    assert!(
+        refused.message().contains("recipients[1].recipient"),
+        "{refused:?}"
+    );
+    let count = |table: &'static str| {
+        let sql = &sql;
+        async move {
+            anyhow::Ok(
+                sql.query_one(&format!("SELECT count(*) FROM herald.{table}"), &[])
+                    .await?
+                    .get::<_, i64>(0),
+            )
+        }
+    };
+    assert_eq!(count("campaigns").await?, 0, "a refused campaign was written");
+    assert_eq!(count("tasks").await?, 0);
+
+    let created = c
+        .create_campaign(CreateCampaignRequest {
+            campaign: Some(spec()),
+            recipients: recipients("user-2"),
+        })
+        .await?
+        .into_inner();
+    assert_eq!(
+        created.progress.map(|p| p.total),
+        Some(2),
+        "the campaign's recipients"
+    );
+    assert_eq!(count("campaigns").await?, 1);
+    assert_eq!(count("tasks").await?, 2);
+    Ok(())
 }

@@ -251,11 +251,32 @@ impl Campaigns {
                 .and_then(rules::timestamp)
                 .unwrap_or_else(|| self.tasks.clock().now())
         });
+        // The first recipients are checked and rendered before the campaign is written: a
+        // bad one then changes nothing (it left an ACTIVE campaign without recipients behind,
+        // its id never given to the caller).
+        let id = Uuid::now_v7();
+        let now = self.tasks.clock().now();
+        let first = if recipients.is_empty() {
+            None
+        } else {
+            Some(
+                self.prepare_recipients(
+                    &conn,
+                    namespace,
+                    &stored,
+                    id,
+                    recipients,
+                    "recipients",
+                    now,
+                )
+                .await?,
+            )
+        };
         let campaign = conn
             .campaigns()
             .create(
                 namespace,
-                Uuid::now_v7(),
+                id,
                 &spec.name,
                 &stored.encode_to_vec(),
                 pool,
@@ -263,9 +284,16 @@ impl Campaigns {
             )
             .await?;
         drop(conn);
-        if !recipients.is_empty() {
-            self.add(namespace, campaign.id, recipients, "recipients")
-                .await?;
+        if let Some(prepared) = first {
+            let into = WriteTarget {
+                namespace,
+                spec: &stored,
+                campaign: &campaign,
+                path: "recipients",
+                audience: None,
+                now,
+            };
+            self.write_recipients(&into, recipients, prepared).await?;
         }
         // The first page now, so a small audience is complete when the call answers; the
         // rest in the background ([`audience_expansion`]), resumable after a restart.
@@ -445,12 +473,6 @@ impl Campaigns {
         path: &str,
         audience: Option<&str>,
     ) -> Result<Added, Error> {
-        if recipients.len() > MAX_CHUNK {
-            return Err(Error::invalid(
-                path,
-                "must hold at most 1,000 recipients per chunk",
-            ));
-        }
         let conn = self.tasks.store().conn().await?;
         let campaign = conn
             .campaigns()
@@ -459,14 +481,71 @@ impl Campaigns {
             .ok_or_else(|| Error::NotFound(format!("campaign {id}")))?;
         let spec = decode(&campaign)?;
         let now = self.tasks.clock().now();
-        let zones = zones(&spec, recipients, path)?;
-        // Checked and rendered for every recipient before anything is written.
-        let specs: Vec<TaskSpec> = recipients.iter().map(|r| task_for(&spec, r, id)).collect();
-        let each = |i: usize| format!("{path}[{i}]");
-        let mut prepared = crate::tasks::prepare(&conn, namespace, specs, &each, now).await?;
-        self.tasks.duplicate_windows().apply(&mut prepared);
+        let prepared = self
+            .prepare_recipients(&conn, namespace, &spec, id, recipients, path, now)
+            .await?;
         drop(conn);
-        let slots = Slots::of(&spec, &campaign, id);
+        let into = WriteTarget {
+            namespace,
+            spec: &spec,
+            campaign: &campaign,
+            path,
+            audience,
+            now,
+        };
+        self.write_recipients(&into, recipients, prepared).await
+    }
+
+    /// Checks and renders `recipients` as tasks of campaign `id` with `spec`, writing nothing:
+    /// each recipient's zone and its task, or INVALID_ARGUMENT naming every bad one under
+    /// `path`.
+    #[allow(clippy::too_many_arguments)]
+    async fn prepare_recipients(
+        &self,
+        conn: &impl deadpool_postgres::GenericClient,
+        namespace: &str,
+        spec: &pb::CampaignSpec,
+        id: Uuid,
+        recipients: &[Recipient],
+        path: &str,
+        now: DateTime<Utc>,
+    ) -> Result<PreparedRecipients, Error> {
+        if recipients.len() > MAX_CHUNK {
+            return Err(Error::invalid(
+                path,
+                "must hold at most 1,000 recipients per chunk",
+            ));
+        }
+        let zones = zones(spec, recipients, path)?;
+        let specs: Vec<TaskSpec> = recipients.iter().map(|r| task_for(spec, r, id)).collect();
+        let each = |i: usize| format!("{path}[{i}]");
+        let mut tasks = crate::tasks::prepare(conn, namespace, specs, &each, now).await?;
+        self.tasks.duplicate_windows().apply(&mut tasks);
+        Ok(PreparedRecipients { zones, tasks })
+    }
+
+    /// Writes prepared recipients into the campaign in one transaction (see [`Self::add`]).
+    async fn write_recipients(
+        &self,
+        into: &WriteTarget<'_>,
+        recipients: &[Recipient],
+        prepared: PreparedRecipients,
+    ) -> Result<Added, Error> {
+        let WriteTarget {
+            namespace,
+            spec,
+            campaign,
+            path,
+            audience,
+            now,
+        } = *into;
+        let id = campaign.id;
+        let PreparedRecipients {
+            zones,
+            tasks: prepared,
+        } = prepared;
+        let each = |i: usize| format!("{path}[{i}]");
+        let slots = Slots::of(spec, campaign, id);
         transaction!(self.tasks.store(), Error, |tx| {
             let Some((state, count)) = tx.campaigns().lock(namespace, id).await? else {
                 return Err(Error::NotFound(format!("campaign {id}")));
@@ -637,6 +716,25 @@ fn zones(
 }
 
 /// Where a campaign's recipients fall in time.
+/// Recipients checked and rendered, not yet written: each one's zone and task, in order.
+struct PreparedRecipients {
+    zones: Vec<Option<chrono_tz::Tz>>,
+    tasks: Vec<NewTask>,
+}
+
+/// Where prepared recipients are written: the campaign, its spec, and what their tasks record.
+#[derive(Clone, Copy)]
+struct WriteTarget<'a> {
+    namespace: &'a str,
+    spec: &'a pb::CampaignSpec,
+    campaign: &'a CampaignRecord,
+    /// Names the recipients in violations.
+    path: &'a str,
+    /// The audience they came from, if any.
+    audience: Option<&'a str>,
+    now: DateTime<Utc>,
+}
+
 struct Slots {
     start: DateTime<Utc>,
     local_start: Option<chrono::NaiveDateTime>,
