@@ -378,7 +378,11 @@ async fn a_campaign_refused_for_a_recipient_is_not_created() -> Result<()> {
             )
         }
     };
-    assert_eq!(count("campaigns").await?, 0, "a refused campaign was written");
+    assert_eq!(
+        count("campaigns").await?,
+        0,
+        "a refused campaign was written"
+    );
     assert_eq!(count("tasks").await?, 0);
 
     let created = c

@@ -552,6 +552,25 @@ async fn the_tier_caps_new_conversations_over_a_rolling_day_and_replies_do_not_c
         .await?
         .into_inner();
     ensure!(window.window_until.is_some());
+    // A time in the future counts as now: it would keep the window open until then.
+    let later = accounts
+        .record_inbound(RecordInboundRequest {
+            account_id: "tiered".into(),
+            recipient: "+future".into(),
+            received_at: Some(prost_types::Timestamp::date_time(2099, 1, 1, 0, 0, 0)?),
+        })
+        .await?
+        .into_inner();
+    let until = later.window_until.context("window_until")?.seconds;
+    let day_from_now = window
+        .window_until
+        .as_ref()
+        .context("window_until")?
+        .seconds;
+    ensure!(
+        until <= day_from_now + 60,
+        "the window runs to {until}, past a day from now ({day_from_now})"
+    );
 
     let mut tasks = connect_tasks(&url).await?;
     let mut specs: Vec<TaskSpec> = (0..255)

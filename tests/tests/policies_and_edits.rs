@@ -493,6 +493,14 @@ async fn update_task_edits_a_scheduled_task_and_is_refused_once_leased() -> Resu
             "task.priority",
         ),
         (TaskSpec::default(), vec!["content"], "task.content"),
+        (
+            TaskSpec {
+                labels: [("herald.campaign_id".to_string(), "spoof".to_string())].into(),
+                ..Default::default()
+            },
+            vec!["labels"],
+            "task.labels",
+        ),
         // A due time named in the mask but not given is refused, not taken as "now" (it sent
         // a task due in two hours at once).
         (TaskSpec::default(), vec!["run_at"], "task.run_at"),

@@ -626,6 +626,13 @@ async fn create_task_rejects_each_bad_field_and_writes_nothing() -> Result<()> {
             "task.labels[team]",
         ),
         (
+            "a label herald keeps for itself",
+            with(&|s| {
+                s.labels.insert("herald.schedule_id".into(), "spoof".into());
+            }),
+            "task.labels",
+        ),
+        (
             "label key with a NUL character",
             with(&|s| {
                 s.labels.insert("te\0am".into(), "ops".into());
@@ -1572,6 +1579,20 @@ async fn retry_task_requires_a_failed_task() -> Result<()> {
             task,
             "a refused retry must not change the task"
         );
+    }
+    // A due time outside a create's bounds is bad input, checked before the task's state.
+    for year in [1970, 9999] {
+        let at = prost_types::Timestamp::date_time(year, 1, 1, 0, 0, 0)?;
+        let status = expect_code(
+            client
+                .retry_task(RetryTaskRequest {
+                    id: scheduled.id.clone(),
+                    run_at: Some(at),
+                })
+                .await,
+            Code::InvalidArgument,
+        )?;
+        assert!(status.message().contains("run_at"), "{status:?}");
     }
     Ok(())
 }

@@ -97,7 +97,8 @@ fn merged(record: &TaskRecord, edit: Edit, now: DateTime<Utc>) -> TaskSpec {
     spec
 }
 
-/// The checks an edit adds to a create's: herald's labels are not the caller's to set.
+/// The checks an edit adds to a create's (herald's own labels are refused at the edge, for an
+/// edit as for a create: `api::convert::tasks::task_spec`).
 fn check_edit(edit: &Edit, v: &mut Violations) {
     if edit.fields.is_empty() {
         v.add("update_mask", "name at least one field to change");
@@ -110,11 +111,6 @@ fn check_edit(edit: &Edit, v: &mut Violations) {
             "the update mask names the due time but the task sets none: give run_at, delay, \
              or local_time with local_time_zone (a delay of 0 sends it now)",
         );
-    }
-    if edit.fields.contains(&EditField::Labels)
-        && edit.patch.labels.keys().any(|k| k.starts_with("herald."))
-    {
-        v.add("task.labels", "keys starting with herald. are reserved");
     }
 }
 

@@ -364,6 +364,15 @@ impl Tasks {
         id: Uuid,
         run_at: Option<DateTime<Utc>>,
     ) -> Result<TaskRecord, Error> {
+        // The bounds of a create's and a bulk reschedule's due time: a due time in 1970 also
+        // counted decades of lateness into herald_trigger_lag_seconds.
+        let now = self.clock().now();
+        if run_at.is_some_and(|at| at < now - model::MAX_PAST || at > now + model::MAX_AHEAD) {
+            return Err(Error::invalid(
+                "run_at",
+                "must be within 24 hours in the past and 366 days ahead",
+            ));
+        }
         transaction!(self.store, Error, |tx| {
             if tx.tasks().retry(namespace, id, run_at).await? {
                 return Ok(());

@@ -55,6 +55,11 @@ pub fn task_spec(spec: pb::TaskSpec, v: &mut Violations) -> TaskSpec {
         }
         at
     });
+    // herald's own labels say which schedule or campaign made a task: a client's task may not
+    // claim one (the domain's checks cannot refuse them, since its own tasks carry them).
+    if spec.labels.keys().any(|k| k.starts_with("herald.")) {
+        v.add("labels", "keys starting with herald. are reserved");
+    }
     TaskSpec {
         queue: spec.queue,
         recipient: spec.recipient,
