@@ -5,12 +5,12 @@
 
 use std::collections::BTreeMap;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use herald_proto::v1::{
     content, schedule_service_client::ScheduleServiceClient, Content, CreateScheduleRequest,
-    GetScheduleRequest, ListSchedulesRequest, MisfirePolicy, OverlapPolicy, PauseScheduleRequest,
-    PreviewFireTimesRequest, RepeatedTimePolicy, ResumeScheduleRequest, RunKind,
-    RunScheduleNowRequest, ScheduleSpec,
+    GetScheduleRequest, ListScheduleRunsRequest, ListSchedulesRequest, MisfirePolicy,
+    OverlapPolicy, PauseScheduleRequest, PreviewFireTimesRequest, RepeatedTimePolicy,
+    ResumeScheduleRequest, RunKind, RunScheduleNowRequest, ScheduleSpec,
 };
 use herald_tests::{read_every_page, until, SchedulerProcess, TestDb};
 use tonic::transport::Channel;
@@ -381,5 +381,138 @@ async fn a_page_of_large_schedules_is_cut_to_what_a_client_accepts() -> Result<(
     .await?;
     anyhow::ensure!(pages > 1, "the schedules did not fit one page");
     anyhow::ensure!(seen == created, "every schedule once, in id order");
+    Ok(())
+}
+
+/// Bad input to ScheduleService is INVALID_ARGUMENT naming its field, and writes nothing: enum
+/// values no policy has (they were stored as the defaults, another policy than asked), an
+/// expiry at or before the fire time (every run then created nothing, with only a log line),
+/// a missing or malformed id (it answered NOT_FOUND), a malformed `before` (ignored) and page
+/// sizes out of range (clamped).
+#[tokio::test]
+async fn bad_schedule_input_names_its_field_and_changes_nothing() -> Result<()> {
+    let db = TestDb::new().await?;
+    let s = SchedulerProcess::spawn(&db).await?;
+    let mut c = client(&s).await?;
+    let base = || every(60, "report", MisfirePolicy::Skip, &["+15550001"]);
+    let cases: Vec<(&str, ScheduleSpec)> = vec![
+        (
+            "schedule.skipped_time",
+            ScheduleSpec {
+                skipped_time: 9,
+                ..base()
+            },
+        ),
+        (
+            "schedule.repeated_time",
+            ScheduleSpec {
+                repeated_time: 9,
+                ..base()
+            },
+        ),
+        (
+            "schedule.overlap",
+            ScheduleSpec {
+                overlap: 9,
+                ..base()
+            },
+        ),
+        (
+            "schedule.misfire",
+            ScheduleSpec {
+                misfire: 9,
+                ..base()
+            },
+        ),
+        (
+            "schedule.expire_after",
+            ScheduleSpec {
+                expire_after: Some(prost_types::Duration {
+                    seconds: -1,
+                    nanos: 0,
+                }),
+                ..base()
+            },
+        ),
+    ];
+    for (field, spec) in cases {
+        let status = c
+            .create_schedule(CreateScheduleRequest {
+                schedule: Some(spec),
+            })
+            .await
+            .err()
+            .with_context(|| format!("{field}: accepted"))?;
+        assert_eq!(
+            status.code(),
+            tonic::Code::InvalidArgument,
+            "{field}: {status:?}"
+        );
+        assert!(status.message().contains(field), "{field}: {status:?}");
+    }
+    let count: i64 = db
+        .connect()
+        .await?
+        .query_one("SELECT count(*) FROM herald.schedules", &[])
+        .await?
+        .get(0);
+    assert_eq!(count, 0, "a refused schedule was written");
+
+    let preview = c
+        .preview_fire_times(PreviewFireTimesRequest {
+            cron: "0 9 * * *".into(),
+            skipped_time: 9,
+            ..Default::default()
+        })
+        .await
+        .err()
+        .context("an unknown skipped_time previewed")?;
+    assert_eq!(preview.code(), tonic::Code::InvalidArgument, "{preview:?}");
+
+    for id in ["", "Not A Name"] {
+        let status = c
+            .get_schedule(GetScheduleRequest { id: id.into() })
+            .await
+            .err()
+            .context("got a schedule")?;
+        assert_eq!(
+            status.code(),
+            tonic::Code::InvalidArgument,
+            "{id:?}: {status:?}"
+        );
+        assert!(status.message().contains("id"), "{status:?}");
+    }
+    c.create_schedule(CreateScheduleRequest {
+        schedule: Some(base()),
+    })
+    .await?;
+    let bad_runs = [
+        ListScheduleRunsRequest {
+            id: "report".into(),
+            before: Some(prost_types::Timestamp {
+                seconds: i64::MAX,
+                nanos: 0,
+            }),
+            ..Default::default()
+        },
+        ListScheduleRunsRequest {
+            id: "report".into(),
+            page_size: -1,
+            ..Default::default()
+        },
+        ListScheduleRunsRequest {
+            id: "report".into(),
+            page_size: 100_000,
+            ..Default::default()
+        },
+    ];
+    for request in bad_runs {
+        let status = c
+            .list_schedule_runs(request.clone())
+            .await
+            .err()
+            .with_context(|| format!("{request:?}: listed"))?;
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    }
     Ok(())
 }

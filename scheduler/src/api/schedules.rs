@@ -8,6 +8,7 @@ use super::convert::{from_timestamp, timestamp};
 use super::paging::Page;
 use crate::auth::namespace_of;
 use crate::error::Error;
+use crate::rules;
 use crate::schedule::model::{RunRecord, ScheduleRecord};
 use crate::schedule::{spec, Schedules};
 use crate::store::StoreError;
@@ -58,13 +59,11 @@ fn run(r: &RunRecord) -> pb::ScheduleRun {
     }
 }
 
-/// A page size: 0 or less for `default`, at most 1000.
-fn page_size(n: i32, default: i64) -> i64 {
-    if n <= 0 {
-        default
-    } else {
-        i64::from(n).min(1_000)
-    }
+/// A request's schedule id, checked as a name: an empty or malformed one is bad input, not a
+/// schedule that was not found.
+fn schedule_id<'a>(field: &str, id: &'a str) -> Result<&'a str, Error> {
+    rules::name(field, id)?;
+    Ok(id)
 }
 
 #[tonic::async_trait]
@@ -84,7 +83,8 @@ impl ScheduleService for ScheduleApi {
         request: Request<pb::GetScheduleRequest>,
     ) -> Result<Response<pb::Schedule>, Status> {
         let ns = namespace_of(&request)?;
-        let s = self.schedules.get(&ns, &request.get_ref().id).await?;
+        let id = schedule_id("id", &request.get_ref().id)?;
+        let s = self.schedules.get(&ns, id).await?;
         Ok(Response::new(schedule(&s)?))
     }
 
@@ -112,7 +112,7 @@ impl ScheduleService for ScheduleApi {
     ) -> Result<Response<pb::ListSchedulesResponse>, Status> {
         let ns = namespace_of(&request)?;
         let req = request.into_inner();
-        let limit = page_size(req.page_size, 100);
+        let limit = rules::page_size("page_size", req.page_size, 100)?;
         let rows = self.schedules.list(&ns, &req.page_token, limit + 1).await?;
         let (schedules, next_page_token) =
             Page::new(rows, limit, |s| s.id.clone()).map(schedule)?;
@@ -127,7 +127,8 @@ impl ScheduleService for ScheduleApi {
         request: Request<pb::DeleteScheduleRequest>,
     ) -> Result<Response<pb::DeleteScheduleResponse>, Status> {
         let ns = namespace_of(&request)?;
-        self.schedules.delete(&ns, &request.get_ref().id).await?;
+        let id = schedule_id("id", &request.get_ref().id)?;
+        self.schedules.delete(&ns, id).await?;
         Ok(Response::new(pb::DeleteScheduleResponse {}))
     }
 
@@ -138,7 +139,7 @@ impl ScheduleService for ScheduleApi {
         let ns = namespace_of(&request)?;
         let s = self
             .schedules
-            .set_paused(&ns, &request.get_ref().id, true)
+            .set_paused(&ns, schedule_id("id", &request.get_ref().id)?, true)
             .await?;
         Ok(Response::new(schedule(&s)?))
     }
@@ -150,7 +151,7 @@ impl ScheduleService for ScheduleApi {
         let ns = namespace_of(&request)?;
         let s = self
             .schedules
-            .set_paused(&ns, &request.get_ref().id, false)
+            .set_paused(&ns, schedule_id("id", &request.get_ref().id)?, false)
             .await?;
         Ok(Response::new(schedule(&s)?))
     }
@@ -162,6 +163,9 @@ impl ScheduleService for ScheduleApi {
         let ns = namespace_of(&request)?;
         let req = request.into_inner();
         let fires = if req.id.is_empty() {
+            let mut v = crate::error::Violations::default();
+            spec::check_dst_policy(req.skipped_time, req.repeated_time, "", &mut v);
+            v.into_result(())?;
             spec::fire_times(
                 &req.cron,
                 &req.time_zone,
@@ -170,14 +174,16 @@ impl ScheduleService for ScheduleApi {
                 "time_zone",
             )?
         } else {
-            self.schedules.fire_times(&ns, &req.id).await?
+            self.schedules
+                .fire_times(&ns, schedule_id("id", &req.id)?)
+                .await?
         };
         let after = match req.after.as_ref() {
             None => self.schedules.clock().now(),
             Some(ts) => from_timestamp(ts)
                 .ok_or_else(|| Error::invalid("after", "is not a valid timestamp"))?,
         };
-        let count = page_size(req.count, 10) as usize;
+        let count = usize::try_from(rules::page_size("count", req.count, 10)?).unwrap_or(10);
         Ok(Response::new(pb::PreviewFireTimesResponse {
             fire_times: fires
                 .preview(after, count)
@@ -193,11 +199,16 @@ impl ScheduleService for ScheduleApi {
     ) -> Result<Response<pb::ListScheduleRunsResponse>, Status> {
         let ns = namespace_of(&request)?;
         let req = request.into_inner();
-        let before = req.before.as_ref().and_then(from_timestamp);
-        let runs = self
-            .schedules
-            .runs(&ns, &req.id, before, page_size(req.page_size, 100))
-            .await?;
+        let id = schedule_id("id", &req.id)?;
+        let before = match req.before.as_ref() {
+            None => None,
+            Some(ts) => Some(
+                from_timestamp(ts)
+                    .ok_or_else(|| Error::invalid("before", "is not a valid timestamp"))?,
+            ),
+        };
+        let limit = rules::page_size("page_size", req.page_size, 100)?;
+        let runs = self.schedules.runs(&ns, id, before, limit).await?;
         Ok(Response::new(pb::ListScheduleRunsResponse {
             runs: runs.iter().map(run).collect(),
         }))
@@ -209,10 +220,10 @@ impl ScheduleService for ScheduleApi {
     ) -> Result<Response<pb::ScheduleRun>, Status> {
         let ns = namespace_of(&request)?;
         let req = request.into_inner();
-        if req.id.is_empty() {
-            return Err(Error::invalid("id", "is required").into());
-        }
-        let created = self.schedules.run_now(&ns, &req.id).await?;
+        let created = self
+            .schedules
+            .run_now(&ns, schedule_id("id", &req.id)?)
+            .await?;
         Ok(Response::new(run(&created)))
     }
 }

@@ -59,6 +59,23 @@ pub fn fire_times(
     })
 }
 
+/// Records a violation, under `prefix`, for each daylight-saving policy that is not one of its
+/// enum's values: stored as the default, an unknown one silently became another policy.
+pub fn check_dst_policy(skipped: i32, repeated: i32, prefix: &str, v: &mut Violations) {
+    if pb::SkippedTimePolicy::try_from(skipped).is_err() {
+        v.add(
+            format!("{prefix}skipped_time"),
+            "is not a SkippedTimePolicy value",
+        );
+    }
+    if pb::RepeatedTimePolicy::try_from(repeated).is_err() {
+        v.add(
+            format!("{prefix}repeated_time"),
+            "is not a RepeatedTimePolicy value",
+        );
+    }
+}
+
 fn ms_of(d: Option<&prost_types::Duration>) -> Option<i64> {
     // Saturating: a huge duration is out of range, not an overflow (found by fuzzing, #10).
     d.map(|d| {
@@ -124,6 +141,16 @@ pub fn check(
     };
     let jitter_ms = bounded("jitter", spec.jitter.as_ref(), 3_600_000);
     let stagger_ms = bounded("stagger", spec.stagger.as_ref(), 86_400_000);
+    // A task due at its fire time that expires at or before it would be refused when the run
+    // makes it: every run would create nothing, with only a log line to say so.
+    if let Some(ms) = ms_of(spec.expire_after.as_ref()) {
+        if !(1..=366 * 86_400_000).contains(&ms) {
+            v.add(
+                "schedule.expire_after",
+                "must be positive and at most 366 days",
+            );
+        }
+    }
     if let Some(ms) = ms_of(spec.overrun_after.as_ref()) {
         if !(1_000..=7 * 86_400_000).contains(&ms) {
             v.add("schedule.overrun_after", "must be between 1 s and 7 days");
@@ -151,6 +178,13 @@ pub fn check(
     }
     if spec.labels.keys().any(|k| k.starts_with("herald.")) {
         v.add("schedule.labels", "keys starting with herald. are reserved");
+    }
+    check_dst_policy(spec.skipped_time, spec.repeated_time, "schedule.", &mut v);
+    if pb::OverlapPolicy::try_from(spec.overlap).is_err() {
+        v.add("schedule.overlap", "is not an OverlapPolicy value");
+    }
+    if pb::MisfirePolicy::try_from(spec.misfire).is_err() {
+        v.add("schedule.misfire", "is not a MisfirePolicy value");
     }
     check_tasks(spec, now, &mut v);
     let overlap = if spec.overlap == pb::OverlapPolicy::Skip as i32 {
