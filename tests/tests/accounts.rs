@@ -248,6 +248,23 @@ async fn account_service_manages_accounts_and_pools() -> Result<()> {
         status.message()
     );
     assert!(status.message().contains("account.limits.rate_per_second"));
+    // A warm-up with no first-day cap is refused, not dropped (which sent at full rate at once).
+    let mut unramped = account("wa-3", "wa", rate(5.0, 1));
+    if let Some(limits) = unramped.limits.as_mut() {
+        limits.warm_up = Some(herald_proto::v1::WarmUp::default());
+    }
+    let status = accounts
+        .create_account(CreateAccountRequest {
+            account: Some(unramped),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert!(
+        status.message().contains("account.limits.warm_up.initial"),
+        "{}",
+        status.message()
+    );
 
     // Update only what the mask names.
     let mut patch = account("wa-1", "ignored", rate(40.0, 1));
@@ -272,6 +289,22 @@ async fn account_service_manages_accounts_and_pools() -> Result<()> {
         (40.0, Some(1000))
     );
     assert_eq!(updated.status.context("status")?.effective_rate, 40.0);
+    // A state named in the mask must be one: UNSPECIFIED would resume a paused account.
+    let status = accounts
+        .update_account(UpdateAccountRequest {
+            account: Some(account("wa-1", "wa", rate(40.0, 1))),
+            update_mask: Some(prost_types::FieldMask {
+                paths: vec!["state".into()],
+            }),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert!(
+        status.message().contains("account.state"),
+        "{}",
+        status.message()
+    );
 
     let listed = accounts
         .list_accounts(ListAccountsRequest {

@@ -66,6 +66,15 @@ fn limits(l: &pb::AccountLimits, path: &str, v: &mut Violations) -> AccountLimit
         },
     };
     let warm_up = l.warm_up.as_ref();
+    // A warm-up with neither initial nor per_day would be dropped as no ramp at all: the
+    // account would send at its full rate from the first day, which is what a ramp is set to
+    // prevent.
+    if warm_up.is_some_and(|w| w.initial.is_none() && w.per_day.is_empty()) {
+        v.add(
+            format!("{path}.warm_up.initial"),
+            "is required unless per_day is set",
+        );
+    }
     AccountLimits {
         rate_per_sec: l.rate_per_second,
         burst: l
@@ -257,6 +266,14 @@ pub fn merge(
             "pool" => current.pool.clone_from(&patch.pool),
             "time_zone" => current.time_zone.clone_from(&patch.time_zone),
             "credentials_ref" => current.credentials_ref.clone_from(&patch.credentials_ref),
+            // UNSPECIFIED is a create's default, ACTIVE: named in an update's mask it would
+            // resume a paused account the caller did not ask to resume.
+            "state" if patch.state == pb::AccountState::Unspecified as i32 => {
+                return Err(Error::invalid(
+                    "account.state",
+                    "name ACCOUNT_STATE_ACTIVE or ACCOUNT_STATE_PAUSED to change the state",
+                ))
+            }
             "state" => current.state = patch.state,
             "limits" => limits = new.clone(),
             "limits.rate_per_second" => limits.rate_per_second = new.rate_per_second,

@@ -350,9 +350,14 @@ fn number<T: std::str::FromStr>(
     if text.is_empty() {
         return None;
     }
+    // "NaN" and "inf" parse as floats; NaN then became a 0 s interval, clearing it.
+    let finite = !matches!(
+        text.to_ascii_lowercase().trim_start_matches(['+', '-']),
+        "nan" | "inf" | "infinity"
+    );
     match text.parse() {
-        Ok(n) => Some(n),
-        Err(_) => {
+        Ok(n) if finite => Some(n),
+        _ => {
             errors.insert(name.to_owned(), "must be a number".into());
             None
         }
@@ -510,4 +515,24 @@ pub(super) async fn set_state(
         "/console/accounts"
     };
     Ok(done(&caller, back, &format!("account {id} {word}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// "NaN" parses as a float, and `NaN as i64` is 0: the interval was cleared, "saved".
+    #[test]
+    fn numbers_must_be_finite() {
+        for text in ["NaN", "nan", "inf", "-Infinity", "+inf", "abc"] {
+            let form = HashMap::from([("n".to_string(), text.to_string())]);
+            let mut errors = HashMap::new();
+            assert_eq!(number::<f64>(&form, "n", &mut errors), None, "{text}");
+            assert!(errors.contains_key("n"), "{text}");
+        }
+        let form = HashMap::from([("n".to_string(), " 2.5 ".to_string())]);
+        let mut errors = HashMap::new();
+        assert_eq!(number::<f64>(&form, "n", &mut errors), Some(2.5));
+        assert!(errors.is_empty());
+    }
 }
