@@ -87,8 +87,8 @@ pub struct Config {
     pub cancel_wait: Duration,
     /// Duplicate content windows per queue, as `queue=duration,...` (for example
     /// `alerts=10m`): a task of such a queue to a recipient who already has the same message
-    /// due within the window ends FAILED with `duplicate content` (a task's or campaign's own
-    /// `duplicate_window` wins). Empty: none.
+    /// due within the window ends CANCELLED with end reason DUPLICATE_CONTENT (a task's or
+    /// campaign's own `duplicate_window` wins). Empty: none.
     #[arg(long, env = "HERALD_DUPLICATE_CONTENT_WINDOWS", default_value = "")]
     pub duplicate_content_windows: String,
     /// Tasks a bulk operation changes per transaction (StartBulkOperation): bounds each
@@ -108,8 +108,9 @@ pub struct Config {
     /// Log format: text or json.
     #[arg(long, env = "HERALD_LOG_FORMAT", default_value = "text")]
     pub log_format: String,
-    /// Operator notification webhook: receives task.failed, task.expired and account.offline
-    /// events (unset: no notifications are recorded or sent).
+    /// Operator notification webhook: receives task.failed, task.expired, account.offline,
+    /// account.paused, schedule.run_overran and campaign.finished events (unset: no
+    /// notifications are recorded or sent).
     #[arg(long, env = "HERALD_NOTIFY_URL")]
     pub notify_url: Option<String>,
     /// Signing secret for the notification webhook (`whsec_<base64>` or raw); unset: unsigned.

@@ -36,7 +36,7 @@ enum Command {
         /// The entry's name (shown in logs and metrics instead of the token).
         #[arg(long, default_value = "my-app")]
         name: String,
-        /// Roles: client, executor, admin (comma-separated).
+        /// Roles: client, executor, admin, viewer (comma-separated).
         #[arg(long, value_delimiter = ',', default_value = "client")]
         roles: Vec<String>,
         /// Namespaces, the first being the default (comma-separated; "*" for all).

@@ -74,7 +74,8 @@ impl AuthPolicy {
         let principal = self.principal(request.headers())?;
         if let Access::Role(role) = access {
             if !principal.roles.contains(role) {
-                metrics::counter!("herald_auth_refused_total", "reason" => "role").increment(1);
+                metrics::counter!(crate::telemetry::metrics::AUTH_REFUSED, "reason" => "role")
+                    .increment(1);
                 return Err(Error::PermissionDenied(format!(
                     "token {:?} lacks the {} role this RPC needs",
                     principal.name,
@@ -82,7 +83,7 @@ impl AuthPolicy {
                 )));
             }
             if role == Role::Executor && self.executor_cert_required && !has_client_cert(request) {
-                metrics::counter!("herald_auth_refused_total", "reason" => "client_cert")
+                metrics::counter!(crate::telemetry::metrics::AUTH_REFUSED, "reason" => "client_cert")
                     .increment(1);
                 return Err(Error::Unauthenticated(
                     "the lease stream requires a client certificate (mutual TLS)".into(),
@@ -90,7 +91,8 @@ impl AuthPolicy {
             }
         }
         if let Err(wait) = self.rates.check(&principal.name) {
-            metrics::counter!("herald_auth_refused_total", "reason" => "rate").increment(1);
+            metrics::counter!(crate::telemetry::metrics::AUTH_REFUSED, "reason" => "rate")
+                .increment(1);
             return Err(Error::ResourceExhausted(format!(
                 "token {:?} is over its request rate; retry in {} ms",
                 principal.name,
@@ -122,7 +124,8 @@ impl AuthPolicy {
             if self.allow_anonymous {
                 return Ok(Principal::anonymous());
             }
-            metrics::counter!("herald_auth_refused_total", "reason" => "missing").increment(1);
+            metrics::counter!(crate::telemetry::metrics::AUTH_REFUSED, "reason" => "missing")
+                .increment(1);
             return Err(Error::Unauthenticated(
                 "missing token: send the metadata `authorization: Bearer <token>`".into(),
             ));
@@ -130,7 +133,8 @@ impl AuthPolicy {
         match self.tokens.find(token) {
             Some(record) => Ok(record.principal.clone()),
             None => {
-                metrics::counter!("herald_auth_refused_total", "reason" => "unknown").increment(1);
+                metrics::counter!(crate::telemetry::metrics::AUTH_REFUSED, "reason" => "unknown")
+                    .increment(1);
                 Err(Error::Unauthenticated("unknown token".into()))
             }
         }
@@ -152,7 +156,8 @@ pub fn namespace_for(principal: &Principal, headers: &::http::HeaderMap) -> Resu
         ));
     }
     if !principal.namespaces.allows(name) {
-        metrics::counter!("herald_auth_refused_total", "reason" => "namespace").increment(1);
+        metrics::counter!(crate::telemetry::metrics::AUTH_REFUSED, "reason" => "namespace")
+            .increment(1);
         return Err(Error::PermissionDenied(format!(
             "token {:?} may not act in namespace {name:?}",
             principal.name

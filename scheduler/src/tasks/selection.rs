@@ -69,6 +69,30 @@ impl TaskState {
     }
 }
 
+impl EndReason {
+    /// The wire end reason (a filter names end reasons in their wire form, so the mapping
+    /// lives with the filter, as the states' does).
+    pub fn to_wire(self) -> pb::EndReason {
+        match self {
+            EndReason::Sent => pb::EndReason::Sent,
+            EndReason::Exhausted => pb::EndReason::Exhausted,
+            EndReason::PermanentError => pb::EndReason::PermanentError,
+            EndReason::Expired => pb::EndReason::Expired,
+            EndReason::Cancelled => pb::EndReason::Cancelled,
+            EndReason::Suppressed => pb::EndReason::Suppressed,
+            EndReason::InvalidRecipient => pb::EndReason::InvalidRecipient,
+            EndReason::DuplicateContent => pb::EndReason::DuplicateContent,
+            EndReason::FailedAfterAcceptance => pb::EndReason::FailedAfterAcceptance,
+        }
+    }
+
+    /// A wire end reason; None for UNSPECIFIED or unknown numbers.
+    pub fn from_wire(value: i32) -> Option<Self> {
+        let wire = pb::EndReason::try_from(value).ok()?;
+        Self::ALL.into_iter().find(|r| r.to_wire() == wire)
+    }
+}
+
 impl Selection {
     /// A wire filter as a selection; problems are recorded under `path` (`filter`).
     pub fn from_wire(f: &pb::TaskFilter, path: &str, v: &mut Violations) -> Selection {
@@ -87,7 +111,7 @@ impl Selection {
             }
         }
         for (i, reason) in f.end_reasons.iter().enumerate() {
-            match crate::api::convert::tasks::end_reason_from_wire(*reason) {
+            match EndReason::from_wire(*reason) {
                 Some(reason) => s.end_reasons.push(reason),
                 None => v.add(field(&format!("end_reasons[{i}]")), "is not an end reason"),
             }

@@ -31,6 +31,11 @@ pub const ATTEMPTS_PER_TASK: &str = "herald_attempts_per_task";
 /// Counter `{loop}`: claims made by each kind of executor session claim loop (`main`, `extra`,
 /// `stragglers`; lease/dispatch.rs), empty ones included.
 pub const CLAIMS: &str = "herald_claims_total";
+/// Counter `{reason}`: calls refused by authentication or authorization: `missing` (no token),
+/// `unknown` (a token no entry has), `role` (the token's roles do not allow the service),
+/// `client_cert` (a lease stream without the client certificate mutual TLS requires), `rate` (the token's rate limit),
+/// `namespace` (a namespace the token may not use).
+pub const AUTH_REFUSED: &str = "herald_auth_refused_total";
 /// Counter: leases that ran out before their executor reported (charged attempts).
 pub const LEASE_EXPIRIES: &str = "herald_lease_expiries_total";
 /// Counter: tasks that passed their deadline unsent and ended EXPIRED.

@@ -3,9 +3,10 @@
 //! (Standard Webhooks: `webhook-id`, `webhook-timestamp`, `webhook-signature: v1,<base64
 //! HMAC-SHA256 over "id.timestamp.body">`).
 //!
-//! Events are recorded by database triggers in the transaction that makes the change (see
-//! `V5__add_notifications.sql`): `task.failed`, `task.expired`, `account.offline`, and
-//! `campaign.finished` through `herald.notify_event` once campaigns exist. So a crash between
+//! Events are recorded in the transaction that makes the change: by database triggers (see
+//! `V5__add_notifications.sql`) for `task.failed`, `task.expired` and `account.offline`, and
+//! through `herald.notify_event` for `account.paused`, `schedule.run_overran` and
+//! `campaign.finished`. So a crash between
 //! the change and the delivery loses nothing; delivery is at least once, and the stable
 //! `webhook-id` lets a receiver drop repeats. Every replica runs this loop; rows are taken with
 //! SKIP LOCKED, so each delivery try happens on one replica.

@@ -180,23 +180,7 @@ pub fn state_from_wire(value: i32) -> Option<TaskState> {
 
 /// Domain end reason to wire.
 pub fn end_reason(r: EndReason) -> pb::EndReason {
-    match r {
-        EndReason::Sent => pb::EndReason::Sent,
-        EndReason::Exhausted => pb::EndReason::Exhausted,
-        EndReason::PermanentError => pb::EndReason::PermanentError,
-        EndReason::Expired => pb::EndReason::Expired,
-        EndReason::Cancelled => pb::EndReason::Cancelled,
-        EndReason::Suppressed => pb::EndReason::Suppressed,
-        EndReason::InvalidRecipient => pb::EndReason::InvalidRecipient,
-        EndReason::DuplicateContent => pb::EndReason::DuplicateContent,
-        EndReason::FailedAfterAcceptance => pb::EndReason::FailedAfterAcceptance,
-    }
-}
-
-/// Wire end reason to domain; None for UNSPECIFIED or unknown numbers.
-pub fn end_reason_from_wire(value: i32) -> Option<EndReason> {
-    let wire = pb::EndReason::try_from(value).ok()?;
-    EndReason::ALL.into_iter().find(|r| end_reason(*r) == wire)
+    r.to_wire()
 }
 
 /// Domain outcome to wire outcome.
