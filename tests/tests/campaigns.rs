@@ -401,3 +401,71 @@ async fn a_campaign_refused_for_a_recipient_is_not_created() -> Result<()> {
     assert_eq!(count("tasks").await?, 2);
     Ok(())
 }
+
+/// A campaign's start and deadline have a task's bounds: starting more than 366 days ahead (by
+/// instant or wall clock) or expiring before it starts is INVALID_ARGUMENT naming the field,
+/// and nothing is written (each made tasks CreateTask would refuse).
+#[tokio::test]
+async fn a_campaigns_start_and_deadline_have_a_tasks_bounds() -> Result<()> {
+    let db = TestDb::new().await?;
+    let s = SchedulerProcess::spawn(&db).await?;
+    let mut c = client(&s).await?;
+    let year = |y: i64| prost_types::Timestamp::date_time(y, 1, 1, 9, 0, 0);
+    let in_a_week = prost_types::Timestamp::from(
+        std::time::SystemTime::now() + std::time::Duration::from_secs(7 * 86_400),
+    );
+    let tomorrow = prost_types::Timestamp::from(
+        std::time::SystemTime::now() + std::time::Duration::from_secs(86_400),
+    );
+    let cases = [
+        (
+            "campaign.start_at",
+            CampaignSpec {
+                start_at: Some(year(2099)?),
+                ..spec()
+            },
+        ),
+        (
+            "campaign.local_start",
+            CampaignSpec {
+                local_start: "2200-01-01T09:00".into(),
+                ..spec()
+            },
+        ),
+        (
+            "campaign.expire_at",
+            CampaignSpec {
+                start_at: Some(in_a_week),
+                expire_at: Some(tomorrow),
+                ..spec()
+            },
+        ),
+    ];
+    for (field, campaign) in cases {
+        let status = c
+            .create_campaign(CreateCampaignRequest {
+                campaign: Some(campaign),
+                recipients: vec![CampaignRecipient {
+                    recipient: "user-1".into(),
+                    ..Default::default()
+                }],
+            })
+            .await
+            .err()
+            .with_context(|| format!("{field}: created"))?;
+        assert_eq!(
+            status.code(),
+            tonic::Code::InvalidArgument,
+            "{field}: {status:?}"
+        );
+        assert!(status.message().contains(field), "{field}: {status:?}");
+    }
+    let campaigns: i64 = db
+        .connect()
+        .await?
+        .query_one("SELECT count(*) FROM herald.campaigns", &[])
+        .await?
+        .get(0);
+    assert_eq!(campaigns, 0, "a refused campaign was written");
+    Ok(())
+}

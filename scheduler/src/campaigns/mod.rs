@@ -23,7 +23,7 @@ use crate::schedule::{fire_times, spread};
 use crate::store::audiences::ContactFilter;
 use crate::store::transaction;
 use crate::store::{Db, StoreError};
-use crate::tasks::model::{DueAt, NewTask, Origin, TaskSpec};
+use crate::tasks::model::{DueAt, NewTask, Origin, TaskSpec, MAX_AHEAD};
 use crate::tasks::Tasks;
 
 /// Most recipients per chunk.
@@ -183,12 +183,37 @@ pub fn check_spec(spec: &pb::CampaignSpec, now: DateTime<Utc>) -> Violations {
     if spec.labels.keys().any(|k| k.starts_with("herald.")) {
         v.add("campaign.labels", "keys starting with herald. are reserved");
     }
-    if spec
-        .expire_at
-        .as_ref()
-        .is_some_and(|t| rules::timestamp(t).is_none())
+    // The bounds a task's due time and deadline have: a campaign starting in 2200 made tasks
+    // CreateTask would refuse, and one expiring before it starts made tasks that could only
+    // expire.
+    let start_at = match spec.start_at.as_ref() {
+        None => None,
+        Some(t) => match rules::timestamp(t) {
+            None => {
+                v.add("campaign.start_at", "is not a valid timestamp");
+                None
+            }
+            Some(at) if at > now + MAX_AHEAD => {
+                v.add("campaign.start_at", "is more than 366 days ahead");
+                None
+            }
+            Some(at) => Some(at),
+        },
+    };
+    // A wall-clock start is compared in UTC, a day of slack either way for its zone.
+    if rules::parse_local_time(&spec.local_start)
+        .is_some_and(|local| local.and_utc() > now + MAX_AHEAD + chrono::Duration::days(1))
     {
-        v.add("campaign.expire_at", "is not a valid timestamp");
+        v.add("campaign.local_start", "is more than 366 days ahead");
+    }
+    match spec.expire_at.as_ref().map(rules::timestamp) {
+        None => {}
+        Some(None) => v.add("campaign.expire_at", "is not a valid timestamp"),
+        Some(Some(expire)) if expire <= start_at.unwrap_or(now).max(now) => v.add(
+            "campaign.expire_at",
+            "must be after the campaign starts (and after now)",
+        ),
+        _ => {}
     }
     // The content, queue and target are checked as a task would be.
     let probe = Recipient {
