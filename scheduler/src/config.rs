@@ -166,8 +166,8 @@ pub struct Config {
     #[arg(long, env = "HERALD_TOKEN_BURST", default_value_t = 400,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub token_burst: u32,
-    /// Require an admin token on /metrics too (the dashboard always requires one when tokens
-    /// are configured).
+    /// Require an admin token on /metrics too (when tokens are configured, the dashboard and
+    /// the console always require an admin or viewer token to read, and admin to act).
     #[arg(long, env = "HERALD_METRICS_AUTH")]
     pub metrics_auth: bool,
     /// Schedules whose fire times come closer than this are refused (INVALID_ARGUMENT).

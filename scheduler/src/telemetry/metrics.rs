@@ -28,7 +28,7 @@ pub const TRIGGER_LAG: &str = "herald_trigger_lag_seconds";
 pub const RATE_LIMIT_WAIT: &str = "herald_rate_limit_wait_seconds";
 /// Histogram `{state}`: leases a task took, observed when a report ends it.
 pub const ATTEMPTS_PER_TASK: &str = "herald_attempts_per_task";
-/// Counter `{loop}`: claims made by each kind of executor session claim loop (`main`, `extra`,
+/// Counter `{loop}`: claims made by each kind of executor session claim loop (`main`,
 /// `stragglers`; lease/dispatch.rs), empty ones included.
 pub const CLAIMS: &str = "herald_claims_total";
 /// Counter `{reason}`: calls refused by authentication or authorization: `missing` (no token),
