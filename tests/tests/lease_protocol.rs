@@ -6,9 +6,9 @@ use std::time::{Duration, SystemTime};
 use anyhow::{bail, Context, Result};
 use herald_proto::v1::{
     executor_message, retry_policy, scheduler_message, task_service_client::TaskServiceClient,
-    CancelOutcome, CancelTaskRequest, CreateTaskRequest, CreateTasksRequest, ExecutorMessage,
-    FixedDelays, GetTaskRequest, Heartbeat, ListAttemptsRequest, OutcomeClass, RetryPolicy,
-    RevokeResult, TaskSpec, TaskState,
+    CancelOutcome, CancelTaskRequest, CreateTaskRequest, CreateTasksRequest, EndReason,
+    ExecutorMessage, FixedDelays, GetTaskRequest, Heartbeat, ListAttemptsRequest, OutcomeClass,
+    RetryPolicy, RevokeResult, TaskSpec, TaskState,
 };
 use herald_tests::accounts::create_many;
 use herald_tests::lease::{lease_ref, result, ScriptedExecutor};
@@ -283,6 +283,72 @@ async fn a_report_for_a_lapsed_lease_is_rejected_and_changes_nothing() -> Result
         vec![OutcomeClass::LeaseExpired, OutcomeClass::Ok],
         "the lapsed attempt is recorded, the stale report is not"
     );
+    Ok(())
+}
+
+/// An executor whose stream was down past the lease's TTL while the provider took the message
+/// reports OK once it is back. If nothing leased the task since the sweeper took the lease back,
+/// the message went out: the task ends SUCCEEDED with that attempt, and is not sent again (it
+/// was refused, and the task sent a second time). Once another lease exists, the late report is
+/// that lease's to settle and is refused (above).
+#[tokio::test]
+async fn a_late_ok_on_a_lapsed_lease_nothing_replaced_settles_the_task() -> Result<()> {
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::builder(&db)
+        .env("HERALD_LEASE_TTL", "1s")
+        .spawn()
+        .await?;
+    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
+    let queue = unique_id("q");
+    let id = create(&mut tasks, task_spec(&queue, "+1", "sent, then cut off")).await?;
+
+    let mut cut_off = ScriptedExecutor::connect(&scheduler.grpc_url(), "cut-off", &[], 1).await?;
+    let lease = cut_off.leases(1).await?.remove(0);
+    drop(cut_off);
+    // The sweeper takes the lease back: due again, the attempt charged.
+    until("the lease to lapse", || {
+        let mut tasks = tasks.clone();
+        let id = id.clone();
+        async move {
+            let task = tasks.get_task(GetTaskRequest { id }).await?.into_inner();
+            Ok(task.state() == TaskState::Scheduled && task.attempts == 1)
+        }
+    })
+    .await?;
+
+    // Back on a new stream that can lease nothing of this queue: the report it kept.
+    let mut back =
+        ScriptedExecutor::connect(&scheduler.grpc_url(), "cut-off", &["another-queue"], 1).await?;
+    let mut ok = result(&lease, OutcomeClass::Ok);
+    ok.provider_message_id = "msg-late".into();
+    let acks = back.report(vec![ok]).await?;
+    assert!(acks[0].accepted, "{acks:?}");
+    assert_eq!(acks[0].state(), TaskState::Succeeded);
+    let task = tasks
+        .get_task(GetTaskRequest { id: id.clone() })
+        .await?
+        .into_inner();
+    assert_eq!(
+        (task.state(), task.end_reason(), task.lease_count),
+        (TaskState::Succeeded, EndReason::Sent, 1)
+    );
+    let attempts = tasks
+        .list_attempts(ListAttemptsRequest {
+            task_id: id.clone(),
+        })
+        .await?
+        .into_inner()
+        .attempts;
+    assert_eq!(attempts.len(), 1, "{attempts:?}");
+    assert_eq!(attempts[0].outcome(), OutcomeClass::Ok);
+    assert_eq!(attempts[0].provider_message_id, "msg-late");
+
+    // The same report again (its answer lost) changes nothing and is not accepted twice.
+    let mut again = result(&lease, OutcomeClass::Ok);
+    again.provider_message_id = "msg-late".into();
+    let acks = back.report(vec![again]).await?;
+    assert!(!acks[0].accepted, "{acks:?}");
+    assert_eq!(acks[0].state(), TaskState::Succeeded);
     Ok(())
 }
 

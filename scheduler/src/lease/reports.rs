@@ -108,14 +108,25 @@ pub async fn apply(
             .filter_map(|r| r.provider_message_id.as_deref())
             .collect();
         tx.deliveries().lock_messages(namespace, &sent).await?;
-        let applied = if reports.is_empty() {
+        let mut applied = if reports.is_empty() {
             Vec::new()
         } else {
             tx.leases().complete(namespace, &reports).await?
         };
+        // The account feedback is the live leases' alone: a lease the sweeper took back had
+        // its slot freed then.
+        let (feedback, blocks) = feedback_of(&applied, &reports);
+        // An OK refused above may be on a lease that lapsed while the executor could not
+        // report: if nothing leased the task since, it was sent, and is settled as such.
+        let live: HashSet<(Uuid, i32)> = applied.iter().map(|a| (a.task_id, a.attempt)).collect();
+        let late: Vec<&AttemptReport> = reports
+            .iter()
+            .filter(|r| r.outcome == Outcome::Ok && !live.contains(&(r.task_id, r.attempt)))
+            .copied()
+            .collect();
+        applied.extend(tx.leases().settle_late(namespace, &late).await?);
         let applied_tokens: HashSet<(Uuid, i32)> =
             applied.iter().map(|a| (a.task_id, a.attempt)).collect();
-        let (feedback, blocks) = feedback_of(&applied, &reports);
         crate::callbacks::on_accepted(tx, namespace, &accepted(&applied, &reports)).await?;
         let freed = tx.accounts().apply_feedback(namespace, &feedback).await?;
         // After the account rows, as a claim's grant locks them: account, then the recipient

@@ -26,6 +26,7 @@ repository!(
 );
 
 const COMPLETE_ATTEMPTS: Statement = statement!("complete_attempts");
+const SETTLE_LATE_REPORTS: Statement = statement!("settle_late_reports");
 const BLOCK_RECIPIENTS: Statement = statement!("block_recipients");
 const TASK_STATES: Statement = statement!("task_states");
 const EXTEND_LEASES: Statement = statement!("extend_leases");
@@ -61,6 +62,18 @@ pub struct ExpiredLeases {
     pub rescheduled: u64,
     /// Where the next sweep's walk can start: no lapsed lease it could take is left before it.
     pub swept_through: Option<DateTime<Utc>>,
+}
+
+/// A row of `complete_attempts.sql` or `settle_late_reports.sql`.
+fn applied(r: &tokio_postgres::Row) -> Result<Applied, StoreError> {
+    Ok(Applied {
+        task_id: column(r, "id")?,
+        attempt: column(r, "lease_count")?,
+        state: state(r, "state")?,
+        run_at: column(r, "run_at")?,
+        account_id: column(r, "account_id")?,
+        was_cancelled: column(r, "was_cancelled")?,
+    })
 }
 
 impl<C: GenericClient> LeaseRepo<'_, C> {
@@ -111,16 +124,47 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
             )
             .await?
             .iter()
-            .map(|r| {
-                Ok(Applied {
-                    task_id: column(r, "id")?,
-                    attempt: column(r, "lease_count")?,
-                    state: state(r, "state")?,
-                    run_at: column(r, "run_at")?,
-                    account_id: column(r, "account_id")?,
-                    was_cancelled: column(r, "was_cancelled")?,
-                })
-            })
+            .map(applied)
+            .collect()
+    }
+
+    /// Settles OK reports on leases the sweeper already took back while no lease came after
+    /// them (`settle_late_reports.sql`): the message went out, so the task ends SUCCEEDED
+    /// instead of being sent again. Frees no account slot (the sweeper did). Returns those
+    /// settled.
+    pub async fn settle_late(
+        &self,
+        namespace: &str,
+        reports: &[&AttemptReport],
+    ) -> Result<Vec<Applied>, StoreError> {
+        if reports.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<Uuid> = reports.iter().map(|r| r.task_id).collect();
+        let attempts: Vec<i32> = reports.iter().map(|r| r.attempt).collect();
+        let provider_ids: Vec<Option<&str>> = reports
+            .iter()
+            .map(|r| r.provider_message_id.as_deref())
+            .collect();
+        let started: Vec<Option<DateTime<Utc>>> = reports.iter().map(|r| r.started_at).collect();
+        let notes: Vec<Option<&str>> = reports.iter().map(|r| r.error.as_deref()).collect();
+        let fallbacks: Vec<bool> = reports.iter().map(|r| r.window_closed_fallback).collect();
+        SETTLE_LATE_REPORTS
+            .query(
+                self.db,
+                &[
+                    &namespace,
+                    &ids,
+                    &attempts,
+                    &provider_ids,
+                    &started,
+                    &notes,
+                    &fallbacks,
+                ],
+            )
+            .await?
+            .iter()
+            .map(applied)
             .collect()
     }
 
