@@ -138,6 +138,26 @@ pub enum Error {
 }
 
 impl Error {
+    /// The same error with violations of `from` named `to` instead: for a call that fills a
+    /// field of the spec it checks from a request field of its own (SendTest's
+    /// `test_recipient` becomes the task's recipient).
+    pub fn renamed(self, from: &str, to: &str) -> Self {
+        match self {
+            Error::InvalidArgument(violations) => Error::InvalidArgument(
+                violations
+                    .into_iter()
+                    .map(|mut f| {
+                        if f.field == from {
+                            f.field = to.to_owned();
+                        }
+                        f
+                    })
+                    .collect(),
+            ),
+            other => other,
+        }
+    }
+
     /// INVALID_ARGUMENT about one field.
     pub fn invalid(field: impl Into<String>, description: impl Into<String>) -> Self {
         let mut v = Violations::default();

@@ -230,6 +230,20 @@ async fn a_test_send_goes_to_the_test_recipient_only() -> Result<()> {
         .context("task")?
         .id;
 
+    // A bad test recipient is named as the request's field, not the task's.
+    let bad = tpl
+        .send_test(SendTestRequest {
+            task: Some(real.clone()),
+            test_recipient: "r".repeat(300),
+        })
+        .await
+        .err()
+        .context("a 300-character test recipient was sent to")?;
+    assert_eq!(bad.code(), Code::InvalidArgument);
+    assert!(
+        bad.message().contains("test_recipient") && !bad.message().contains("task.recipient"),
+        "{bad:?}"
+    );
     let test = tpl
         .send_test(SendTestRequest {
             task: Some(real),
@@ -485,5 +499,101 @@ async fn a_batch_rendered_too_large_to_answer_whole_is_answered_without_its_cont
         .task
         .as_ref()
         .is_some_and(|t| t.content.is_some()));
+    Ok(())
+}
+
+/// A stored template a schedule or an unfinished campaign still renders is not deleted: their
+/// later tasks would carry the bare reference, which a sender takes for a provider template of
+/// that name (found in an operator's test: the run's task was "sent"). Once nothing renders
+/// it, it is deleted.
+#[tokio::test]
+async fn a_template_in_use_is_not_deleted() -> Result<()> {
+    use herald_proto::v1::{
+        campaign_service_client::CampaignServiceClient,
+        schedule_service_client::ScheduleServiceClient, CampaignSpec, CancelCampaignRequest,
+        CreateCampaignRequest, CreateScheduleRequest, DeleteScheduleRequest, DeleteTemplateRequest,
+        GetTemplateRequest, ScheduleSpec,
+    };
+
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let url = scheduler.grpc_url();
+    let channel = Channel::from_shared(url.clone())?.connect().await?;
+    let mut stored = templates(&url).await?;
+    stored
+        .create_template(CreateTemplateRequest {
+            template: Some(text_template("birthday", "Happy birthday {{ name }}")),
+        })
+        .await?;
+    let mut schedules = ScheduleServiceClient::new(channel.clone());
+    schedules
+        .create_schedule(CreateScheduleRequest {
+            schedule: Some(ScheduleSpec {
+                id: "birthdays".into(),
+                cron: "0 9 * * *".into(),
+                queue: "greetings".into(),
+                recipients: vec!["ann".into()],
+                content: Some(uses("birthday", &[("name", "Ann")])),
+                ..Default::default()
+            }),
+        })
+        .await?;
+    let mut campaigns = CampaignServiceClient::new(channel);
+    let campaign = campaigns
+        .create_campaign(CreateCampaignRequest {
+            campaign: Some(CampaignSpec {
+                name: "june".into(),
+                queue: "greetings".into(),
+                content: Some(uses("birthday", &[("name", "you")])),
+                ..Default::default()
+            }),
+            recipients: vec![],
+        })
+        .await?
+        .into_inner();
+    let delete = |mut stored: TemplateServiceClient<Channel>| async move {
+        stored
+            .delete_template(DeleteTemplateRequest {
+                id: "birthday".into(),
+            })
+            .await
+    };
+
+    let refused = delete(stored.clone())
+        .await
+        .err()
+        .context("a template in use was deleted")?;
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+    assert!(
+        refused.message().contains("schedule birthdays")
+            && refused
+                .message()
+                .contains(&format!("campaign {}", campaign.id)),
+        "{refused:?}"
+    );
+    stored
+        .get_template(GetTemplateRequest {
+            id: "birthday".into(),
+        })
+        .await
+        .context("the template is still there")?;
+
+    // A cancelled campaign adds no one, and a deleted schedule runs no more.
+    campaigns
+        .cancel_campaign(CancelCampaignRequest {
+            id: campaign.id.clone(),
+        })
+        .await?;
+    let refused = delete(stored.clone())
+        .await
+        .err()
+        .context("the schedule still renders it")?;
+    assert!(!refused.message().contains("campaign"), "{refused:?}");
+    schedules
+        .delete_schedule(DeleteScheduleRequest {
+            id: "birthdays".into(),
+        })
+        .await?;
+    delete(stored.clone()).await?;
     Ok(())
 }

@@ -12,6 +12,7 @@ use crate::error::{Error, Violations};
 use crate::rules;
 use crate::store::tasks::{Created, TaskFilter};
 use crate::tasks::edit::{Edit, EditField};
+use crate::tasks::model::TaskSpec;
 use crate::tasks::model::MAX_BATCH;
 use crate::tasks::selection::Selection;
 use crate::tasks::{CreatedTask, Tasks};
@@ -37,14 +38,34 @@ pub async fn create(
     path: &(dyn Fn(usize) -> String + Sync),
     trace_parent: Option<String>,
 ) -> Result<Vec<pb::CreateTaskResponse>, Error> {
+    let domain = specs_from_wire(specs, path)?;
+    create_from(tasks, ns, domain, path, trace_parent).await
+}
+
+/// Wire specs as the domain's, or INVALID_ARGUMENT naming every bad field (`path` names the
+/// i-th spec).
+pub fn specs_from_wire(
+    specs: Vec<pb::TaskSpec>,
+    path: &(dyn Fn(usize) -> String + Sync),
+) -> Result<Vec<TaskSpec>, Error> {
     let mut v = Violations::default();
     let domain: Vec<_> = specs
         .into_iter()
         .enumerate()
         .map(|(i, s)| v.under(|| path(i), |v| wire::task_spec(s, v)))
         .collect();
-    let domain = v.into_result(domain)?;
-    let created = tasks.create(ns, domain, path, trace_parent).await?;
+    v.into_result(domain)
+}
+
+/// Creates tasks from specs already converted (see [`specs_from_wire`]) and answers each.
+pub async fn create_from(
+    tasks: &Tasks,
+    ns: &str,
+    specs: Vec<TaskSpec>,
+    path: &(dyn Fn(usize) -> String + Sync),
+    trace_parent: Option<String>,
+) -> Result<Vec<pb::CreateTaskResponse>, Error> {
+    let created = tasks.create(ns, specs, path, trace_parent).await?;
     created.into_iter().map(response).collect()
 }
 

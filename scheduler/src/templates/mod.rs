@@ -4,5 +4,6 @@
 
 pub mod model;
 pub mod render;
+pub mod users;
 
 pub use render::Renderer;
