@@ -132,6 +132,9 @@ pub enum Error {
     /// The peer went away.
     #[error("{0}")]
     Cancelled(String),
+    /// Concurrent changes kept the call from applying; read again and retry.
+    #[error("{0}")]
+    Aborted(String),
     /// The database failed. Its text is logged, never sent to clients.
     #[error(transparent)]
     Store(#[from] StoreError),

@@ -27,6 +27,7 @@ impl From<Error> for Status {
             Error::ResourceExhausted(m) => Status::resource_exhausted(m),
             Error::Unavailable(m) => Status::unavailable(m),
             Error::DeadlineExceeded(m) => Status::deadline_exceeded(m),
+            Error::Aborted(m) => Status::aborted(m),
             Error::Cancelled(m) => Status::cancelled(m),
             Error::Store(e @ StoreError::CommitInDoubt { .. }) => {
                 tracing::warn!(error = %e, "commit in doubt");

@@ -123,34 +123,45 @@ impl Tasks {
         let mut v = Violations::default();
         check_edit(&edit, &mut v);
         v.into_result(())?;
-        let record = self.get(namespace, id).await?;
-        if record.state != TaskState::Scheduled {
-            return Err(not_scheduled(id, record.state));
-        }
-        let now = self.clock().now();
         let when = edit.fields.contains(&EditField::When);
         let content = edit.fields.contains(&EditField::Content);
-        let spec = merged(&record, edit, now);
-        let conn = self.store().conn().await?;
-        let task: NewTask = super::prepare(&conn, namespace, vec![spec], &|_| "task".into(), now)
-            .await?
-            .pop()
-            .ok_or_else(|| Error::Unavailable("the edit was not prepared; retry it".into()))?;
-        drop(conn);
-        let updated = transaction!(self.store(), Error, |tx| Ok::<_, Error>(
-            tx.tasks()
-                .update(namespace, id, &task, when, content)
-                .await?
-        ))?;
-        match updated {
-            Some(record) => Ok(record),
-            None => {
-                let now = self.get(namespace, id).await?;
-                Err(not_scheduled(id, now.state))
+        let mut record = self.get(namespace, id).await?;
+        for _ in 0..EDIT_TRIES {
+            if record.state != TaskState::Scheduled {
+                return Err(not_scheduled(id, record.state));
             }
+            let now = self.clock().now();
+            let spec = merged(&record, edit.clone(), now);
+            let conn = self.store().conn().await?;
+            let task: NewTask =
+                super::prepare(&conn, namespace, vec![spec], &|_| "task".into(), now)
+                    .await?
+                    .pop()
+                    .ok_or_else(|| {
+                        Error::Unavailable("the edit was not prepared; retry it".into())
+                    })?;
+            drop(conn);
+            let read_at = record.updated_at;
+            let updated = transaction!(self.store(), Error, |tx| Ok::<_, Error>(
+                tx.tasks()
+                    .update(namespace, id, &task, when, content, read_at)
+                    .await?
+            ))?;
+            if let Some(updated) = updated {
+                return Ok(updated);
+            }
+            // Leased or ended meanwhile (refused above), or edited by another call: merged
+            // again onto what that call wrote, so neither edit undoes the other.
+            record = self.get(namespace, id).await?;
         }
+        Err(Error::Aborted(format!(
+            "task {id} kept changing while this edit was applied; read it and edit it again"
+        )))
     }
 }
+
+/// How many times an edit is merged again onto a task another call changed meanwhile.
+const EDIT_TRIES: usize = 3;
 
 fn not_scheduled(id: Uuid, state: TaskState) -> Error {
     Error::FailedPrecondition(format!(

@@ -459,8 +459,8 @@ impl<C: GenericClient> TaskRepo<'_, C> {
     /// Writes an edit of a SCHEDULED task (`task` is the edited task, checked and rendered;
     /// its due time and content are written only when `when` and `content` say they changed)
     /// and wakes the dispatchers for its due time; None when the task is not SCHEDULED (any
-    /// more) or does not exist. See `update_task.sql` for why a concurrent claim cannot also
-    /// win.
+    /// more), does not exist, or changed since the version last updated at `read_at` that the
+    /// edit was merged onto. See `update_task.sql` for why a concurrent claim cannot also win.
     pub async fn update(
         &self,
         namespace: &str,
@@ -468,6 +468,7 @@ impl<C: GenericClient> TaskRepo<'_, C> {
         task: &NewTask,
         when: bool,
         content: bool,
+        read_at: DateTime<Utc>,
     ) -> Result<Option<TaskRecord>, StoreError> {
         let (run_at, delay_ms) = match (when, task.due) {
             (false, _) => (None, None),
@@ -497,6 +498,7 @@ impl<C: GenericClient> TaskRepo<'_, C> {
                     &retry.multiplier,
                     &retry.jitter,
                     &retry.delays,
+                    &read_at,
                 ],
             )
             .await?;
@@ -586,6 +588,61 @@ impl<C: GenericClient> TaskRepo<'_, C> {
 mod tests {
     use super::*;
     use crate::store::scratch::{insert_tasks, rows_discarded, ScratchStore};
+
+    /// An edit is written only onto the version it was merged onto: a second edit merged onto
+    /// the same read, after the first was written, changes nothing (UpdateTask merges it again;
+    /// written, it would put back the first edit's field as read before it).
+    #[tokio::test]
+    async fn an_edit_merged_onto_an_older_version_is_not_written() {
+        let store = ScratchStore::migrated().await;
+        let conn = store.conn().await.unwrap_or_else(|e| panic!("{e}"));
+        insert_tasks(&conn, 1, "scheduled").await;
+        let id: Uuid = conn
+            .query_one("SELECT id FROM herald.tasks", &[])
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .get("id");
+        let read = conn
+            .tasks()
+            .get("default", id)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .unwrap_or_else(|| panic!("task {id} not found"));
+        let edited = |priority: i32| {
+            let spec = crate::tasks::model::TaskSpec {
+                queue: read.queue.clone(),
+                recipient: read.recipient.clone(),
+                content: Some(herald_proto::v1::Content {
+                    body: Some(herald_proto::v1::content::Body::Text("edited".into())),
+                    ..Default::default()
+                }),
+                priority: Some(priority),
+                ..Default::default()
+            };
+            let mut v = crate::error::Violations::default();
+            spec.validate("task", Utc::now(), &mut v)
+                .unwrap_or_else(|| panic!("{v:?}"))
+        };
+        let first = conn
+            .tasks()
+            .update("default", id, &edited(7), false, false, read.updated_at)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(first.map(|t| t.priority), Some(7));
+        let stale = conn
+            .tasks()
+            .update("default", id, &edited(2), false, false, read.updated_at)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(stale.is_none(), "an edit of a stale read was written");
+        let now = conn
+            .tasks()
+            .get("default", id)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .map(|t| t.priority);
+        assert_eq!(now, Some(7));
+    }
 
     /// A table of 20,000 succeeded, 5,000 scheduled and 1,000 leased tasks, to recipients `r1`,
     /// `r2`, … in each state, each also sent through account `acct-` + its number modulo 50

@@ -5,7 +5,9 @@
 -- commits first is simply what the claim then leases.
 -- $3 / $4: the new due time, absolute or milliseconds after now (both NULL: unchanged).
 -- $5: whether the content changed ($6 content, $7 its template id). The rest are written as
--- the caller merged them onto the stored task.
+-- the caller merged them onto the stored task, so the statement is also fenced on the version
+-- the caller merged onto ($17, its updated_at): a concurrent edit of another field committed
+-- since would otherwise be written back over with the value read before it.
 UPDATE herald.tasks t
 SET run_at = CASE WHEN $3::timestamptz IS NOT NULL THEN $3::timestamptz
                   WHEN $4::bigint IS NOT NULL
@@ -24,5 +26,5 @@ SET run_at = CASE WHEN $3::timestamptz IS NOT NULL THEN $3::timestamptz
     retry_delays_ms = CASE WHEN $16::text = '' THEN '{}'::bigint[]
                            ELSE string_to_array($16::text, ',')::bigint[] END,
     updated_at = herald.now()
-WHERE t.id = $1 AND t.namespace = $2 AND t.state = 'scheduled'
+WHERE t.id = $1 AND t.namespace = $2 AND t.state = 'scheduled' AND t.updated_at = $17
 RETURNING {task_columns}
