@@ -78,3 +78,20 @@ def test_health_and_create_task(scheduler):
     cancelled = json.loads(grpcurl(addr, "herald.v1.TaskService/CancelTask", data={"id": task["id"]}))
     assert cancelled["outcome"] == "CANCEL_OUTCOME_NOT_STARTED"
     assert cancelled["task"]["state"] == "TASK_STATE_CANCELLED"
+
+
+def test_bad_input_shows_the_fields_it_names(scheduler):
+    """docs/api.md's Errors: an INVALID_ARGUMENT's google.rpc.BadRequest lists every bad field.
+    grpcurl resolves the detail's type through reflection; before the server registered the
+    error details' descriptors it printed "google.rpc.BadRequest is not recognized"."""
+    addr = scheduler.ready["grpc"]
+    argv = [str(harness.grpcurl_binary()), "-plaintext", "-d",
+            json.dumps({"task": {"queue": "", "recipient": "", "content": {"text": "x"}}}),
+            addr, "herald.v1.TaskService/CreateTask"]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0, out.stdout
+    assert "Code: InvalidArgument" in out.stderr, out.stderr
+    assert "not recognized" not in out.stderr, out.stderr
+    detail = out.stderr[out.stderr.index('{"@type"'):].strip()
+    violations = json.loads(detail)["fieldViolations"]
+    assert {v["field"] for v in violations} == {"task.queue", "task.recipient"}, detail

@@ -62,6 +62,9 @@ where
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(herald_proto::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            // google.rpc.BadRequest and the other error details: without them grpcurl prints
+            // "google.rpc.BadRequest is not recognized" instead of the fields an error names.
+            .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
     };
     let reflection = builder()
         .build_v1()
