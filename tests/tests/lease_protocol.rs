@@ -968,6 +968,36 @@ async fn a_stream_must_start_with_a_supported_hello() -> Result<()> {
     Ok(())
 }
 
+/// A session ended by a bad frame says, in the scheduler's log, which executor it was and
+/// which frame ended it (it said only the namespace and the error).
+#[tokio::test]
+async fn an_ended_session_logs_its_executor_and_the_frame_that_ended_it() -> Result<()> {
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let exec = ScriptedExecutor::connect(&scheduler.grpc_url(), "noisy-one", &[], 1).await?;
+    exec.send(executor_message::Kind::Hello(herald_proto::v1::Hello {
+        executor_id: "noisy-one".into(),
+        protocol_version: herald_proto::LEASE_PROTOCOL_VERSION,
+        ..Default::default()
+    }))
+    .await?;
+    let ended = exec.finish().await;
+    assert!(ended.is_err(), "a second Hello ended nothing: {ended:?}");
+    until("the session's end in the scheduler's log", || {
+        let log = scheduler.stderr_all();
+        async move {
+            Ok(log.lines().any(|l| {
+                l.contains("ending lease stream")
+                    && l.contains("noisy-one")
+                    && l.contains("protocol violation")
+            }))
+        }
+    })
+    .await
+    .with_context(|| scheduler.stderr_tail())?;
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_released_lease_is_due_again_without_charging_an_attempt() -> Result<()> {
     let db = TestDb::new().await?;

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use futures::stream::{FuturesUnordered, StreamExt as _};
 use tokio::sync::{broadcast, mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use super::claim::NoAccountsCache;
 use super::dispatch::{Dispatcher, SESSION_ROLES};
@@ -68,7 +69,13 @@ pub fn start(
     frames: mpsc::Receiver<FromExecutor>,
     outbound: Outbound,
 ) {
-    tokio::spawn(run(ctx, namespace, hello, frames, outbound));
+    // Every line the session logs names its executor, on this task and the frame handler's.
+    let span = tracing::info_span!(
+        "lease_session",
+        executor_id = %hello.executor_id,
+        namespace = %namespace
+    );
+    tokio::spawn(run(ctx, namespace, hello, frames, outbound).instrument(span));
 }
 
 async fn run(
@@ -121,14 +128,17 @@ async fn run(
     // batch while the last one's results are being written.
     let (work_tx, work_rx) = mpsc::channel::<FromExecutor>(64);
     let handler_failed = CancellationToken::new();
-    let handler = tokio::spawn(handle_frames(
-        ctx.clone(),
-        namespace.clone(),
-        tx.clone(),
-        work_rx,
-        handler_failed.clone(),
-        unreported,
-    ));
+    let handler = tokio::spawn(
+        handle_frames(
+            ctx.clone(),
+            namespace.clone(),
+            tx.clone(),
+            work_rx,
+            handler_failed.clone(),
+            unreported,
+        )
+        .instrument(tracing::Span::current()),
+    );
     let mut drained = false;
     loop {
         let frame = tokio::select! {
@@ -297,6 +307,8 @@ async fn handle_frames(
     // database gets fewer, larger batches instead of falling further behind.
     let mut gathered: Vec<ReportEntry> = Vec::new();
     let mut error: Option<Error> = None;
+    // Which frame the session ended on, for the log line that says so.
+    let mut failed_on = "report batch";
     loop {
         if !gathered.is_empty()
             && (applying.is_empty()
@@ -332,6 +344,14 @@ async fn handle_frames(
             error = Some(e);
             break;
         }
+        failed_on = match &frame {
+            FromExecutor::Extend(_) => "extend",
+            FromExecutor::RevokeAck { .. } => "revoke ack",
+            FromExecutor::Release(_) => "release",
+            FromExecutor::Heartbeat => "heartbeat",
+            FromExecutor::Violation(_) => "protocol violation",
+            FromExecutor::Credit(_) | FromExecutor::Reports(_) => "credit",
+        };
         let result = match frame {
             FromExecutor::Extend(leases) => {
                 handle_extend(&ctx, &namespace, &tx, &unreported, leases).await
@@ -358,6 +378,7 @@ async fn handle_frames(
             error = Some(e);
             break;
         }
+        failed_on = "report batch";
     }
     // Reports received before the end are written and acknowledged before the stream ends, with
     // an error or without one: an ack must never be lost behind the stream's status. After an
@@ -368,7 +389,7 @@ async fn handle_frames(
     }
     let last = finish_all(&mut applying).await;
     if let Some(e) = error.or(last.err()) {
-        tracing::warn!(namespace = %namespace, error = %e, "ending lease stream");
+        tracing::warn!(frame = failed_on, error = %e, "ending lease stream");
         let _ = tx.send(ToExecutor::End(e)).await;
         failed.cancel();
     }
