@@ -467,5 +467,33 @@ async fn a_campaigns_start_and_deadline_have_a_tasks_bounds() -> Result<()> {
         .await?
         .get(0);
     assert_eq!(campaigns, 0, "a refused campaign was written");
+
+    // A cancelled campaign can be neither paused nor resumed (both answered OK).
+    let id = c
+        .create_campaign(CreateCampaignRequest {
+            campaign: Some(spec()),
+            recipients: vec![],
+        })
+        .await?
+        .into_inner()
+        .id;
+    c.cancel_campaign(CancelCampaignRequest { id: id.clone() })
+        .await?;
+    let paused = c
+        .pause_campaign(PauseCampaignRequest { id: id.clone() })
+        .await
+        .err()
+        .context("a cancelled campaign was paused")?;
+    assert_eq!(paused.code(), tonic::Code::FailedPrecondition, "{paused:?}");
+    let resumed = c
+        .resume_campaign(ResumeCampaignRequest { id })
+        .await
+        .err()
+        .context("a cancelled campaign was resumed")?;
+    assert_eq!(
+        resumed.code(),
+        tonic::Code::FailedPrecondition,
+        "{resumed:?}"
+    );
     Ok(())
 }

@@ -499,6 +499,12 @@ async fn drive(
     )
     .await?;
     ensure!(state == "cancelled", "cancelled task is {state}");
+    // The confirmation says what the cancel found, in words (it showed `NotStarted`).
+    let shown: String = js(&page, "document.body.textContent").await?;
+    ensure!(
+        shown.contains("is cancelled: it had not been sent"),
+        "the confirmation: {shown}"
+    );
 
     // Search by state and campaign: the failed ones.
     open(

@@ -425,6 +425,14 @@ async fn bad_schedule_input_names_its_field_and_changes_nothing() -> Result<()> 
             },
         ),
         (
+            // A valid expression for a date that never comes.
+            "schedule.cron",
+            ScheduleSpec {
+                cron: "0 0 30 2 *".into(),
+                ..base()
+            },
+        ),
+        (
             "schedule.expire_after",
             ScheduleSpec {
                 expire_after: Some(prost_types::Duration {

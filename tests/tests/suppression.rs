@@ -143,6 +143,15 @@ async fn entries_are_added_checked_listed_by_page_and_removed() -> Result<()> {
             note: String::new(),
         })
         .await;
+    let message = bad_reason
+        .as_ref()
+        .err()
+        .map(|s| s.message().to_owned())
+        .unwrap_or_default();
+    ensure!(
+        message == "reason: is not a suppression reason",
+        "the message says it once: {message}"
+    );
     ensure!(invalid_fields(bad_reason)? == ["reason"]);
     // PostgreSQL refuses NUL characters: caught as bad input, not a failed insert.
     ensure!(

@@ -98,12 +98,14 @@ impl SuppressionService for SuppressionApi {
         let req = request.get_ref();
         let mut v = Violations::default();
         let list = recipients(&req.recipients, &mut v);
-        let why = reason_from_wire("reason", req.reason)
-            .unwrap_or_else(|e| {
-                v.add("reason", e.to_string());
+        let why = match pb::SuppressionReason::try_from(req.reason) {
+            Err(_) => {
+                v.add("reason", "is not a suppression reason");
                 None
-            })
-            .unwrap_or(SuppressionReason::Manual);
+            }
+            Ok(_) => reason_from_wire("reason", req.reason).unwrap_or_default(),
+        }
+        .unwrap_or(SuppressionReason::Manual);
         if req.note.chars().count() > MAX_NOTE_CHARS {
             v.add(
                 "note",

@@ -637,6 +637,14 @@ impl Campaigns {
             let Some((state, _)) = tx.campaigns().lock(namespace, id).await? else {
                 return Err(Error::NotFound(format!("campaign {id}")));
             };
+            // Pausing a paused campaign or resuming an active one changes nothing and is no
+            // error; a campaign that has ended can be neither.
+            if state == "cancelled" || state == "finished" {
+                return Err(Error::FailedPrecondition(format!(
+                    "campaign {id} is {state}; only an active or paused campaign can be {}",
+                    if paused { "paused" } else { "resumed" }
+                )));
+            }
             let from = if paused { "active" } else { "paused" };
             if state == from {
                 tx.campaigns().set_paused(namespace, id, paused).await?;

@@ -129,6 +129,11 @@ pub fn check(
             None
         }
     };
+    // A valid expression for a date that never comes (`0 0 30 2 *`) would make a schedule
+    // that never runs, with nothing to say so.
+    if fires.as_ref().is_some_and(|f| f.preview(now, 1).is_empty()) {
+        v.add("schedule.cron", "never fires: no date matches it");
+    }
     let mut bounded = |field: &str, d: Option<&prost_types::Duration>, max_ms: i64| -> i64 {
         match ms_of(d) {
             None => 0,

@@ -49,6 +49,22 @@ pub fn variables_of(body: &str) -> Result<Vec<String>, String> {
         .filter(|name| !globals.contains(name.as_str()))
         .collect();
     vars.sort();
+    // A filter or test that does not exist parses and fails every render, the first one at a
+    // task's creation or a schedule's run: render it once with a sample value for every
+    // variable and refuse those (other errors of a sample render, such as arithmetic on text,
+    // say nothing about real values). An unknown function reads as a variable the task must
+    // give, so it is named there.
+    let sample: std::collections::BTreeMap<&str, &str> =
+        vars.iter().map(|v| (v.as_str(), "x")).collect();
+    if let Err(e) = template.render(&sample) {
+        use minijinja::ErrorKind;
+        if matches!(
+            e.kind(),
+            ErrorKind::UnknownFilter | ErrorKind::UnknownTest | ErrorKind::UnknownFunction
+        ) {
+            return Err(format!("does not render: {e}"));
+        }
+    }
     Ok(vars)
 }
 
@@ -282,6 +298,23 @@ mod tests {
             vec!["a", "b", "c"]
         );
         assert!(variables_of("Hi {{ name").is_err());
+    }
+
+    /// A filter or test that does not exist fails every render: refused when stored. A
+    /// template that only fails on the sample value (arithmetic on text) is not.
+    #[test]
+    fn refuses_unknown_filters_and_tests() {
+        for body in [
+            "Hi {{ name | nosuchfilter }}",
+            "{% if name is nosuchtest %}x{% endif %}",
+        ] {
+            let refused = variables_of(body).expect_err(body);
+            assert!(refused.contains("does not render"), "{body}: {refused}");
+        }
+        assert_eq!(
+            variables_of("{{ name | upper }} owes {{ amount * 2 }}").unwrap(),
+            vec!["amount", "name"]
+        );
     }
 
     #[test]

@@ -22,7 +22,7 @@ use crate::http::dashboard::content_summary;
 use crate::rules;
 use crate::store::tasks::TaskFilter;
 use crate::store::Db;
-use crate::tasks::model::{EndReason, TaskRecord, TaskState};
+use crate::tasks::model::{CancelOutcome, EndReason, TaskRecord, TaskState};
 use crate::tasks::selection::Selection;
 
 /// Tasks per page.
@@ -368,8 +368,24 @@ pub(super) async fn cancel(
     Ok(done(
         &caller,
         &format!("/console/tasks/{id}"),
-        &format!("task {id} is {} ({outcome:?})", task.state.as_str()),
+        &format!(
+            "task {id} is {}: {}",
+            task.state.as_str(),
+            outcome_text(outcome)
+        ),
     ))
+}
+
+/// What a cancel's outcome means, for the page that confirms it (a Rust name such as
+/// `NotStarted` told an operator little).
+fn outcome_text(outcome: CancelOutcome) -> &'static str {
+    match outcome {
+        CancelOutcome::NotStarted => "it had not been sent",
+        CancelOutcome::StoppedBeforeSend => "its executor stopped it before sending",
+        CancelOutcome::AlreadySent => "too late, the provider had already accepted it",
+        CancelOutcome::SendFailed => "its send had already failed",
+        CancelOutcome::Unconfirmed => "its executor has not confirmed yet whether it was sent",
+    }
 }
 
 /// Re-drives an ended task as RetryTask does.
