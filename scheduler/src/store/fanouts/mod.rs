@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 
-use super::sql::{column, statement, FromRow, Statement};
+use super::sql::{column, notify, statement, FromRow, Statement};
 use super::{repository, StoreError};
 
 repository!(
@@ -59,7 +59,10 @@ impl FromRow for PendingFanout {
 }
 
 impl<C: GenericClient> FanoutRepo<'_, C> {
-    /// Records a run to fan out (with the run, in its transaction).
+    /// Records a run to fan out (with the run, in its transaction), and wakes the
+    /// materialiser's leader at commit: it writes fan-outs' batches after a pass, and a run made
+    /// by hand (RunScheduleNow, on any replica) otherwise waited for its next pass, up to half a
+    /// minute, before its first task.
     pub async fn insert(&self, f: &PendingFanout) -> Result<(), StoreError> {
         INSERT_FANOUT
             .execute(
@@ -74,7 +77,7 @@ impl<C: GenericClient> FanoutRepo<'_, C> {
                 ],
             )
             .await?;
-        Ok(())
+        notify(self.db, "herald_schedules", "").await
     }
 
     /// Up to `limit` fan-outs due for a batch.
