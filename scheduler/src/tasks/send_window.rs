@@ -60,6 +60,13 @@ impl SendWindow {
         };
         if !(0..=86_400_000).contains(&spread_ms) {
             v.add(f("spread"), "must be between 0 and 24 hours");
+        } else if let (Some(s), Some(e), Some(_)) = (start, end, &w.spread) {
+            // As the proto says: a spread past the closing would be cut there silently. The
+            // default is cut to a short window's length instead, since nobody asked for it.
+            let length_ms = (e - s).num_milliseconds().rem_euclid(86_400_000);
+            if spread_ms > length_ms {
+                v.add(f("spread"), "must be at most the window's length");
+            }
         }
         Some(SendWindow {
             start: start?,
@@ -95,5 +102,43 @@ impl SendWindow {
                 nanos: ((self.spread_ms % 1000) * 1_000_000) as i32,
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn window(start: &str, end: &str, spread_s: Option<i64>) -> pb::SendWindow {
+        pb::SendWindow {
+            start: start.into(),
+            end: end.into(),
+            time_zone: "Asia/Shanghai".into(),
+            spread: spread_s.map(|seconds| prost_types::Duration { seconds, nanos: 0 }),
+        }
+    }
+
+    fn fields(w: &pb::SendWindow) -> Vec<String> {
+        let mut v = Violations::default();
+        SendWindow::from_wire(w, "", "task.send_window", &mut v);
+        v.as_slice().iter().map(|f| f.field.clone()).collect()
+    }
+
+    /// A spread is at most the window's length, as the proto says (two hours over a one-hour
+    /// window were accepted and cut at the closing); across midnight the length wraps. Left
+    /// out, the default half hour is cut to a short window, not refused.
+    #[test]
+    fn a_spread_past_the_windows_length_is_refused() {
+        assert_eq!(
+            fields(&window("09:00", "10:00", Some(7200))),
+            ["task.send_window.spread"]
+        );
+        assert!(fields(&window("09:00", "10:00", Some(3600))).is_empty());
+        assert!(fields(&window("23:00", "01:00", Some(7200))).is_empty());
+        assert_eq!(
+            fields(&window("23:00", "01:00", Some(7300))),
+            ["task.send_window.spread"]
+        );
+        assert!(fields(&window("09:00", "09:10", None)).is_empty());
     }
 }
