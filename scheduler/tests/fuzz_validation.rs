@@ -58,13 +58,12 @@ mod validate {
         herald_scheduler::rules::name_problem(name)
     }
 
-    /// An account through conversion and the account domain's rules.
+    /// An account through conversion and the account domain's rules; whether it has limits
+    /// (without them the definition holds stand-ins and a violation says so).
     pub(crate) fn account(a: &pb::Account, v: &mut Violations) -> bool {
         let spec = convert::accounts::account_spec(a, "account", v);
-        if let Some(spec) = &spec {
-            spec.check("account", v);
-        }
-        spec.is_some()
+        spec.check("account", v);
+        a.limits.is_some()
     }
 
     /// A template through conversion and the template domain's rules.

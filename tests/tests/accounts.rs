@@ -248,6 +248,21 @@ async fn account_service_manages_accounts_and_pools() -> Result<()> {
         status.message()
     );
     assert!(status.message().contains("account.limits.rate_per_second"));
+    // An empty account names every missing field in one answer, not only its limits.
+    let status = accounts
+        .create_account(CreateAccountRequest {
+            account: Some(Account::default()),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    for field in ["account.id", "account.sender_kind", "account.limits"] {
+        assert!(
+            status.message().contains(field),
+            "{field} not named: {}",
+            status.message()
+        );
+    }
     // A warm-up with no first-day cap is refused, not dropped (which sent at full rate at once).
     let mut unramped = account("wa-3", "wa", rate(5.0, 1));
     if let Some(limits) = unramped.limits.as_mut() {

@@ -10,8 +10,8 @@ use crate::rules::parse_clock;
 use chrono::NaiveDate;
 
 /// A wire account as a domain definition, defaults filled in; wire problems are recorded
-/// under `path`. None when the limits are missing.
-pub fn account_spec(a: &pb::Account, path: &str, v: &mut Violations) -> Option<AccountSpec> {
+/// under `path` (missing limits among them, with stand-ins in the definition).
+pub fn account_spec(a: &pb::Account, path: &str, v: &mut Violations) -> AccountSpec {
     let f = |name: &str| format!("{path}.{name}");
     let state = match pb::AccountState::try_from(a.state) {
         Ok(pb::AccountState::Unspecified) | Ok(pb::AccountState::Active) => AccountState::Active,
@@ -28,11 +28,17 @@ pub fn account_spec(a: &pb::Account, path: &str, v: &mut Violations) -> Option<A
     let limits = match &a.limits {
         None => {
             v.add(f("limits"), "is required (at least rate_per_second)");
-            None
+            // Stand-in limits, their own problems not reported, so that the account's other
+            // fields are still checked and named in the same answer.
+            let stand_in = pb::AccountLimits {
+                rate_per_second: 1.0,
+                ..Default::default()
+            };
+            limits(&stand_in, &f("limits"), &mut Violations::default())
         }
-        Some(l) => Some(limits(l, &f("limits"), v)),
+        Some(l) => limits(l, &f("limits"), v),
     };
-    Some(AccountSpec {
+    AccountSpec {
         id: a.id.clone(),
         sender_kind: a.sender_kind.clone(),
         pool: a.pool.clone(),
@@ -47,8 +53,8 @@ pub fn account_spec(a: &pb::Account, path: &str, v: &mut Violations) -> Option<A
             a.credentials_ref.clone()
         },
         state,
-        limits: limits?,
-    })
+        limits,
+    }
 }
 
 /// Wire limits with their defaults filled in. A malformed duration becomes a negative one,
@@ -159,13 +165,8 @@ fn tier_to_wire(limit: Option<i32>) -> pb::MessagingTier {
 pub fn checked_account(a: &pb::Account) -> Result<AccountSpec, Error> {
     let mut v = Violations::default();
     let spec = account_spec(a, "account", &mut v);
-    if let Some(spec) = &spec {
-        spec.check("account", &mut v);
-    }
-    match spec {
-        Some(spec) if v.is_empty() => Ok(spec),
-        _ => Err(v.into_error()),
-    }
+    spec.check("account", &mut v);
+    v.into_result(spec)
 }
 
 fn limits_to_wire(l: &AccountLimits) -> pb::AccountLimits {
