@@ -5,8 +5,9 @@
 //! sent, like a task's content.
 
 pub mod model;
+mod recipients;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use chrono::{DateTime, Duration as ChronoDuration, Utc};
@@ -15,15 +16,15 @@ use prost::Message;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use self::model::{Added, CampaignRecord, FailureReason, Progress};
+use self::model::{CampaignRecord, FailureReason, Progress};
+use self::recipients::{task_for, WriteTarget};
 use crate::audiences::model::AudienceRecord;
 use crate::error::{Error, Violations};
 use crate::rules;
-use crate::schedule::{fire_times, spread};
 use crate::store::audiences::ContactFilter;
 use crate::store::transaction;
 use crate::store::{Db, StoreError};
-use crate::tasks::model::{DueAt, NewTask, Origin, TaskSpec, MAX_AHEAD};
+use crate::tasks::model::MAX_AHEAD;
 use crate::tasks::Tasks;
 
 /// Most recipients per chunk.
@@ -112,50 +113,6 @@ fn ms(d: Option<&prost_types::Duration>) -> i64 {
             .saturating_mul(1000)
             .saturating_add(i64::from(d.nanos) / 1_000_000)
     })
-}
-
-/// The task of one recipient before its due time is set.
-fn task_for(spec: &pb::CampaignSpec, r: &Recipient, id: Uuid) -> TaskSpec {
-    let mut labels = spec.labels.clone();
-    labels.insert("herald.campaign_id".into(), id.to_string());
-    let mut content = spec.content.clone();
-    // The recipient's variables over the campaign's.
-    if let Some(pb::content::Body::Template(t)) = content.as_mut().and_then(|c| c.body.as_mut()) {
-        for (k, v) in &r.variables {
-            t.variables.insert(k.clone(), v.clone());
-        }
-    }
-    TaskSpec {
-        queue: spec.queue.clone(),
-        recipient: r.recipient.clone(),
-        content,
-        priority: spec.priority,
-        max_attempts: spec.max_attempts,
-        // The campaign's policy, applied to every recipient's task.
-        retry: spec
-            .retry_policy
-            .as_ref()
-            .and_then(crate::tasks::model::RetryPolicy::from_wire),
-        expire_at: spec.expire_at.as_ref().and_then(rules::timestamp),
-        duplicate_window_ms: spec
-            .duplicate_window
-            .as_ref()
-            .map(|d| rules::duration_ms(d).unwrap_or(-1)),
-        labels,
-        pool: spec.pool.clone(),
-        // The window is in the recipient's zone, else the campaign's.
-        send_window: spec.send_window.clone().map(|mut w| {
-            if w.time_zone.is_empty() {
-                w.time_zone = if r.time_zone.is_empty() {
-                    spec.time_zone.clone()
-                } else {
-                    r.time_zone.clone()
-                };
-            }
-            w
-        }),
-        ..Default::default()
-    }
 }
 
 /// Checks a campaign spec before anything is stored: the campaign's own fields, and its
@@ -474,157 +431,6 @@ impl Campaigns {
         Ok(views)
     }
 
-    /// Adds recipients in one transaction: drops those already in the campaign (and repeats
-    /// within `recipients`), and creates the tasks of the rest, each due at its slot: the
-    /// campaign's start (in the recipient's zone for a local start) plus its spacing times its
-    /// sequence number, or its stagger offset in the window. Every recipient is checked and
-    /// rendered first; `path` names them in violations.
-    pub async fn add(
-        &self,
-        namespace: &str,
-        id: Uuid,
-        recipients: &[Recipient],
-        path: &str,
-    ) -> Result<Added, Error> {
-        self.add_from(namespace, id, recipients, path, None).await
-    }
-
-    /// [`Self::add`] for recipients taken from `audience` (recorded on their tasks).
-    async fn add_from(
-        &self,
-        namespace: &str,
-        id: Uuid,
-        recipients: &[Recipient],
-        path: &str,
-        audience: Option<&str>,
-    ) -> Result<Added, Error> {
-        let conn = self.tasks.store().conn().await?;
-        let campaign = conn
-            .campaigns()
-            .get(namespace, id)
-            .await?
-            .ok_or_else(|| Error::NotFound(format!("campaign {id}")))?;
-        let spec = decode(&campaign)?;
-        let now = self.tasks.clock().now();
-        let prepared = self
-            .prepare_recipients(&conn, namespace, &spec, id, recipients, path, now)
-            .await?;
-        drop(conn);
-        let into = WriteTarget {
-            namespace,
-            spec: &spec,
-            campaign: &campaign,
-            path,
-            audience,
-            now,
-        };
-        self.write_recipients(&into, recipients, prepared).await
-    }
-
-    /// Checks and renders `recipients` as tasks of campaign `id` with `spec`, writing nothing:
-    /// each recipient's zone and its task, or INVALID_ARGUMENT naming every bad one under
-    /// `path`.
-    #[allow(clippy::too_many_arguments)]
-    async fn prepare_recipients(
-        &self,
-        conn: &impl deadpool_postgres::GenericClient,
-        namespace: &str,
-        spec: &pb::CampaignSpec,
-        id: Uuid,
-        recipients: &[Recipient],
-        path: &str,
-        now: DateTime<Utc>,
-    ) -> Result<PreparedRecipients, Error> {
-        if recipients.len() > MAX_CHUNK {
-            return Err(Error::invalid(
-                path,
-                "must hold at most 1,000 recipients per chunk",
-            ));
-        }
-        let zones = zones(spec, recipients, path)?;
-        let specs: Vec<TaskSpec> = recipients.iter().map(|r| task_for(spec, r, id)).collect();
-        let each = |i: usize| format!("{path}[{i}]");
-        let mut tasks = crate::tasks::prepare(conn, namespace, specs, &each, now).await?;
-        self.tasks.duplicate_windows().apply(&mut tasks);
-        Ok(PreparedRecipients { zones, tasks })
-    }
-
-    /// Writes prepared recipients into the campaign in one transaction (see [`Self::add`]).
-    async fn write_recipients(
-        &self,
-        into: &WriteTarget<'_>,
-        recipients: &[Recipient],
-        prepared: PreparedRecipients,
-    ) -> Result<Added, Error> {
-        let WriteTarget {
-            namespace,
-            spec,
-            campaign,
-            path,
-            audience,
-            now,
-        } = *into;
-        let id = campaign.id;
-        let PreparedRecipients {
-            zones,
-            tasks: prepared,
-        } = prepared;
-        let each = |i: usize| format!("{path}[{i}]");
-        let slots = Slots::of(spec, campaign, id);
-        transaction!(self.tasks.store(), Error, |tx| {
-            let Some((state, count)) = tx.campaigns().lock(namespace, id).await? else {
-                return Err(Error::NotFound(format!("campaign {id}")));
-            };
-            if state == "cancelled" || state == "finished" {
-                return Err(Error::FailedPrecondition(format!(
-                    "campaign {id} is {state}"
-                )));
-            }
-            if count.saturating_add(recipients.len() as i32) > MAX_RECIPIENTS {
-                return Err(Error::FailedPrecondition(format!(
-                    "campaign {id} would exceed 100,000 recipients"
-                )));
-            }
-            let names: Vec<&str> = recipients.iter().map(|r| r.recipient.as_str()).collect();
-            let present = tx.campaigns().present(id, &names).await?;
-            let mut seen: HashSet<&str> = HashSet::new();
-            let origin = Origin::Campaign {
-                campaign_id: id,
-                paused: state == "paused",
-                audience_id: audience.map(str::to_owned),
-            };
-            let mut fresh: Vec<NewTask> = Vec::new();
-            for (i, r) in recipients.iter().enumerate() {
-                if present.contains(&r.recipient) || !seen.insert(&r.recipient) {
-                    continue;
-                }
-                let seq = count + fresh.len() as i32;
-                let mut task = prepared[i].clone();
-                task.due = DueAt::At(slots.due(&r.recipient, zones[i], seq).max(now));
-                task.origin = origin.clone();
-                fresh.push(task);
-            }
-            let duplicates = recipients.len() - fresh.len();
-            if fresh.is_empty() {
-                return Ok(Added {
-                    added: 0,
-                    duplicates,
-                    total: count,
-                });
-            }
-            crate::tasks::insert(tx, namespace, &fresh, &each).await?;
-            let total = tx
-                .campaigns()
-                .count_recipients(namespace, id, fresh.len() as i32)
-                .await?;
-            Ok(Added {
-                added: fresh.len(),
-                duplicates,
-                total,
-            })
-        })
-    }
-
     /// Pauses (parks live tasks) or resumes (unparks them) a campaign; a cancelled or finished
     /// one is returned unchanged.
     pub async fn set_paused(
@@ -718,99 +524,7 @@ impl Campaigns {
     }
 }
 
-/// Each recipient's zone (the campaign's when it names none); INVALID_ARGUMENT naming every
-/// recipient whose zone is not an IANA name.
-fn zones(
-    spec: &pb::CampaignSpec,
-    recipients: &[Recipient],
-    path: &str,
-) -> Result<Vec<Option<chrono_tz::Tz>>, Error> {
-    let mut v = Violations::default();
-    let zones = recipients
-        .iter()
-        .enumerate()
-        .map(|(i, r)| {
-            let zone = if r.time_zone.is_empty() {
-                &spec.time_zone
-            } else {
-                &r.time_zone
-            };
-            let parsed = zone.parse::<chrono_tz::Tz>().ok();
-            if parsed.is_none() {
-                v.add(
-                    format!("{path}[{i}].time_zone"),
-                    "is not an IANA time zone name",
-                );
-            }
-            parsed
-        })
-        .collect();
-    v.into_result(zones)
-}
-
-/// Where a campaign's recipients fall in time.
-/// Recipients checked and rendered, not yet written: each one's zone and task, in order.
-struct PreparedRecipients {
-    zones: Vec<Option<chrono_tz::Tz>>,
-    tasks: Vec<NewTask>,
-}
-
-/// Where prepared recipients are written: the campaign, its spec, and what their tasks record.
-#[derive(Clone, Copy)]
-struct WriteTarget<'a> {
-    namespace: &'a str,
-    spec: &'a pb::CampaignSpec,
-    campaign: &'a CampaignRecord,
-    /// Names the recipients in violations.
-    path: &'a str,
-    /// The audience they came from, if any.
-    audience: Option<&'a str>,
-    now: DateTime<Utc>,
-}
-
-struct Slots {
-    start: DateTime<Utc>,
-    local_start: Option<chrono::NaiveDateTime>,
-    window: i64,
-    spacing: i64,
-    scope: String,
-}
-
-impl Slots {
-    fn of(spec: &pb::CampaignSpec, c: &CampaignRecord, id: Uuid) -> Self {
-        Slots {
-            start: spec
-                .start_at
-                .as_ref()
-                .and_then(rules::timestamp)
-                .unwrap_or(c.created_at),
-            local_start: rules::parse_local_time(&spec.local_start),
-            window: ms(spec.window.as_ref()),
-            spacing: ms(spec.spacing.as_ref()),
-            scope: id.to_string(),
-        }
-    }
-
-    /// The due time of the recipient with sequence number `seq`.
-    fn due(&self, recipient: &str, zone: Option<chrono_tz::Tz>, seq: i32) -> DateTime<Utc> {
-        let base = match (self.local_start, zone) {
-            (Some(local), Some(zone)) => {
-                fire_times::local_to_instant(&zone, local).unwrap_or(self.start)
-            }
-            _ => self.start,
-        };
-        if self.spacing > 0 {
-            base + ChronoDuration::milliseconds(self.spacing * i64::from(seq))
-        } else {
-            base + spread::stagger_offset(
-                &self.scope,
-                recipient,
-                ChronoDuration::milliseconds(self.window),
-            )
-        }
-    }
-}
-
+/// A stored campaign's spec.
 fn decode(c: &CampaignRecord) -> Result<pb::CampaignSpec, Error> {
     pb::CampaignSpec::decode(c.spec.as_slice())
         .map_err(|e| Error::Store(StoreError::Corrupt(format!("campaign {} spec: {e}", c.id))))

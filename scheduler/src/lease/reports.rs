@@ -118,15 +118,18 @@ pub async fn apply(
         let (feedback, blocks) = feedback_of(&applied, &reports);
         // An OK refused above may be on a lease that lapsed while the executor could not
         // report: if nothing leased the task since, it was sent, and is settled as such.
-        let live: HashSet<(Uuid, i32)> = applied.iter().map(|a| (a.task_id, a.attempt)).collect();
+        let mut applied_tokens: HashSet<(Uuid, i32)> =
+            applied.iter().map(|a| (a.task_id, a.attempt)).collect();
         let late: Vec<&AttemptReport> = reports
             .iter()
-            .filter(|r| r.outcome == Outcome::Ok && !live.contains(&(r.task_id, r.attempt)))
+            .filter(|r| {
+                r.outcome == Outcome::Ok && !applied_tokens.contains(&(r.task_id, r.attempt))
+            })
             .copied()
             .collect();
-        applied.extend(tx.leases().settle_late(namespace, &late).await?);
-        let applied_tokens: HashSet<(Uuid, i32)> =
-            applied.iter().map(|a| (a.task_id, a.attempt)).collect();
+        let settled = tx.leases().settle_late(namespace, &late).await?;
+        applied_tokens.extend(settled.iter().map(|a| (a.task_id, a.attempt)));
+        applied.extend(settled);
         crate::callbacks::on_accepted(tx, namespace, &accepted(&applied, &reports)).await?;
         let freed = tx.accounts().apply_feedback(namespace, &feedback).await?;
         // After the account rows, as a claim's grant locks them: account, then the recipient

@@ -225,8 +225,12 @@ async fn a_task_retried_after_a_late_failure_is_judged_by_its_new_message_only()
             ..Default::default()
         })
         .await?;
+    // The webhooks may come before the executor's own report: wait for both (a delivery
+    // already DELIVERED while the task was still LEASED failed this test once).
     let retried = stack
-        .wait_task(&task.id, |t| state(t) == DeliveryState::Delivered)
+        .wait_task(&task.id, |t| {
+            state(t) == DeliveryState::Delivered && t.state() == TaskState::Succeeded
+        })
         .await?;
     assert_eq!(retried.state(), TaskState::Succeeded);
     assert_ne!(
