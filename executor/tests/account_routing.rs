@@ -224,6 +224,7 @@ impl Session {
                 attempt: r.attempt,
                 accepted: true,
                 state: 0,
+                ..Default::default()
             }],
         }));
         r

@@ -221,6 +221,7 @@ async fn finish_shutdown(
                                     attempt: r.attempt,
                                     accepted: true,
                                     state: 0,
+                                    ..Default::default()
                                 }).collect();
                                 let _ = s.out.send(Ok(pb::SchedulerMessage {
                                     kind: Some(In::ReportAcks(pb::ReportAckBatch { acks })),
@@ -329,6 +330,7 @@ async fn leases_revokes_drain_and_resend() {
             attempt: 1,
             accepted: true,
             state: 0,
+            ..Default::default()
         }],
     }));
 
@@ -395,6 +397,7 @@ async fn leases_revokes_drain_and_resend() {
             attempt: 1,
             accepted: false,
             state: 0,
+            ..Default::default()
         }],
     }));
 
@@ -447,6 +450,7 @@ async fn shutdown_finishes_sends_and_drops_pending_leases() {
             attempt: 1,
             accepted: true,
             state: 0,
+            ..Default::default()
         }],
     }));
     // Nothing but the end of the stream follows, then the run ends.
@@ -521,6 +525,7 @@ async fn extends_old_leases_and_drops_lost_pending_ones() {
             attempt: 1,
             accepted: false,
             state: 0,
+            ..Default::default()
         }],
     }));
     finish_shutdown(exec, s, &mut sessions).await;

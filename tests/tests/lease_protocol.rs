@@ -1085,7 +1085,8 @@ async fn a_refused_report_about_another_namespaces_task_reads_as_unknown() -> Re
 
 /// Regression (#14): acks of refused results (an UNSPECIFIED or LEASE_EXPIRED outcome, a lease
 /// reported twice) came first and without the task's state, while lease.proto promises acks
-/// in the order of the report and a refused ack carrying the task's current state.
+/// in the order of the report and a refused ack carrying the task's current state. Each
+/// refusal also says why, so an executor's log tells a result it sent wrong from a lost lease.
 #[tokio::test]
 async fn acks_follow_the_reports_order_and_refusals_carry_the_state() -> Result<()> {
     let db = TestDb::new().await?;
@@ -1103,8 +1104,10 @@ async fn acks_follow_the_reports_order_and_refusals_carry_the_state() -> Result<
     unspecified.outcome = OutcomeClass::Unspecified as i32;
     let expired = result(&leases[2], OutcomeClass::LeaseExpired);
     let again = result(&leases[0], OutcomeClass::Transient);
+    let mut not_a_uuid = result(&leases[1], OutcomeClass::Ok);
+    not_a_uuid.task_id = "not-a-uuid".into();
     let acks = executor
-        .report(vec![ok, unspecified, expired, again])
+        .report(vec![ok, unspecified, expired, again, not_a_uuid])
         .await?;
     let answers: Vec<(String, bool, i32)> = acks
         .iter()
@@ -1122,7 +1125,46 @@ async fn acks_follow_the_reports_order_and_refusals_carry_the_state() -> Result<
                 false,
                 TaskState::Succeeded as i32
             ),
+            (
+                "not-a-uuid".to_string(),
+                false,
+                TaskState::Unspecified as i32
+            ),
         ]
+    );
+    let reasons: Vec<&str> = acks.iter().map(|a| a.reason.as_str()).collect();
+    assert_eq!(reasons[0], "", "an accepted result has no reason");
+    assert!(reasons[1].contains("outcome"), "{reasons:?}");
+    assert!(reasons[2].contains("outcome"), "{reasons:?}");
+    assert!(reasons[3].contains("repeats"), "{reasons:?}");
+    assert!(reasons[4].contains("task_id"), "{reasons:?}");
+    Ok(())
+}
+
+/// A result on a lease the sweeper took back is refused as no longer the task's current lease,
+/// and one about a task the namespace does not have says so.
+#[tokio::test]
+async fn a_refused_result_says_whether_its_lease_was_lost_or_its_task_is_unknown() -> Result<()> {
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
+    let queue = unique_id("q");
+    create(&mut tasks, task_spec(&queue, "+10", "hi")).await?;
+    let mut executor =
+        ScriptedExecutor::connect(&scheduler.grpc_url(), "exec", &[&queue], 1).await?;
+    let leases = executor.leases(1).await?;
+    let mut unknown = result(&leases[0], OutcomeClass::Ok);
+    unknown.task_id = uuid::Uuid::new_v4().to_string();
+    let ok = result(&leases[0], OutcomeClass::Ok);
+    let acks = executor.report(vec![unknown, ok.clone()]).await?;
+    assert!(!acks[0].accepted && acks[1].accepted, "{acks:?}");
+    assert!(acks[0].reason.contains("no task"), "{acks:?}");
+    // Reported again (its answer lost): the lease is no longer the task's current one.
+    let acks = executor.report(vec![ok]).await?;
+    assert!(!acks[0].accepted, "{acks:?}");
+    assert!(
+        acks[0].reason.contains("not the task's current"),
+        "{acks:?}"
     );
     Ok(())
 }

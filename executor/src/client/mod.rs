@@ -549,7 +549,14 @@ impl LeaseClient {
                         attempt: ack.attempt,
                     };
                     if self.outbox.remove(&key).is_some() && !ack.accepted {
-                        debug!(task_id = %key.task_id, attempt = key.attempt, state = ack.state, "result not accepted: lease was lost or already reported");
+                        // The scheduler says why (older ones did not): a lost lease is routine
+                        // after a cancel or a stall; a result it cannot read is a bug here.
+                        let reason = if ack.reason.is_empty() {
+                            "lease was lost or already reported"
+                        } else {
+                            ack.reason.as_str()
+                        };
+                        info!(task_id = %key.task_id, attempt = key.attempt, state = ack.state, reason, "result not accepted");
                     }
                 }
                 self.update_stats();

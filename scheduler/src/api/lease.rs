@@ -216,8 +216,14 @@ pub fn report(r: &pb::AttemptResult) -> ReportEntry {
     }
 }
 
-fn attempt_report(r: &pb::AttemptResult) -> Option<AttemptReport> {
-    let outcome: Outcome = wire::outcome_from_wire(r.outcome)?;
+fn attempt_report(r: &pb::AttemptResult) -> Result<AttemptReport, &'static str> {
+    let outcome: Outcome = wire::outcome_from_wire(r.outcome).ok_or(
+        "its outcome is not one a result may carry (UNSPECIFIED, LEASE_EXPIRED or unknown)",
+    )?;
+    let task_id = r
+        .task_id
+        .parse()
+        .map_err(|_| "its task_id is not a task id (a UUID)")?;
     let retry_after_ms = r
         .retry_after
         .as_ref()
@@ -231,8 +237,8 @@ fn attempt_report(r: &pb::AttemptResult) -> Option<AttemptReport> {
                 .saturating_add(i64::from(d.nanos / 1_000_000))
                 .min(MAX_RETRY_AFTER_MS)
         });
-    Some(AttemptReport {
-        task_id: r.task_id.parse().ok()?,
+    Ok(AttemptReport {
+        task_id,
         attempt: r.attempt,
         outcome,
         error: (!r.error.is_empty()).then(|| truncate(&r.error, MAX_ERROR_BYTES)),
@@ -334,6 +340,11 @@ fn to_wire(frame: ToExecutor) -> Vec<Result<SchedulerMessage, Status>> {
                         .verdict
                         .state
                         .map(|s| wire::state(s) as i32)
+                        .unwrap_or_default(),
+                    reason: a
+                        .verdict
+                        .refusal
+                        .map(|r| r.reason().to_string())
                         .unwrap_or_default(),
                 })
                 .collect(),

@@ -47,14 +47,14 @@ pub struct AttemptReport {
 }
 
 /// One entry of a report batch: the lease it is about, and the report when it is one that can
-/// be applied (None: an outcome a report may not carry, or a task id that does not parse; it is
-/// refused and answered with its task's state).
+/// be applied (Err: why it cannot be read, such as an outcome a report may not carry or a task
+/// id that does not parse; it is refused and answered with its task's state and that reason).
 #[derive(Debug, Clone)]
 pub struct ReportEntry {
     /// The lease, as the executor named it.
     pub lease: LeaseRef,
-    /// The report to apply.
-    pub report: Option<AttemptReport>,
+    /// The report to apply, or why it cannot be read.
+    pub report: Result<AttemptReport, &'static str>,
 }
 
 /// The answer to one report, in the batch's order.
@@ -64,6 +64,38 @@ pub struct Verdict {
     pub accepted: bool,
     /// The task's state afterwards; None when no task of that id exists in the namespace.
     pub state: Option<TaskState>,
+    /// Why it was not applied; None when it was.
+    pub refusal: Option<Refusal>,
+}
+
+/// Why a report was refused, said back to the executor so its log tells a bug in what it sent
+/// from a lease it simply lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The report cannot be read (the text says what is wrong with it).
+    Unreadable(&'static str),
+    /// The same lease was reported earlier in the batch; the first report counts.
+    Repeated,
+    /// The lease is not the task's current one: it lapsed, was revoked or released, or its
+    /// result was recorded before.
+    NotCurrent,
+    /// The namespace has no task of that id.
+    UnknownTask,
+}
+
+impl Refusal {
+    /// The reason as the executor's log shows it.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Refusal::Unreadable(why) => why,
+            Refusal::Repeated => "repeats a result earlier in the same batch",
+            Refusal::NotCurrent => {
+                "the lease is not the task's current one: it lapsed, was revoked or released, \
+                 or its result was recorded before"
+            }
+            Refusal::UnknownTask => "no task of this id in the executor's namespace",
+        }
+    }
 }
 
 /// What a batch did, for the caller's metrics and events.
@@ -93,6 +125,7 @@ pub async fn apply(
         .map(|e| {
             e.report
                 .as_ref()
+                .ok()
                 .filter(|r| tokens.insert((r.task_id, r.attempt)))
         })
         .collect();
@@ -167,11 +200,20 @@ fn verdicts(
                 return Verdict {
                     accepted: true,
                     state: Some(*state),
+                    refusal: None,
                 };
             }
+            let state = e.lease.task_id().and_then(|id| current.get(&id).copied());
+            let refusal = match (&e.report, a) {
+                (Err(why), _) => Refusal::Unreadable(why),
+                (Ok(_), None) => Refusal::Repeated,
+                (Ok(_), Some(_)) if state.is_none() => Refusal::UnknownTask,
+                (Ok(_), Some(_)) => Refusal::NotCurrent,
+            };
             Verdict {
                 accepted: false,
-                state: e.lease.task_id().and_then(|id| current.get(&id).copied()),
+                state,
+                refusal: Some(refusal),
             }
         })
         .collect();
