@@ -9,6 +9,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use herald_proto::v1 as pb;
+use minijinja::value::{Rest, Value};
 use minijinja::{Environment, UndefinedBehavior};
 
 use deadpool_postgres::GenericClient;
@@ -52,10 +53,11 @@ pub fn variables_of(body: &str) -> Result<Vec<String>, String> {
     // A filter or test that does not exist parses and fails every render, the first one at a
     // task's creation or a schedule's run: render it once with a sample value for every
     // variable and refuse those (other errors of a sample render, such as arithmetic on text,
-    // say nothing about real values). An unknown function reads as a variable the task must
-    // give, so it is named there.
-    let sample: std::collections::BTreeMap<&str, &str> =
-        vars.iter().map(|v| (v.as_str(), "x")).collect();
+    // say nothing about real values).
+    let sample: BTreeMap<&str, Value> = vars
+        .iter()
+        .map(|v| (v.as_str(), Value::from("x")))
+        .collect();
     if let Err(e) = template.render(&sample) {
         use minijinja::ErrorKind;
         if matches!(
@@ -63,6 +65,27 @@ pub fn variables_of(body: &str) -> Result<Vec<String>, String> {
             ErrorKind::UnknownFilter | ErrorKind::UnknownTest | ErrorKind::UnknownFunction
         ) {
             return Err(format!("does not render: {e}"));
+        }
+        // An unknown function reads as one more variable, and a task's variables are text,
+        // which cannot be called: a name whose call stops failing once it is callable is a
+        // function no task can supply.
+        if e.kind() == ErrorKind::InvalidOperation {
+            let called: Vec<&str> = vars
+                .iter()
+                .map(String::as_str)
+                .filter(|name| {
+                    let mut callable = sample.clone();
+                    callable.insert(name, Value::from_function(|_: Rest<Value>| "x"));
+                    !matches!(template.render(&callable),
+                              Err(again) if again.to_string() == e.to_string())
+                })
+                .collect();
+            if !called.is_empty() {
+                return Err(format!(
+                    "does not render: unknown function {}",
+                    called.join(", ")
+                ));
+            }
         }
     }
     Ok(vars)
@@ -300,16 +323,28 @@ mod tests {
         assert!(variables_of("Hi {{ name").is_err());
     }
 
-    /// A filter or test that does not exist fails every render: refused when stored. A
+    /// A filter, test or function that does not exist fails every render: refused when stored. A
     /// template that only fails on the sample value (arithmetic on text) is not.
     #[test]
-    fn refuses_unknown_filters_and_tests() {
+    fn refuses_unknown_filters_tests_and_functions() {
         for body in [
             "Hi {{ name | nosuchfilter }}",
             "{% if name is nosuchtest %}x{% endif %}",
         ] {
             let refused = variables_of(body).expect_err(body);
             assert!(refused.contains("does not render"), "{body}: {refused}");
+        }
+        // A function that does not exist reads as a variable; it is refused by its name.
+        for (body, name) in [
+            ("Hi {{ greet(name) }}", "greet"),
+            ("{% if fmt(x) %}y{% endif %}", "fmt"),
+            ("{{ name() }}", "name"),
+        ] {
+            let refused = variables_of(body).expect_err(body);
+            assert!(
+                refused.contains(&format!("unknown function {name}")),
+                "{body}: {refused}"
+            );
         }
         assert_eq!(
             variables_of("{{ name | upper }} owes {{ amount * 2 }}").unwrap(),
