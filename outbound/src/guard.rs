@@ -192,10 +192,17 @@ impl Resolve for GuardedResolver {
                 .filter(|a| policy.permits(a.ip()))
                 .collect();
             if allowed.is_empty() {
+                // The addresses go to the operator's log only: the refusal reaches the client
+                // (a run's or a task's error), and naming them would map the internal network
+                // for anyone who can create a schedule or a media task.
                 let shown: Vec<String> = addrs.iter().map(|a| a.ip().to_string()).collect();
+                tracing::warn!(
+                    host = %host,
+                    addresses = %shown.join(", "),
+                    "refused a fetch: the name resolves only to non-public addresses"
+                );
                 return Err(Box::new(Refusal(format!(
-                    "{host} resolves only to non-public addresses ({})",
-                    shown.join(", ")
+                    "{host} resolves only to non-public addresses"
                 ))) as BoxError);
             }
             Ok::<Addrs, BoxError>(Box::new(allowed.into_iter()))
@@ -222,11 +229,15 @@ pub fn check_url(url: &Url, policy: &AddressPolicy) -> Result<(), String> {
     Ok(())
 }
 
-/// The URL without its query and fragment, for errors and logs.
+/// The URL without its credentials, query and fragment (where presigned URLs and sources keep
+/// their tokens), for errors and logs.
 pub fn shown(url: &Url) -> String {
     let mut u = url.clone();
     u.set_query(None);
     u.set_fragment(None);
+    // Both fail only for URLs that cannot have credentials, which then have none to hide.
+    let _ = u.set_password(None);
+    let _ = u.set_username("");
     u.to_string()
 }
 
@@ -354,9 +365,10 @@ impl GuardedClient {
                     reason,
                 }
             } else {
+                // reqwest's text names the whole URL, query and all.
                 FetchError::Network {
                     url: name.clone(),
-                    source,
+                    source: source.without_url(),
                 }
             }
         };
@@ -484,6 +496,54 @@ mod tests {
         assert!(check_url(&url("https://127.0.0.1/a.png")?, &policy).is_err());
         assert!(check_url(&url("https://[::1]/a.png")?, &policy).is_err());
         assert!(check_url(&url("https://example.com/a.png")?, &policy).is_ok());
+        Ok(())
+    }
+
+    /// Errors reach clients (a run's or a task's error) and logs: a presigned URL's or a
+    /// source's token must reach neither, nor the addresses an internal name resolves to.
+    #[tokio::test]
+    async fn errors_name_neither_a_urls_secrets_nor_the_addresses_refused() -> TestResult {
+        assert_eq!(
+            shown(&Url::parse(
+                "https://user:pw@example.com/v?access_token=SEKRIT#f"
+            )?),
+            "https://example.com/v"
+        );
+        let limits = FetchLimits {
+            max_bytes: 1024,
+            timeout: Duration::from_secs(10),
+        };
+        let open = AddressPolicy {
+            allow_private_networks: true,
+            allowed_networks: Vec::new(),
+        };
+        // Nothing listens on port 1: the connection is refused.
+        let refused_connection = GuardedClient::new(open, Vec::new(), Duration::from_secs(5))?
+            .fetch("https://127.0.0.1:1/v?access_token=SEKRIT", limits)
+            .await
+            .err()
+            .ok_or("fetched from a closed port")?;
+        assert!(
+            matches!(refused_connection, FetchError::Network { .. }),
+            "{refused_connection:?}"
+        );
+        assert!(
+            !format!("{refused_connection} {refused_connection:?}").contains("SEKRIT"),
+            "{refused_connection:?}"
+        );
+        let guarded =
+            GuardedClient::new(AddressPolicy::default(), Vec::new(), Duration::from_secs(5))?;
+        let internal = guarded
+            .fetch("https://localhost/v?access_token=SEKRIT", limits)
+            .await
+            .err()
+            .ok_or("fetched from localhost")?
+            .to_string();
+        assert!(internal.contains("non-public"), "{internal}");
+        assert!(
+            !internal.contains("127.0.0.1") && !internal.contains("SEKRIT"),
+            "{internal}"
+        );
         Ok(())
     }
 }

@@ -902,6 +902,67 @@ async fn a_viewer_reads_but_cannot_act_and_cross_site_posts_are_refused() -> Res
     Ok(())
 }
 
+/// Another site cannot frame the console (a framed page would take the operator's clicks as
+/// its own), and a token's request rate binds its console reads as it binds its RPCs.
+#[tokio::test]
+async fn the_console_cannot_be_framed_and_a_tokens_rate_binds_it_too() -> Result<()> {
+    let db = TestDb::new().await?;
+    let admin = TestToken::new("ops", &["admin", "client"], &["default"]);
+    let viewer = TestToken::new("support", &["viewer"], &["default"]).with_rate(1, 2);
+    let file = write_tokens_file(&[admin.clone(), viewer.clone()])?;
+    let scheduler = SchedulerProcess::builder(&db)
+        .env("HERALD_AUTH_TOKENS_FILE", &file.path)
+        .spawn()
+        .await?;
+    let http = reqwest::Client::new();
+    let base = scheduler.http_url();
+    for path in ["/console/", "/console/tasks.csv", "/dashboard/", "/healthz"] {
+        let r = http
+            .get(format!("{base}{path}"))
+            .basic_auth("ops", Some(&admin.token))
+            .send()
+            .await?;
+        assert_eq!(r.status(), 200, "{path}");
+        let header = |name: &str| {
+            r.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        assert_eq!(header("x-frame-options").as_deref(), Some("DENY"), "{path}");
+        assert_eq!(
+            header("content-security-policy").as_deref(),
+            Some("frame-ancestors 'none'"),
+            "{path}"
+        );
+        assert_eq!(header("x-content-type-options").as_deref(), Some("nosniff"));
+    }
+    // A burst of two, then refused with when to come back; the admin's token is not limited.
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        let r = http
+            .get(format!("{base}/console/tasks.csv"))
+            .basic_auth("support", Some(&viewer.token))
+            .send()
+            .await?;
+        if r.status() == 429 {
+            assert!(r.headers().contains_key("retry-after"), "{:?}", r.headers());
+        }
+        statuses.push(r.status().as_u16());
+    }
+    assert!(
+        statuses.contains(&429),
+        "the viewer was never limited: {statuses:?}"
+    );
+    let r = http
+        .get(format!("{base}/console/"))
+        .basic_auth("ops", Some(&admin.token))
+        .send()
+        .await?;
+    assert_eq!(r.status(), 200);
+    Ok(())
+}
+
 /// A search by recipient finds the recipient's tasks in every state and nobody else's: the
 /// recipient index leaves leased tasks out (migration 32), so they are found another way.
 #[tokio::test]

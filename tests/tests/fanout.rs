@@ -694,6 +694,11 @@ async fn a_source_on_a_loopback_or_private_address_is_refused_unless_the_operato
         .await?;
     let run = given_up(&s, "by-name").await?;
     assert!(run.error.contains("non-public"), "{}", run.error);
+    assert!(
+        !run.error.contains("127.0.0.1"),
+        "the run's error names the internal address: {}",
+        run.error
+    );
     assert_eq!(run.task_count, 0);
     assert!(
         source.requests().is_empty(),

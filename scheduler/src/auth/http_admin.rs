@@ -64,6 +64,22 @@ pub async fn require_admin(
         )
             .into_response();
     }
+    // The same per-token rate as the gRPC listener's: a console page or CSV export reads far
+    // more than one RPC, so a token limited there is limited here too.
+    if let Err(wait) = auth.policy.rates.check(&principal.name) {
+        metrics::counter!(crate::telemetry::metrics::AUTH_REFUSED, "reason" => "rate").increment(1);
+        let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        return (
+            StatusCode::TOO_MANY_REQUESTS,
+            [(header::RETRY_AFTER, seconds.max(1).to_string())],
+            format!(
+                "token {:?} is over its request rate; retry in {} ms",
+                principal.name,
+                wait.as_millis().max(1)
+            ),
+        )
+            .into_response();
+    }
     if !reads && !same_origin(request.headers()) {
         return (
             StatusCode::FORBIDDEN,

@@ -109,9 +109,19 @@ impl TokenSet {
 
     /// Parses the text of a tokens file; `origin` names it in errors.
     pub fn parse(text: &str, origin: &str) -> Result<Self, TokensError> {
-        let file: TokensFile = toml::from_str(text).map_err(|e| TokensError::Parse {
-            path: origin.to_owned(),
-            message: e.to_string(),
+        // Where and what, never the offending line: TOML's own text quotes it, and a clear
+        // token pasted without quotes would be printed into the start-up log.
+        let file: TokensFile = toml::from_str(text).map_err(|e| {
+            let at = e.span().map(|span| {
+                let before = &text[..span.start.min(text.len())];
+                let line = before.matches('\n').count() + 1;
+                let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+                format!("line {line}, column {column}: ")
+            });
+            TokensError::Parse {
+                path: origin.to_owned(),
+                message: format!("{}{}", at.unwrap_or_default(), e.message()),
+            }
         })?;
         let mut records = Vec::with_capacity(file.token.len());
         for entry in file.token {
@@ -268,6 +278,16 @@ mod tests {
         let text = "[[token]]\nname = \"app\"\nsha256 = \"hrld_abc\"\nroles = [\"client\"]\nnamespaces = [\"shop\"]\n";
         let err = TokenSet::parse(text, "t").unwrap_err().to_string();
         assert!(err.contains("64 hex digits"), "{err}");
+        assert!(!err.contains("hrld_abc"), "{err}");
+    }
+
+    /// Pasted without quotes the file does not parse, and TOML's error would quote the line.
+    #[test]
+    fn a_file_that_does_not_parse_is_refused_without_echoing_its_lines() {
+        let text = "[[token]]\nname = \"app\"\nsha256 = hrld_CLEARSECRET\n";
+        let err = TokenSet::parse(text, "t").unwrap_err().to_string();
+        assert!(err.contains("line 3"), "{err}");
+        assert!(!err.contains("CLEARSECRET"), "{err}");
     }
 
     #[test]

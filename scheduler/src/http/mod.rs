@@ -5,7 +5,8 @@ pub mod console;
 pub mod dashboard;
 
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
 
@@ -25,6 +26,25 @@ pub fn router(tasks: Tasks, console: console::Console, auth: HttpAuth) -> Router
         .merge(dashboard::router(tasks))
         .merge(console::router(console))
         .layer(axum::middleware::from_fn_with_state(auth, require_admin))
+        .layer(axum::middleware::map_response(protective_headers))
+}
+
+/// Headers on every answer of the listener. No other site may frame its pages: a framed
+/// console, logged in by the browser, would take the operator's clicks on its actions as the
+/// console's own (the same-origin check cannot tell). Nor may a browser guess a type other
+/// than the one sent, so an export or an error text is never run as a page.
+async fn protective_headers(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("frame-ancestors 'none'"),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    response
 }
 
 /// Prometheus text exposition of every metric in [`crate::telemetry::metrics`].

@@ -14,9 +14,12 @@ use crate::error::Error;
 pub(super) type Page<C> = (Vec<Vec<String>>, Option<C>);
 
 /// Quotes a field when it needs it (RFC 4180): commas, quotes, line breaks. A field that a
-/// spreadsheet would read as a formula is prefixed with `'` so an export cannot run one.
+/// spreadsheet would read as a formula is prefixed with `'` so an export cannot run one: one
+/// starting with a formula character, or with a tab or carriage return (which some spreadsheets
+/// skip before reading the formula; OWASP's CSV injection list). Numbers stay numbers.
 fn field(out: &mut String, value: &str) {
-    let formula = value.starts_with(['=', '+', '-', '@']) && value.parse::<f64>().is_err();
+    let formula =
+        value.starts_with(['=', '+', '-', '@', '\t', '\r']) && value.parse::<f64>().is_err();
     let quote = formula || value.contains([',', '"', '\n', '\r']);
     if quote {
         out.push('"');
@@ -101,11 +104,20 @@ mod tests {
         let mut out = String::new();
         line(
             &mut out,
-            &["a", "b,c", "say \"hi\"", "=cmd()", "-1.5", "x\ny"],
+            &[
+                "a",
+                "b,c",
+                "say \"hi\"",
+                "=cmd()",
+                "-1.5",
+                "x\ny",
+                "\t=HYPERLINK(1)",
+                "\r=1+2",
+            ],
         );
         assert_eq!(
             out,
-            "a,\"b,c\",\"say \"\"hi\"\"\",\"'=cmd()\",-1.5,\"x\ny\"\r\n"
+            "a,\"b,c\",\"say \"\"hi\"\"\",\"'=cmd()\",-1.5,\"x\ny\",\"'\t=HYPERLINK(1)\",\"'\r=1+2\"\r\n"
         );
     }
 }
