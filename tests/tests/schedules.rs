@@ -194,6 +194,82 @@ async fn misfire_policies_after_the_scheduler_was_down_across_5_fire_times() -> 
     Ok(())
 }
 
+/// `expire_after` counts from the fire time: a missed run found after its tasks would have
+/// expired sends nothing (recorded SKIPPED_EXPIRED), and a catch-up found sooner keeps only
+/// what is left of its time. Before, catch-ups expired `expire_after` after being found, so a
+/// reminder missed hours ago was still sent.
+#[tokio::test]
+async fn a_missed_run_found_after_its_expiry_is_skipped_and_a_catch_up_keeps_what_is_left(
+) -> Result<()> {
+    let db = TestDb::new().await?;
+    let mut s = SchedulerProcess::spawn(&db).await?;
+    let mut spec = every(2, "stale", MisfirePolicy::CatchUp, &["ops@example.com"]);
+    spec.expire_after = Some(prost_types::Duration {
+        seconds: 5,
+        nanos: 0,
+    });
+    client(&s)
+        .await?
+        .create_schedule(CreateScheduleRequest {
+            schedule: Some(spec),
+        })
+        .await?;
+    until("a first run", || async {
+        Ok(!runs(&db, "stale").await?.is_empty())
+    })
+    .await?;
+    s.kill()?;
+    s.wait().await?;
+    let conn = db.connect().await?;
+    conn.execute(
+        "SELECT herald.set_test_clock(
+             coalesce((SELECT skew FROM herald.test_clock), interval '0') + interval '13 s')",
+        &[],
+    )
+    .await?;
+    let restarted: i64 = conn
+        .query_one("SELECT extract(epoch FROM herald.now())::bigint", &[])
+        .await?
+        .get(0);
+    let s = SchedulerProcess::spawn(&db).await?;
+    until("an on-time run after the restart", || async {
+        Ok(runs(&db, "stale").await?.keys().any(|t| *t > restarted + 1))
+    })
+    .await?;
+    let mut s = s;
+    s.kill()?;
+    s.wait().await?;
+    let all = runs(&db, "stale").await?;
+    let skipped: Vec<i64> = all
+        .iter()
+        .filter(|(_, (kind, _))| kind == "skipped_expired")
+        .map(|(t, (_, tasks))| {
+            assert_eq!(*tasks, 0, "a skipped run made tasks: {all:?}");
+            *t
+        })
+        .collect();
+    assert!(
+        skipped.len() >= 3,
+        "the runs missed by more than 5 s were not skipped: {all:?}"
+    );
+    // Each catch-up task expires 5 s after its fire time (never before it is due, plus a
+    // second), not 5 s after the restart found it.
+    let wrong: i64 = conn
+        .query_one(
+            "SELECT count(*) FROM herald.task_records
+             WHERE schedule_id = 'stale' AND labels->>'herald.catch_up' = 'true'
+               AND expire_at <> greatest(fire_time + interval '5 s', run_at + interval '1 s')",
+            &[],
+        )
+        .await?
+        .get(0);
+    assert_eq!(
+        wrong, 0,
+        "catch-up tasks expiring from when they were found"
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn sigkill_midway_then_restart_has_no_duplicate_and_no_gap() -> Result<()> {
     let db = TestDb::new().await?;

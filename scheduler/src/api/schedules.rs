@@ -48,6 +48,7 @@ fn run(r: &RunRecord) -> pb::ScheduleRun {
         kind: match r.kind.as_str() {
             "catch_up" => pb::RunKind::CatchUp,
             "skipped_overlap" => pb::RunKind::SkippedOverlap,
+            "skipped_expired" => pb::RunKind::SkippedExpired,
             "manual" => pb::RunKind::Manual,
             _ => pb::RunKind::Fired,
         } as i32,

@@ -413,6 +413,15 @@ async fn fire_run(
             .await?;
         return Ok(false);
     }
+    // A missed run whose tasks would all have expired by now is stale: recorded, not sent.
+    if let Some(expire_after) = expire_after(spec) {
+        if run.catch_up && !run.manual && run.fire_time + expire_after <= now {
+            tx.schedules()
+                .insert_run(namespace, &s.id, run.fire_time, "skipped_expired", 0, None)
+                .await?;
+            return Ok(false);
+        }
+    }
     let kind = match (run.manual, run.catch_up) {
         (true, _) => "manual",
         (false, true) => "catch_up",
@@ -488,6 +497,13 @@ async fn fire_run(
     Ok(true)
 }
 
+/// The spec's `expire_after`, if it has one.
+fn expire_after(spec: &pb::ScheduleSpec) -> Option<ChronoDuration> {
+    spec.expire_after.as_ref().map(|d| {
+        ChronoDuration::seconds(d.seconds) + ChronoDuration::nanoseconds(i64::from(d.nanos))
+    })
+}
+
 /// The tasks of one run: one per recipient (see [`run_task`]).
 fn run_tasks(
     s: &ScheduleRecord,
@@ -514,11 +530,8 @@ pub(super) fn run_task(
     let fire = run.fire_time.to_rfc3339_opts(SecondsFormat::Millis, true);
     let stagger = ChronoDuration::milliseconds(s.stagger_ms);
     let jitter = ChronoDuration::milliseconds(s.jitter_ms);
-    let mut due = if run.catch_up {
-        now
-    } else {
-        run.fire_time + spread::stagger_offset(&s.id, recipient, stagger)
-    };
+    let on_time = run.fire_time + spread::stagger_offset(&s.id, recipient, stagger);
+    let mut due = if run.catch_up { now } else { on_time };
     if s.stagger_off_round && s.stagger_ms > 0 && !run.catch_up {
         due = spread::off_round_minutes(due);
     }
@@ -533,9 +546,12 @@ pub(super) fn run_task(
         // A run far in the past (catch-up) is due now, so the bounds hold.
         when: Some(When::At(due)),
         idempotency_key: format!("herald:schedule:{}:{}:{}", s.id, fire, recipient),
-        expire_at: spec.expire_after.as_ref().map(|d| {
-            due + ChronoDuration::seconds(d.seconds)
-                + ChronoDuration::nanoseconds(i64::from(d.nanos))
+        // Counted from when the task was meant to go, so a catch-up keeps only what is left of
+        // its time (fire_run skips a run with none left); never before it is due, which a
+        // task may not be.
+        expire_at: expire_after(spec).map(|d| {
+            let meant = if run.catch_up { on_time } else { due };
+            (meant + d).max(due + ChronoDuration::seconds(1))
         }),
         labels,
         ..super::spec::task_of(spec, recipient)

@@ -47,7 +47,7 @@ pub struct ScheduleRecord {
 pub struct RunRecord {
     /// Fire time.
     pub fire_time: DateTime<Utc>,
-    /// 'fired' | 'catch_up' | 'skipped_overlap'.
+    /// 'fired' | 'catch_up' | 'manual' | 'skipped_overlap' | 'skipped_expired'.
     pub kind: String,
     /// Tasks created.
     pub task_count: i32,

@@ -1,5 +1,6 @@
 -- Records a run; nothing when that fire time already has one (materialising is idempotent on
--- (schedule, fire time)). Kinds: 'fired', 'catch_up', 'skipped_overlap'.
+-- (schedule, fire time)). Kinds: 'fired', 'catch_up', 'manual',
+-- 'skipped_overlap', 'skipped_expired'.
 -- $6: when to check whether the run overran (fire time + the spec's overrun_after; NULL: never).
 INSERT INTO herald.schedule_runs (namespace, schedule_id, fire_time, kind, task_count,
                                   overrun_deadline)
