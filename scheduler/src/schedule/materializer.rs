@@ -239,11 +239,12 @@ pub(super) struct Run {
 }
 
 /// The fire time before `t`, looked for in windows growing eightfold from a minute to about
-/// a year, so a schedule per second costs a minute's fire times and a daily one a few
-/// windows. None when it has not fired within a year before `t`.
+/// 32 years, so a schedule per second costs a minute's fire times and a daily one a few
+/// windows, while a yearly one (and one on 29 February, which can go eight years without a
+/// fire) still finds its period's start. None when it has not fired within that before `t`.
 fn previous_fire(fires: &FireTimes, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
     let mut window = ChronoDuration::minutes(1);
-    while window <= ChronoDuration::days(600) {
+    while window <= ChronoDuration::days(12_000) {
         let mut last = None;
         let mut next = fires.next_after(t - window);
         while let Some(n) = next.filter(|n| *n < t) {
@@ -555,5 +556,38 @@ pub(super) fn run_task(
         }),
         labels,
         ..super::spec::task_of(spec, recipient)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn fires(cron: &str) -> FireTimes {
+        match FireTimes::parse(cron, "UTC", DstPolicy::default()) {
+            Ok(f) => f,
+            Err(e) => panic!("{cron}: {e}"),
+        }
+    }
+
+    /// A period's start is the fire before it, however long ago: yearly and half-yearly
+    /// reports had none (the search gave up after 182 days), nor a 29 February one.
+    #[test]
+    fn the_previous_fire_is_found_for_yearly_and_rarer_schedules() {
+        let t = Utc.with_ymd_and_hms(2026, 12, 7, 10, 0, 0).unwrap();
+        let at = |y, m, d| Utc.with_ymd_and_hms(y, m, d, 9, 0, 0).unwrap();
+        assert_eq!(previous_fire(&fires("0 9 1 * *"), t), Some(at(2026, 12, 1)));
+        assert_eq!(previous_fire(&fires("0 9 1 6 *"), t), Some(at(2026, 6, 1)));
+        assert_eq!(previous_fire(&fires("0 9 1 1 *"), t), Some(at(2026, 1, 1)));
+        assert_eq!(
+            previous_fire(&fires("0 9 29 2 *"), t),
+            Some(at(2024, 2, 29))
+        );
+        let after_2100 = Utc.with_ymd_and_hms(2103, 3, 1, 0, 0, 0).unwrap();
+        assert_eq!(
+            previous_fire(&fires("0 9 29 2 *"), after_2100),
+            Some(at(2096, 2, 29))
+        );
     }
 }
