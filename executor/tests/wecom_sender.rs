@@ -282,7 +282,7 @@ fn expected(errcode: i64) -> OutcomeClass {
     use OutcomeClass::*;
     match errcode {
         -1 => Transient,
-        45009 | 45033 => RateLimited,
+        45009 | 45033 | 130101 => RateLimited,
         40001 | 40013 | 40091 | 60020 | 48002 | 48006 | 50003 | 40056 | 45024 | 93000 => {
             AccountUnavailable
         }
@@ -310,6 +310,9 @@ async fn every_errcode_row_is_classified() {
         assert_eq!(err.class, expected(*errcode), "errcode {errcode}: {err}");
         if *errcode == 45009 {
             assert!(err.retry_after >= Some(Duration::from_secs(60)), "{err:?}");
+        }
+        if *errcode == 130101 {
+            assert!(err.retry_after >= Some(Duration::from_secs(600)), "{err:?}");
         }
         tested += 1;
     }
@@ -500,4 +503,26 @@ async fn robot_keeps_twenty_a_minute() {
         .unwrap_err();
     assert_eq!(err.class, OutcomeClass::RateLimited, "{err}");
     assert_eq!(fake.robot_requests().len(), 20);
+}
+
+/// Two executors sending through one robot each keep their own twenty a minute, so WeCom
+/// answers 130101 and throttles the robot for about ten minutes: RATE_LIMITED, retried no
+/// sooner than that (it was an unknown code: retried after a second, then PERMANENT).
+#[tokio::test]
+async fn a_robot_over_its_limit_across_executors_waits_out_wecoms_throttle() {
+    let (fake, first) = robot().await;
+    let second = account_sender(&config(&fake.base_url(), ""), ENV, "robot");
+    for i in 0..10 {
+        for sender in [&first, &second] {
+            send(sender, request(&format!("t{i}"), "", text("x")))
+                .await
+                .unwrap();
+        }
+    }
+    let err = send(&second, request("t20", "", text("x")))
+        .await
+        .unwrap_err();
+    assert_eq!(err.class, OutcomeClass::RateLimited, "{err}");
+    assert_eq!(err.code, Some(130101), "{err:?}");
+    assert!(err.retry_after >= Some(Duration::from_secs(600)), "{err:?}");
 }

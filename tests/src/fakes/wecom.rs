@@ -61,7 +61,12 @@ pub const ERROR_ROWS: &[(i64, &str)] = &[
     (43004, "user not bind to wechat"),
     (45024, "account number out of limit"),
     (93000, "invalid webhook url"),
+    (130101, "send too fast, exceed 20 times per minute"),
 ];
+
+/// A group robot's limit: 20 messages a minute (providers.md §2.6); past it WeCom answers
+/// 130101 (providers-media.md §2.3).
+const ROBOT_PER_MINUTE: usize = 20;
 
 fn errmsg(code: i64) -> &'static str {
     ERROR_ROWS
@@ -122,6 +127,8 @@ struct Shared {
     robot_script: Mutex<VecDeque<Scripted>>,
     sends: Mutex<Vec<WeComRequest>>,
     robot: Mutex<Vec<WeComRequest>>,
+    /// When each robot key's messages of the last minute were accepted.
+    robot_minute: Mutex<HashMap<String, VecDeque<std::time::Instant>>>,
     delivered_bodies: Mutex<Vec<Value>>,
     media: MediaStore,
 }
@@ -161,6 +168,7 @@ impl FakeWeCom {
             robot_script: Mutex::new(VecDeque::new()),
             sends: Mutex::new(Vec::new()),
             robot: Mutex::new(Vec::new()),
+            robot_minute: Mutex::new(HashMap::new()),
             delivered_bodies: Mutex::new(Vec::new()),
             media: MediaStore::default(),
         });
@@ -508,6 +516,21 @@ async fn robot(
                 Scripted::Raw(status, text) => Err((status, text)),
             };
         }
+        // Counted across every sender of the key, as WeCom does: each executor's own limiter
+        // keeps only its own sends under it.
+        let mut minute = lock(&shared.robot_minute);
+        let sent = minute.entry(shared.robot_key.clone()).or_default();
+        let now = std::time::Instant::now();
+        while sent
+            .front()
+            .is_some_and(|t| now.duration_since(*t) >= Duration::from_secs(60))
+        {
+            sent.pop_front();
+        }
+        if sent.len() >= ROBOT_PER_MINUTE {
+            return Ok(err(130101));
+        }
+        sent.push_back(now);
         Ok(json!({ "errcode": 0, "errmsg": "ok" }))
     })();
     let (status, mut response, errcode) = match answer {

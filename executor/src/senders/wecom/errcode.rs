@@ -10,6 +10,9 @@ use crate::senders::{OutcomeClass, SendError};
 pub const FREQUENCY_WAIT: Duration = Duration::from_secs(60);
 /// 45033 (too many concurrent calls): a short pause is enough.
 pub const CONCURRENCY_WAIT: Duration = Duration::from_secs(1);
+/// 130101, a group robot over its 20 messages a minute: WeCom throttles it for about ten
+/// minutes (providers-media.md §2.3), so trying sooner only fails again.
+pub const ROBOT_THROTTLE_WAIT: Duration = Duration::from_secs(600);
 
 /// 40007, invalid media_id: the id expired (3 days) or WeCom dropped it early. When the id
 /// was uploaded from a link, uploading again and resending once can help
@@ -32,6 +35,7 @@ pub fn classify(errcode: i64, errmsg: &str, is_retry: bool) -> SendError {
         -1 => (Transient, None),
         45009 => (RateLimited, Some(FREQUENCY_WAIT)),
         45033 => (RateLimited, Some(CONCURRENCY_WAIT)),
+        130101 => (RateLimited, Some(ROBOT_THROTTLE_WAIT)),
         // Token still rejected after the one refresh: the app's credentials are the problem.
         40014 | 42001 => (AccountUnavailable, None),
         // Secret, corp id, allow-listed IP, API permission, disabled app, agent id, seats
