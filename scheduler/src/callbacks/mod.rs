@@ -18,7 +18,7 @@ use uuid::Uuid;
 use crate::error::Error;
 use crate::store::deliveries::Recorded;
 use crate::store::suppressions::InboundMessage;
-use crate::store::tasks::announce_due_now;
+use crate::store::tasks::{announce_due, announce_due_now};
 use crate::store::transaction;
 use crate::store::{Db, Store, StoreError};
 use crate::suppressions::{is_opt_out, SuppressionReason};
@@ -160,6 +160,19 @@ pub const RECIPIENT_LIMIT_BACKOFF_MS: i64 = 3_600_000;
 /// Provider error codes of a late failure that limit one recipient: WhatsApp's per-user
 /// marketing limit (131049) and pair rate limit (131056).
 const RECIPIENT_LIMIT_CODES: &[i64] = &[131_049, 131_056];
+
+/// Provider error codes of a late failure worth trying again, while the task has attempts
+/// left: the WhatsApp codes the sender classes RATE_LIMITED or TRANSIENT when a send's answer
+/// carries them (providers.md §1.5; `classify_code` in the executor's WhatsApp sender). Meta
+/// reports several of them, 131049 above all, only by webhook, after accepting the message;
+/// ending the task there would drop what Meta asks to be retried later. Every other code ends
+/// the task (131047 first tries its fallback).
+const RETRYABLE_LATE_CODES: &[i64] = &[
+    // Throttles: the app, the WABA, the number, its spam limit, the pair, the user, a flow.
+    4, 17, 341, 613, 80_007, 130_429, 131_048, 131_056, 131_049, 132_069, 133_016,
+    // Temporary failures.
+    1, 2, 131_000, 131_016, 133_004, 131_057,
+];
 
 /// Records one provider webhook delivery's events for `namespace` in one transaction; returns
 /// how many changed something.
@@ -308,9 +321,9 @@ pub async fn on_accepted(
 
 /// After reports were recorded: ties the reports of the same messages recorded without a task
 /// to it, schedules again the tasks whose message failed with 131047 to send their
-/// window-closed fallback, ends the other tasks whose message failed after acceptance (among
-/// those reports' tasks and `also`), and leaves alone the recipients of failures that limit one
-/// recipient.
+/// window-closed fallback and those whose message failed with a code worth trying again, ends
+/// the other tasks whose message failed after acceptance (among those reports' tasks and
+/// `also`), and leaves alone the recipients of failures that limit one recipient.
 async fn settle(
     db: &impl Db,
     namespace: &str,
@@ -344,11 +357,30 @@ async fn settle(
     if !rescheduled.is_empty() {
         announce_due_now(db).await?;
     }
+    let retried = db
+        .deliveries()
+        .retry_delivered(
+            namespace,
+            &failed,
+            RETRYABLE_LATE_CODES,
+            RECIPIENT_LIMIT_CODES,
+            RECIPIENT_LIMIT_BACKOFF_MS,
+        )
+        .await?;
+    for (task, code, due) in &retried {
+        tracing::info!(task_id = %task, code, due = %due, "failed after acceptance; trying again");
+    }
+    // Dispatchers sleeping past the earliest of them wake for it.
+    if let Some(earliest) = retried.iter().map(|(_, _, due)| *due).min() {
+        announce_due(db, earliest).await?;
+    }
     let ended = db.deliveries().fail_delivered(namespace, &failed).await?;
     let blocks: Vec<(Uuid, i64)> = ended
         .iter()
+        .map(|(task, code)| (*task, *code))
+        .chain(retried.iter().map(|(task, code, _)| (*task, Some(*code))))
         .filter(|(_, code)| code.is_some_and(|c| RECIPIENT_LIMIT_CODES.contains(&c)))
-        .map(|(task, _)| (*task, RECIPIENT_LIMIT_BACKOFF_MS))
+        .map(|(task, _)| (task, RECIPIENT_LIMIT_BACKOFF_MS))
         .collect();
     db.leases().block_recipients(&blocks).await?;
     for (task, code) in &ended {

@@ -174,28 +174,101 @@ async fn a_late_failure_ends_the_task_failed_with_the_code() -> Result<()> {
     assert_eq!(task.state(), TaskState::Failed);
     assert_eq!(state(&task), DeliveryState::FailedAfterAcceptance);
 
-    // A late failure that limits one recipient (131049, the per-user marketing limit) also
-    // leaves that recipient alone on the account, as the send's own answer would.
+    Ok(())
+}
+
+/// A late failure Meta asks to be retried later (131049, the per-user marketing limit, comes
+/// only by webhook) does not end a task with attempts left: it is scheduled again no sooner
+/// than the recipient's back-off, and that recipient is left alone on the account, as the
+/// send's own answer would. Without attempts left it ends FAILED as before.
+#[tokio::test]
+async fn a_late_failure_worth_retrying_schedules_the_task_again_while_attempts_last() -> Result<()>
+{
+    let mut stack = Stack::start().await?;
     stack.fake.plan_callbacks(
         "16505550011",
         CallbackPlan::after(&[Callback::Failed(131049)]),
     );
-    let limited = stack.send("16505550011").await?;
-    stack
-        .wait_task(&limited.id, |t| t.state() == TaskState::Failed)
+    let limited = stack.create("16505550011").await?;
+    let limited = stack
+        .wait_task(&limited, |t| {
+            t.state() == TaskState::Scheduled && t.attempts == 1
+        })
         .await?;
-    let blocked: bool = stack
-        .db
-        .connect()
-        .await?
-        .query_one(
-            "SELECT blocked_until > herald.now() AS blocked FROM herald.recipient_sends \
-             WHERE account_id = 'wa-1' AND recipient = '16505550011'",
-            &[],
-        )
-        .await?
-        .get("blocked");
+    assert!(
+        limited.last_error.contains("131049") && limited.last_error.contains("trying again"),
+        "{}",
+        limited.last_error
+    );
+    let c = stack.db.connect().await?;
+    let (wait, blocked): (f64, bool) = {
+        let r = c
+            .query_one(
+                "SELECT extract(epoch FROM t.run_at - herald.now())::float8 AS wait,
+                        s.blocked_until > herald.now() AS blocked
+                 FROM herald.tasks t
+                 JOIN herald.recipient_sends s
+                   ON s.account_id = 'wa-1' AND s.recipient = t.recipient
+                 WHERE t.id = $1::text::uuid",
+                &[&limited.id],
+            )
+            .await?;
+        (r.get("wait"), r.get("blocked"))
+    };
+    assert!(
+        wait > 3_000.0,
+        "due again in {wait} s, before the recipient's back-off"
+    );
     assert!(blocked, "131049 did not back the recipient off");
+
+    // With its one attempt spent, the same failure ends the task.
+    stack.fake.plan_callbacks(
+        "16505550014",
+        CallbackPlan::after(&[Callback::Failed(131049)]),
+    );
+    let spec = TaskSpec {
+        pool: "wa".into(),
+        max_attempts: Some(1),
+        ..task_spec("orders", "16505550014", "Your order has shipped")
+    };
+    let last = create_task(&mut stack.tasks, spec).await?.id;
+    let last = stack
+        .wait_task(&last, |t| t.state() == TaskState::Failed)
+        .await?;
+    assert_eq!(state(&last), DeliveryState::FailedAfterAcceptance);
+    Ok(())
+}
+
+/// A late temporary failure (131000) is sent again after the retry policy's delay, and the new
+/// message's delivery is what the task shows.
+#[tokio::test]
+async fn a_late_temporary_failure_is_sent_again_and_the_new_message_delivered() -> Result<()> {
+    let mut stack = Stack::start().await?;
+    let recipient = "16505550015";
+    stack.fake.plan_callbacks_once(
+        recipient,
+        CallbackPlan::after(&[Callback::Sent, Callback::Failed(131000)]),
+    );
+    stack.fake.plan_callbacks(
+        recipient,
+        CallbackPlan::after(&[Callback::Sent, Callback::Delivered]),
+    );
+    let id = stack.create(recipient).await?;
+    let task = stack
+        .wait_task(&id, |t| {
+            t.attempts == 2
+                && t.state() == TaskState::Succeeded
+                && state(t) == DeliveryState::Delivered
+        })
+        .await?;
+    let sent: Vec<_> = stack
+        .fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.body["to"] == recipient)
+        .collect();
+    assert_eq!(sent.len(), 2, "sent once more after the late failure");
+    assert_ne!(stack.wamid(&task)?, "", "{task:?}");
     Ok(())
 }
 

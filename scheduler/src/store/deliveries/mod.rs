@@ -29,6 +29,7 @@ const FAIL_DELIVERED: Statement = statement!("fail_delivered");
 const TASK_DELIVERIES: Statement = statement!("task_deliveries");
 const ACCEPT_AWAITING: Statement = statement!("accept_awaiting");
 const WINDOW_CLOSED: Statement = statement!("window_closed");
+const RETRY_DELIVERED: Statement = statement!("retry_delivered");
 
 /// A report that was recorded, or tied to its task, by this transaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -158,6 +159,44 @@ impl<C: GenericClient> DeliveryRepo<'_, C> {
             .await?
             .iter()
             .map(|r| column(r, "id"))
+            .collect()
+    }
+
+    /// Schedules again the SUCCEEDED tasks among `tasks` whose message failed after acceptance
+    /// with one of `codes` and whose attempts are not spent, after their retry policy's next
+    /// delay (for one of `recipient_codes`, no sooner than `recipient_wait_ms`); returns them
+    /// with the code and when they are due.
+    pub async fn retry_delivered(
+        &self,
+        namespace: &str,
+        tasks: &[Uuid],
+        codes: &[i64],
+        recipient_codes: &[i64],
+        recipient_wait_ms: i64,
+    ) -> Result<Vec<(Uuid, i64, DateTime<Utc>)>, StoreError> {
+        if tasks.is_empty() {
+            return Ok(Vec::new());
+        }
+        RETRY_DELIVERED
+            .query(
+                self.db,
+                &[
+                    &namespace,
+                    &tasks,
+                    &codes,
+                    &recipient_codes,
+                    &recipient_wait_ms,
+                ],
+            )
+            .await?
+            .iter()
+            .map(|r| {
+                Ok((
+                    column(r, "id")?,
+                    column(r, "error_code")?,
+                    column(r, "run_at")?,
+                ))
+            })
             .collect()
     }
 
