@@ -51,6 +51,16 @@ fn bad_account_tables_name_the_line() {
             "4h",
         ),
         (
+            "[accounts.w]\nsender = \"wecom\"\ncorp_id = \"c\"\ncorp_secret = \"s\"\nagent_id = 1\ncard_button = \"查看更多详情\"\n",
+            6,
+            "card_button",
+        ),
+        (
+            "[accounts.w]\nsender = \"wecom\"\ncorp_id = \"c\"\ncorp_secret = \"s\"\nagent_id = 1\ncard_url = \"example.com\"\n",
+            6,
+            "card_url",
+        ),
+        (
             "[accounts.w]\nsender = \"wecom\"\ncorp_id = \"c\"\ncorp_secret = { file = \"/nonexistent/secret\" }\nagent_id = 1\n",
             4,
             "cannot read secret file",

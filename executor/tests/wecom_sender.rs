@@ -90,6 +90,13 @@ async fn markdown_and_textcard_shapes() {
     assert_eq!(card["description"], "body");
     assert_eq!(card["url"], "https://example.com/x");
     assert_eq!(card["btntxt"], "更多");
+    // WeCom cuts a description past 512 bytes without a word: refused before sending instead.
+    let mut long = request("t2", "alice", text(&"x".repeat(513)));
+    long.labels.insert("title".into(), "Order shipped".into());
+    let err = send(&sender, long).await.unwrap_err();
+    assert_eq!(err.class, OutcomeClass::Permanent, "{err}");
+    assert!(err.message.contains("description"), "{err}");
+    assert_eq!(fake.sends().len(), 1);
 }
 
 #[tokio::test]

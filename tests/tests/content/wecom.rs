@@ -198,3 +198,39 @@ async fn every_wecom_content_type_reaches_the_fake_in_its_documented_shape() -> 
     ensure!(uploads[1].filename == "q3.pdf" && uploads[1].content_type == "application/pdf");
     Ok(())
 }
+
+/// WeCom may invalidate a token early (providers.md §2.1): an upload refused for its token
+/// refreshes it once and uploads again, as a send does. Before, the upload's 40014 took the
+/// account offline and the cached token kept failing every media send until it expired.
+#[tokio::test]
+async fn an_upload_refused_for_its_token_refreshes_it_once_and_the_media_goes() -> Result<()> {
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let url = scheduler.grpc_url();
+    create_accounts(&url, &[("wc-1", "wecom")]).await?;
+    let wecom = FakeWeCom::start("corp", "secret", 7, "robot").await?;
+    let host = FakeMedia::start().await?;
+    host.put("/a.png", "image/png", png());
+    host.put("/b.png", "image/png", png());
+    let _executor = ExecutorProcess::builder(std::slice::from_ref(&url))
+        .config_toml(wecom_config(&wecom, Some(&host)))
+        .spawn()
+        .await?;
+    let mut tasks = connect_tasks(&url).await?;
+    let image = |path: &str| content(Body::Media(media(MediaKind::Image, link(&host.url(path)))));
+    let first = send(&mut tasks, "wc-1", "ann", image("/a.png")).await?;
+    wait_for_task_state(&mut tasks, &first, TaskState::Succeeded, WAIT).await?;
+    wecom.invalidate_tokens();
+    // Another link: not in the upload cache, so it is uploaded with the invalidated token.
+    let second = send(&mut tasks, "wc-1", "ann", image("/b.png")).await?;
+    wait_for_task_state(&mut tasks, &second, TaskState::Succeeded, WAIT)
+        .await
+        .with_context(|| format!("{:?}", wecom.sends().last()))?;
+    ensure!(
+        wecom.gettoken_calls() == 2,
+        "one fetch and one refresh, got {}",
+        wecom.gettoken_calls()
+    );
+    ensure!(wecom.uploads().len() == 2, "{:?}", wecom.uploads());
+    Ok(())
+}

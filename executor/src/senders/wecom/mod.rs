@@ -43,6 +43,12 @@ pub const MAX_TEXT_BYTES: usize = 2048;
 pub const MAX_APP_MARKDOWN_BYTES: usize = 2048;
 /// `textcard.title` limit (bytes); WeCom truncates beyond it, we refuse instead.
 pub const MAX_CARD_TITLE_BYTES: usize = 128;
+/// `textcard.description` limit (bytes); WeCom truncates beyond it, we refuse instead.
+pub const MAX_CARD_DESCRIPTION_BYTES: usize = 512;
+/// `textcard.url` limit (bytes).
+pub const MAX_CARD_URL_BYTES: usize = 2048;
+/// `textcard.btntxt` limit (characters).
+pub const MAX_CARD_BUTTON_CHARS: usize = 4;
 /// `duplicate_check_interval` maximum: 4 hours.
 pub const MAX_DUPLICATE_CHECK_INTERVAL: Duration = Duration::from_secs(4 * 3600);
 
@@ -153,6 +159,32 @@ impl BuildSender for WeComConfig {
                     })?,
             ),
         };
+        // Checked here, where the line can be named, rather than failing every send.
+        if let Some(title) = &self.card_title {
+            if title.get_ref().len() > MAX_CARD_TITLE_BYTES {
+                return Err(cx.invalid(title.span(), "card_title must be at most 128 bytes"));
+            }
+        }
+        if let Some(url) = &self.card_url {
+            let u = url.get_ref();
+            if !(u.starts_with("http://") || u.starts_with("https://"))
+                || u.len() > MAX_CARD_URL_BYTES
+            {
+                return Err(cx.invalid(
+                    url.span(),
+                    "card_url must be an http(s) link of at most 2048 bytes",
+                ));
+            }
+        }
+        if let Some(button) = &self.card_button {
+            let chars = button.get_ref().chars().count();
+            if chars == 0 || chars > MAX_CARD_BUTTON_CHARS {
+                return Err(cx.invalid(
+                    button.span(),
+                    "card_button must be 1 to 4 characters (WeCom's btntxt)",
+                ));
+            }
+        }
         let card = CardDefaults {
             title: self.card_title.map(Spanned::into_inner),
             url: self.card_url.map(Spanned::into_inner),
@@ -377,17 +409,21 @@ impl WeComSender {
             } else {
                 None
             };
-            let upload_url = |wtype: &str| -> Result<reqwest::Url, SendError> {
-                let mut url = self.upload_url.clone();
-                let token = token.as_ref().ok_or_else(|| {
-                    SendError::permanent("wecom media upload without an access token")
-                })?;
-                url.query_pairs_mut()
-                    .append_pair("access_token", token.expose())
-                    .append_pair("type", wtype);
-                Ok(url)
+            // An upload with a token WeCom invalidated early is refreshed once and tried again,
+            // as a send is: otherwise the cached token kept failing every media send for up
+            // to two hours, and took the account offline.
+            let (msgtype, object) = match self.rich_message(rich, token.as_ref()).await {
+                Err(e) if e.code.is_some_and(errcode::is_token_rejected) => {
+                    let Some(stale) = &token else { return Err(e) };
+                    debug!(
+                        errcode = e.code,
+                        "wecom rejected the upload's access token; refreshing once"
+                    );
+                    let fresh = self.tokens.refresh(stale).await?;
+                    self.rich_message(rich, Some(&fresh)).await?
+                }
+                other => other?,
             };
-            let (msgtype, object) = content::app_message(rich, &self.media, upload_url).await?;
             body["msgtype"] = json!(msgtype);
             body[msgtype] = object;
             self.duplicate_check(req, &mut body);
@@ -427,6 +463,12 @@ impl WeComSender {
                             "wecom textcard needs an http(s) link: a `url` label or the account's card_url",
                         )
                     })?;
+                check_len(url, MAX_CARD_URL_BYTES, "wecom textcard url")?;
+                check_len(
+                    text,
+                    MAX_CARD_DESCRIPTION_BYTES,
+                    "wecom textcard description",
+                )?;
                 let mut card = json!({ "title": title, "description": text, "url": url });
                 if let Some(button) = &s.card.button {
                     card["btntxt"] = json!(button);
@@ -456,6 +498,27 @@ impl WeComSender {
         url.query_pairs_mut()
             .append_pair("access_token", token.expose());
         call(self.client.post(url).json(body), "wecom message/send").await
+    }
+}
+
+impl WeComSender {
+    /// `(msgtype, object)` of rich content, its media links uploaded with `token`.
+    async fn rich_message(
+        &self,
+        rich: &herald_proto::v1::Content,
+        token: Option<&Secret>,
+    ) -> Result<(&'static str, Value), SendError> {
+        let upload_url = |wtype: &str| -> Result<reqwest::Url, SendError> {
+            let mut url = self.upload_url.clone();
+            let token = token.ok_or_else(|| {
+                SendError::permanent("wecom media upload without an access token")
+            })?;
+            url.query_pairs_mut()
+                .append_pair("access_token", token.expose())
+                .append_pair("type", wtype);
+            Ok(url)
+        };
+        content::app_message(rich, &self.media, upload_url).await
     }
 }
 
