@@ -349,6 +349,35 @@ fn supports(kind: SenderKind, body: &Body) -> Support {
     }
 }
 
+/// A WhatsApp template's parameter values in the order of their keys `"1"`, `"2"`, … `"n"`
+/// (its body's positional parameters), or why the keys are not that. Checked when a task is
+/// created and used when it is sent, so a task whose keys Meta would refuse (132000) is refused
+/// at once instead of failing at its send time.
+pub fn positional_parameters(
+    variables: &std::collections::BTreeMap<String, String>,
+) -> Result<Vec<&str>, String> {
+    let mut numbered = Vec::with_capacity(variables.len());
+    for (key, value) in variables {
+        let n = key.parse::<usize>().ok().filter(|n| *n >= 1).ok_or_else(|| {
+            format!(
+                "whatsapp template variables must be named \"1\", \"2\", … (positional parameters); got {key:?}"
+            )
+        })?;
+        numbered.push((n, value.as_str()));
+    }
+    numbered.sort_by_key(|(n, _)| *n);
+    for (i, (n, _)) in numbered.iter().enumerate() {
+        if *n != i + 1 {
+            return Err(format!(
+                "whatsapp template variables must be numbered 1 to {} without gaps; {} is missing",
+                numbered.len(),
+                i + 1
+            ));
+        }
+    }
+    Ok(numbered.into_iter().map(|(_, v)| v).collect())
+}
+
 /// Checks that a `kind` sender can send `content` (whose shape [`check`] accepted): the body,
 /// the media kind, and the channel's own limits.
 pub fn check_for(content: &pb::Content, path: &str, kind: SenderKind) -> Vec<Violation> {
@@ -394,10 +423,17 @@ pub fn check_for(content: &pb::Content, path: &str, kind: SenderKind) -> Vec<Vio
                 }
             }
         }
-        (SenderKind::WhatsappCloud, Body::Template(t)) if t.language.is_empty() => c.add(
-            "template.language",
-            "a whatsapp template needs a language code",
-        ),
+        (SenderKind::WhatsappCloud, Body::Template(t)) => {
+            if t.language.is_empty() {
+                c.add(
+                    "template.language",
+                    "a whatsapp template needs a language code",
+                );
+            }
+            if let Err(problem) = positional_parameters(&t.variables) {
+                c.add("template.variables", problem);
+            }
+        }
         _ => {}
     }
     c.out

@@ -95,6 +95,29 @@ async fn content_a_channel_cannot_send_is_invalid_argument_naming_the_field() ->
             })),
             "task.content.template.buttons[0].index",
         ),
+        // Named or gappy keys Meta would refuse (132000) at send time, refused at once.
+        (
+            "wa-1",
+            content(Body::Template(TemplateContent {
+                template_id: "t".into(),
+                language: "en".into(),
+                variables: [("name".to_string(), "Ann".to_string())].into(),
+                ..Default::default()
+            })),
+            "task.content.template.variables",
+        ),
+        (
+            "wa-1",
+            content(Body::Template(TemplateContent {
+                template_id: "t".into(),
+                language: "en".into(),
+                variables: [("1", "a"), ("3", "c")]
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .into(),
+                ..Default::default()
+            })),
+            "task.content.template.variables",
+        ),
         (
             "wc-1",
             content(Body::Text("x".repeat(2049))),

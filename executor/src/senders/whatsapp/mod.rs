@@ -239,31 +239,12 @@ pub fn parse_callback_data(data: &str) -> Option<(&str, i32)> {
     (!task.is_empty()).then_some((task, attempt))
 }
 
-/// The variables' values in the order of their keys `"1"`, `"2"`, … `"n"`.
+/// The variables' values in the order of their keys `"1"`, `"2"`, … `"n"` (the rule both
+/// services share, `herald_proto::content::positional_parameters`); PERMANENT otherwise.
 pub(crate) fn positional_parameters(
     variables: &std::collections::BTreeMap<String, String>,
 ) -> Result<Vec<&str>, SendError> {
-    let mut numbered = Vec::with_capacity(variables.len());
-    for (key, value) in variables {
-        let n = key.parse::<usize>().ok().filter(|n| *n >= 1).ok_or_else(|| {
-            SendError::permanent(format!(
-                "whatsapp template variables must be named \"1\", \"2\", … (positional parameters); got {key:?}"
-            ))
-        })?;
-        numbered.push((n, value.as_str()));
-    }
-    // BTreeMap orders "10" before "2": sort by number.
-    numbered.sort_by_key(|(n, _)| *n);
-    for (i, (n, _)) in numbered.iter().enumerate() {
-        if *n != i + 1 {
-            return Err(SendError::permanent(format!(
-                "whatsapp template variables must be numbered 1 to {} without gaps; {} is missing",
-                numbered.len(),
-                i + 1
-            )));
-        }
-    }
-    Ok(numbered.into_iter().map(|(_, v)| v).collect())
+    herald_proto::content::positional_parameters(variables).map_err(SendError::permanent)
 }
 
 #[derive(Deserialize)]
