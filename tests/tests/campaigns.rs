@@ -417,6 +417,9 @@ async fn a_campaigns_start_and_deadline_have_a_tasks_bounds() -> Result<()> {
     let tomorrow = prost_types::Timestamp::from(
         std::time::SystemTime::now() + std::time::Duration::from_secs(86_400),
     );
+    let local_in_a_week = (chrono::Utc::now() + chrono::Duration::days(7))
+        .format("%Y-%m-%dT%H:%M")
+        .to_string();
     let cases = [
         (
             "campaign.start_at",
@@ -436,6 +439,16 @@ async fn a_campaigns_start_and_deadline_have_a_tasks_bounds() -> Result<()> {
             "campaign.expire_at",
             CampaignSpec {
                 start_at: Some(in_a_week),
+                expire_at: Some(tomorrow),
+                ..spec()
+            },
+        ),
+        // A wall-clock start is checked too: it made a campaign whose every task expired.
+        (
+            "campaign.expire_at",
+            CampaignSpec {
+                local_start: local_in_a_week,
+                time_zone: "America/New_York".into(),
                 expire_at: Some(tomorrow),
                 ..spec()
             },

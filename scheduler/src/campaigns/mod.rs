@@ -163,10 +163,17 @@ pub fn check_spec(spec: &pb::CampaignSpec, now: DateTime<Utc>) -> Violations {
     {
         v.add("campaign.local_start", "is more than 366 days ahead");
     }
+    // A wall-clock start is at its earliest in the zone furthest ahead (UTC+14): a deadline
+    // before even that would expire every recipient's task unsent.
+    let starts = rules::parse_local_time(&spec.local_start)
+        .map(|local| local.and_utc() - chrono::Duration::hours(14))
+        .or(start_at)
+        .unwrap_or(now)
+        .max(now);
     match spec.expire_at.as_ref().map(rules::timestamp) {
         None => {}
         Some(None) => v.add("campaign.expire_at", "is not a valid timestamp"),
-        Some(Some(expire)) if expire <= start_at.unwrap_or(now).max(now) => v.add(
+        Some(Some(expire)) if expire <= starts => v.add(
             "campaign.expire_at",
             "must be after the campaign starts (and after now)",
         ),
