@@ -960,6 +960,15 @@ async fn the_console_cannot_be_framed_and_a_tokens_rate_binds_it_too() -> Result
         .send()
         .await?;
     assert_eq!(r.status(), 200);
+    // The harness also allows anonymous callers, which a tokens file does not switch off: the
+    // scheduler says so at start, since shipped that way the tokens restrict nobody.
+    assert!(
+        scheduler
+            .stderr_all()
+            .contains("HERALD_ALLOW_ANONYMOUS=true with a tokens file"),
+        "{}",
+        scheduler.stderr_tail()
+    );
     Ok(())
 }
 

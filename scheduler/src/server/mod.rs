@@ -273,6 +273,15 @@ async fn stop(
 /// The auth policy of `config`: its tokens and rates, or a refusal to run without any.
 fn auth_policy(config: &Config) -> Result<AuthPolicy, ServeError> {
     let tokens = match &config.auth_tokens_file {
+        Some(path) if config.allow_anonymous => {
+            // Allowed (a development set-up trying tokens out), but easy to ship by mistake:
+            // the tokens then restrict only those who present one.
+            tracing::warn!(
+                "HERALD_ALLOW_ANONYMOUS=true with a tokens file: a request without a token \
+                 still acts with every role in every namespace"
+            );
+            TokenSet::load(path).map_err(|e| ServeError::Auth(e.to_string()))?
+        }
         Some(path) => TokenSet::load(path).map_err(|e| ServeError::Auth(e.to_string()))?,
         None if config.allow_anonymous => TokenSet::default(),
         None => {
