@@ -54,11 +54,16 @@ pub fn variables_of(body: &str) -> Result<Vec<String>, String> {
     // task's creation or a schedule's run: render it once with a sample value for every
     // variable and refuse those (other errors of a sample render, such as arithmetic on text,
     // say nothing about real values).
-    let sample: BTreeMap<&str, Value> = vars
+    let mut sample: BTreeMap<&str, Value> = vars
         .iter()
         .map(|v| (v.as_str(), Value::from("x")))
         .collect();
-    if let Err(e) = template.render(&sample) {
+    let mut called: Vec<&str> = Vec::new();
+    // Each pass finds the next call that fails; at most one pass per variable.
+    for _ in 0..=vars.len() {
+        let Err(e) = template.render(&sample) else {
+            break;
+        };
         use minijinja::ErrorKind;
         if matches!(
             e.kind(),
@@ -67,28 +72,37 @@ pub fn variables_of(body: &str) -> Result<Vec<String>, String> {
             return Err(format!("does not render: {e}"));
         }
         // An unknown function reads as one more variable, and a task's variables are text,
-        // which cannot be called: a name whose call stops failing once it is callable is a
-        // function no task can supply.
-        if e.kind() == ErrorKind::InvalidOperation {
-            let called: Vec<&str> = vars
-                .iter()
-                .map(String::as_str)
-                .filter(|name| {
-                    let mut callable = sample.clone();
-                    callable.insert(name, Value::from_function(|_: Rest<Value>| "x"));
-                    !matches!(template.render(&callable),
-                              Err(again) if again.to_string() == e.to_string())
-                })
-                .collect();
-            if !called.is_empty() {
-                return Err(format!(
-                    "does not render: unknown function {}",
-                    called.join(", ")
-                ));
-            }
-        }
+        // which cannot be called: the failing expression (the error's range in the body) is a
+        // call of one of them by name. Made callable, the next pass finds the next such call.
+        let callee = (e.kind() == ErrorKind::InvalidOperation)
+            .then(|| e.range().and_then(|r| body.get(r)))
+            .flatten()
+            .and_then(called_name)
+            .and_then(|name| vars.iter().find(|v| v.as_str() == name));
+        let Some(name) = callee.filter(|name| !called.contains(&name.as_str())) else {
+            break;
+        };
+        called.push(name.as_str());
+        sample.insert(name.as_str(), Value::from_function(|_: Rest<Value>| "x"));
+    }
+    if !called.is_empty() {
+        return Err(format!(
+            "does not render: unknown function {}",
+            called.join(", ")
+        ));
     }
     Ok(vars)
+}
+
+/// The name an expression such as `greet(name)` calls, when it is a plain name.
+fn called_name(expression: &str) -> Option<&str> {
+    let (name, _) = expression.trim_start().split_once('(')?;
+    let name = name.trim_end();
+    let mut chars = name.chars();
+    let first = chars.next()?;
+    ((first.is_ascii_alphabetic() || first == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_'))
+    .then_some(name)
 }
 
 /// Renders contents against a set of stored templates.
@@ -339,6 +353,7 @@ mod tests {
             ("Hi {{ greet(name) }}", "greet"),
             ("{% if fmt(x) %}y{% endif %}", "fmt"),
             ("{{ name() }}", "name"),
+            ("a {{ f(x) }} {{ g(y) }}", "f, g"),
         ] {
             let refused = variables_of(body).expect_err(body);
             assert!(
@@ -350,6 +365,18 @@ mod tests {
             variables_of("{{ name | upper }} owes {{ amount * 2 }}").unwrap(),
             vec!["amount", "name"]
         );
+        // Filters that fail on the sample's text are not calls: accepted.
+        for body in [
+            "Total: {{ amount | int * 2 }}",
+            "{{ price | float | round(2) }} EUR",
+            "{% if count | int > 1 %}many{% endif %}",
+        ] {
+            assert!(
+                variables_of(body).is_ok(),
+                "{body}: {:?}",
+                variables_of(body)
+            );
+        }
     }
 
     #[test]
