@@ -99,3 +99,66 @@ async fn without_a_callback_the_task_is_sent_again_after_the_grace() -> Result<(
     assert_eq!(messages_to(&stack.fake, recipient), 2);
     Ok(())
 }
+
+/// A send settled by its callback after its lease lapsed, then failed late with a code worth
+/// retrying, is sent once more; the new message's success is final. The lapsed attempt had no
+/// message id of its own, so its message's failure was taken for every later send's and the
+/// task was retried at each report until its attempts ran out.
+#[tokio::test]
+async fn a_callback_settled_send_that_fails_late_is_retried_once_and_its_retry_stands() -> Result<()>
+{
+    let mut stack = Stack::start_with(|b| {
+        b.env("HERALD_LEASE_TTL", "2s")
+            .env("HERALD_UNKNOWN_OUTCOME_GRACE", "1h")
+    })
+    .await?;
+    let recipient = "16505550053";
+    stack.fake.hold_answers();
+    let id = stack.create(recipient).await?;
+    wait_for_request(&stack.fake, recipient).await?;
+    stack.executor.kill()?;
+    stack.executor.wait().await?;
+    let waiting = stack
+        .wait_task(&id, |t| {
+            t.state() == TaskState::Scheduled && t.attempts == 1
+        })
+        .await?;
+    stack.fake.release_answers();
+    stack.executor = executor(&stack.scheduler.grpc_url(), &stack.fake).await?;
+    stack
+        .fake
+        .send_callbacks_to(&webhook_url(&stack.executor)?, APP_SECRET);
+    let first = "wamid.fake00000001";
+    let sent = webhook_body(WABA, "messages", status_of(&waiting, first, Callback::Sent));
+    assert_eq!(stack.fake.post_webhook(&sent).await?, 200);
+    stack
+        .wait_task(&id, |t| t.state() == TaskState::Succeeded)
+        .await?;
+    // Meta then fails the first message with a temporary error; the retry is delivered.
+    stack.fake.plan_callbacks(
+        recipient,
+        CallbackPlan::after(&[Callback::Sent, Callback::Delivered]),
+    );
+    let failed = webhook_body(
+        WABA,
+        "messages",
+        status_of(&waiting, first, Callback::Failed(131000)),
+    );
+    assert_eq!(stack.fake.post_webhook(&failed).await?, 200);
+    let task = stack
+        .wait_task(&id, |t| {
+            t.state() == TaskState::Succeeded
+                && t.delivery
+                    .as_ref()
+                    .is_some_and(|d| d.provider_message_id != first)
+                && state(t) == DeliveryState::Delivered
+        })
+        .await?;
+    assert_eq!(task.attempts, 2, "{task:?}");
+    assert_eq!(
+        messages_to(&stack.fake, recipient),
+        2,
+        "sent more than once again"
+    );
+    Ok(())
+}
