@@ -161,17 +161,35 @@ pub const RECIPIENT_LIMIT_BACKOFF_MS: i64 = 3_600_000;
 /// marketing limit (131049) and pair rate limit (131056).
 const RECIPIENT_LIMIT_CODES: &[i64] = &[131_049, 131_056];
 
-/// Provider error codes of a late failure worth trying again, while the task has attempts
-/// left: the WhatsApp codes the sender classes RATE_LIMITED or TRANSIENT when a send's answer
-/// carries them (providers.md §1.5; `classify_code` in the executor's WhatsApp sender). Meta
-/// reports several of them, 131049 above all, only by webhook, after accepting the message;
-/// ending the task there would drop what Meta asks to be retried later. Every other code ends
-/// the task (131047 first tries its fallback).
-const RETRYABLE_LATE_CODES: &[i64] = &[
-    // Throttles: the app, the WABA, the number, its spam limit, the pair, the user, a flow.
-    4, 17, 341, 613, 80_007, 130_429, 131_048, 131_056, 131_049, 132_069, 133_016,
-    // Temporary failures.
-    1, 2, 131_000, 131_016, 133_004, 131_057,
+/// Provider error codes of a late failure worth trying again while the task has attempts
+/// left, each with the least wait before it is (in milliseconds; the retry policy's delay when
+/// longer): the WhatsApp codes the sender classes RATE_LIMITED or TRANSIENT when a send's
+/// answer carries them, with the waits it gives them there (providers.md §1.5; `classify_code`
+/// in the executor's WhatsApp sender). Meta reports several of them, 131049 above all, only by
+/// webhook, after accepting the message; ending the task there would drop what Meta asks to be
+/// retried later. Every other code ends the task (131047 first tries its fallback), and so
+/// does 131048, the number's spam limit: at send time it also rests the account for an hour,
+/// which a late report cannot do here, so the task is not sent again into it.
+const RETRYABLE_LATE_CODES: &[(i64, i64)] = &[
+    // Throttles: the app, the WABA, the number's throughput, a flow, registrations.
+    (4, 0),
+    (17, 0),
+    (341, 0),
+    (613, 0),
+    (80_007, 0),
+    (130_429, 0),
+    (132_069, 0),
+    (133_016, 0),
+    // The pair and the user's marketing limit: no sooner than the recipient's back-off.
+    (131_056, RECIPIENT_LIMIT_BACKOFF_MS),
+    (131_049, RECIPIENT_LIMIT_BACKOFF_MS),
+    // Temporary failures; maintenance lasts about a minute.
+    (1, 0),
+    (2, 0),
+    (131_000, 0),
+    (131_016, 0),
+    (133_004, 0),
+    (131_057, 60_000),
 ];
 
 /// Records one provider webhook delivery's events for `namespace` in one transaction; returns
@@ -359,13 +377,7 @@ async fn settle(
     }
     let retried = db
         .deliveries()
-        .retry_delivered(
-            namespace,
-            &failed,
-            RETRYABLE_LATE_CODES,
-            RECIPIENT_LIMIT_CODES,
-            RECIPIENT_LIMIT_BACKOFF_MS,
-        )
+        .retry_delivered(namespace, &failed, RETRYABLE_LATE_CODES)
         .await?;
     for (task, code, due) in &retried {
         tracing::info!(task_id = %task, code, due = %due, "failed after acceptance; trying again");

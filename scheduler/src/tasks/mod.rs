@@ -380,15 +380,21 @@ impl Tasks {
             // Refused: the error rolls the transaction back, so a finished task the retry
             // brought back from the history (to find it where the update looks) goes back
             // there untouched, and another namespace's task is not moved at all.
-            let state = tx
+            let task = tx
                 .tasks()
                 .get(namespace, id)
                 .await?
-                .ok_or_else(|| Error::NotFound(format!("task {id}")))?
-                .state;
+                .ok_or_else(|| Error::NotFound(format!("task {id}")))?;
+            if task.state == TaskState::Failed {
+                // Failed, yet not retried: its campaign was cancelled (retry_task.sql).
+                return Err(Error::FailedPrecondition(format!(
+                    "task {id} belongs to campaign {} which was cancelled; nothing of it is sent any more",
+                    task.campaign_id.map(|c| c.to_string()).unwrap_or_default()
+                )));
+            }
             Err(Error::FailedPrecondition(format!(
                 "task {id} is {}; only FAILED tasks can be retried",
-                state.as_str()
+                task.state.as_str()
             )))
         })?;
         self.get(namespace, id).await

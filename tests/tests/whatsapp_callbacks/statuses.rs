@@ -421,3 +421,120 @@ async fn a_batch_posted_while_the_scheduler_is_down_is_applied_after_it_returns(
     assert_eq!(unrecorded, 1.0);
     Ok(())
 }
+
+/// A paused or cancelled campaign sends nothing, also when a late failure worth retrying (or a
+/// retry by hand) would bring one of its ended tasks back: pausing and cancelling touch only
+/// live tasks. A cancelled campaign's task ends FAILED and cannot be retried; a paused one's
+/// comes back parked until the campaign resumes.
+#[tokio::test]
+async fn a_paused_or_cancelled_campaign_sends_nothing_when_a_late_failure_or_a_retry_revives_a_task(
+) -> Result<()> {
+    use herald_proto::v1::{CancelCampaignRequest, PauseCampaignRequest};
+    let mut stack = Stack::start().await?;
+    let mut campaigns = CampaignServiceClient::connect(stack.scheduler.grpc_url()).await?;
+    let start = |name: &str, recipient: &str| {
+        let request = CreateCampaignRequest {
+            campaign: Some(CampaignSpec {
+                name: name.into(),
+                queue: name.into(),
+                pool: "wa".into(),
+                content: Some(Content {
+                    body: Some(content::Body::Text("Spring sale".into())),
+                    ..Default::default()
+                }),
+                ..CampaignSpec::default()
+            }),
+            recipients: vec![CampaignRecipient {
+                recipient: recipient.into(),
+                ..CampaignRecipient::default()
+            }],
+        };
+        let mut campaigns = campaigns.clone();
+        async move { anyhow::Ok(campaigns.create_campaign(request).await?.into_inner()) }
+    };
+    let cancelled = start("cancelled", "16505550061").await?;
+    let paused = start("paused", "16505550062").await?;
+    let task_of = |queue: &'static str| {
+        let mut tasks = stack.tasks.clone();
+        async move {
+            let listed = tasks
+                .list_tasks(ListTasksRequest {
+                    queue: queue.into(),
+                    ..Default::default()
+                })
+                .await?
+                .into_inner()
+                .tasks;
+            listed.into_iter().next().context("the campaign's task")
+        }
+    };
+    let cancelled_task = task_of("cancelled").await?;
+    let paused_task = task_of("paused").await?;
+    for task in [&cancelled_task, &paused_task] {
+        stack
+            .wait_task(&task.id, |t| t.state() == TaskState::Succeeded)
+            .await?;
+    }
+    campaigns
+        .cancel_campaign(CancelCampaignRequest {
+            id: cancelled.id.clone(),
+        })
+        .await?;
+    campaigns
+        .pause_campaign(PauseCampaignRequest {
+            id: paused.id.clone(),
+        })
+        .await?;
+    for task in [&cancelled_task, &paused_task] {
+        let task = stack.task(&task.id).await?;
+        let failed = status_of(&task, &stack.wamid(&task)?, Callback::Failed(131000));
+        let body = webhook_body(WABA, "messages", failed);
+        assert_eq!(stack.fake.post_webhook(&body).await?, 200);
+    }
+    let ended = stack
+        .wait_task(&cancelled_task.id, |t| t.state() == TaskState::Failed)
+        .await?;
+    assert_eq!(ended.attempts, 1);
+    let revived = stack
+        .wait_task(&paused_task.id, |t| t.state() == TaskState::Scheduled)
+        .await?;
+    let route = |id: String| {
+        let db = &stack.db;
+        async move {
+            anyhow::Ok(
+                db.connect()
+                    .await?
+                    .query_one(
+                        "SELECT route FROM herald.tasks WHERE id = $1::text::uuid",
+                        &[&id],
+                    )
+                    .await?
+                    .get::<_, String>(0),
+            )
+        }
+    };
+    let parked = route(revived.id.clone()).await?;
+    assert!(parked.starts_with("paused:"), "{parked}");
+
+    // By hand: a cancelled campaign's task is not retried, and says why.
+    let refused = stack
+        .tasks
+        .retry_task(RetryTaskRequest {
+            id: cancelled_task.id.clone(),
+            ..Default::default()
+        })
+        .await
+        .err()
+        .context("retried a cancelled campaign's task")?;
+    assert_eq!(
+        refused.code(),
+        tonic::Code::FailedPrecondition,
+        "{refused:?}"
+    );
+    assert!(refused.message().contains("cancelled"), "{refused:?}");
+    assert_eq!(
+        stack.task(&cancelled_task.id).await?.state(),
+        TaskState::Failed
+    );
+    Ok(())
+}

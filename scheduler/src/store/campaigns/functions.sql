@@ -36,3 +36,23 @@ BEGIN
     RETURN v_finished;
 END
 $$;
+
+-- What a campaign's state means for a task of it that comes back to life after it ended (a
+-- retry, a late failure tried again, a window-closed fallback): 'cancelled', it must not (the
+-- campaign was stopped by hand, and nothing of it may go out any more); 'paused', it comes back
+-- parked behind a 'paused:' route, as the campaign's live tasks were (resuming unparks it);
+-- NULL, it may go. Pausing and cancelling touch live tasks only, so every path that brings an
+-- ended task back asks this.
+CREATE OR REPLACE FUNCTION herald.campaign_hold(p_campaign uuid) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT c.state::text FROM herald.campaigns c
+    WHERE c.id = p_campaign AND c.state IN ('cancelled', 'paused')
+$$;
+
+-- The route a task of campaign p_campaign comes back to life on (see herald.campaign_hold):
+-- parked while the campaign is paused, else its own.
+CREATE OR REPLACE FUNCTION herald.revived_route(p_route text, p_campaign uuid) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT CASE WHEN herald.campaign_hold(p_campaign) = 'paused' AND p_route NOT LIKE 'paused:%'
+                THEN 'paused:' || p_route ELSE p_route END
+$$;

@@ -163,31 +163,21 @@ impl<C: GenericClient> DeliveryRepo<'_, C> {
     }
 
     /// Schedules again the SUCCEEDED tasks among `tasks` whose message failed after acceptance
-    /// with one of `codes` and whose attempts are not spent, after their retry policy's next
-    /// delay (for one of `recipient_codes`, no sooner than `recipient_wait_ms`); returns them
-    /// with the code and when they are due.
+    /// with one of `codes` (each with the least wait before it is tried again, in ms) and whose
+    /// attempts are not spent, after their retry policy's next delay or that wait, whichever is
+    /// longer; returns them with the code and when they are due.
     pub async fn retry_delivered(
         &self,
         namespace: &str,
         tasks: &[Uuid],
-        codes: &[i64],
-        recipient_codes: &[i64],
-        recipient_wait_ms: i64,
+        codes: &[(i64, i64)],
     ) -> Result<Vec<(Uuid, i64, DateTime<Utc>)>, StoreError> {
         if tasks.is_empty() {
             return Ok(Vec::new());
         }
+        let (codes, waits): (Vec<i64>, Vec<i64>) = codes.iter().copied().unzip();
         RETRY_DELIVERED
-            .query(
-                self.db,
-                &[
-                    &namespace,
-                    &tasks,
-                    &codes,
-                    &recipient_codes,
-                    &recipient_wait_ms,
-                ],
-            )
+            .query(self.db, &[&namespace, &tasks, &codes, &waits])
             .await?
             .iter()
             .map(|r| {

@@ -6,9 +6,12 @@
 -- a fallback again. The failed message is remembered (fallback_replaces) so that its reports,
 -- repeated or late, no longer make the task's delivery nor end it. Runs before
 -- fail_delivered.sql, which then finds these tasks no longer SUCCEEDED. A repeat of the same
--- failure changes nothing: the fallback is used. Returns the tasks scheduled again.
+-- failure changes nothing: the fallback is used. A task whose campaign was cancelled is left to
+-- end FAILED; one whose campaign is paused comes back parked (herald.campaign_hold). Returns the
+-- tasks scheduled again.
 UPDATE herald.tasks t
 SET state = 'scheduled',
+    route = herald.revived_route(t.route, t.campaign_id),
     run_at = herald.now(),
     window_closed_fallback_at = herald.now(),
     fallback_replaces = f.provider_message_id,
@@ -25,4 +28,5 @@ WHERE x.id = ANY($2::uuid[]) AND x.namespace = $1
   AND t.id = x.id AND t.state = 'succeeded'
   AND f.error_code = 131047
   AND t.window_closed_fallback IS NOT NULL AND t.window_closed_fallback_at IS NULL
+  AND herald.campaign_hold(x.campaign_id) IS DISTINCT FROM 'cancelled'
 RETURNING t.id
