@@ -229,7 +229,7 @@ async fn batch(
                 };
                 let zone = c.zone_or(&default_zone);
                 let vars = variables(&spec, c, zone, &ctx, from_source);
-                Some(contact_task(&s, &spec, f, now, c, vars))
+                contact_task(&s, &spec, f, now, c, vars)
             })
             .collect();
         let audience_id = spec.audience.as_ref().map(|a| a.audience_id.as_str());
@@ -311,7 +311,8 @@ pub fn variables(
 }
 
 /// The task one contact of a fan-out gets: the run's task for its recipient, with the
-/// template's variables set to the contact's.
+/// template's variables set to the contact's. None for a catch-up's contact whose task would
+/// have expired by now (see [`run_task`]): a batch written late sends nothing stale either.
 fn contact_task(
     s: &ScheduleRecord,
     spec: &pb::ScheduleSpec,
@@ -319,14 +320,14 @@ fn contact_task(
     now: DateTime<Utc>,
     c: &Contact,
     vars: BTreeMap<String, String>,
-) -> TaskSpec {
+) -> Option<TaskSpec> {
     let run = Run {
         fire_time: f.fire_time,
         catch_up: f.catch_up,
         period_from: f.fire_time,
         manual: false,
     };
-    let mut task = run_task(s, spec, &run, now, &c.recipient);
+    let mut task = run_task(s, spec, &run, now, &c.recipient)?;
     if let Some(pb::Content {
         body: Some(pb::content::Body::Template(t)),
         ..
@@ -334,7 +335,7 @@ fn contact_task(
     {
         t.variables = vars;
     }
-    task
+    Some(task)
 }
 
 /// Prepares (checks, renders) and inserts a batch's tasks; returns how many were new. A task

@@ -414,9 +414,12 @@ async fn fire_run(
             .await?;
         return Ok(false);
     }
-    // A missed run whose tasks would all have expired by now is stale: recorded, not sent.
+    // A missed run whose tasks would all have expired by now (even its last stagger slot's) is
+    // stale: recorded, not sent. Recipients of a run still in time are judged one by one
+    // (run_task).
     if let Some(expire_after) = expire_after(spec) {
-        if run.catch_up && !run.manual && run.fire_time + expire_after <= now {
+        let last_slot = ChronoDuration::milliseconds(s.stagger_ms);
+        if run.catch_up && !run.manual && run.fire_time + last_slot + expire_after <= now {
             tx.schedules()
                 .insert_run(namespace, &s.id, run.fire_time, "skipped_expired", 0, None)
                 .await?;
@@ -457,7 +460,8 @@ async fn fire_run(
         }
         return Ok(false);
     }
-    let count = i32::try_from(spec.recipients.len()).unwrap_or(i32::MAX);
+    let specs = run_tasks(s, spec, run, now);
+    let count = i32::try_from(specs.len()).unwrap_or(i32::MAX);
     if !tx
         .schedules()
         .insert_run(
@@ -472,7 +476,6 @@ async fn fire_run(
     {
         return Ok(false);
     }
-    let specs = run_tasks(s, spec, run, now);
     let path = |i: usize| format!("schedule {} run {} recipient {i}", s.id, run.fire_time);
     // Checked and rendered as any task is: a stored template becomes its text here. A run whose
     // tasks no longer pass (a template deleted since) records the run without tasks and says
@@ -514,24 +517,29 @@ fn run_tasks(
 ) -> Vec<TaskSpec> {
     spec.recipients
         .iter()
-        .map(|recipient| run_task(s, spec, run, now, recipient))
+        .filter_map(|recipient| run_task(s, spec, run, now, recipient))
         .collect()
 }
 
 /// The task one recipient of a run gets: due at the fire time plus its stagger slot and
 /// jitter (catch-ups: now), keyed by (schedule, fire time, recipient) so that even a second
-/// insert of the run could not create a second task.
+/// insert of the run could not create a second task. None for a catch-up's recipient whose
+/// task would have expired by now (`expire_after` past its on-time slot): it would be stale.
 pub(super) fn run_task(
     s: &ScheduleRecord,
     spec: &pb::ScheduleSpec,
     run: &Run,
     now: DateTime<Utc>,
     recipient: &str,
-) -> TaskSpec {
+) -> Option<TaskSpec> {
     let fire = run.fire_time.to_rfc3339_opts(SecondsFormat::Millis, true);
     let stagger = ChronoDuration::milliseconds(s.stagger_ms);
     let jitter = ChronoDuration::milliseconds(s.jitter_ms);
     let on_time = run.fire_time + spread::stagger_offset(&s.id, recipient, stagger);
+    // A catch-up's recipient whose task would have expired by now gets none: it would be stale.
+    if run.catch_up && expire_after(spec).is_some_and(|d| on_time + d <= now) {
+        return None;
+    }
     let mut due = if run.catch_up { now } else { on_time };
     if s.stagger_off_round && s.stagger_ms > 0 && !run.catch_up {
         due = spread::off_round_minutes(due);
@@ -543,7 +551,7 @@ pub(super) fn run_task(
     if run.catch_up {
         labels.insert("herald.catch_up".into(), "true".into());
     }
-    TaskSpec {
+    Some(TaskSpec {
         // A run far in the past (catch-up) is due now, so the bounds hold.
         when: Some(When::At(due)),
         idempotency_key: format!("herald:schedule:{}:{}:{}", s.id, fire, recipient),
@@ -556,7 +564,7 @@ pub(super) fn run_task(
         }),
         labels,
         ..super::spec::task_of(spec, recipient)
-    }
+    })
 }
 
 #[cfg(test)]
