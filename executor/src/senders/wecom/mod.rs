@@ -419,7 +419,13 @@ impl WeComSender {
                         errcode = e.code,
                         "wecom rejected the upload's access token; refreshing once"
                     );
-                    let fresh = self.tokens.refresh(stale).await?;
+                    let fresh = self.tokens.refresh(stale).await.map_err(|e| SendError {
+                        message: format!(
+                            "wecom upload's token was rejected and refreshing it failed: {}",
+                            e.message
+                        ),
+                        ..e
+                    })?;
                     self.rich_message(rich, Some(&fresh)).await?
                 }
                 other => other?,
