@@ -86,6 +86,14 @@ pub fn text_problem(value: &str) -> Option<&'static str> {
         .then_some("must not contain NUL characters")
 }
 
+/// The form two spellings of one recipient share: a phone number with and without its leading
+/// `+` (WhatsApp takes both, and answers with the digits alone) is one person. The suppression
+/// list compares recipients this way (`ltrim(recipient, '+')`), and so do the checks that keep
+/// a campaign or a schedule from messaging one person twice.
+pub fn recipient_key(recipient: &str) -> &str {
+    recipient.trim_start_matches('+')
+}
+
 /// Whether `zone` is an IANA time zone name.
 pub fn is_time_zone(zone: &str) -> bool {
     zone.parse::<chrono_tz::Tz>().is_ok()

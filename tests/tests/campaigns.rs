@@ -510,3 +510,62 @@ async fn a_campaigns_start_and_deadline_have_a_tasks_bounds() -> Result<()> {
     );
     Ok(())
 }
+
+/// "+1650…" and "1650…" are one WhatsApp user (the suppression list already says so): a
+/// campaign gives them one task, within a chunk and across chunks, and a schedule may not list
+/// both. Before, that user got the campaign twice.
+#[tokio::test]
+async fn one_number_with_and_without_its_plus_is_one_recipient() -> Result<()> {
+    let db = TestDb::new().await?;
+    let s = SchedulerProcess::spawn(&db).await?;
+    let mut c = client(&s).await?;
+    let recipient = |r: &str| CampaignRecipient {
+        recipient: r.into(),
+        ..Default::default()
+    };
+    let created = c
+        .create_campaign(CreateCampaignRequest {
+            campaign: Some(spec()),
+            recipients: vec![
+                recipient("+16505550101"),
+                recipient("16505550101"),
+                recipient("+16505550101"),
+                recipient("+16505550102"),
+            ],
+        })
+        .await?
+        .into_inner();
+    assert_eq!(created.progress.map(|p| p.total), Some(2));
+    let again = c
+        .add_recipients(AddRecipientsRequest {
+            campaign_id: created.id.clone(),
+            recipients: vec![recipient("16505550102"), recipient("16505550103")],
+        })
+        .await?
+        .into_inner();
+    assert_eq!((again.added, again.duplicates, again.total), (1, 1, 3));
+
+    let mut schedules =
+        herald_proto::v1::schedule_service_client::ScheduleServiceClient::connect(s.grpc_url())
+            .await?;
+    let refused = schedules
+        .create_schedule(herald_proto::v1::CreateScheduleRequest {
+            schedule: Some(herald_proto::v1::ScheduleSpec {
+                id: "twice".into(),
+                cron: "0 9 * * *".into(),
+                queue: QUEUE.into(),
+                recipients: vec!["+16505550101".into(), "16505550101".into()],
+                content: spec().content,
+                ..Default::default()
+            }),
+        })
+        .await
+        .err()
+        .context("a schedule listing one number twice was created")?;
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    assert!(
+        refused.message().contains("schedule.recipients"),
+        "{refused:?}"
+    );
+    Ok(())
+}

@@ -174,8 +174,24 @@ impl Campaigns {
                     "campaign {id} would exceed 100,000 recipients"
                 )));
             }
-            let names: Vec<&str> = recipients.iter().map(|r| r.recipient.as_str()).collect();
-            let present = tx.campaigns().present(id, &names).await?;
+            // Both spellings of each recipient are looked for, and compared by their shared
+            // form: "+1650…" and "1650…" are one person, who must get the campaign once.
+            let keys: Vec<&str> = recipients
+                .iter()
+                .map(|r| rules::recipient_key(&r.recipient))
+                .collect();
+            let spellings: Vec<String> = keys
+                .iter()
+                .flat_map(|k| [(*k).to_owned(), format!("+{k}")])
+                .collect();
+            let names: Vec<&str> = spellings.iter().map(String::as_str).collect();
+            let present: HashSet<String> = tx
+                .campaigns()
+                .present(id, &names)
+                .await?
+                .iter()
+                .map(|r| rules::recipient_key(r).to_owned())
+                .collect();
             let mut seen: HashSet<&str> = HashSet::new();
             let origin = Origin::Campaign {
                 campaign_id: id,
@@ -184,7 +200,8 @@ impl Campaigns {
             };
             let mut fresh: Vec<NewTask> = Vec::new();
             for (i, r) in recipients.iter().enumerate() {
-                if present.contains(&r.recipient) || !seen.insert(&r.recipient) {
+                let key = keys[i];
+                if present.contains(key) || !seen.insert(key) {
                     continue;
                 }
                 let seq = count + fresh.len() as i32;

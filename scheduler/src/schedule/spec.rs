@@ -178,8 +178,15 @@ pub fn check(
         check_source(src, &mut v);
     }
     let mut seen = std::collections::HashSet::new();
-    if spec.recipients.iter().any(|r| !seen.insert(r)) {
-        v.add("schedule.recipients", "must be distinct");
+    if spec
+        .recipients
+        .iter()
+        .any(|r| !seen.insert(crate::rules::recipient_key(r)))
+    {
+        v.add(
+            "schedule.recipients",
+            "must be distinct (a number with and without its leading + is one recipient)",
+        );
     }
     if spec.labels.keys().any(|k| k.starts_with("herald.")) {
         v.add("schedule.labels", "keys starting with herald. are reserved");
