@@ -180,9 +180,12 @@ fn messages(value: &Value, numbers: &[ConfiguredNumber], out: &mut Events) {
         // refused with the rest of the payload.
         let sender = text(&message["from"]).filter(|s| s.len() <= MAX_SENDER_BYTES);
         match (account, sender) {
-            (Some(account), Some(sender)) => out.push(
+            // A number this executor does not hold still forwards the message, without an
+            // account: Meta posts every number's webhooks to one URL, which may reach any
+            // executor, and a STOP acknowledged but dropped here would never come again.
+            (account, Some(sender)) => out.push(
                 Kind::Inbound(pb::InboundMessageEvent {
-                    credentials_ref: account.to_owned(),
+                    credentials_ref: account.unwrap_or_default().to_owned(),
                     sender,
                     received_at: timestamp(&message["timestamp"]),
                     r#type: text(&message["type"]).map_or_else(String::new, |t| cut(t, 64)),
@@ -455,7 +458,7 @@ mod tests {
     }
 
     #[test]
-    fn inbound_messages_need_a_configured_number() {
+    fn inbound_messages_name_their_number_when_this_executor_holds_it() {
         let value = |phone: &str| {
             json!({"metadata":{"phone_number_id": phone},
                    "messages":[{"from":"1650","id":"wamid.IN","timestamp":"1749416383","type":"text"}]})
@@ -469,7 +472,16 @@ mod tests {
             ("wa-2", "1650")
         );
         assert_eq!((m.r#type.as_str(), m.text.as_str()), ("text", ""));
-        assert_eq!(parse(change("messages", value("9999"))).ignored, 1);
+        // Another executor's number: still forwarded, for its opt-out, without an account.
+        let out = parse(change("messages", value("9999")));
+        assert_eq!(out.ignored, 0);
+        let Some(pb::provider_event::Kind::Inbound(m)) = &out.events[0].event.kind else {
+            panic!("{out:?}")
+        };
+        assert_eq!(
+            (m.credentials_ref.as_str(), m.sender.as_str()),
+            ("", "1650")
+        );
     }
 
     #[test]

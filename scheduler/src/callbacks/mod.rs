@@ -286,7 +286,11 @@ async fn reply(
     let Some(text) = text.as_deref().filter(|t| is_opt_out(t, opt_out_keywords)) else {
         return Ok(false);
     };
-    let note = format!("replied {:?} to {credentials_ref}", text.trim());
+    let note = if credentials_ref.is_empty() {
+        format!("replied {:?}", text.trim())
+    } else {
+        format!("replied {:?} to {credentials_ref}", text.trim())
+    };
     let listed = suppressions
         .add(namespace, &[sender], SuppressionReason::OptOut, &note)
         .await?;
@@ -444,6 +448,8 @@ async fn account_event(
     };
     let accounts = db.accounts();
     let ids = match event {
+        // Written to a number its executor does not hold: only its opt-out counts (`reply`).
+        ProviderEvent::Inbound { .. } if credentials_ref.is_empty() => return Ok((0, false)),
         // An inbound message writes only the recipient's window: its accounts are not locked.
         ProviderEvent::Inbound { .. } => {
             accounts

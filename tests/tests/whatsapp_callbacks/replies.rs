@@ -179,3 +179,39 @@ async fn an_item_past_the_schedulers_limits_does_not_lose_the_rest_of_its_payloa
     assert_eq!(senders, ["16505550041"], "the over-long sender is skipped");
     Ok(())
 }
+
+/// Meta posts every number's webhooks to one URL, which may reach an executor that does not
+/// hold the number written to. A STOP there still suppresses the sender; before, it was
+/// acknowledged and dropped, and Meta never sent it again.
+#[tokio::test]
+async fn a_stop_to_a_number_this_executor_does_not_hold_still_suppresses_the_sender() -> Result<()>
+{
+    let stack = Stack::start().await?;
+    let mut reply = reply_from("16505550035", "STOP");
+    reply["metadata"]["phone_number_id"] = json!("another-executors-number");
+    let body = webhook_body(WABA, "messages", reply);
+    assert_eq!(stack.fake.post_webhook(&body).await?, 200);
+    let mut suppressions = SuppressionServiceClient::connect(stack.scheduler.grpc_url()).await?;
+    let listed = suppressions
+        .check_suppressions(CheckSuppressionsRequest {
+            recipients: vec!["+16505550035".into()],
+        })
+        .await?
+        .into_inner()
+        .suppressions;
+    assert_eq!(listed.len(), 1, "the opt-out was lost: {listed:?}");
+    assert_eq!(listed[0].reason(), SuppressionReason::OptOut);
+    // No account's window opened: the number is no account of this namespace's executors.
+    let windows: i64 = stack
+        .db
+        .connect()
+        .await?
+        .query_one(
+            "SELECT count(*) FROM herald.recipient_sends WHERE recipient = '16505550035'",
+            &[],
+        )
+        .await?
+        .get(0);
+    assert_eq!(windows, 0);
+    Ok(())
+}

@@ -154,7 +154,15 @@ fn event(e: &pb::ProviderEvent, path: &str, v: &mut Violations) -> Option<Provid
         Kind::Inbound(m) => {
             let path = format!("{path}.inbound");
             ProviderEvent::Inbound {
-                credentials_ref: credentials_ref(v, &path, &m.credentials_ref),
+                // Empty: written to a number the forwarding executor does not hold. Its
+                // opt-out still counts (the list is the namespace's); no window is recorded.
+                credentials_ref: text(
+                    v,
+                    format!("{path}.credentials_ref"),
+                    &m.credentials_ref,
+                    MAX_REF_BYTES,
+                    true,
+                ),
                 sender: text(
                     v,
                     format!("{path}.sender"),
