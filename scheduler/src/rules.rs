@@ -86,6 +86,18 @@ pub fn text_problem(value: &str) -> Option<&'static str> {
         .then_some("must not contain NUL characters")
 }
 
+/// Why an idempotency key (of a task or a campaign) cannot be one, if it cannot: at most 200
+/// characters of printable ASCII, so it fits an index and every client can print it.
+pub fn idempotency_key_problem(key: &str) -> Option<&'static str> {
+    if key.len() > 200 {
+        Some("must be at most 200 characters")
+    } else if key.chars().any(|c| !(' '..='~').contains(&c)) {
+        Some("must be printable ASCII")
+    } else {
+        None
+    }
+}
+
 /// The form two spellings of one recipient share: a phone number with and without its leading
 /// `+` (WhatsApp takes both, and answers with the digits alone) is one person. The suppression
 /// list compares recipients this way (`ltrim(recipient, '+')`), and so do the checks that keep

@@ -36,6 +36,7 @@ async fn campaign_with(url: &str, queue: &str, n: usize, start_in: Duration) -> 
                 ..Default::default()
             }),
             recipients: vec![],
+            ..Default::default()
         })
         .await?
         .into_inner()

@@ -38,6 +38,7 @@ async fn create_with(c: &mut CampaignServiceClient<Channel>, n: usize) -> Result
         .create_campaign(CreateCampaignRequest {
             campaign: Some(spec()),
             recipients: vec![],
+            ..Default::default()
         })
         .await?
         .into_inner()
@@ -266,6 +267,7 @@ async fn local_time_sends_use_each_recipients_zone() -> Result<()> {
                     ..Default::default()
                 },
             ],
+            ..Default::default()
         })
         .await?
         .into_inner();
@@ -359,6 +361,7 @@ async fn a_campaign_refused_for_a_recipient_is_not_created() -> Result<()> {
         .create_campaign(CreateCampaignRequest {
             campaign: Some(spec()),
             recipients: recipients(""),
+            ..Default::default()
         })
         .await
         .err()
@@ -389,6 +392,7 @@ async fn a_campaign_refused_for_a_recipient_is_not_created() -> Result<()> {
         .create_campaign(CreateCampaignRequest {
             campaign: Some(spec()),
             recipients: recipients("user-2"),
+            ..Default::default()
         })
         .await?
         .into_inner();
@@ -462,6 +466,7 @@ async fn a_campaigns_start_and_deadline_have_a_tasks_bounds() -> Result<()> {
                     recipient: "user-1".into(),
                     ..Default::default()
                 }],
+                ..Default::default()
             })
             .await
             .err()
@@ -486,6 +491,7 @@ async fn a_campaigns_start_and_deadline_have_a_tasks_bounds() -> Result<()> {
         .create_campaign(CreateCampaignRequest {
             campaign: Some(spec()),
             recipients: vec![],
+            ..Default::default()
         })
         .await?
         .into_inner()
@@ -532,6 +538,7 @@ async fn one_number_with_and_without_its_plus_is_one_recipient() -> Result<()> {
                 recipient("+16505550101"),
                 recipient("+16505550102"),
             ],
+            ..Default::default()
         })
         .await?
         .into_inner();
@@ -567,5 +574,60 @@ async fn one_number_with_and_without_its_plus_is_one_recipient() -> Result<()> {
         refused.message().contains("schedule.recipients"),
         "{refused:?}"
     );
+    Ok(())
+}
+
+/// CreateCampaign retried with its idempotency key (its answer lost to a timeout, say) answers
+/// the campaign the first call made, with the first chunk's recipients once, instead of a
+/// second campaign messaging everyone again. The key on another campaign is ALREADY_EXISTS.
+#[tokio::test]
+async fn a_create_campaign_retried_with_its_key_makes_one_campaign() -> Result<()> {
+    let db = TestDb::new().await?;
+    let s = SchedulerProcess::spawn(&db).await?;
+    let mut c = client(&s).await?;
+    let request = |name: &str, recipients: &[&str]| CreateCampaignRequest {
+        campaign: Some(CampaignSpec {
+            name: name.into(),
+            ..spec()
+        }),
+        recipients: recipients
+            .iter()
+            .map(|r| CampaignRecipient {
+                recipient: (*r).into(),
+                ..Default::default()
+            })
+            .collect(),
+        idempotency_key: "spring-sale-2027".into(),
+    };
+    let first = c
+        .create_campaign(request("spring", &["user-1", "user-2"]))
+        .await?
+        .into_inner();
+    // The retry carries the same chunk, and one recipient more the client added meanwhile.
+    let again = c
+        .create_campaign(request("spring", &["user-1", "user-2", "user-3"]))
+        .await?
+        .into_inner();
+    assert_eq!(again.id, first.id);
+    assert_eq!(again.progress.map(|p| p.total), Some(3));
+    let other = c
+        .create_campaign(request("autumn", &["user-1"]))
+        .await
+        .err()
+        .context("the key made a second campaign")?;
+    assert_eq!(other.code(), tonic::Code::AlreadyExists, "{other:?}");
+    assert!(other.message().contains("idempotency_key"), "{other:?}");
+    let (campaigns, tasks): (i64, i64) = {
+        let conn = db.connect().await?;
+        (
+            conn.query_one("SELECT count(*) FROM herald.campaigns", &[])
+                .await?
+                .get(0),
+            conn.query_one("SELECT count(*) FROM herald.tasks", &[])
+                .await?
+                .get(0),
+        )
+    };
+    assert_eq!((campaigns, tasks), (1, 3));
     Ok(())
 }

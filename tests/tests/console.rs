@@ -205,6 +205,7 @@ async fn campaign(
                     ..Default::default()
                 })
                 .collect(),
+            ..Default::default()
         })
         .await?
         .into_inner()

@@ -145,6 +145,7 @@ async fn a_campaigns_window_skips_recipients_who_already_have_the_message() -> R
                                 ..Default::default()
                             })
                             .collect(),
+                        ..Default::default()
                     })
                     .await?
                     .into_inner(),

@@ -539,6 +539,7 @@ async fn the_primary_sigkilled_with_five_thousand_tasks_a_schedule_and_a_campaig
                     ..Default::default()
                 }),
                 recipients: vec![],
+                ..Default::default()
             })
             .await?
             .into_inner()

@@ -551,6 +551,7 @@ async fn a_campaign_to_an_audience_renders_each_tagged_contacts_message() -> Res
                 ..Default::default()
             }),
             recipients: vec![],
+            ..Default::default()
         })
         .await?;
     assert_eq!(
@@ -871,6 +872,7 @@ async fn a_campaign_to_a_large_audience_adds_it_in_pages_and_a_page_added_twice_
                 ..Default::default()
             }),
             recipients: vec![],
+            ..Default::default()
         })
         .await?
         .into_inner();

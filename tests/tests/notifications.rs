@@ -169,6 +169,7 @@ async fn a_campaign_whose_tasks_all_ended_notifies_finished_once() -> Result<()>
                     ..Default::default()
                 })
                 .collect(),
+            ..Default::default()
         })
         .await?
         .into_inner();

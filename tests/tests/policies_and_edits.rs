@@ -133,6 +133,7 @@ async fn a_campaigns_retry_policy_is_on_every_task() -> Result<()> {
                     ..Default::default()
                 })
                 .collect(),
+            ..Default::default()
         })
         .await?
         .into_inner();
@@ -167,6 +168,7 @@ async fn a_campaigns_retry_policy_is_on_every_task() -> Result<()> {
                 ..Default::default()
             }),
             recipients: vec![],
+            ..Default::default()
         })
         .await
         .err()
@@ -341,6 +343,7 @@ async fn list_campaigns_pages_newest_first() -> Result<()> {
                         ..Default::default()
                     }),
                     recipients: vec![],
+                    ..Default::default()
                 })
                 .await?
                 .into_inner()
@@ -415,6 +418,7 @@ async fn a_page_of_large_campaigns_is_cut_to_what_a_client_accepts() -> Result<(
             .create_campaign(CreateCampaignRequest {
                 campaign: Some(campaign),
                 recipients: vec![],
+                ..Default::default()
             })
             .await?
             .into_inner()

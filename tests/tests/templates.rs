@@ -548,6 +548,7 @@ async fn a_template_in_use_is_not_deleted() -> Result<()> {
                 ..Default::default()
             }),
             recipients: vec![],
+            ..Default::default()
         })
         .await?
         .into_inner();

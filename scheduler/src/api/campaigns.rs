@@ -52,9 +52,15 @@ impl CampaignService for CampaignApi {
         let ns = namespace_of(&request)?;
         let req = request.into_inner();
         let recipients: Vec<Recipient> = req.recipients.iter().map(wire::recipient).collect();
+        let key = (!req.idempotency_key.is_empty()).then_some(req.idempotency_key.as_str());
         let view = self
             .campaigns
-            .create(&ns, req.campaign.unwrap_or_default(), &recipients)
+            .create(
+                &ns,
+                req.campaign.clone().unwrap_or_default(),
+                &recipients,
+                key,
+            )
             .await?;
         Ok(Response::new(wire::campaign(&view)))
     }

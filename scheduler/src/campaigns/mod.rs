@@ -206,8 +206,13 @@ impl Campaigns {
         namespace: &str,
         spec: pb::CampaignSpec,
         recipients: &[Recipient],
+        idempotency_key: Option<&str>,
     ) -> Result<CampaignView, Error> {
-        check_spec(&spec, self.tasks.clock().now()).into_result(())?;
+        let mut v = check_spec(&spec, self.tasks.clock().now());
+        if let Some(problem) = idempotency_key.and_then(rules::idempotency_key_problem) {
+            v.add("idempotency_key", problem);
+        }
+        v.into_result(())?;
         let conn = self.tasks.store().conn().await?;
         let audience = match &spec.audience {
             Some(target) => Some(
@@ -231,6 +236,14 @@ impl Campaigns {
         let mut stored = spec.clone();
         if stored.time_zone.is_empty() {
             stored.time_zone = "UTC".into();
+        }
+        if let Some(key) = idempotency_key {
+            if let Some(made) = conn.campaigns().by_key(namespace, key).await? {
+                drop(conn);
+                return self
+                    .created_before(namespace, made, &stored, recipients)
+                    .await;
+            }
         }
         let pool = (!spec.pool.is_empty()).then_some(spec.pool.as_str());
         // Dates ("birthday is today") are compared at the campaign's start.
@@ -261,7 +274,7 @@ impl Campaigns {
                 .await?,
             )
         };
-        let campaign = conn
+        let created = conn
             .campaigns()
             .create(
                 namespace,
@@ -270,8 +283,22 @@ impl Campaigns {
                 &stored.encode_to_vec(),
                 pool,
                 audience_at,
+                idempotency_key,
             )
             .await?;
+        let Some(campaign) = created else {
+            // A concurrent call with the same key made it first.
+            let key = idempotency_key.unwrap_or_default();
+            let made = conn
+                .campaigns()
+                .by_key(namespace, key)
+                .await?
+                .ok_or_else(|| Error::Aborted(format!("campaign of key {key:?} vanished")))?;
+            drop(conn);
+            return self
+                .created_before(namespace, made, &stored, recipients)
+                .await;
+        };
         drop(conn);
         if let Some(prepared) = first {
             let into = WriteTarget {
@@ -290,6 +317,29 @@ impl Campaigns {
             self.add_audience_page(namespace, campaign.id).await?;
         }
         self.get(namespace, campaign.id).await
+    }
+
+    /// A retried CreateCampaign: the campaign its key made before, with the call's first
+    /// recipients added if the first try did not get that far (those it added are dropped as
+    /// duplicates). A different campaign under the same key is ALREADY_EXISTS, as a task's key is.
+    async fn created_before(
+        &self,
+        namespace: &str,
+        made: CampaignRecord,
+        stored: &pb::CampaignSpec,
+        recipients: &[Recipient],
+    ) -> Result<CampaignView, Error> {
+        if made.spec != stored.encode_to_vec() {
+            return Err(Error::AlreadyExists(format!(
+                "idempotency_key: already used for a different campaign ({})",
+                made.id
+            )));
+        }
+        if !recipients.is_empty() {
+            self.add(namespace, made.id, recipients, "recipients")
+                .await?;
+        }
+        self.get(namespace, made.id).await
     }
 
     /// Adds the next page of [`MAX_CHUNK`] contacts of a campaign's audience that match its

@@ -52,11 +52,8 @@ impl TaskSpec {
         if !(1..=100).contains(&max_attempts) {
             v.add("max_attempts", "must be between 1 and 100");
         }
-        let key = &self.idempotency_key;
-        if key.len() > 200 {
-            v.add("idempotency_key", "must be at most 200 characters");
-        } else if key.chars().any(|c| !(' '..='~').contains(&c)) {
-            v.add("idempotency_key", "must be printable ASCII");
+        if let Some(problem) = crate::rules::idempotency_key_problem(&self.idempotency_key) {
+            v.add("idempotency_key", problem);
         }
         let retry = self
             .retry

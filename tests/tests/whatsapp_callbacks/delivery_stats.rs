@@ -38,6 +38,7 @@ async fn delivery_stats_and_campaign_progress_count_each_state_and_time_delivery
                     ..CampaignRecipient::default()
                 })
                 .collect(),
+            ..Default::default()
         })
         .await?
         .into_inner();

@@ -448,6 +448,7 @@ async fn a_paused_or_cancelled_campaign_sends_nothing_when_a_late_failure_or_a_r
                 recipient: recipient.into(),
                 ..CampaignRecipient::default()
             }],
+            ..Default::default()
         };
         let mut campaigns = campaigns.clone();
         async move { anyhow::Ok(campaigns.create_campaign(request).await?.into_inner()) }

@@ -39,6 +39,8 @@ fn expand(name: &'static str, sql: &str) -> Statement {
 
 static INSERT_CAMPAIGN: LazyLock<Statement> =
     LazyLock::new(|| expand("insert_campaign", include_str!("insert_campaign.sql")));
+static CAMPAIGN_BY_KEY: LazyLock<Statement> =
+    LazyLock::new(|| expand("campaign_by_key", include_str!("campaign_by_key.sql")));
 static GET_CAMPAIGN: LazyLock<Statement> =
     LazyLock::new(|| expand("get_campaign", include_str!("get_campaign.sql")));
 static LIST_CAMPAIGNS: LazyLock<Statement> =
@@ -83,7 +85,9 @@ impl FromRow for CampaignRecord {
 }
 
 impl<C: GenericClient> CampaignRepo<'_, C> {
-    /// Inserts a campaign.
+    /// Inserts a campaign; None when `idempotency_key` is taken in the namespace (read the
+    /// campaign holding it with [`Self::by_key`]).
+    #[allow(clippy::too_many_arguments)]
     pub async fn create(
         &self,
         namespace: &str,
@@ -92,16 +96,38 @@ impl<C: GenericClient> CampaignRepo<'_, C> {
         spec: &[u8],
         pool: Option<&str>,
         audience_at: Option<DateTime<Utc>>,
-    ) -> Result<CampaignRecord, StoreError> {
+        idempotency_key: Option<&str>,
+    ) -> Result<Option<CampaignRecord>, StoreError> {
         let pending = audience_at.is_some();
-        CampaignRecord::from_row(
-            &INSERT_CAMPAIGN
-                .query_one(
-                    self.db,
-                    &[&namespace, &id, &name, &spec, &pool, &pending, &audience_at],
-                )
-                .await?,
-        )
+        INSERT_CAMPAIGN
+            .query_opt(
+                self.db,
+                &[
+                    &namespace,
+                    &id,
+                    &name,
+                    &spec,
+                    &pool,
+                    &pending,
+                    &audience_at,
+                    &idempotency_key,
+                ],
+            )
+            .await?
+            .as_ref()
+            .map(CampaignRecord::from_row)
+            .transpose()
+    }
+
+    /// The campaign created with `idempotency_key` in the namespace, if any.
+    pub async fn by_key(
+        &self,
+        namespace: &str,
+        idempotency_key: &str,
+    ) -> Result<Option<CampaignRecord>, StoreError> {
+        CAMPAIGN_BY_KEY
+            .fetch_opt(self.db, &[&namespace, &idempotency_key])
+            .await
     }
 
     /// Reads a campaign.
