@@ -368,9 +368,14 @@ async fn settle(
     // A late failure may name a task that ended long ago and moved into the history: back to
     // the hot table, where the statements below change tasks. (`also` were just accepted.)
     db.history().restore(&reported).await?;
-    let mut failed: HashSet<Uuid> = also.iter().copied().collect();
-    failed.extend(reported);
-    let failed: Vec<Uuid> = failed.into_iter().collect();
+    let mut candidates: HashSet<Uuid> = also.iter().copied().collect();
+    candidates.extend(reported);
+    let candidates: Vec<Uuid> = candidates.into_iter().collect();
+    // Most batches hold no failure at all: one look, then nothing more to do.
+    let failed = db.deliveries().failed_tasks(namespace, &candidates).await?;
+    if failed.is_empty() {
+        return Ok(());
+    }
     // Before ending anything: a task with an unused fallback is not over yet.
     let rescheduled = db.deliveries().window_closed(namespace, &failed).await?;
     for task in &rescheduled {

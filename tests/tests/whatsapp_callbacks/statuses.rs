@@ -539,3 +539,27 @@ async fn a_paused_or_cancelled_campaign_sends_nothing_when_a_late_failure_or_a_r
     );
     Ok(())
 }
+
+/// Meta redelivers a webhook for up to seven days: a failure told more than a day after the
+/// send ends the task rather than sending its message days late.
+#[tokio::test]
+async fn a_late_failure_told_a_day_after_the_send_ends_the_task() -> Result<()> {
+    let mut stack = Stack::start().await?;
+    let task = stack.send("16505550016").await?;
+    assert_eq!(task.state(), TaskState::Succeeded);
+    stack
+        .db
+        .connect()
+        .await?
+        .execute("SELECT herald.set_test_clock(interval '25 hours')", &[])
+        .await?;
+    let failed = status_of(&task, &stack.wamid(&task)?, Callback::Failed(131000));
+    let body = webhook_body(WABA, "messages", failed);
+    assert_eq!(stack.fake.post_webhook(&body).await?, 200);
+    let ended = stack
+        .wait_task(&task.id, |t| t.state() == TaskState::Failed)
+        .await?;
+    assert_eq!(ended.attempts, 1);
+    assert_eq!(ended.end_reason(), EndReason::FailedAfterAcceptance);
+    Ok(())
+}

@@ -30,6 +30,7 @@ const TASK_DELIVERIES: Statement = statement!("task_deliveries");
 const ACCEPT_AWAITING: Statement = statement!("accept_awaiting");
 const WINDOW_CLOSED: Statement = statement!("window_closed");
 const RETRY_DELIVERED: Statement = statement!("retry_delivered");
+const FAILED_TASKS: Statement = statement!("failed_tasks");
 
 /// A report that was recorded, or tied to its task, by this transaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -141,6 +142,23 @@ impl<C: GenericClient> DeliveryRepo<'_, C> {
             .query(self.db, &[&namespace, &ids, &tasks])
             .await?;
         recorded(&rows)
+    }
+
+    /// The SUCCEEDED tasks among `tasks` whose current message failed after acceptance.
+    pub async fn failed_tasks(
+        &self,
+        namespace: &str,
+        tasks: &[Uuid],
+    ) -> Result<Vec<Uuid>, StoreError> {
+        if tasks.is_empty() {
+            return Ok(Vec::new());
+        }
+        FAILED_TASKS
+            .query(self.db, &[&namespace, &tasks])
+            .await?
+            .iter()
+            .map(|r| column(r, "id"))
+            .collect()
     }
 
     /// Schedules again, to send their window-closed fallback, the SUCCEEDED tasks among

@@ -7,7 +7,7 @@
 -- failed message's reports, repeated or late, no longer judge the task once its next lease
 -- sends again (herald.task_reports). A task whose next try would come at or past its expiry is
 -- left to fail_delivered.sql, which runs after this and ends the rest, as is a task whose
--- campaign was cancelled; one whose campaign is paused comes back parked (herald.campaign_hold).
+-- campaign was cancelled or that ended more than a day ago; one whose campaign is paused comes back parked (herald.campaign_hold).
 -- Returns the tasks scheduled again, with the code and when they are due.
 UPDATE herald.tasks t
 SET state = 'scheduled',
@@ -34,6 +34,9 @@ CROSS JOIN LATERAL (
 WHERE x.id = ANY($2::uuid[]) AND x.namespace = $1
   AND t.id = x.id AND t.state = 'succeeded'
   AND x.attempts < x.max_attempts
+  -- A failure told long after the send (Meta redelivers a webhook for up to seven days) would
+  -- send a message days late: past a day it ends the task instead.
+  AND x.finished_at > herald.now() - interval '1 day'
   AND herald.campaign_hold(x.campaign_id) IS DISTINCT FROM 'cancelled'
   AND (x.expire_at IS NULL OR n.next_run < x.expire_at)
 RETURNING t.id, f.error_code, t.run_at
