@@ -870,6 +870,27 @@ async fn a_viewer_reads_but_cannot_act_and_cross_site_posts_are_refused() -> Res
         .await?;
     assert_eq!(ok.status(), 303, "the admin's own post");
     assert_eq!(state().await?, "paused");
+    // A `back` a Location header cannot hold goes to the accounts page (it was a 500).
+    let odd = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()?
+        .post(format!("{base}/console/accounts/wa-main/state"))
+        .basic_auth("x", Some(&admin.token))
+        .form(&[
+            ("state", "active"),
+            ("back", "/console/x\r\nSet-Cookie: a=b"),
+        ])
+        .send()
+        .await?;
+    assert_eq!(odd.status(), 303);
+    let location = odd
+        .headers()
+        .get("location")
+        .and_then(|l| l.to_str().ok())
+        .unwrap_or_default();
+    assert!(location.starts_with("/console/accounts?"), "{location}");
+    assert!(odd.headers().get("set-cookie").is_none());
+    assert_eq!(state().await?, "active");
 
     // Nor can a viewer run a schedule or start a bulk retry.
     ScheduleServiceClient::connect(scheduler.grpc_url())

@@ -509,7 +509,9 @@ pub(super) async fn set_state(
         "resumed"
     };
     let back = param(&form, "back").unwrap_or("/console/accounts");
-    let back = if back.starts_with("/console/") {
+    // Only the console's own pages, and nothing a Location header cannot hold: a line break
+    // in it failed the redirect (a 500) after the change was made.
+    let back = if back.starts_with("/console/") && !back.chars().any(char::is_control) {
         back
     } else {
         "/console/accounts"
