@@ -247,3 +247,39 @@ async fn a_recipient_listed_after_queueing_is_not_leased_the_claim_ends_the_task
     );
     Ok(())
 }
+
+/// A recipient listed while an executor holds a task to them (queued behind its pacing, say):
+/// the claim's check came before, so the lease is revoked as CancelTask revokes one, and a
+/// task not sent yet is never sent.
+#[tokio::test]
+async fn a_recipient_listed_while_their_task_is_leased_has_it_revoked() -> Result<()> {
+    use herald_proto::v1::{scheduler_message, RevokeResult};
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let mut client = suppressions(&scheduler.grpc_url()).await?;
+    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
+    let held = create_task(&mut tasks, task_spec("promo", "+15550300", "hi")).await?;
+    let mut executor = ScriptedExecutor::connect(&scheduler.grpc_url(), "ex-1", &[], 1).await?;
+    let lease = executor.leases(1).await?.remove(0);
+    ensure!(lease.task_id == held.id, "{lease:?}");
+    add(&mut client, &["15550300"]).await?;
+    match executor.next().await? {
+        scheduler_message::Kind::Revoke(r) => ensure!(
+            r.lease == Some(herald_tests::lease::lease_ref(&lease)),
+            "{r:?}"
+        ),
+        other => bail!("expected a revoke, got {other:?}"),
+    }
+    executor
+        .revoke_ack(
+            herald_tests::lease::lease_ref(&lease),
+            RevokeResult::StoppedBeforeSend,
+        )
+        .await?;
+    let ended = wait_for_task_state(&mut tasks, &held.id, TaskState::Cancelled, WAIT).await?;
+    ensure!(
+        ended.cancel_outcome() == CancelOutcome::StoppedBeforeSend,
+        "{ended:?}"
+    );
+    Ok(())
+}

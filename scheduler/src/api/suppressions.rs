@@ -117,14 +117,21 @@ impl SuppressionService for SuppressionApi {
         if !v.is_empty() {
             return Err(v.into_error().into());
         }
-        let rows = self
-            .conn()
-            .await?
+        let conn = self.conn().await?;
+        let rows = conn
             .suppressions()
             .add(&ns, &list, why, &req.note)
             .await
             .map_err(Error::from)?;
         let added = rows.iter().filter(|(_, new)| *new).count();
+        let listed: Vec<&str> = rows
+            .iter()
+            .filter(|(_, new)| *new)
+            .map(|(s, _)| s.recipient.as_str())
+            .collect();
+        crate::suppressions::revoke_leased(&conn, &ns, &listed)
+            .await
+            .map_err(Error::from)?;
         Ok(Response::new(pb::AddSuppressionsResponse {
             suppressions: rows.iter().map(|(s, _)| entry(s)).collect(),
             added: u32::try_from(added).unwrap_or(u32::MAX),

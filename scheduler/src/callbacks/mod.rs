@@ -298,6 +298,7 @@ async fn reply(
     if added {
         crate::telemetry::metrics::opted_out();
         tracing::info!(%credentials_ref, "recipient opted out by reply; suppressed");
+        crate::suppressions::revoke_leased(db, namespace, &[sender.as_str()]).await?;
     }
     Ok(added)
 }

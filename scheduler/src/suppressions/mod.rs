@@ -6,6 +6,31 @@
 
 use chrono::{DateTime, Utc};
 
+use crate::store::tasks::CancelResult;
+use crate::store::{Db, StoreError};
+
+/// Stops what listing `recipients` must still stop: their LEASED tasks, which the claim checked
+/// before the listing. Each is cancelled and revoked from its executor as CancelTask does, so
+/// one not sent yet never is (one sent meanwhile ends with the executor's answer); SCHEDULED
+/// tasks are ended by the claim when due. Returns how many were revoked.
+pub async fn revoke_leased(
+    db: &impl Db,
+    namespace: &str,
+    recipients: &[&str],
+) -> Result<usize, StoreError> {
+    let mut revoked = 0;
+    for id in db.suppressions().leased_to(namespace, recipients).await? {
+        if matches!(
+            db.tasks().cancel(namespace, id).await?,
+            CancelResult::CancelledLeased { .. }
+        ) {
+            tracing::info!(task_id = %id, "revoking a leased task: its recipient was suppressed");
+            revoked += 1;
+        }
+    }
+    Ok(revoked)
+}
+
 /// The opt-out keywords used when the configuration names none.
 pub const DEFAULT_OPT_OUT_KEYWORDS: &[&str] = &["STOP", "UNSUBSCRIBE", "退订"];
 

@@ -24,6 +24,7 @@ const LIST_SUPPRESSIONS: Statement = statement!("list_suppressions");
 /// `store/leases`.
 pub(crate) const SUPPRESS_TASKS: Statement = statement!("suppress_tasks");
 const RECORD_INBOUND_MESSAGE: Statement = statement!("record_inbound_message");
+const LEASED_TO: Statement = statement!("leased_to");
 
 impl FromRow for Suppression {
     fn from_row(r: &Row) -> Result<Self, StoreError> {
@@ -72,6 +73,23 @@ impl<C: GenericClient> SuppressionRepo<'_, C> {
             .await?
             .iter()
             .map(|r| Ok((Suppression::from_row(r)?, column(r, "added")?)))
+            .collect()
+    }
+
+    /// The namespace's LEASED tasks to `recipients` (compared as the list does).
+    pub async fn leased_to(
+        &self,
+        namespace: &str,
+        recipients: &[&str],
+    ) -> Result<Vec<Uuid>, StoreError> {
+        if recipients.is_empty() {
+            return Ok(Vec::new());
+        }
+        LEASED_TO
+            .query(self.db, &[&namespace, &recipients])
+            .await?
+            .iter()
+            .map(|r| column(r, "id"))
             .collect()
     }
 
