@@ -598,7 +598,7 @@ async fn a_refused_assignment_stays_as_it_was_and_the_rest_is_leased() -> Result
         .batch_execute(
             "BEGIN;
              INSERT INTO herald.recipient_sends (namespace, account_id, recipient, last_sent_at)
-             VALUES ('default', 'a1', '+r', now())",
+             VALUES ('default', 'a1', 'r', now())",
         )
         .await?;
     let mut exec = ScriptedExecutor::connect(&scheduler.grpc_url(), "e", &[], 10).await?;
@@ -679,7 +679,7 @@ async fn a_routed_lease_is_stamped_with_its_grant_instant() -> Result<()> {
              FROM herald.tasks t
              JOIN herald.recipient_sends s
                ON s.namespace = t.namespace AND s.account_id = t.account_id
-              AND s.recipient = t.recipient",
+              AND s.recipient = ltrim(t.recipient, '+')",
             &[],
         )
         .await?;
@@ -710,7 +710,7 @@ impl GrantInProgress {
     async fn start(db: &TestDb, conn: &Client) -> Result<Self> {
         conn.execute(
             "INSERT INTO herald.recipient_sends (namespace, account_id, recipient, last_sent_at)
-             VALUES ('default', 'a1', '+r', now() - interval '1 hour')
+             VALUES ('default', 'a1', 'r', now() - interval '1 hour')
              ON CONFLICT DO NOTHING",
             &[],
         )
@@ -769,7 +769,7 @@ impl GrantInProgress {
         self.conn
             .batch_execute(
                 "SELECT 1 FROM herald.recipient_sends
-                 WHERE namespace = 'default' AND account_id = 'a1' AND recipient = '+r'
+                 WHERE namespace = 'default' AND account_id = 'a1' AND recipient = 'r'
                  FOR UPDATE NOWAIT",
             )
             .await
@@ -818,7 +818,7 @@ async fn a_recipient_limit_reported_during_a_grant_waits_for_the_account_before_
     let blocked: bool = conn
         .query_one(
             "SELECT blocked_until > now() AS blocked FROM herald.recipient_sends
-             WHERE namespace = 'default' AND account_id = 'a1' AND recipient = '+r'",
+             WHERE namespace = 'default' AND account_id = 'a1' AND recipient = 'r'",
             &[],
         )
         .await?
@@ -878,7 +878,7 @@ async fn a_webhook_batch_waits_for_the_account_before_the_recipients_mark() -> R
     let row = conn
         .query_one(
             "SELECT (SELECT blocked_until > now() FROM herald.recipient_sends
-                     WHERE account_id = 'a1' AND recipient = '+r') AS blocked,
+                     WHERE account_id = 'a1' AND recipient = 'r') AS blocked,
                     (SELECT quality FROM herald.accounts WHERE id = 'a1') AS quality",
             &[],
         )

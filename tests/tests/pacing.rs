@@ -542,11 +542,12 @@ async fn the_tier_caps_new_conversations_over_a_rolling_day_and_replies_do_not_c
         },
     )
     .await?;
-    // A customer wrote first: replies inside their 24-hour window are free.
+    // A customer wrote first: replies inside their 24-hour window are free. WhatsApp names the
+    // writer by its digits alone; the task below spells the number with its '+' (migration 35).
     let window = accounts
         .record_inbound(RecordInboundRequest {
             account_id: "tiered".into(),
-            recipient: "+replied".into(),
+            recipient: "replied".into(),
             received_at: None,
         })
         .await?

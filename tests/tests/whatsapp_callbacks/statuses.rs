@@ -208,7 +208,7 @@ async fn a_late_failure_worth_retrying_schedules_the_task_again_while_attempts_l
                         s.blocked_until > herald.now() AS blocked
                  FROM herald.tasks t
                  JOIN herald.recipient_sends s
-                   ON s.account_id = 'wa-1' AND s.recipient = t.recipient
+                   ON s.account_id = 'wa-1' AND s.recipient = ltrim(t.recipient, '+')
                  WHERE t.id = $1::text::uuid",
                 &[&limited.id],
             )

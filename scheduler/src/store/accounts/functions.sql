@@ -360,7 +360,10 @@ DECLARE
     v_released text[];
 BEGIN
     WITH assigned AS (
-        SELECT a.*, tr.account IS NOT NULL AS tracked
+        -- A pair is keyed by the recipient without a leading '+' (migration 35), as the
+        -- suppression list compares recipients: one number spelled both ways is one pair.
+        SELECT a.id, a.account, a.high, a.opens, ltrim(a.recipient, '+') AS recipient, a.ord,
+               tr.account IS NOT NULL AS tracked
         FROM unnest(p_ids, p_accounts, p_high, p_opens, p_recipients)
             WITH ORDINALITY AS a(id, account, high, opens, recipient, ord)
         -- A hash join, not `account = ANY(p_tracked)` per assignment: with a parameter for an

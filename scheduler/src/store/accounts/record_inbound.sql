@@ -4,10 +4,12 @@
 -- when the account does not exist. A pair without sends gets last_sent_at '-infinity', which
 -- every spacing rule reads as "never sent". A time after now (a caller's or a provider's clock
 -- ahead of the database's, or a wrong value) counts as now: it would otherwise keep the window
--- open, and the recipient free of the tier, until then.
+-- open, and the recipient free of the tier, until then. Pairs are keyed by the recipient
+-- without a leading '+' (migration 35): WhatsApp names a sender by its digits alone.
 INSERT INTO herald.recipient_sends AS s (namespace, account_id, recipient, last_sent_at,
                                          inbound_at)
-SELECT a.namespace, a.id, $3, '-infinity', least(COALESCE($4, herald.now()), herald.now())
+SELECT a.namespace, a.id, ltrim($3, '+'), '-infinity',
+       least(COALESCE($4, herald.now()), herald.now())
 FROM herald.accounts a
 WHERE a.namespace = $1 AND a.id = $2
 ON CONFLICT (namespace, account_id, recipient) DO UPDATE

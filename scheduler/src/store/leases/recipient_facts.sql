@@ -5,7 +5,9 @@
 -- recipient wrote in the last 24 hours), and when it was last sent to (sticky routing). One
 -- probe of the primary key (namespace, recipient, account_id) per recipient, forced by LATERAL:
 -- left to itself the planner walked every pair of the namespace (migration 27 has the key).
-SELECT s.account_id, s.recipient,
+-- Pairs are keyed by the recipient without a leading '+' (migration 35); each row names the
+-- recipient as the candidates spelled it.
+SELECT s.account_id, r.recipient,
        (s.blocked_until > herald.now()
         OR s.last_sent_at > herald.now() - COALESCE(a.recipient_interval_ms, 0)
                                          * interval '1 millisecond') AS blocked,
@@ -16,7 +18,7 @@ SELECT s.account_id, s.recipient,
 FROM unnest($2::text[]) AS r(recipient)
 CROSS JOIN LATERAL (
     SELECT * FROM herald.recipient_sends s
-    WHERE s.namespace = $1 AND s.recipient = r.recipient
+    WHERE s.namespace = $1 AND s.recipient = ltrim(r.recipient, '+')
     -- Keeps the subquery from being flattened into the join.
     OFFSET 0
 ) s
