@@ -372,8 +372,22 @@ async fn settle(
     let mut candidates: HashSet<Uuid> = also.iter().copied().collect();
     candidates.extend(reported);
     let candidates: Vec<Uuid> = candidates.into_iter().collect();
+    settle_failures(db, namespace, &candidates).await
+}
+
+/// Among the SUCCEEDED tasks `candidates` (namespace `namespace`), those whose current message
+/// failed after acceptance: schedules again those with an unused window-closed fallback (131047)
+/// or a failure worth trying again, ends the rest FAILED, and leaves alone the recipients of
+/// failures that limit one recipient. Called after a report batch or a webhook (`settle`) and
+/// by the sweeper for a lapsed lease it ended SUCCEEDED because a status named its message:
+/// if that status was a failure, no report will ever come to settle it.
+pub async fn settle_failures(
+    db: &impl Db,
+    namespace: &str,
+    candidates: &[Uuid],
+) -> Result<(), StoreError> {
     // Most batches hold no failure at all: one look, then nothing more to do.
-    let failed = db.deliveries().failed_tasks(namespace, &candidates).await?;
+    let failed = db.deliveries().failed_tasks(namespace, candidates).await?;
     if failed.is_empty() {
         return Ok(());
     }

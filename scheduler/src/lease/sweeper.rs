@@ -81,10 +81,20 @@ async fn sweep_once(
 ) -> Result<Option<bool>, StoreError> {
     let from = expiries.next_walk_from();
     // Idempotent: only leases still leased and past their expiry are taken.
-    let leases = transaction!(store, StoreError, idempotent = true, |tx| tx
-        .leases()
-        .expire_leases(BATCH, grace_ms, from)
-        .await)?;
+    let leases = transaction!(store, StoreError, idempotent = true, |tx| {
+        let leases = tx.leases().expire_leases(BATCH, grace_ms, from).await?;
+        // A lapsed lease whose message a status reported failed: no report will come to
+        // settle it, so it is settled here, as a report batch would have.
+        let mut by_namespace: std::collections::BTreeMap<&str, Vec<uuid::Uuid>> =
+            std::collections::BTreeMap::new();
+        for (namespace, id) in &leases.failed_after_sent {
+            by_namespace.entry(namespace).or_default().push(*id);
+        }
+        for (namespace, ids) in by_namespace {
+            crate::callbacks::settle_failures(tx, namespace, &ids).await?;
+        }
+        Ok::<_, StoreError>(leases)
+    })?;
     expiries.walked_through(leases.swept_through);
     let deadlines_passed = store.conn().await?.leases().expire_deadlines(BATCH).await?;
     // Campaigns whose last task ended are finished here, each once, with its notification. A

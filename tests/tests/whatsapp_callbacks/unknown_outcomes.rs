@@ -162,3 +162,34 @@ async fn a_callback_settled_send_that_fails_late_is_retried_once_and_its_retry_s
     );
     Ok(())
 }
+
+/// Meta accepts a message and reports it failed while the executor still holds the lease; the
+/// executor then dies without reporting. The sweep sees the status and counts the message as
+/// sent, but a failure must still be settled as one: no report will ever come to do it. Before,
+/// the task stayed SUCCEEDED with its delivery FAILED_AFTER_ACCEPTANCE.
+#[tokio::test]
+async fn a_failure_reported_before_the_executor_died_is_settled_by_the_sweep() -> Result<()> {
+    let mut stack = Stack::start_with(|b| {
+        b.env("HERALD_LEASE_TTL", "2s")
+            .env("HERALD_UNKNOWN_OUTCOME_GRACE", "1h")
+    })
+    .await?;
+    let recipient = "16505550054";
+    stack.fake.hold_answers();
+    let id = stack.create(recipient).await?;
+    wait_for_request(&stack.fake, recipient).await?;
+    let leased = stack.task(&id).await?;
+    let failed = status_of(&leased, "wamid.fake00000001", Callback::Failed(131026));
+    let body = webhook_body(WABA, "messages", failed);
+    assert_eq!(stack.fake.post_webhook(&body).await?, 200);
+    stack.executor.kill()?;
+    stack.executor.wait().await?;
+    let ended = stack
+        .wait_task(&id, |t| t.state() != TaskState::Leased)
+        .await?;
+    assert_eq!(ended.state(), TaskState::Failed, "{ended:?}");
+    assert_eq!(ended.end_reason(), EndReason::FailedAfterAcceptance);
+    assert_eq!(ended.end_code, 131026);
+    stack.fake.release_answers();
+    Ok(())
+}

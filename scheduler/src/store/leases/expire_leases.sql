@@ -16,6 +16,9 @@
 WITH lapsed AS (
     SELECT t.id, t.lease_expires_at,
            EXISTS (SELECT 1 FROM herald.task_reports(t.id, t.lease_count, t.fallback_replaces)) AS reported,
+           -- A failure among them: SUCCEEDED for now, then settled as a late failure is
+           -- (callbacks::settle_failures, by the sweeper in this transaction).
+           EXISTS (SELECT 1 FROM herald.message_failure(t.id, t.lease_count, t.fallback_replaces)) AS failed,
            EXISTS (SELECT 1 FROM herald.accounts a
                    WHERE a.namespace = t.namespace AND a.id = t.account_id
                      AND a.sender_kind = 'whatsapp_cloud') AS callbacks
@@ -57,7 +60,7 @@ updated AS (
     FROM lapsed l
     WHERE t.id = l.id
     RETURNING t.id, t.lease_count, t.executor_id, t.leased_at, t.state, t.account_id, t.namespace,
-              l.lease_expires_at AS lapsed_at
+              l.lease_expires_at AS lapsed_at, l.failed
 ),
 recorded AS (
     INSERT INTO herald.attempts (task_id, attempt, executor_id, outcome, error, leased_at,
@@ -72,5 +75,8 @@ SELECT count(*)::bigint AS expired,
        -- Slots freed per account, as '<namespace>/<account>': the lapsed leases held them.
        COALESCE(array_agg(namespace || '/' || account_id) FILTER (WHERE account_id IS NOT NULL), '{}')
            AS freed_accounts,
-       CASE WHEN count(*) >= $1 THEN max(lapsed_at) ELSE herald.now() END AS swept_through
+       CASE WHEN count(*) >= $1 THEN max(lapsed_at) ELSE herald.now() END AS swept_through,
+       -- Ended SUCCEEDED although a status reported their message failed, as '<namespace>/<id>'.
+       COALESCE(array_agg(namespace || '/' || id::text) FILTER (WHERE state = 'succeeded' AND failed),
+                '{}') AS failed_after_sent
 FROM updated

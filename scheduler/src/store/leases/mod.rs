@@ -62,6 +62,9 @@ pub struct ExpiredLeases {
     pub rescheduled: u64,
     /// Where the next sweep's walk can start: no lapsed lease it could take is left before it.
     pub swept_through: Option<DateTime<Utc>>,
+    /// Tasks ended SUCCEEDED because a status named their message, when that status was a
+    /// failure: (namespace, task), for `callbacks::settle_failures`.
+    pub failed_after_sent: Vec<(String, Uuid)>,
 }
 
 /// A row of `complete_attempts.sql` or `settle_late_reports.sql`.
@@ -278,6 +281,13 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
         let expired = u64::try_from(column::<i64>(&row, "expired")?).unwrap_or(0);
         let rescheduled = u64::try_from(column::<i64>(&row, "rescheduled")?).unwrap_or(0);
         let freed: Vec<String> = column(&row, "freed_accounts")?;
+        let failed_after_sent = column::<Vec<String>>(&row, "failed_after_sent")?
+            .iter()
+            .filter_map(|q| {
+                let (namespace, id) = q.rsplit_once('/')?;
+                Some((namespace.to_owned(), id.parse().ok()?))
+            })
+            .collect();
         self.db
             .accounts()
             .release_qualified_slots(&freed, false)
@@ -289,6 +299,7 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
             expired,
             rescheduled,
             swept_through,
+            failed_after_sent,
         })
     }
 
