@@ -631,3 +631,49 @@ async fn a_create_campaign_retried_with_its_key_makes_one_campaign() -> Result<(
     assert_eq!((campaigns, tasks), (1, 3));
     Ok(())
 }
+
+/// Retrying a finished campaign's failure reopens the campaign, so its controls reach the
+/// re-driven task: a finished campaign can be neither paused nor cancelled, and its retried
+/// sends were out of the operator's reach.
+#[tokio::test]
+async fn retrying_a_finished_campaigns_failure_reopens_it() -> Result<()> {
+    let db = TestDb::new().await?;
+    let s = SchedulerProcess::spawn(&db).await?;
+    let mut c = client(&s).await?;
+    let id = create_with(&mut c, 1).await?;
+    let mut exec = ScriptedExecutor::connect(&s.grpc_url(), "exec-1", &[QUEUE], 1).await?;
+    let lease = exec.leases(1).await?.remove(0);
+    exec.report_each(&[lease.clone()], OutcomeClass::Permanent)
+        .await?;
+    let conn = db.connect().await?;
+    // A campaign is finished a minute after its last change, by the sweep; here at once.
+    conn.execute("SELECT herald.set_test_clock(interval '2 minutes')", &[])
+        .await?;
+    conn.execute("SELECT herald.finish_campaigns()", &[])
+        .await?;
+    let state = || async {
+        anyhow::Ok(
+            conn.query_one(
+                "SELECT state::text FROM herald.campaigns WHERE id = $1::text::uuid",
+                &[&id],
+            )
+            .await?
+            .get::<_, String>(0),
+        )
+    };
+    assert_eq!(state().await?, "finished");
+    connect_tasks(&s.grpc_url())
+        .await?
+        .retry_task(herald_proto::v1::RetryTaskRequest {
+            id: lease.task_id.clone(),
+            ..Default::default()
+        })
+        .await?;
+    assert_eq!(state().await?, "active");
+    let paused = c
+        .pause_campaign(PauseCampaignRequest { id: id.clone() })
+        .await?
+        .into_inner();
+    assert_eq!(paused.state, CampaignState::Paused as i32);
+    Ok(())
+}

@@ -56,3 +56,19 @@ LANGUAGE sql STABLE AS $$
     SELECT CASE WHEN herald.campaign_hold(p_campaign) = 'paused' AND p_route NOT LIKE 'paused:%'
                 THEN 'paused:' || p_route ELSE p_route END
 $$;
+
+-- Reopens the finished campaigns among p_campaigns: one of their tasks came back to life (a
+-- retry, a late failure tried again, a window-closed fallback), and a finished campaign could
+-- neither be paused nor cancelled, so its controls would not reach that task. Active again, it
+-- finishes again (and notifies again) once its tasks have ended; updated_at keeps
+-- herald.finish_campaigns from finishing it in the same minute.
+CREATE OR REPLACE FUNCTION herald.reopen_campaigns(p_campaigns uuid[]) RETURNS integer
+LANGUAGE sql AS $$
+    WITH reopened AS (
+        UPDATE herald.campaigns c
+        SET state = 'active', updated_at = herald.now()
+        WHERE c.id = ANY(p_campaigns) AND c.state = 'finished'
+        RETURNING 1
+    )
+    SELECT count(*)::integer FROM reopened
+$$;
