@@ -643,7 +643,7 @@ async fn retrying_a_finished_campaigns_failure_reopens_it() -> Result<()> {
     let id = create_with(&mut c, 1).await?;
     let mut exec = ScriptedExecutor::connect(&s.grpc_url(), "exec-1", &[QUEUE], 1).await?;
     let lease = exec.leases(1).await?.remove(0);
-    exec.report_each(&[lease.clone()], OutcomeClass::Permanent)
+    exec.report_each(std::slice::from_ref(&lease), OutcomeClass::Permanent)
         .await?;
     let conn = db.connect().await?;
     // A campaign is finished a minute after its last change, by the sweep; here at once.
