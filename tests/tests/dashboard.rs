@@ -228,6 +228,36 @@ async fn drive(
         shown["failed"] == want_failed && shown["succeeded"] == want_sent,
         "unexpected counts {shown}"
     );
+    // The namespace asked for (?ns=, as the console's links pass it) is the one shown and
+    // counted: it reaches every API call. It was ignored, showing the default's figures.
+    let label = |page: &Page| {
+        let page = page.clone();
+        async move {
+            anyhow::Ok(
+                page.evaluate_function(
+                    "() => [document.getElementById('namespace').textContent,
+                            document.getElementById('count-failed').textContent]",
+                )
+                .await?
+                .into_value::<(String, String)>()?,
+            )
+        }
+    };
+    let here = label(&page).await?;
+    ensure!(here.0 == "namespace default", "{here:?}");
+    let elsewhere = browser
+        .new_page(format!("{}/dashboard/?tz=UTC&ns=elsewhere", scheduler.http_url()).as_str())
+        .await
+        .context("opening another namespace's dashboard")?;
+    wait_for_dom(&elsewhere, "document.body.dataset.loaded === '1'").await?;
+    let there = label(&elsewhere).await?;
+    ensure!(
+        there == ("namespace elsewhere".to_string(), "0".to_string()),
+        "{there:?}"
+    );
+    // Closed, and the first page brought back to the front: clicks go to the front page.
+    elsewhere.close().await?;
+    page.bring_to_front().await?;
 
     // The failure list has a row with a Retry button per failed task; the chart and the
     // account table are drawn.
@@ -267,13 +297,13 @@ async fn drive(
         .await?
         .click()
         .await?;
-    // The row is marked when the POST answers; the status line says so too, which survives a
+    // The row is marked when the POST answers; the action line says so too, which survives a
     // refresh that re-draws the table in between.
     wait_for_dom(
         &page,
         &format!(
             "document.querySelector(\"#failures tr[data-task-id='{target}']\")?.dataset.retried \
-             || document.getElementById('status').textContent.includes('task {target} is')"
+             || document.getElementById('action').textContent.includes('task {target} is')"
         ),
     )
     .await?;

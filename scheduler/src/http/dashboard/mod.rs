@@ -215,6 +215,7 @@ async fn overview(
         .collect();
 
     Ok(Json(json!({
+        "namespace": ns,
         "today": window_json(&today),
         "now": rfc3339(now),
         "counts": {

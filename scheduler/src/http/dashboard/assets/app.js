@@ -6,10 +6,22 @@
 const params = new URLSearchParams(location.search);
 // The browser's own zone unless ?tz= says otherwise, so "today" is the operator's day.
 const tz = params.get("tz") || Intl.DateTimeFormat().resolvedOptions().timeZone || "UTC";
+// The namespace asked for (?ns=, as the console's links pass it); the token's default without.
+const ns = params.get("ns") || "";
 const REFRESH_MS = 10000;
 const SVG = "http://www.w3.org/2000/svg";
 
 let failureCursor = null;
+// Set once "More" was used: the timed refresh then leaves the longer list alone.
+let failuresExpanded = false;
+
+// An API path with the page's namespace, so every figure and action is the namespace shown.
+function api(path, query) {
+  const q = new URLSearchParams(query || {});
+  if (ns) q.set("ns", ns);
+  const s = q.toString();
+  return s ? `api/${path}?${s}` : `api/${path}`;
+}
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
@@ -32,10 +44,18 @@ function setText(id, value) {
   document.getElementById(id).textContent = String(value);
 }
 
+// Whether the page could load its figures; cleared by the next load that works.
 function status(text, isError) {
   const s = document.getElementById("status");
   s.textContent = text;
   s.className = isError ? "error" : "muted";
+}
+
+// What the operator's last action did, apart from the load status so neither hides the other.
+function action(text, isError) {
+  const a = document.getElementById("action");
+  a.textContent = text;
+  a.className = isError ? "error" : "muted";
 }
 
 async function getJson(path) {
@@ -168,6 +188,7 @@ function failureQuery() {
 async function loadFailures(append) {
   const q = failureQuery();
   if (append && failureCursor) q.set("cursor", failureCursor);
+  if (ns) q.set("ns", ns);
   const data = await getJson(`api/failures?${q}`);
   const body = document.querySelector("#failures tbody");
   const rows = data.failures.map(failureRow);
@@ -182,7 +203,7 @@ async function retry(id, button) {
   button.disabled = true;
   button.textContent = "Retrying…";
   try {
-    const response = await fetch(`api/tasks/${encodeURIComponent(id)}/retry`, {
+    const response = await fetch(api(`tasks/${encodeURIComponent(id)}/retry`), {
       method: "POST",
       // The server refuses retries without this header, which cross-site forms cannot send.
       headers: { "x-herald-dashboard": "1" },
@@ -191,29 +212,28 @@ async function retry(id, button) {
     if (!response.ok) throw new Error(body.error || `HTTP ${response.status}`);
     button.textContent = "Retried";
     button.closest("tr").dataset.retried = body.state;
-    status(`task ${id} is ${body.state} again`, false);
+    action(`task ${id} is ${body.state} again`, false);
   } catch (e) {
     button.textContent = "Retry";
     button.disabled = false;
-    status(`retry failed: ${e.message}`, true);
+    action(`retry failed: ${e.message}`, true);
   }
 }
 
 async function refresh() {
   try {
-    const data = await getJson(`api/overview?tz=${encodeURIComponent(tz)}`);
+    const data = await getJson(api("overview", { tz }));
+    setText("namespace", `namespace ${data.namespace}`);
     renderCounts(data.counts, data.today);
     renderChart(data.per_minute);
     renderAccounts(data.accounts);
     renderLag(data.lag);
     renderDelivery(data.delivery);
-    await loadFailures(false);
+    if (!failuresExpanded) await loadFailures(false);
     // Tests and scripts wait on this instead of sleeping.
     document.body.dataset.loaded = "1";
     document.body.dataset.refreshedAt = data.now;
-    if (document.getElementById("status").className !== "error") {
-      status(`updated ${localTime(data.now, true)}`, false);
-    }
+    status(`updated ${localTime(data.now, true)}`, false);
   } catch (e) {
     status(`cannot load: ${e.message}`, true);
   }
@@ -221,9 +241,11 @@ async function refresh() {
 
 document.getElementById("filters").addEventListener("submit", (event) => {
   event.preventDefault();
+  failuresExpanded = false;
   loadFailures(false).catch((e) => status(`cannot load failures: ${e.message}`, true));
 });
 document.getElementById("more").addEventListener("click", () => {
+  failuresExpanded = true;
   loadFailures(true).catch((e) => status(`cannot load failures: ${e.message}`, true));
 });
 refresh();
