@@ -982,6 +982,19 @@ async fn the_console_cannot_be_framed_and_a_tokens_rate_binds_it_too() -> Result
         .send()
         .await?;
     assert_eq!(r.status(), 200);
+    // An error page keeps the operator in the namespace they were in: its links led to the
+    // default one.
+    let error = http
+        .get(format!("{base}/console/tasks?ns=default&state=bad"))
+        .basic_auth("ops", Some(&admin.token))
+        .send()
+        .await?;
+    assert_eq!(error.status(), 400);
+    let page = error.text().await?;
+    assert!(
+        page.contains("href=\"/console/tasks?ns=default\""),
+        "{page}"
+    );
     // The harness also allows anonymous callers, which a tokens file does not switch off: the
     // scheduler says so at start, since shipped that way the tokens restrict nobody.
     assert!(

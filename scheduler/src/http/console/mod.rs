@@ -28,6 +28,7 @@ use std::sync::{Arc, LazyLock};
 
 use axum::extract::Query;
 use axum::http::{header, HeaderMap, StatusCode};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::Router;
@@ -111,6 +112,24 @@ pub fn router(console: Console) -> Router {
         .route("/console/tasks/{id}/cancel", post(tasks::cancel))
         .route("/console/tasks/{id}/retry", post(tasks::retry))
         .with_state(console)
+        .layer(axum::middleware::from_fn(in_callers_namespace))
+}
+
+tokio::task_local! {
+    /// The namespace of the page being answered, for the error page: an error is rendered
+    /// from a [`PageError`], which knows nothing of the request.
+    static PAGE_NAMESPACE: String;
+}
+
+/// Answers the request with [`PAGE_NAMESPACE`] set to the caller's namespace, so an error page
+/// keeps the operator in it (its links used to lead to the default namespace).
+async fn in_callers_namespace(request: axum::extract::Request, next: Next) -> Response {
+    let namespace = request
+        .extensions()
+        .get::<Caller>()
+        .map(|c| c.namespace.clone())
+        .unwrap_or_default();
+    PAGE_NAMESPACE.scope(namespace, next.run(request)).await
 }
 
 const CSS: &str = include_str!("assets/console.css");
@@ -317,7 +336,8 @@ impl From<Error> for PageError {
 
 impl IntoResponse for PageError {
     fn into_response(self) -> Response {
-        let page = json!({ "ns": "", "section": "", "can_act": false });
+        let ns = PAGE_NAMESPACE.try_with(Clone::clone).unwrap_or_default();
+        let page = json!({ "ns": ns, "section": "", "can_act": false });
         render(
             &HeaderMap::new(),
             self.status,
