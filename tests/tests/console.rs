@@ -1071,3 +1071,42 @@ async fn a_search_by_recipient_finds_its_tasks_in_every_state() -> Result<()> {
     );
     Ok(())
 }
+
+/// "Why is it waiting" groups a pooled task by its pool, as its own page explains it: the
+/// account of its last attempt, kept on the task, does not hold it (another account of the
+/// pool may send it). The front page said a paused account held it.
+#[tokio::test]
+async fn a_pooled_task_waits_on_its_pool_not_on_its_last_account() -> Result<()> {
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let mut accounts = AccountServiceClient::connect(scheduler.grpc_url()).await?;
+    for id in ["wa-main", "wa-backup"] {
+        accounts
+            .create_account(CreateAccountRequest {
+                account: Some(whatsapp_account(id, "wa", 5.0)),
+            })
+            .await?;
+    }
+    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
+    let spec = TaskSpec {
+        pool: "wa".into(),
+        ..task_spec("orders", "+15550009999", "hi")
+    };
+    create_task(&mut tasks, spec).await?;
+    // As after an attempt through wa-main, which was then paused.
+    let conn = db.connect().await?;
+    conn.execute("UPDATE herald.tasks SET account_id = 'wa-main'", &[])
+        .await?;
+    conn.execute(
+        "UPDATE herald.accounts SET state = 'paused' WHERE id = 'wa-main'",
+        &[],
+    )
+    .await?;
+    let page = reqwest::get(format!("{}/console/?ns=default", scheduler.http_url()))
+        .await?
+        .text()
+        .await?;
+    ensure!(page.contains("pool wa"), "{page}");
+    ensure!(!page.contains("account wa-main"), "{page}");
+    Ok(())
+}
