@@ -128,6 +128,9 @@ pub fn account_hold(account: &AccountRecord, now: DateTime<Utc>) -> Option<Hold>
                 format!("account {id} is paused by an operator"),
             ))
         }
+        // Still 'offline' in its row until the next claim looks at it, but its cool-down is
+        // over: it holds nothing (saying "offline until" a past time misled the operator).
+        AccountState::Offline if account.offline_until.is_some_and(|t| t <= now) => {}
         AccountState::Offline => {
             let until = account
                 .offline_until
@@ -392,6 +395,21 @@ mod tests {
         assert!(
             h[0].detail.contains("no executor holds its credentials"),
             "{h:?}"
+        );
+    }
+
+    /// Offline until a time already past: the next claim reopens it, so it holds nothing.
+    #[test]
+    fn an_offline_account_whose_cool_down_is_over_holds_nothing() {
+        let mut a = account("a");
+        a.spec.state = AccountState::Offline;
+        a.offline_until = Some(now() - chrono::Duration::seconds(30));
+        let over = kinds(&holds(&pooled(now()), &[a.clone()], now()));
+        assert!(!over.contains(&HoldKind::AccountOffline), "{over:?}");
+        a.offline_until = Some(now() + chrono::Duration::seconds(30));
+        assert_eq!(
+            kinds(&holds(&pooled(now()), &[a], now())),
+            [HoldKind::AccountOffline]
         );
     }
 
