@@ -699,7 +699,15 @@ async fn drive(
     ensure!(parked == 2, "{parked} tasks parked");
     submit(&page, "button[name='action'][value='resume']").await?;
     ensure!(campaign_state().await? == "active");
-    submit(&page, "button[name='action'][value='cancel']").await?;
+    // Cancelling asks first, saying what it will do; nothing changes until confirmed.
+    submit(&page, "#cancel-campaign").await?;
+    let asked = js::<String>(&page, "document.getElementById('cancel-count').textContent").await?;
+    ensure!(
+        asked.contains("2 queued tasks will be cancelled"),
+        "{asked}"
+    );
+    ensure!(campaign_state().await? == "active");
+    submit(&page, "#confirm-cancel").await?;
     ensure!(campaign_state().await? == "cancelled");
     let cancelled: i64 = scalar(
         db,

@@ -389,6 +389,26 @@ fn retry_request(
     Ok((reason, request))
 }
 
+/// Asks before cancelling, a step that cannot be undone and touches every queued task: how
+/// many are queued and how many were sent. The cancel itself is the state form's POST.
+pub(super) async fn cancel_confirm(
+    State(console): State<Console>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    Query(params): Params,
+    headers: HeaderMap,
+) -> Result<Response, PageError> {
+    let id = campaign_id(&id)?;
+    let view = console.campaigns.get(caller.namespace.as_str(), id).await?;
+    Ok(render(
+        &headers,
+        StatusCode::OK,
+        "campaign_cancel.html",
+        page_context(&caller, &params, "campaigns"),
+        json!({ "campaign": campaign_json(&view, None) }),
+    ))
+}
+
 /// Asks before retrying: how many failed tasks of this reason there are now (the bulk
 /// operation's dry run).
 pub(super) async fn retry_confirm(

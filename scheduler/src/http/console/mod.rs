@@ -97,6 +97,10 @@ pub fn router(console: Console) -> Router {
         )
         .route("/console/campaigns/{id}/state", post(campaigns::set_state))
         .route(
+            "/console/campaigns/{id}/cancel",
+            get(campaigns::cancel_confirm),
+        )
+        .route(
             "/console/campaigns/{id}/retry",
             get(campaigns::retry_confirm).post(campaigns::retry),
         )
@@ -171,6 +175,10 @@ static TEMPLATES: LazyLock<Environment<'static>> = LazyLock::new(|| {
             "campaign_retry.html",
             include_str!("assets/campaign_retry.html"),
         ),
+        (
+            "campaign_cancel.html",
+            include_str!("assets/campaign_cancel.html"),
+        ),
         ("schedules.html", include_str!("assets/schedules.html")),
         ("schedule.html", include_str!("assets/schedule.html")),
         ("tasks.html", include_str!("assets/tasks.html")),
@@ -216,6 +224,7 @@ fn title(template: &str) -> &'static str {
         "campaigns.html" => "Campaigns",
         "campaign.html" => "Campaign",
         "campaign_retry.html" => "Retry failed tasks",
+        "campaign_cancel.html" => "Cancel campaign",
         "schedules.html" => "Schedules",
         "schedule.html" => "Schedule",
         "tasks.html" => "Tasks",
