@@ -677,3 +677,55 @@ async fn retrying_a_finished_campaigns_failure_reopens_it() -> Result<()> {
     assert_eq!(paused.state, CampaignState::Paused as i32);
     Ok(())
 }
+
+/// A campaign whose pool has no account able to send shows no finish estimate: it said "now"
+/// at every refresh for a campaign that could not move.
+#[tokio::test]
+async fn a_campaign_whose_pool_cannot_send_has_no_finish_estimate() -> Result<()> {
+    let db = TestDb::new().await?;
+    let s = SchedulerProcess::spawn(&db).await?;
+    herald_proto::v1::account_service_client::AccountServiceClient::connect(s.grpc_url())
+        .await?
+        .create_account(herald_proto::v1::CreateAccountRequest {
+            account: Some(herald_tests::accounts::whatsapp_account("wa-1", "wa", 5.0)),
+        })
+        .await?;
+    let mut c = client(&s).await?;
+    let created = c
+        .create_campaign(CreateCampaignRequest {
+            campaign: Some(CampaignSpec {
+                pool: "wa".into(),
+                ..spec()
+            }),
+            recipients: vec![CampaignRecipient {
+                recipient: "+15550001".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    let estimate = |c: &mut CampaignServiceClient<Channel>| {
+        let mut c = c.clone();
+        let id = created.id.clone();
+        async move {
+            anyhow::Ok(
+                c.get_campaign(GetCampaignRequest { id })
+                    .await?
+                    .into_inner()
+                    .progress
+                    .and_then(|p| p.estimated_finish),
+            )
+        }
+    };
+    assert!(
+        estimate(&mut c).await?.is_some(),
+        "no estimate with a sending pool"
+    );
+    db.connect()
+        .await?
+        .execute("UPDATE herald.accounts SET state = 'paused'", &[])
+        .await?;
+    assert_eq!(estimate(&mut c).await?, None);
+    Ok(())
+}

@@ -652,9 +652,12 @@ fn view(record: CampaignRecord, progress: Progress) -> Result<CampaignView, Erro
     {
         state = CampaignState::Finished;
     }
-    // The later of the last slot and what the pool's current rates allow for what is left.
+    // The later of the last slot and what the pool's current rates allow for what is left. A
+    // pool with no account able to send (every one paused or offline) has no rate: no estimate
+    // then, rather than "now" for a campaign that cannot move.
+    let blocked = record.pool.is_some() && progress.pool_rate <= 0.0;
     let estimated_finish = match (state, progress.now) {
-        (CampaignState::Active, Some(now)) if progress.live > 0 => {
+        (CampaignState::Active, Some(now)) if progress.live > 0 && !blocked => {
             let by_rate = (progress.pool_rate > 0.0).then(|| {
                 now + ChronoDuration::milliseconds(
                     (progress.live as f64 / progress.pool_rate * 1000.0) as i64,

@@ -322,7 +322,12 @@ pub(super) async fn export_failures(
                     .map(|r| {
                         vec![
                             reason_name(r.end_reason).to_owned(),
-                            r.end_code.to_string(),
+                            // Empty as on the page ("–"): 0 is no code, not a code 0.
+                            if r.end_code == 0 {
+                                String::new()
+                            } else {
+                                r.end_code.to_string()
+                            },
                             r.example.clone(),
                             r.tasks.to_string(),
                         ]
