@@ -31,7 +31,7 @@ use config::{parse_settings, BuildContext, BuildSender, ConfigError};
 pub use request::{
     Content, OutcomeClass, SendError, SendReceipt, SendRequest, RECIPIENT_SCOPE_MARKER,
 };
-pub use service::{boxed, layered, BoxSender, RouteLimits, Sender};
+pub use service::{boxed, fallback_posted, layered, BoxSender, RouteLimits, Sender};
 
 /// Declares [`SenderConfig`] from one line per kind: `Variant(settings type) = SenderKind`.
 macro_rules! registry {

@@ -2,6 +2,7 @@
 //! `send`), [`Sender::boxed`] turns it into a [`BoxSender`], and [`layered`] wraps that in the
 //! executor's layers once per route.
 
+use std::cell::Cell;
 use std::future::Future;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -63,6 +64,21 @@ pub struct RouteLimits {
     pub concurrency: usize,
 }
 
+tokio::task_local! {
+    /// Whether the send running in this task has posted a window-closed fallback: the
+    /// timeout below drops the sender's future, and with it the flag the sender would have
+    /// put on its error, so the sender marks it here first ([`fallback_posted`]).
+    static FALLBACK_POSTED: Cell<bool>;
+}
+
+/// Called by a sender just before it posts a window-closed fallback, so that a send the
+/// route's timeout cuts short from then on still says the fallback may have gone: the
+/// scheduler then marks it used, and no later attempt posts it again (it was posted on every
+/// attempt). Outside [`layered`] (a sender called directly) it does nothing.
+pub fn fallback_posted() {
+    let _ = FALLBACK_POSTED.try_with(|posted| posted.set(true));
+}
+
 /// Wraps a sender in the executor's layers. Every route goes through here once at start-up.
 pub fn layered(sender: BoxSender, limits: RouteLimits) -> BoxSender {
     let timeout = limits.timeout;
@@ -72,14 +88,19 @@ pub fn layered(sender: BoxSender, limits: RouteLimits) -> BoxSender {
         .concurrency_limit(limits.concurrency.max(1))
         // Bound each send (not the wait for a permit) so a hung provider cannot hold a slot
         // forever; an elapsed send is TRANSIENT because the provider may never have seen it.
-        .map_future(move |fut| async move {
-            match tokio::time::timeout(timeout, fut).await {
-                Ok(result) => result,
-                Err(_) => Err(SendError::transient(format!(
-                    "send timed out after {}",
-                    humantime::format_duration(timeout)
-                ))),
-            }
+        .map_future(move |fut| {
+            FALLBACK_POSTED.scope(Cell::new(false), async move {
+                match tokio::time::timeout(timeout, fut).await {
+                    Ok(result) => result,
+                    Err(_) => Err(SendError {
+                        window_closed_fallback: FALLBACK_POSTED.with(Cell::get),
+                        ..SendError::transient(format!(
+                            "send timed out after {}",
+                            humantime::format_duration(timeout)
+                        ))
+                    }),
+                }
+            })
         })
         .service(sender);
     BoxCloneService::new(stack)
@@ -100,4 +121,58 @@ where
             Err(other) => SendError::transient(other.to_string()),
         }
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use tower::Service;
+
+    use super::*;
+    use crate::senders::Content;
+
+    fn request() -> SendRequest {
+        SendRequest {
+            task_id: "t".into(),
+            attempt: 1,
+            queue: "q".into(),
+            recipient: "16505551234".into(),
+            content: Content::Text("hi".into()),
+            idempotency_key: "k".into(),
+            labels: Default::default(),
+            run_at: None,
+            leased_at: None,
+            attempts_before: 0,
+            max_attempts: 3,
+            account_id: String::new(),
+            credentials_ref: String::new(),
+            window_closed_fallback: None,
+        }
+    }
+
+    /// A send cut short by the route's timeout after posting a window-closed fallback says so,
+    /// as the sender's own error would have; one cut short before does not.
+    #[tokio::test(start_paused = true)]
+    async fn a_timeout_after_the_fallback_was_posted_says_so() -> Result<(), BoxError> {
+        for posts in [true, false] {
+            let slow = boxed(tower::service_fn(move |_req: SendRequest| async move {
+                if posts {
+                    fallback_posted();
+                }
+                tokio::time::sleep(Duration::from_secs(60)).await;
+                Ok::<SendReceipt, SendError>(SendReceipt::default())
+            }));
+            let mut route = layered(
+                slow,
+                RouteLimits {
+                    timeout: Duration::from_secs(1),
+                    concurrency: 1,
+                },
+            );
+            let answer = route.ready().await?.call(request()).await;
+            let error = answer.err().ok_or("the slow send did not time out")?;
+            assert_eq!(error.class, crate::senders::OutcomeClass::Transient);
+            assert_eq!(error.window_closed_fallback, posts, "{error:?}");
+        }
+        Ok(())
+    }
 }

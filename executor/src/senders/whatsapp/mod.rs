@@ -293,7 +293,10 @@ impl Sender for WhatsAppSender {
         info!("whatsapp says the 24-hour window is closed (131047); sending the fallback template");
         // Built before posting: a fallback that cannot be expressed is the fallback's failure.
         let sent = match body_for(&req, fallback) {
-            Ok(body) => self.post(&body).await,
+            Ok(body) => {
+                crate::senders::fallback_posted();
+                self.post(&body).await
+            }
             Err(e) => Err(e),
         };
         match sent {
