@@ -48,7 +48,16 @@ fn account_json(a: &AccountRecord, now: chrono::DateTime<chrono::Utc>) -> Value 
         "tier_limit": l.tier_limit,
         "in_flight": a.in_flight,
         "max_in_flight": l.max_in_flight,
-        "last_error": if a.state_reason.is_empty() { a.rate_reason.clone() } else { a.state_reason.clone() },
+        // Why it is not sending as configured: its state's reason, else why its rate is lowered
+        // (the provider throttled it). A healthy account's rate reason ("configured rate") is
+        // no error, and the column read "Last error: configured rate" for every one of them.
+        "last_error": if !a.state_reason.is_empty() {
+            a.state_reason.clone()
+        } else if a.effective_rate < l.rate_per_sec {
+            a.rate_reason.clone()
+        } else {
+            String::new()
+        },
         "hold": why::account_hold(a, now).map(|h| h.detail),
     })
 }
@@ -522,6 +531,22 @@ pub(super) async fn set_state(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// "Last error" says why an account is not sending as configured, and nothing for a
+    /// healthy one (it read "configured rate" for every account).
+    #[test]
+    fn last_error_is_empty_for_a_healthy_account() {
+        use super::super::why::tests::{account, now};
+        let last = |a: &AccountRecord| account_json(a, now())["last_error"].clone();
+        let mut a = account("a");
+        a.rate_reason = "configured rate".into();
+        assert_eq!(last(&a), "");
+        a.effective_rate = 0.5;
+        a.rate_reason = "halved to 0.5/s after the provider answered RATE_LIMITED".into();
+        assert_eq!(last(&a), a.rate_reason.as_str());
+        a.state_reason = "paused by an operator".into();
+        assert_eq!(last(&a), "paused by an operator");
+    }
 
     /// "NaN" parses as a float, and `NaN as i64` is 0: the interval was cleared, "saved".
     #[test]

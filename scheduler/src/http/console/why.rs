@@ -306,19 +306,21 @@ fn credentials_hold(account: &AccountRecord, queue: &str, serving: &Serving) -> 
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use chrono::TimeZone;
 
     use super::*;
     use crate::accounts::model::{AccountLimits, AccountSpec};
 
-    fn now() -> DateTime<Utc> {
+    /// A fixed instant the test accounts are made at.
+    pub(in crate::http::console) fn now() -> DateTime<Utc> {
         Utc.with_ymd_and_hms(2026, 3, 2, 12, 0, 0)
             .single()
             .unwrap_or_default()
     }
 
-    fn account(id: &str) -> AccountRecord {
+    /// An active account of pool p, rate 1/s, nothing used.
+    pub(in crate::http::console) fn account(id: &str) -> AccountRecord {
         AccountRecord {
             spec: AccountSpec {
                 id: id.into(),
