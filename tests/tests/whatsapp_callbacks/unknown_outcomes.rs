@@ -16,6 +16,20 @@ async fn wait_for_request(fake: &FakeWhatsApp, recipient: &str) -> Result<()> {
     Ok(())
 }
 
+/// A stack whose leases last 2 s and whose WhatsApp sends wait `grace` for a status callback,
+/// with a task to `recipient` whose message Meta has received and not yet answered.
+async fn sent_unanswered(recipient: &str, grace: &str) -> Result<(Stack, String)> {
+    let mut stack = Stack::start_with(|b| {
+        b.env("HERALD_LEASE_TTL", "2s")
+            .env("HERALD_UNKNOWN_OUTCOME_GRACE", grace)
+    })
+    .await?;
+    stack.fake.hold_answers();
+    let id = stack.create(recipient).await?;
+    wait_for_request(&stack.fake, recipient).await?;
+    Ok((stack, id))
+}
+
 /// Messages the fake accepted for `recipient`.
 fn messages_to(fake: &FakeWhatsApp, recipient: &str) -> usize {
     fake.requests()
@@ -27,17 +41,10 @@ fn messages_to(fake: &FakeWhatsApp, recipient: &str) -> usize {
 #[tokio::test]
 async fn an_executor_killed_after_meta_accepted_sends_once_a_callback_settles_it() -> Result<()> {
     // Short leases, so the kill is noticed quickly; a long grace, so only a callback (not the
-    // clock) can settle the task before the test ends.
-    let mut stack = Stack::start_with(|b| {
-        b.env("HERALD_LEASE_TTL", "2s")
-            .env("HERALD_UNKNOWN_OUTCOME_GRACE", "1h")
-    })
-    .await?;
+    // clock) can settle the task before the test ends. Meta accepts the message, but the
+    // executor never hears back: it is killed while waiting.
     let recipient = "16505550051";
-    // Meta accepts the message, but the executor never hears back: it is killed while waiting.
-    stack.fake.hold_answers();
-    let id = stack.create(recipient).await?;
-    wait_for_request(&stack.fake, recipient).await?;
+    let (mut stack, id) = sent_unanswered(recipient, "1h").await?;
     stack.executor.kill()?;
     stack.executor.wait().await?;
 
@@ -78,15 +85,8 @@ async fn an_executor_killed_after_meta_accepted_sends_once_a_callback_settles_it
 
 #[tokio::test]
 async fn without_a_callback_the_task_is_sent_again_after_the_grace() -> Result<()> {
-    let mut stack = Stack::start_with(|b| {
-        b.env("HERALD_LEASE_TTL", "2s")
-            .env("HERALD_UNKNOWN_OUTCOME_GRACE", "1s")
-    })
-    .await?;
     let recipient = "16505550052";
-    stack.fake.hold_answers();
-    let id = stack.create(recipient).await?;
-    wait_for_request(&stack.fake, recipient).await?;
+    let (mut stack, id) = sent_unanswered(recipient, "1s").await?;
     stack.executor.kill()?;
     stack.executor.wait().await?;
     stack.fake.release_answers();
@@ -107,15 +107,8 @@ async fn without_a_callback_the_task_is_sent_again_after_the_grace() -> Result<(
 #[tokio::test]
 async fn a_callback_settled_send_that_fails_late_is_retried_once_and_its_retry_stands() -> Result<()>
 {
-    let mut stack = Stack::start_with(|b| {
-        b.env("HERALD_LEASE_TTL", "2s")
-            .env("HERALD_UNKNOWN_OUTCOME_GRACE", "1h")
-    })
-    .await?;
     let recipient = "16505550053";
-    stack.fake.hold_answers();
-    let id = stack.create(recipient).await?;
-    wait_for_request(&stack.fake, recipient).await?;
+    let (mut stack, id) = sent_unanswered(recipient, "1h").await?;
     stack.executor.kill()?;
     stack.executor.wait().await?;
     let waiting = stack
@@ -169,15 +162,8 @@ async fn a_callback_settled_send_that_fails_late_is_retried_once_and_its_retry_s
 /// the task stayed SUCCEEDED with its delivery FAILED_AFTER_ACCEPTANCE.
 #[tokio::test]
 async fn a_failure_reported_before_the_executor_died_is_settled_by_the_sweep() -> Result<()> {
-    let mut stack = Stack::start_with(|b| {
-        b.env("HERALD_LEASE_TTL", "2s")
-            .env("HERALD_UNKNOWN_OUTCOME_GRACE", "1h")
-    })
-    .await?;
     let recipient = "16505550054";
-    stack.fake.hold_answers();
-    let id = stack.create(recipient).await?;
-    wait_for_request(&stack.fake, recipient).await?;
+    let (mut stack, id) = sent_unanswered(recipient, "1h").await?;
     let leased = stack.task(&id).await?;
     let failed = status_of(&leased, "wamid.fake00000001", Callback::Failed(131026));
     let body = webhook_body(WABA, "messages", failed);

@@ -150,10 +150,20 @@ impl<C: GenericClient> DeliveryRepo<'_, C> {
         namespace: &str,
         tasks: &[Uuid],
     ) -> Result<Vec<Uuid>, StoreError> {
+        self.task_ids(&FAILED_TASKS, namespace, tasks).await
+    }
+
+    /// The ids `statement` (taking the namespace and `tasks`) returns; none for no tasks.
+    async fn task_ids(
+        &self,
+        statement: &Statement,
+        namespace: &str,
+        tasks: &[Uuid],
+    ) -> Result<Vec<Uuid>, StoreError> {
         if tasks.is_empty() {
             return Ok(Vec::new());
         }
-        FAILED_TASKS
+        statement
             .query(self.db, &[&namespace, &tasks])
             .await?
             .iter()
@@ -169,15 +179,7 @@ impl<C: GenericClient> DeliveryRepo<'_, C> {
         namespace: &str,
         tasks: &[Uuid],
     ) -> Result<Vec<Uuid>, StoreError> {
-        if tasks.is_empty() {
-            return Ok(Vec::new());
-        }
-        WINDOW_CLOSED
-            .query(self.db, &[&namespace, &tasks])
-            .await?
-            .iter()
-            .map(|r| column(r, "id"))
-            .collect()
+        self.task_ids(&WINDOW_CLOSED, namespace, tasks).await
     }
 
     /// Schedules again the SUCCEEDED tasks among `tasks` whose message failed after acceptance
