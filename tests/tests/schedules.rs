@@ -258,15 +258,15 @@ async fn a_missed_run_found_after_its_expiry_is_skipped_and_a_catch_up_keeps_wha
     let (catch_ups, wrong): (i64, i64) = {
         let r = conn
             .query_one(
-                "SELECT count(*),
+                "SELECT count(*) AS catch_ups,
                         count(*) FILTER (WHERE expire_at <> greatest(
-                            fire_time + interval '8 s', run_at + interval '1 s'))
+                            fire_time + interval '8 s', run_at + interval '1 s')) AS wrong
                  FROM herald.task_records
                  WHERE schedule_id = 'stale' AND labels->>'herald.catch_up' = 'true'",
                 &[],
             )
             .await?;
-        (r.get(0), r.get(1))
+        (r.get("catch_ups"), r.get("wrong"))
     };
     assert!(catch_ups > 0, "no catch-up in time was made: {all:?}");
     assert_eq!(

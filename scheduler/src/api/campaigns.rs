@@ -50,17 +50,16 @@ impl CampaignService for CampaignApi {
         request: Request<pb::CreateCampaignRequest>,
     ) -> Result<Response<pb::Campaign>, Status> {
         let ns = namespace_of(&request)?;
-        let req = request.into_inner();
-        let recipients: Vec<Recipient> = req.recipients.iter().map(wire::recipient).collect();
-        let key = (!req.idempotency_key.is_empty()).then_some(req.idempotency_key.as_str());
+        let pb::CreateCampaignRequest {
+            campaign,
+            recipients,
+            idempotency_key,
+        } = request.into_inner();
+        let recipients: Vec<Recipient> = recipients.iter().map(wire::recipient).collect();
+        let key = (!idempotency_key.is_empty()).then_some(idempotency_key.as_str());
         let view = self
             .campaigns
-            .create(
-                &ns,
-                req.campaign.clone().unwrap_or_default(),
-                &recipients,
-                key,
-            )
+            .create(&ns, campaign.unwrap_or_default(), &recipients, key)
             .await?;
         Ok(Response::new(wire::campaign(&view)))
     }

@@ -188,8 +188,7 @@ function failureQuery() {
 async function loadFailures(append) {
   const q = failureQuery();
   if (append && failureCursor) q.set("cursor", failureCursor);
-  if (ns) q.set("ns", ns);
-  const data = await getJson(`api/failures?${q}`);
+  const data = await getJson(api("failures", q));
   const body = document.querySelector("#failures tbody");
   const rows = data.failures.map(failureRow);
   if (append) body.append(...rows);
