@@ -23,6 +23,12 @@ use crate::telemetry::metrics::DATABASE_WRITABLE;
 
 /// How often the database is checked.
 pub const INTERVAL: Duration = Duration::from_secs(1);
+/// How many checks in a row must fail before the replica says `NOT_SERVING`. One slow answer
+/// (a connection that took longer than its bound while the server was busy) is not an outage:
+/// flipping health on it would send every executor of the replica elsewhere for nothing, and
+/// the other replicas share the same database. Kubernetes' probes wait for several failures for
+/// the same reason.
+pub const FAILURES_BEFORE_DOWN: u32 = 2;
 /// How long the check's query may take before it counts as a failure. Opening the connection
 /// has its own bound, [`connection::open_timeout`]: every host of the URL may be tried.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
@@ -91,8 +97,7 @@ async fn run(
     stop: CancellationToken,
 ) {
     let mut client: Option<tokio_postgres::Client> = None;
-    // Start-up set SERVING after migrations, so that is the state being watched from.
-    let mut serving = true;
+    let mut verdict = Verdict::default();
     let mut ticks = tokio::time::interval(INTERVAL);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -109,8 +114,7 @@ async fn run(
             // A half-dead connection must not be reused by the next check.
             client = None;
         }
-        if up != serving {
-            serving = up;
+        if let Some(up) = verdict.observe(up) {
             reachable.0.store(up, Ordering::Relaxed);
             let status = if up {
                 tracing::info!("database reachable again; health SERVING");
@@ -123,6 +127,41 @@ async fn run(
                 health.set_service_status(service, status).await;
             }
         }
+    }
+}
+
+/// What the replica says about its database, from the checks so far: `SERVING` until
+/// [`FAILURES_BEFORE_DOWN`] checks in a row fail, then `NOT_SERVING` until one succeeds.
+#[derive(Debug)]
+struct Verdict {
+    serving: bool,
+    failures_in_a_row: u32,
+}
+
+impl Default for Verdict {
+    fn default() -> Self {
+        // Start-up set SERVING after migrations, so that is the state being watched from.
+        Verdict {
+            serving: true,
+            failures_in_a_row: 0,
+        }
+    }
+}
+
+impl Verdict {
+    /// Takes one check's answer; returns the new state when it changes.
+    fn observe(&mut self, answered: bool) -> Option<bool> {
+        self.failures_in_a_row = if answered {
+            0
+        } else {
+            self.failures_in_a_row.saturating_add(1)
+        };
+        let serving = answered || self.failures_in_a_row < FAILURES_BEFORE_DOWN;
+        if serving == self.serving {
+            return None;
+        }
+        self.serving = serving;
+        Some(serving)
     }
 }
 
@@ -179,5 +218,28 @@ async fn check(pg: &tokio_postgres::Config, client: &mut Option<tokio_postgres::
             tracing::debug!(error = %e, "database check failed");
             false
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_failed_check_between_answers_changes_nothing() {
+        let mut verdict = Verdict::default();
+        assert_eq!(verdict.observe(false), None);
+        assert_eq!(verdict.observe(true), None);
+        assert_eq!(verdict.observe(false), None);
+    }
+
+    #[test]
+    fn two_failed_checks_in_a_row_say_not_serving_until_one_answers() {
+        let mut verdict = Verdict::default();
+        assert_eq!(verdict.observe(false), None);
+        assert_eq!(verdict.observe(false), Some(false));
+        assert_eq!(verdict.observe(false), None);
+        assert_eq!(verdict.observe(true), Some(true));
+        assert_eq!(verdict.observe(true), None);
     }
 }
