@@ -157,12 +157,24 @@ struct Shared {
     posted: Mutex<Vec<(u16, Value)>>,
     /// Bodies answered with anything but 200, for [`FakeWhatsApp::redeliver`].
     undelivered: Mutex<Vec<Value>>,
-    /// While true, answers are held after the request is recorded (an executor killed while
-    /// waiting never learns that its message was accepted).
-    hold: tokio::sync::watch::Sender<bool>,
+    /// What happens to answers after the request is recorded: held (an executor killed while
+    /// waiting never learns that its message was accepted) or lost on the way.
+    hold: tokio::sync::watch::Sender<Answering>,
     /// Answers sent so far (held ones count once they are sent).
     answered: AtomicU64,
     http: reqwest::Client,
+}
+
+/// What the fake does with an accepted request's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Answering {
+    /// Answers at once.
+    Now,
+    /// Waits until told to answer or to lose it.
+    Held,
+    /// Starts a 200 answer and breaks the connection before its body is whole: the message was
+    /// accepted, and the sender cannot know it.
+    Lost,
 }
 
 /// Where status webhooks go and the secret that signs them.
@@ -286,7 +298,7 @@ impl FakeWhatsApp {
             once_plans: Mutex::new(std::collections::HashMap::new()),
             posted: Mutex::new(Vec::new()),
             undelivered: Mutex::new(Vec::new()),
-            hold: tokio::sync::watch::channel(false).0,
+            hold: tokio::sync::watch::channel(Answering::Now).0,
             answered: AtomicU64::new(0),
             http: reqwest::Client::new(),
         });
@@ -316,12 +328,19 @@ impl FakeWhatsApp {
     /// From now on, every request is recorded (and accepted, with its planned webhooks) but
     /// its answer is held until [`Self::release_answers`].
     pub fn hold_answers(&self) {
-        self.shared.hold.send_replace(true);
+        self.shared.hold.send_replace(Answering::Held);
     }
 
     /// Sends the held answers and stops holding.
     pub fn release_answers(&self) {
-        self.shared.hold.send_replace(false);
+        self.shared.hold.send_replace(Answering::Now);
+    }
+
+    /// From now on (held answers too), every request is recorded and accepted with its planned
+    /// webhooks, but its answer breaks off: a 200 whose body never arrives whole, as when the
+    /// connection drops after Meta took the message.
+    pub fn lose_answers(&self) {
+        self.shared.hold.send_replace(Answering::Lost);
     }
 
     /// How many answers were sent so far (held answers count once released).
@@ -495,13 +514,30 @@ async fn messages(
     });
     // Held answers wait here, after the request was recorded and accepted.
     let mut hold = shared.hold.subscribe();
-    let _ = hold.wait_for(|held| !*held).await;
+    let answering = hold
+        .wait_for(|answering| *answering != Answering::Held)
+        .await
+        .map(|answering| *answering)
+        .unwrap_or(Answering::Now);
+    if answering == Answering::Lost {
+        return broken_answer();
+    }
     shared.answered.fetch_add(1, Ordering::SeqCst);
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     match answer {
         Answer::Json(v) => (status, axum::Json(v)).into_response(),
         Answer::Raw(text) => (status, text).into_response(),
     }
+}
+
+/// A 200 whose chunked body fails after its first bytes: hyper then closes the connection
+/// without the body's end, and the client's read of the body fails.
+fn broken_answer() -> Response {
+    let chunks = tokio_stream::iter([
+        Ok(Bytes::from_static(b"{\"messaging_product\":")),
+        Err(std::io::Error::other("the fake drops the answer")),
+    ]);
+    (StatusCode::OK, axum::body::Body::from_stream(chunks)).into_response()
 }
 
 enum Answer {
