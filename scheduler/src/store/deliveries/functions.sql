@@ -43,3 +43,15 @@ LANGUAGE sql STABLE AS $$
     ORDER BY r.occurred_at
     LIMIT 1
 $$;
+
+-- Whether account p_account of p_namespace sends through a provider that reports on every
+-- message by status callback (WhatsApp Cloud): a send of unknown outcome through it waits for
+-- one before it is sent again (expire_leases.sql, await_callbacks.sql). No account (a task
+-- sent by queue alone): no.
+CREATE OR REPLACE FUNCTION herald.reports_on_messages(p_namespace text, p_account text)
+RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT EXISTS (SELECT 1 FROM herald.accounts a
+                   WHERE a.namespace = p_namespace AND a.id = p_account
+                     AND a.sender_kind = 'whatsapp_cloud')
+$$;

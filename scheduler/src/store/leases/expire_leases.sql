@@ -19,9 +19,7 @@ WITH lapsed AS (
            -- A failure among them: SUCCEEDED for now, then settled as a late failure is
            -- (callbacks::settle_failures, by the sweeper in this transaction).
            EXISTS (SELECT 1 FROM herald.message_failure(t.id, t.lease_count, t.fallback_replaces)) AS failed,
-           EXISTS (SELECT 1 FROM herald.accounts a
-                   WHERE a.namespace = t.namespace AND a.id = t.account_id
-                     AND a.sender_kind = 'whatsapp_cloud') AS callbacks
+           herald.reports_on_messages(t.namespace, t.account_id) AS callbacks
     FROM herald.tasks t
     WHERE t.state = 'leased' AND t.lease_expires_at <= herald.now()
       AND t.lease_expires_at >= coalesce($3::timestamptz, '-infinity')
