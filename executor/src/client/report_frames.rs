@@ -50,6 +50,7 @@ mod tests {
             rate_limit_scope: pb::RateLimitScope::Recipient as i32,
             error_code: i64::MAX,
             window_closed_fallback: true,
+            outcome_unknown: true,
         }
     }
 

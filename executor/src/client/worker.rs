@@ -178,6 +178,7 @@ fn result(
                 });
             }
             out.window_closed_fallback = error.window_closed_fallback;
+            out.outcome_unknown = error.outcome_unknown;
             out.error = truncate(error.message, MAX_ERROR_BYTES);
             out.error_code = error.code.unwrap_or_default();
             out.retry_after = error

@@ -22,8 +22,8 @@ pub fn client() -> Result<reqwest::Client, reqwest::Error> {
 
 /// Classifies a failed HTTP exchange (`what` names it, e.g. `"wecom message/send"`): a request
 /// that could not be built is PERMANENT; anything else (refused or reset connection, timeout,
-/// a body cut short) is TRANSIENT, since it may pass and the provider may or may not have seen
-/// the message. The URL is left out of the text, since some carry credentials (WeCom's
+/// a body cut short) is TRANSIENT, since it may pass; past the connect, the provider may have
+/// seen the message, so its outcome is unknown. The URL is left out of the text, since some carry credentials (WeCom's
 /// access_token, a robot's key, a webhook URL given as a secret); the error's causes are kept,
 /// as reqwest's own message alone says little.
 pub fn transport_error(what: &str, e: reqwest::Error) -> SendError {
@@ -46,8 +46,11 @@ pub fn transport_error(what: &str, e: reqwest::Error) -> SendError {
     }
     if e.is_builder() {
         SendError::permanent(message)
-    } else {
+    } else if e.is_connect() {
+        // No connection, so no request: the provider cannot have seen it.
         SendError::transient(message)
+    } else {
+        SendError::transient(message).with_outcome_unknown()
     }
 }
 
@@ -141,6 +144,31 @@ mod tests {
             err.message
         );
         assert!(!err.message.contains("s3cret"), "{}", err.message);
+        assert!(!err.outcome_unknown, "nothing was sent: {}", err.message);
+    }
+
+    #[tokio::test]
+    async fn a_connection_dropped_after_the_request_leaves_the_outcome_unknown() {
+        use tokio::io::AsyncReadExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        // A provider that takes the request, then drops the connection without answering.
+        let provider = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut buf = [0u8; 1024];
+            let _ = socket.read(&mut buf).await;
+        });
+        let e = client()
+            .unwrap()
+            .post(format!("http://{addr}/messages"))
+            .body("{}")
+            .send()
+            .await
+            .unwrap_err();
+        provider.await.unwrap();
+        let err = transport_error("provider call", e);
+        assert_eq!(err.class, OutcomeClass::Transient);
+        assert!(err.outcome_unknown, "{}", err.message);
     }
 
     #[tokio::test]

@@ -216,6 +216,11 @@ pub struct SendError {
     /// window-closed fallback sent instead: the scheduler marks the fallback used, so a retry
     /// sends the fallback and never the content again.
     pub window_closed_fallback: bool,
+    /// The request reached the provider and its answer was lost (timed out, or the connection
+    /// broke after the request went): the message may have been accepted. The scheduler then
+    /// waits for a status callback naming the send before sending it again, where the provider
+    /// sends them (WhatsApp Cloud).
+    pub outcome_unknown: bool,
 }
 
 /// Prefix of the error text of a recipient-scoped failure, until `AttemptResult` carries the
@@ -232,6 +237,7 @@ impl SendError {
             recipient_scoped: false,
             code: None,
             window_closed_fallback: false,
+            outcome_unknown: false,
         }
     }
 
@@ -268,6 +274,12 @@ impl SendError {
     /// Sets the provider's retry hint.
     pub fn with_retry_after(mut self, retry_after: Option<Duration>) -> Self {
         self.retry_after = retry_after;
+        self
+    }
+
+    /// Marks the failure as one whose answer was lost after the request went.
+    pub fn with_outcome_unknown(mut self) -> Self {
+        self.outcome_unknown = true;
         self
     }
 

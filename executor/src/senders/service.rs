@@ -87,17 +87,20 @@ pub fn layered(sender: BoxSender, limits: RouteLimits) -> BoxSender {
         // Pending state, so a Revoke can still stop it before anything is sent.
         .concurrency_limit(limits.concurrency.max(1))
         // Bound each send (not the wait for a permit) so a hung provider cannot hold a slot
-        // forever; an elapsed send is TRANSIENT because the provider may never have seen it.
+        // forever; an elapsed send is TRANSIENT because the provider may never have seen it,
+        // and of unknown outcome because it may have.
         .map_future(move |fut| {
             FALLBACK_POSTED.scope(Cell::new(false), async move {
                 match tokio::time::timeout(timeout, fut).await {
                     Ok(result) => result,
+                    // The provider may have taken the message and not answered yet.
                     Err(_) => Err(SendError {
                         window_closed_fallback: FALLBACK_POSTED.with(Cell::get),
                         ..SendError::transient(format!(
                             "send timed out after {}",
                             humantime::format_duration(timeout)
                         ))
+                        .with_outcome_unknown()
                     }),
                 }
             })
@@ -171,6 +174,7 @@ mod tests {
             let answer = route.ready().await?.call(request()).await;
             let error = answer.err().ok_or("the slow send did not time out")?;
             assert_eq!(error.class, crate::senders::OutcomeClass::Transient);
+            assert!(error.outcome_unknown, "{}", error.message);
             assert_eq!(error.window_closed_fallback, posts, "{error:?}");
         }
         Ok(())
