@@ -187,7 +187,8 @@ pub struct Config {
     )]
     pub opt_out_keywords: Vec<String>,
     /// How long a task whose WhatsApp lease ran out without a report (the executor may have
-    /// crashed after Meta accepted the message) waits for a status callback naming it before
+    /// crashed after Meta accepted the message), or whose send's answer was lost (timed out,
+    /// connection broken after the request went), waits for a status callback naming it before
     /// it is sent again. A callback in that time ends it SUCCEEDED without a second message.
     #[arg(long, env = "HERALD_UNKNOWN_OUTCOME_GRACE", default_value = "2m", value_parser = humantime::parse_duration)]
     pub unknown_outcome_grace: Duration,

@@ -249,6 +249,7 @@ fn attempt_report(r: &pb::AttemptResult) -> Result<AttemptReport, &'static str> 
         recipient_scoped: r.rate_limit_scope == pb::RateLimitScope::Recipient as i32,
         error_code: (r.error_code != 0).then_some(r.error_code),
         window_closed_fallback: r.window_closed_fallback,
+        outcome_unknown: r.outcome_unknown,
     })
 }
 

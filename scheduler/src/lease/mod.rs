@@ -41,6 +41,9 @@ pub struct LeaseSettings {
     pub scheduler_id: String,
     /// Replies that put their sender on the suppression list.
     pub opt_out_keywords: Vec<String>,
+    /// How long a send whose answer was lost waits for a status callback before it is due
+    /// again (`HERALD_UNKNOWN_OUTCOME_GRACE`).
+    pub unknown_outcome_grace: Duration,
 }
 
 /// The lease protocol version this scheduler speaks.

@@ -44,6 +44,9 @@ pub struct AttemptReport {
     /// The content was refused with 131047 and the window-closed fallback went instead; the
     /// outcome is the fallback's (with OK, the error and code describe the refusal).
     pub window_closed_fallback: bool,
+    /// With TRANSIENT: the answer was lost after the request went, so the provider may have
+    /// accepted the message; where a status callback can tell, the task waits for one.
+    pub outcome_unknown: bool,
 }
 
 /// One entry of a report batch: the lease it is about, and the report when it is one that can
@@ -111,10 +114,13 @@ pub struct BatchOutcome {
 /// A report is applied only while its fencing token names the task's current lease, and at
 /// most once per batch; a refused report is answered with the task's current state, or none
 /// when the namespace has no such task.
+/// `unknown_outcome_grace` is how long a send whose answer was lost waits for a status
+/// callback before it is due again.
 pub async fn apply(
     store: &Store,
     namespace: &str,
     batch: &[ReportEntry],
+    unknown_outcome_grace: std::time::Duration,
 ) -> Result<BatchOutcome, StoreError> {
     // One outcome per fencing token: a repeat within a batch is refused as a repeat in a later
     // batch is. Applied together, one statement picked either outcome for the task, recorded
@@ -146,6 +152,7 @@ pub async fn apply(
         } else {
             tx.leases().complete(namespace, &reports).await?
         };
+        await_callbacks(tx, namespace, &mut applied, &reports, unknown_outcome_grace).await?;
         // The account feedback is the live leases' alone: a lease the sweeper took back had
         // its slot freed then.
         let (feedback, blocks) = feedback_of(&applied, &reports);
@@ -179,6 +186,45 @@ pub async fn apply(
         Ok::<_, StoreError>((applied, current))
     })?;
     Ok(verdicts(batch, &applicable, &applied, &current))
+}
+
+/// Sends of unknown outcome that were rescheduled wait for a status callback before they are
+/// sent again, or end SUCCEEDED when one came already (`DeliveryRepo::await_callbacks`);
+/// `applied` is brought up to date with what that changed.
+async fn await_callbacks(
+    db: &impl Db,
+    namespace: &str,
+    applied: &mut [Applied],
+    reports: &[&AttemptReport],
+    grace: std::time::Duration,
+) -> Result<(), StoreError> {
+    let unknown: HashSet<(Uuid, i32)> = reports
+        .iter()
+        .filter(|r| r.outcome_unknown && r.outcome == Outcome::Transient)
+        .map(|r| (r.task_id, r.attempt))
+        .collect();
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    let rescheduled: Vec<Uuid> = applied
+        .iter()
+        .filter(|a| a.state == TaskState::Scheduled && unknown.contains(&(a.task_id, a.attempt)))
+        .map(|a| a.task_id)
+        .collect();
+    let changed: HashMap<Uuid, (TaskState, DateTime<Utc>)> = db
+        .deliveries()
+        .await_callbacks(namespace, &rescheduled, grace)
+        .await?
+        .into_iter()
+        .map(|(id, state, run_at)| (id, (state, run_at)))
+        .collect();
+    for a in applied.iter_mut() {
+        if let Some((state, run_at)) = changed.get(&a.task_id) {
+            a.state = *state;
+            a.run_at = *run_at;
+        }
+    }
+    Ok(())
 }
 
 /// Each report's answer, in the batch's order.

@@ -449,7 +449,13 @@ async fn handle_reports(
     tx: &Outbound,
     batch: Vec<ReportEntry>,
 ) -> Result<(), Error> {
-    let outcome = reports::apply(&ctx.store, namespace, &batch).await?;
+    let outcome = reports::apply(
+        &ctx.store,
+        namespace,
+        &batch,
+        ctx.settings.unknown_outcome_grace,
+    )
+    .await?;
     crate::telemetry::metrics::tasks_finished(&outcome.finished);
     let acks = batch
         .into_iter()

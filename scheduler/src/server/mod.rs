@@ -182,6 +182,7 @@ pub async fn run(
             straggler_period: config.straggler_period,
             scheduler_id: scheduler_id.clone(),
             opt_out_keywords: config.opt_out_keywords.clone(),
+            unknown_outcome_grace: config.unknown_outcome_grace,
         }),
         events: replica.events.clone(),
         registry: replica.registry.clone(),

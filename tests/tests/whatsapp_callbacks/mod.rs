@@ -67,6 +67,15 @@ impl Stack {
     async fn start_with(
         scheduler: impl FnOnce(herald_tests::SchedulerBuilder) -> herald_tests::SchedulerBuilder,
     ) -> Result<Self> {
+        Self::start_configured(scheduler, "").await
+    }
+
+    /// With the scheduler builder adjusted by `scheduler` and `account_settings` (TOML lines,
+    /// such as `timeout = "1s"`) added to the executor's `wa-1` table.
+    async fn start_configured(
+        scheduler: impl FnOnce(herald_tests::SchedulerBuilder) -> herald_tests::SchedulerBuilder,
+        account_settings: &str,
+    ) -> Result<Self> {
         let db = TestDb::new().await?;
         let scheduler = scheduler(SchedulerProcess::builder(&db)).spawn().await?;
         let mut accounts = accounts_client(&scheduler.grpc_url()).await?;
@@ -76,7 +85,7 @@ impl Stack {
             })
             .await?;
         let fake = FakeWhatsApp::start(PHONE_ID, "token").await?;
-        let executor = executor(&scheduler.grpc_url(), &fake).await?;
+        let executor = executor_with(&scheduler.grpc_url(), &fake, account_settings).await?;
         fake.send_callbacks_to(&webhook_url(&executor)?, APP_SECRET);
         let tasks = connect_tasks(&scheduler.grpc_url()).await?;
         Ok(Stack {
@@ -142,10 +151,19 @@ impl Stack {
 
 /// The executor with `wa-1`'s table and the webhook on an ephemeral port.
 async fn executor(scheduler_url: &str, fake: &FakeWhatsApp) -> Result<ExecutorProcess> {
+    executor_with(scheduler_url, fake, "").await
+}
+
+/// [`executor`] with `account_settings` (TOML lines) added to `wa-1`'s table.
+async fn executor_with(
+    scheduler_url: &str,
+    fake: &FakeWhatsApp,
+    account_settings: &str,
+) -> Result<ExecutorProcess> {
     let config = format!(
         "[accounts.wa-1]\nsender = \"whatsapp_cloud\"\nphone_number_id = \"{PHONE_ID}\"\n\
          access_token = \"token\"\nbase_url = \"{}\"\nwaba_id = \"{WABA}\"\n\
-         display_phone_number = \"+1 555 078 3881\"\n\n\
+         display_phone_number = \"+1 555 078 3881\"\n{account_settings}\n\n\
          [whatsapp_webhook]\nlisten = \"127.0.0.1:0\"\nverify_token = \"{VERIFY_TOKEN}\"\n\
          app_secret = {{ env = \"WA_APP_SECRET\" }}\n",
         fake.base_url()

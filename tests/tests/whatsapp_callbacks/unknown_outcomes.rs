@@ -38,6 +38,42 @@ fn messages_to(fake: &FakeWhatsApp, recipient: &str) -> usize {
         .count()
 }
 
+/// Waits until the task's first attempt is charged and it is due again only after the grace
+/// (an hour in these tests), waiting for a status callback.
+async fn waiting_for_a_callback(stack: &mut Stack, id: &str) -> Result<Task> {
+    let waiting = stack
+        .wait_task(id, |t| t.state() == TaskState::Scheduled && t.attempts == 1)
+        .await?;
+    let due_in = waiting.run_at.context("run_at")?.seconds - chrono::Utc::now().timestamp();
+    ensure!(
+        due_in > 3000,
+        "due again in {due_in} s, not after the grace"
+    );
+    Ok(waiting)
+}
+
+/// Posts Meta's `sent` for the waiting task's first message; waits until that ends the task
+/// SUCCEEDED, SENT, with that message as its delivery.
+async fn settled_by_its_callback(stack: &mut Stack, waiting: &Task) -> Result<Task> {
+    let wamid = "wamid.fake00000001";
+    let body = webhook_body(WABA, "messages", status_of(waiting, wamid, Callback::Sent));
+    ensure!(
+        stack.fake.post_webhook(&body).await? == 200,
+        "webhook refused"
+    );
+    let task = stack
+        .wait_task(&waiting.id, |t| t.state() == TaskState::Succeeded)
+        .await?;
+    ensure!(task.end_reason() == EndReason::Sent, "ended {task:?}");
+    let delivery = task.delivery.clone().context("delivery")?;
+    ensure!(
+        (delivery.state(), delivery.provider_message_id.as_str())
+            == (DeliveryState::Accepted, wamid),
+        "delivery {delivery:?}"
+    );
+    Ok(task)
+}
+
 #[tokio::test]
 async fn an_executor_killed_after_meta_accepted_sends_once_a_callback_settles_it() -> Result<()> {
     // Short leases, so the kill is noticed quickly; a long grace, so only a callback (not the
@@ -50,34 +86,14 @@ async fn an_executor_killed_after_meta_accepted_sends_once_a_callback_settles_it
 
     // The lease runs out unreported: the attempt is charged and the task waits for a callback
     // (due again only after the grace), instead of being leased again at once.
-    let waiting = stack
-        .wait_task(&id, |t| {
-            t.state() == TaskState::Scheduled && t.attempts == 1
-        })
-        .await?;
-    let due_in = waiting.run_at.context("run_at")?.seconds - chrono::Utc::now().timestamp();
-    assert!(
-        due_in > 3000,
-        "due again in {due_in} s, not after the grace"
-    );
+    let waiting = waiting_for_a_callback(&mut stack, &id).await?;
 
     // A new executor takes over the webhook; Meta's `sent` status names the task.
     stack.executor = executor(&stack.scheduler.grpc_url(), &stack.fake).await?;
     stack
         .fake
         .send_callbacks_to(&webhook_url(&stack.executor)?, APP_SECRET);
-    let wamid = "wamid.fake00000001";
-    let body = webhook_body(WABA, "messages", status_of(&waiting, wamid, Callback::Sent));
-    assert_eq!(stack.fake.post_webhook(&body).await?, 200);
-    let task = stack
-        .wait_task(&id, |t| t.state() == TaskState::Succeeded)
-        .await?;
-    assert_eq!(task.end_reason(), EndReason::Sent);
-    let delivery = task.delivery.clone().context("delivery")?;
-    assert_eq!(
-        (delivery.state(), delivery.provider_message_id.as_str()),
-        (DeliveryState::Accepted, wamid)
-    );
+    settled_by_its_callback(&mut stack, &waiting).await?;
     stack.fake.release_answers();
     assert_eq!(messages_to(&stack.fake, recipient), 1, "sent twice");
     Ok(())
@@ -177,5 +193,84 @@ async fn a_failure_reported_before_the_executor_died_is_settled_by_the_sweep() -
     assert_eq!(ended.end_reason(), EndReason::FailedAfterAcceptance);
     assert_eq!(ended.end_code, 131026);
     stack.fake.release_answers();
+    Ok(())
+}
+
+/// A send whose answer never came within the route's timeout may have been accepted: the task
+/// waits the grace for a status callback instead of being sent again after its retry delay,
+/// and the callback ends it SUCCEEDED with the one message. Before, the timeout was an ordinary
+/// TRANSIENT failure and the customer got the message twice.
+#[tokio::test]
+async fn a_send_whose_answer_timed_out_waits_for_its_callback_and_goes_once() -> Result<()> {
+    let recipient = "16505550054";
+    let mut stack = Stack::start_configured(
+        |b| b.env("HERALD_UNKNOWN_OUTCOME_GRACE", "1h"),
+        "timeout = \"1s\"",
+    )
+    .await?;
+    stack.fake.hold_answers();
+    let id = stack.create(recipient).await?;
+    wait_for_request(&stack.fake, recipient).await?;
+
+    // The route's timeout ends the send; its report says the outcome is unknown.
+    let waiting = waiting_for_a_callback(&mut stack, &id).await?;
+    let attempts = stack
+        .tasks
+        .list_attempts(ListAttemptsRequest {
+            task_id: id.clone(),
+        })
+        .await?
+        .into_inner()
+        .attempts;
+    assert_eq!(
+        attempts.iter().map(Attempt::outcome).collect::<Vec<_>>(),
+        [OutcomeClass::Transient]
+    );
+
+    settled_by_its_callback(&mut stack, &waiting).await?;
+    stack.fake.release_answers();
+    assert_eq!(messages_to(&stack.fake, recipient), 1, "sent twice");
+    Ok(())
+}
+
+/// The status callback can come before the executor learns that its answer is lost: the report
+/// of unknown outcome then ends the task SUCCEEDED at once, and its attempt keeps the message.
+#[tokio::test]
+async fn a_lost_answer_whose_callback_came_first_ends_the_task_sent() -> Result<()> {
+    let recipient = "16505550055";
+    let mut stack = Stack::start_with(|b| b.env("HERALD_UNKNOWN_OUTCOME_GRACE", "1h")).await?;
+    stack.fake.plan_callbacks(
+        recipient,
+        CallbackPlan {
+            before_response: true,
+            ..CallbackPlan::after(&[Callback::Sent])
+        },
+    );
+    stack.fake.lose_answers();
+    let id = stack.create(recipient).await?;
+    let task = stack
+        .wait_task(&id, |t| t.state() != TaskState::Leased && t.attempts == 1)
+        .await?;
+    assert_eq!(
+        (task.state(), task.end_reason(), task.lease_count),
+        (TaskState::Succeeded, EndReason::Sent, 1)
+    );
+    let wamid = stack.wamid(&task)?;
+    let attempts = stack
+        .tasks
+        .list_attempts(ListAttemptsRequest {
+            task_id: id.clone(),
+        })
+        .await?
+        .into_inner()
+        .attempts;
+    assert_eq!(
+        attempts
+            .iter()
+            .map(|a| (a.outcome(), a.provider_message_id.as_str()))
+            .collect::<Vec<_>>(),
+        [(OutcomeClass::Transient, wamid.as_str())]
+    );
+    assert_eq!(messages_to(&stack.fake, recipient), 1, "sent twice");
     Ok(())
 }

@@ -10,8 +10,10 @@ use tokio_postgres::Row;
 use uuid::Uuid;
 
 use super::sql::{column, statement, Statement};
+use super::tasks::columns::state as task_state;
 use super::{repository, StoreError};
 use crate::callbacks::{Delivery, DeliveryState, StatusReport};
+use crate::tasks::model::TaskState;
 
 repository!(
     /// Delivery reports and the deliveries folded from them.
@@ -28,6 +30,7 @@ const LINK_EVENTS: Statement = statement!("link_events");
 const FAIL_DELIVERED: Statement = statement!("fail_delivered");
 const TASK_DELIVERIES: Statement = statement!("task_deliveries");
 const ACCEPT_AWAITING: Statement = statement!("accept_awaiting");
+const AWAIT_CALLBACKS: Statement = statement!("await_callbacks");
 const WINDOW_CLOSED: Statement = statement!("window_closed");
 const RETRY_DELIVERED: Statement = statement!("retry_delivered");
 const FAILED_TASKS: Statement = statement!("failed_tasks");
@@ -80,6 +83,34 @@ impl<C: GenericClient> DeliveryRepo<'_, C> {
             .await?
             .iter()
             .map(|r| column(r, "id"))
+            .collect()
+    }
+
+    /// Makes the tasks a report just rescheduled after a send of unknown outcome wait `grace`
+    /// for a status callback where their provider sends one (`await_callbacks.sql`); those a
+    /// report already named end SUCCEEDED. Returns each task changed with its new state and
+    /// due time.
+    pub async fn await_callbacks(
+        &self,
+        namespace: &str,
+        tasks: &[Uuid],
+        grace: std::time::Duration,
+    ) -> Result<Vec<(Uuid, TaskState, DateTime<Utc>)>, StoreError> {
+        if tasks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let grace_ms = i64::try_from(grace.as_millis()).unwrap_or(i64::MAX);
+        AWAIT_CALLBACKS
+            .query(self.db, &[&namespace, &tasks, &grace_ms])
+            .await?
+            .iter()
+            .map(|r| {
+                Ok((
+                    column(r, "id")?,
+                    task_state(r, "state")?,
+                    column(r, "run_at")?,
+                ))
+            })
             .collect()
     }
 
