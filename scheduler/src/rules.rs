@@ -100,7 +100,7 @@ pub fn idempotency_key_problem(key: &str) -> Option<&'static str> {
 
 /// The form two spellings of one recipient share: a phone number with and without its leading
 /// `+` (WhatsApp takes both, and answers with the digits alone) is one person. The suppression
-/// list compares recipients this way (`ltrim(recipient, '+')`), and so do the checks that keep
+/// list compares recipients this way (`herald.recipient_key` in SQL), and so do the checks that keep
 /// a campaign or a schedule from messaging one person twice.
 pub fn recipient_key(recipient: &str) -> &str {
     recipient.trim_start_matches('+')

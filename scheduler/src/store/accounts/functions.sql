@@ -360,9 +360,10 @@ DECLARE
     v_released text[];
 BEGIN
     WITH assigned AS (
-        -- A pair is keyed by the recipient without a leading '+' (migration 35), as the
+        -- A pair is keyed by herald.recipient_key (no leading '+', migration 35), as the
         -- suppression list compares recipients: one number spelled both ways is one pair.
-        SELECT a.id, a.account, a.high, a.opens, ltrim(a.recipient, '+') AS recipient, a.ord,
+        SELECT a.id, a.account, a.high, a.opens, herald.recipient_key(a.recipient) AS recipient,
+               a.ord,
                tr.account IS NOT NULL AS tracked
         FROM unnest(p_ids, p_accounts, p_high, p_opens, p_recipients)
             WITH ORDINALITY AS a(id, account, high, opens, recipient, ord)

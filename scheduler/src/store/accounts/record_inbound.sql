@@ -8,7 +8,7 @@
 -- without a leading '+' (migration 35): WhatsApp names a sender by its digits alone.
 INSERT INTO herald.recipient_sends AS s (namespace, account_id, recipient, last_sent_at,
                                          inbound_at)
-SELECT a.namespace, a.id, ltrim($3, '+'), '-infinity',
+SELECT a.namespace, a.id, herald.recipient_key($3), '-infinity',
        least(COALESCE($4, herald.now()), herald.now())
 FROM herald.accounts a
 WHERE a.namespace = $1 AND a.id = $2

@@ -8,7 +8,7 @@
 -- caller ends such a task instead of routing it. One primary-key probe per candidate.
 SELECT c.id, c.route, c.recipient, c.priority, c.run_at, c.windowed,
        EXISTS (SELECT 1 FROM herald.suppressions s
-               WHERE s.namespace = $6 AND s.recipient = ltrim(c.recipient, '+')) AS suppressed
+               WHERE s.namespace = $6 AND s.recipient = herald.recipient_key(c.recipient)) AS suppressed
 FROM (
     SELECT x.*
     FROM unnest($1::text[], $2::integer[]) AS r(route, lim)

@@ -20,7 +20,7 @@ WITH due AS MATERIALIZED (
     SELECT due.id, due.windowed,
            EXISTS (SELECT 1 FROM herald.suppressions s
                    WHERE s.namespace = due.namespace
-                     AND s.recipient = ltrim(due.recipient, '+')) AS suppressed
+                     AND s.recipient = herald.recipient_key(due.recipient)) AS suppressed
     FROM ({at_each_priority}) AS due
     LIMIT $2
 ),

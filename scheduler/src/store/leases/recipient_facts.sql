@@ -18,7 +18,7 @@ SELECT s.account_id, r.recipient,
 FROM unnest($2::text[]) AS r(recipient)
 CROSS JOIN LATERAL (
     SELECT * FROM herald.recipient_sends s
-    WHERE s.namespace = $1 AND s.recipient = ltrim(r.recipient, '+')
+    WHERE s.namespace = $1 AND s.recipient = herald.recipient_key(r.recipient)
     -- Keeps the subquery from being flattened into the join.
     OFFSET 0
 ) s

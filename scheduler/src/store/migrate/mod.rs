@@ -23,7 +23,9 @@ const MIGRATIONS: &[Migration] = include!(concat!(env!("OUT_DIR"), "/migrations.
 /// SQL re-applied whenever its text changes, after the numbered migrations: definitions that
 /// are replaced in place (`CREATE OR REPLACE FUNCTION`) rather than restated in new migrations.
 const REPEATABLE: &[(&str, &str)] = &[
-    // First: the others read the history's views.
+    // First: how recipients compare, which the others' functions call.
+    ("recipient_functions", super::suppressions::FUNCTIONS_SQL),
+    // Next: the others read the history's views.
     ("history_functions", super::history::FUNCTIONS_SQL),
     ("account_functions", super::accounts::FUNCTIONS_SQL),
     ("campaign_functions", super::campaigns::FUNCTIONS_SQL),

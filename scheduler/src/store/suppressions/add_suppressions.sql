@@ -2,7 +2,7 @@
 -- keeps its entry (its first reason and time): listing again changes nothing. Returns the
 -- entries, new or existing.
 WITH input AS (
-    SELECT DISTINCT ltrim(r, '+') AS recipient FROM unnest($2::text[]) AS r
+    SELECT DISTINCT herald.recipient_key(r) AS recipient FROM unnest($2::text[]) AS r
 ),
 added AS (
     INSERT INTO herald.suppressions (namespace, recipient, reason, note)

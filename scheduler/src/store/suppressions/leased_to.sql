@@ -5,4 +5,4 @@
 SELECT t.id
 FROM herald.tasks t
 WHERE t.namespace = $1 AND t.state = 'leased'
-  AND ltrim(t.recipient, '+') = ANY(ARRAY(SELECT ltrim(r, '+') FROM unnest($2::text[]) AS r))
+  AND herald.recipient_key(t.recipient) = ANY(ARRAY(SELECT herald.recipient_key(r) FROM unnest($2::text[]) AS r))

@@ -16,6 +16,10 @@ repository!(
     SuppressionRepo
 );
 
+/// How herald compares recipients (`herald.recipient_key`), applied by the migrator whenever it
+/// changes.
+pub const FUNCTIONS_SQL: &str = include_str!("functions.sql");
+
 const ADD_SUPPRESSIONS: Statement = statement!("add_suppressions");
 const REMOVE_SUPPRESSION: Statement = statement!("remove_suppression");
 const GET_SUPPRESSIONS: Statement = statement!("get_suppressions");

@@ -11,5 +11,5 @@ SET state = 'cancelled',
     updated_at = herald.now()
 WHERE t.id = ANY($1::uuid[]) AND t.state::text = 'scheduled'
   AND EXISTS (SELECT 1 FROM herald.suppressions s
-              WHERE s.namespace = t.namespace AND s.recipient = ltrim(t.recipient, '+'))
+              WHERE s.namespace = t.namespace AND s.recipient = herald.recipient_key(t.recipient))
 RETURNING t.id

@@ -27,7 +27,7 @@ SELECT $1,
 FROM (SELECT {inputs}) AS i
 CROSS JOIN LATERAL (
     SELECT EXISTS (SELECT 1 FROM herald.suppressions s
-                   WHERE s.namespace = $1 AND s.recipient = ltrim(i.recipient, '+')) AS listed
+                   WHERE s.namespace = $1 AND s.recipient = herald.recipient_key(i.recipient)) AS listed
 ) sup
 -- What the insert computed; the create answers with these and what it sent, without reading
 -- the tasks back (InsertArrays::into_records in columns.rs).
