@@ -64,7 +64,7 @@ pub enum PayloadError {
 
 /// Longest account state reason forwarded (the scheduler's limit).
 const MAX_REASON_BYTES: usize = 1000;
-/// Longest inbound sender forwarded (the scheduler's limit).
+/// Longest inbound sender or status recipient forwarded (the scheduler's limit).
 const MAX_SENDER_BYTES: usize = 256;
 /// Longest error text forwarded (the scheduler's limit).
 const MAX_ERROR_BYTES: usize = 4000;
@@ -235,6 +235,9 @@ fn delivery(status: &Value) -> Option<(pb::DeliveryStatusEvent, &'static str)> {
         occurred_at: timestamp(&status["timestamp"]),
         task_id,
         attempt,
+        recipient: text(&status["recipient_id"])
+            .map(|r| cut(r, MAX_SENDER_BYTES))
+            .unwrap_or_default(),
         ..Default::default()
     };
     if state == pb::DeliveryState::FailedAfterAcceptance {
@@ -444,9 +447,10 @@ mod tests {
             (
                 d.task_id.as_str(),
                 d.attempt,
-                d.provider_message_id.as_str()
+                d.provider_message_id.as_str(),
+                d.recipient.as_str()
             ),
-            ("0190-task", 2, "wamid.A")
+            ("0190-task", 2, "wamid.A", "1650")
         );
         assert_eq!(d.occurred_at.as_ref().unwrap().seconds, 1_750_000_000);
         let Some(pb::provider_event::Kind::Delivery(f)) = &out.events[2].event.kind else {
@@ -455,6 +459,7 @@ mod tests {
         assert_eq!(f.error_code, 131047);
         assert_eq!(f.error, "Re-engagement message: more than 24 hours");
         assert!(f.task_id.is_empty());
+        assert!(f.recipient.is_empty(), "no recipient_id, no recipient");
     }
 
     #[test]

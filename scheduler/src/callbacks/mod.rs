@@ -96,6 +96,8 @@ pub struct StatusReport {
     pub error_code: Option<i64>,
     /// A failure's provider error text.
     pub error: Option<String>,
+    /// Who the provider says the message went to, when it said (WhatsApp's `recipient_id`).
+    pub recipient: Option<String>,
 }
 
 impl ProviderEvent {
@@ -225,6 +227,7 @@ pub async fn record(
         for task in tx.deliveries().accept_awaiting(namespace, &named).await? {
             tracing::info!(task_id = %task, "a status callback showed the unreported send went out");
         }
+        learn_aliases(tx, namespace, &reports).await?;
         // Account rows before recipient marks (inbound windows, the blocks below), all at once
         // and in id order, as a claim's grant takes them: otherwise the two could deadlock.
         let locked = tx
@@ -248,6 +251,31 @@ pub async fn record(
         Ok::<_, Error>(applied)
     })?;
     Ok(applied)
+}
+
+/// Records the names the provider gave the reports' recipients where they differ from their
+/// tasks' (WhatsApp's id for a number): a suppression of either name stops messages to the
+/// other, and a name that is listed already has its other name listed now, its leased tasks
+/// revoked as a new listing's are.
+async fn learn_aliases(
+    db: &impl Db,
+    namespace: &str,
+    reports: &[StatusReport],
+) -> Result<(), StoreError> {
+    let named: Vec<(Uuid, &str)> = reports
+        .iter()
+        .filter_map(|r| Some((r.task_id?, r.recipient.as_deref()?)))
+        .collect();
+    let listed = db.suppressions().learn_aliases(namespace, &named).await?;
+    if !listed.is_empty() {
+        tracing::info!(
+            count = listed.len(),
+            "suppressed another name of a suppressed recipient"
+        );
+        let listed: Vec<&str> = listed.iter().map(String::as_str).collect();
+        crate::suppressions::revoke_leased(db, namespace, &listed).await?;
+    }
+    Ok(())
 }
 
 /// Stores a reply (once per event, under the credentials_ref the account is known by to the
@@ -324,6 +352,7 @@ pub async fn on_accepted(
             occurred_at: None,
             error_code: None,
             error: None,
+            recipient: None,
         })
         .collect();
     // What it returns is among `accepted` already: every accepted send is settled below.

@@ -17,8 +17,9 @@ use herald_proto::v1::{
     CheckSuppressionsRequest, Content, CreateAccountRequest, CreateCampaignRequest,
     CreateTaskRequest, CreateTemplateRequest, Delivery, DeliveryCounts, DeliveryState,
     DeliveryStatsRequest, EndReason, GetCampaignRequest, GetTaskRequest, ListAttemptsRequest,
-    ListTasksRequest, MessagingTier, OutcomeClass, RetryTaskRequest, StatsWindow,
-    SuppressionReason, Task, TaskSpec, TaskState, Template, TemplateContent, TextTemplate,
+    ListTasksRequest, MessagingTier, OutcomeClass, RemoveSuppressionRequest, RetryTaskRequest,
+    StatsWindow, SuppressionReason, Task, TaskSpec, TaskState, Template, TemplateContent,
+    TextTemplate,
 };
 use herald_tests::accounts::{accounts_client, get_account, whatsapp_account};
 use herald_tests::fakes::whatsapp::{

@@ -215,3 +215,95 @@ async fn a_stop_to_a_number_this_executor_does_not_hold_still_suppresses_the_sen
     assert_eq!(windows, 0);
     Ok(())
 }
+
+/// Which of `names` are on the suppression list, sorted.
+async fn listed(stack: &Stack, names: &[&str]) -> Result<Vec<String>> {
+    let mut suppressions = SuppressionServiceClient::connect(stack.scheduler.grpc_url()).await?;
+    let mut listed: Vec<String> = suppressions
+        .check_suppressions(CheckSuppressionsRequest {
+            recipients: names.iter().map(|n| (*n).to_owned()).collect(),
+        })
+        .await?
+        .into_inner()
+        .suppressions
+        .into_iter()
+        .map(|s| s.recipient)
+        .collect();
+    listed.sort();
+    Ok(listed)
+}
+
+/// Posts Meta's `delivered` for `task`'s message naming its recipient `wa_id`.
+async fn delivered_to(stack: &Stack, task: &Task, wa_id: &str) -> Result<()> {
+    let wamid = stack.wamid(task)?;
+    let data = format!("{}/1", task.id);
+    let value = status_value(PHONE_ID, &wamid, Callback::Delivered, wa_id, Some(&data));
+    let answer = stack
+        .fake
+        .post_webhook(&webhook_body(WABA, "messages", value))
+        .await?;
+    ensure!(answer == 200, "status webhook answered {answer}");
+    Ok(())
+}
+
+/// WhatsApp may name a user by an id that is not the number herald sent to ("a user's ID and
+/// phone number may not always match": a Brazilian number without its ninth digit, say). The
+/// status callback teaches herald the second name; a STOP from it stops messages to the
+/// number, and taking the number off the list takes both names off. Before, the STOP listed
+/// the WhatsApp id alone and the number went on being messaged.
+#[tokio::test]
+async fn a_stop_from_the_whatsapp_id_of_a_number_stops_messages_to_the_number() -> Result<()> {
+    let mut stack = Stack::start().await?;
+    let number = "+5511987650001";
+    let wa_id = "551187650001";
+    let sent = stack.send(number).await?;
+    delivered_to(&stack, &sent, wa_id).await?;
+    let stop = webhook_body(WABA, "messages", reply_from(wa_id, "STOP"));
+    assert_eq!(stack.fake.post_webhook(&stop).await?, 200);
+    assert_eq!(
+        listed(&stack, &[number, wa_id]).await?,
+        [wa_id, "5511987650001"]
+    );
+
+    let again = create_task(
+        &mut stack.tasks,
+        TaskSpec {
+            pool: "wa".into(),
+            ..task_spec("orders", number, "Your order has shipped")
+        },
+    )
+    .await?;
+    assert_eq!(
+        (again.state(), again.end_reason()),
+        (TaskState::Cancelled, EndReason::Suppressed)
+    );
+    assert_eq!(stack.fake.requests().len(), 1, "messaged after the STOP");
+
+    let mut suppressions = SuppressionServiceClient::connect(stack.scheduler.grpc_url()).await?;
+    suppressions
+        .remove_suppression(RemoveSuppressionRequest {
+            recipient: number.into(),
+        })
+        .await?;
+    assert_eq!(
+        listed(&stack, &[number, wa_id]).await?,
+        Vec::<String>::new()
+    );
+    Ok(())
+}
+
+/// The STOP can come first, from a WhatsApp id herald has not seen yet: the first status that
+/// ties that id to a number lists the number too.
+#[tokio::test]
+async fn a_stop_before_the_whatsapp_id_is_known_lists_the_number_once_it_is() -> Result<()> {
+    let mut stack = Stack::start().await?;
+    let number = "+5511987650002";
+    let wa_id = "551187650002";
+    let stop = webhook_body(WABA, "messages", reply_from(wa_id, "STOP"));
+    assert_eq!(stack.fake.post_webhook(&stop).await?, 200);
+    let sent = stack.send(number).await?;
+    assert_eq!(listed(&stack, &[number]).await?, Vec::<String>::new());
+    delivered_to(&stack, &sent, wa_id).await?;
+    assert_eq!(listed(&stack, &[number]).await?, ["5511987650002"]);
+    Ok(())
+}

@@ -99,6 +99,13 @@ fn event(e: &pb::ProviderEvent, path: &str, v: &mut Violations) -> Option<Provid
                 }
             };
             let error = text(v, format!("{path}.error"), &d.error, MAX_ERROR_BYTES, true);
+            let recipient = text(
+                v,
+                format!("{path}.recipient"),
+                &d.recipient,
+                MAX_RECIPIENT_BYTES,
+                true,
+            );
             ProviderEvent::Delivery(StatusReport {
                 provider_message_id: text(
                     v,
@@ -114,6 +121,7 @@ fn event(e: &pb::ProviderEvent, path: &str, v: &mut Violations) -> Option<Provid
                 occurred_at: time(v, format!("{path}.occurred_at"), &d.occurred_at),
                 error_code: (d.error_code != 0).then_some(d.error_code),
                 error: (!error.is_empty()).then_some(error),
+                recipient: (!recipient.is_empty()).then_some(recipient),
             })
         }
         Kind::Standing(s) => {

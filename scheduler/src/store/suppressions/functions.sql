@@ -12,3 +12,32 @@ CREATE OR REPLACE FUNCTION herald.recipient_key(p_recipient text) RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT ltrim(p_recipient, '+')
 $$;
+
+-- The other names of recipients p_keys (herald.recipient_key form) of namespace p_namespace:
+-- each alias a provider gave one of them, and each recipient one of them is an alias of
+-- (migration 36). One step each way: a provider names a user by one id.
+CREATE OR REPLACE FUNCTION herald.recipient_aliases_of(p_namespace text, p_keys text[])
+RETURNS TABLE (key text, other text)
+LANGUAGE sql STABLE AS $$
+    SELECT a.recipient, a.alias FROM herald.recipient_aliases a
+    WHERE a.namespace = p_namespace AND a.recipient = ANY(p_keys)
+    UNION
+    SELECT a.alias, a.recipient FROM herald.recipient_aliases a
+    WHERE a.namespace = p_namespace AND a.alias = ANY(p_keys)
+$$;
+
+-- Lists the other names of the listed recipients among p_keys with the same reason, so a
+-- suppression of one name stops messages to the other; a name listed already keeps its entry.
+-- Returns the names newly listed.
+CREATE OR REPLACE FUNCTION herald.cover_aliases(p_namespace text, p_keys text[])
+RETURNS SETOF text
+LANGUAGE sql VOLATILE AS $$
+    INSERT INTO herald.suppressions (namespace, recipient, reason, note)
+    SELECT DISTINCT ON (o.other) p_namespace, o.other, s.reason,
+           left('the same person as ' || s.recipient || ': ' || s.note, 1024)
+    FROM herald.recipient_aliases_of(p_namespace, p_keys) o
+    JOIN herald.suppressions s ON s.namespace = p_namespace AND s.recipient = o.key
+    ORDER BY o.other, s.created_at
+    ON CONFLICT (namespace, recipient) DO NOTHING
+    RETURNING recipient
+$$;

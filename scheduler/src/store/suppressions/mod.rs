@@ -29,6 +29,8 @@ const LIST_SUPPRESSIONS: Statement = statement!("list_suppressions");
 pub(crate) const SUPPRESS_TASKS: Statement = statement!("suppress_tasks");
 const RECORD_INBOUND_MESSAGE: Statement = statement!("record_inbound_message");
 const LEASED_TO: Statement = statement!("leased_to");
+const LEARN_ALIASES: Statement = statement!("learn_aliases");
+const COVER_ALIASES: Statement = statement!("cover_aliases");
 
 impl FromRow for Suppression {
     fn from_row(r: &Row) -> Result<Self, StoreError> {
@@ -72,12 +74,55 @@ impl<C: GenericClient> SuppressionRepo<'_, C> {
         reason: SuppressionReason,
         note: &str,
     ) -> Result<Vec<(Suppression, bool)>, StoreError> {
-        ADD_SUPPRESSIONS
+        let entries = ADD_SUPPRESSIONS
             .query(self.db, &[&namespace, &recipients, &reason.as_str(), &note])
             .await?
             .iter()
             .map(|r| Ok((Suppression::from_row(r)?, column(r, "added")?)))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        self.cover_aliases(namespace, recipients).await?;
+        Ok(entries)
+    }
+
+    /// Lists the other names a provider knows the listed ones among `recipients` by (migration
+    /// 36), with the same reason. Returns the names newly listed.
+    pub async fn cover_aliases(
+        &self,
+        namespace: &str,
+        recipients: &[&str],
+    ) -> Result<Vec<String>, StoreError> {
+        if recipients.is_empty() {
+            return Ok(Vec::new());
+        }
+        COVER_ALIASES
+            .query(self.db, &[&namespace, &recipients])
+            .await?
+            .iter()
+            .map(|r| column(r, "recipient"))
             .collect()
+    }
+
+    /// Records the names status callbacks gave their tasks' recipients, as (task, name) pairs,
+    /// where they differ from the task's; a new name of a listed recipient is listed too.
+    /// Returns the names newly listed.
+    pub async fn learn_aliases(
+        &self,
+        namespace: &str,
+        named: &[(Uuid, &str)],
+    ) -> Result<Vec<String>, StoreError> {
+        if named.is_empty() {
+            return Ok(Vec::new());
+        }
+        let tasks: Vec<Uuid> = named.iter().map(|n| n.0).collect();
+        let names: Vec<&str> = named.iter().map(|n| n.1).collect();
+        let learned: Vec<String> = LEARN_ALIASES
+            .query(self.db, &[&namespace, &tasks, &names])
+            .await?
+            .iter()
+            .flat_map(|r| [column(r, "recipient"), column(r, "alias")])
+            .collect::<Result<_, StoreError>>()?;
+        let learned: Vec<&str> = learned.iter().map(String::as_str).collect();
+        self.cover_aliases(namespace, &learned).await
     }
 
     /// The namespace's LEASED tasks to `recipients` (compared as the list does).
