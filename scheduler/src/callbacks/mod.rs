@@ -192,6 +192,8 @@ const RETRYABLE_LATE_CODES: &[(i64, i64)] = &[
     (131_016, 0),
     (133_004, 0),
     (131_057, 60_000),
+    // A paused template, back by itself after hours.
+    (132_015, 3 * 3_600_000),
 ];
 
 /// Records one provider webhook delivery's events for `namespace` in one transaction; returns

@@ -39,6 +39,7 @@ mod handshake_and_signatures;
 mod history;
 mod replies;
 mod statuses;
+mod template_pauses;
 mod unknown_outcomes;
 mod window_closed_fallback;
 

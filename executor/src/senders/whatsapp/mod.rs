@@ -45,6 +45,10 @@ const PAIR_LIMIT_WAIT: Duration = Duration::from_secs(6);
 const LONG_COOL_DOWN: Duration = Duration::from_secs(3600);
 /// 131057 (maintenance, e.g. a throughput upgrade of up to a minute): retry after that.
 const MAINTENANCE_WAIT: Duration = Duration::from_secs(60);
+/// 132015: Meta pauses a template whose quality dropped, and the pause ends by itself after
+/// hours (its webhooks name a FIRST_PAUSE, a SECOND_PAUSE, then DISABLED, which is 132016).
+/// Three hours is our choice, the length Meta gives a first pause (not in providers.md).
+pub const TEMPLATE_PAUSE_WAIT: Duration = Duration::from_secs(3 * 3600);
 /// Re-engagement message: the recipient's 24-hour customer-service window is closed, so only
 /// an approved template may be sent (providers.md §1.5).
 pub const WINDOW_CLOSED: i64 = 131_047;
@@ -407,10 +411,14 @@ pub fn classify_code(code: i64, status: StatusCode, message: &str) -> SendError 
         // Temporary failures (bounded by the task's attempt budget).
         1 | 2 | 131000 | 131016 | 133004 => (Transient, None, false),
         131057 => (Transient, Some(MAINTENANCE_WAIT), false),
+        // The template is paused for a while: a campaign's remaining sends wait for it to
+        // come back instead of all ending FAILED (providers-media.md §1.5.5: hold, release).
+        132015 => (Transient, Some(TEMPLATE_PAUSE_WAIT), false),
         // The recipient, the payload or the template: never succeeds as sent.
         100 | 130472 | 130497 | 131008 | 131009 | 131021 | 131026 | 131047 | 131050 | 131051
-        | 131052 | 131053 | 132000 | 132001 | 132005 | 132007 | 132012 | 132015 | 132016
-        | 132068 => (Permanent, None, false),
+        | 131052 | 131053 | 132000 | 132001 | 132005 | 132007 | 132012 | 132016 | 132068 => {
+            (Permanent, None, false)
+        }
         // Token (system-user tokens cannot be refreshed here), permissions, number deleted,
         // policy block, lock, payment, registration: the account, not the message.
         0 | 3 | 10 | 33 | 190 | 200..=299 | 368 | 131031 | 131042 | 131045 | 133010 => {
