@@ -66,6 +66,9 @@ pub enum PayloadError {
 const MAX_REASON_BYTES: usize = 1000;
 /// Longest inbound sender or status recipient forwarded (the scheduler's limit).
 const MAX_SENDER_BYTES: usize = 256;
+/// Longest message id forwarded (the scheduler's limit); a longer one is left out, not cut,
+/// since a cut id would match another.
+const MAX_MESSAGE_ID_BYTES: usize = 512;
 /// Longest error text forwarded (the scheduler's limit).
 const MAX_ERROR_BYTES: usize = 4000;
 
@@ -190,6 +193,9 @@ fn messages(value: &Value, numbers: &[ConfiguredNumber], out: &mut Events) {
                     received_at: timestamp(&message["timestamp"]),
                     r#type: text(&message["type"]).map_or_else(String::new, |t| cut(t, 64)),
                     text: reply_text(message).map_or_else(String::new, |t| cut(t, MAX_REPLY)),
+                    provider_message_id: text(&message["id"])
+                        .filter(|id| id.len() <= MAX_MESSAGE_ID_BYTES)
+                        .unwrap_or_default(),
                 }),
                 "messages",
                 "inbound",
@@ -477,6 +483,7 @@ mod tests {
             ("wa-2", "1650")
         );
         assert_eq!((m.r#type.as_str(), m.text.as_str()), ("text", ""));
+        assert_eq!(m.provider_message_id, "wamid.IN");
         // Another executor's number: still forwarded, for its opt-out, without an account.
         let out = parse(change("messages", value("9999")));
         assert_eq!(out.ignored, 0);

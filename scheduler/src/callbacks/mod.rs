@@ -148,6 +148,9 @@ pub enum ProviderEvent {
         kind: String,
         /// Its text, when it had one.
         text: Option<String>,
+        /// The provider's id of the message, when known: stored once however often the
+        /// webhook is delivered.
+        provider_message_id: Option<String>,
     },
 }
 
@@ -283,7 +286,8 @@ async fn learn_aliases(
 /// Stores a reply (once per event, under the credentials_ref the account is known by to the
 /// executor) and, when its text is an opt-out keyword, lists the sender on the namespace's
 /// suppression list. Returns whether the sender was newly listed. Not a reply: nothing.
-/// A webhook delivered twice stores the reply twice; the listing stays one entry.
+/// A webhook delivered twice stores a reply the provider named by id once; the listing stays
+/// one entry either way.
 async fn reply(
     db: &impl Db,
     namespace: &str,
@@ -296,6 +300,7 @@ async fn reply(
         received_at,
         kind,
         text,
+        provider_message_id,
     } = event
     else {
         return Ok(false);
@@ -310,6 +315,7 @@ async fn reply(
                 kind,
                 body: text.as_deref(),
                 received_at: *received_at,
+                provider_message_id: provider_message_id.as_deref(),
             },
         )
         .await?;

@@ -186,6 +186,15 @@ fn event(e: &pb::ProviderEvent, path: &str, v: &mut Violations) -> Option<Provid
                 },
                 text: (!m.text.is_empty())
                     .then(|| text(v, format!("{path}.text"), &m.text, MAX_REPLY_BYTES, false)),
+                provider_message_id: (!m.provider_message_id.is_empty()).then(|| {
+                    text(
+                        v,
+                        format!("{path}.provider_message_id"),
+                        &m.provider_message_id,
+                        MAX_MESSAGE_ID_BYTES,
+                        false,
+                    )
+                }),
             }
         }
     })

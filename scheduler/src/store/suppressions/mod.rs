@@ -62,6 +62,8 @@ pub struct InboundMessage<'a> {
     pub body: Option<&'a str>,
     /// When (None: now).
     pub received_at: Option<DateTime<Utc>>,
+    /// The provider's id of the message, when known.
+    pub provider_message_id: Option<&'a str>,
 }
 
 impl<C: GenericClient> SuppressionRepo<'_, C> {
@@ -214,6 +216,7 @@ impl<C: GenericClient> SuppressionRepo<'_, C> {
                     &m.kind,
                     &m.body,
                     &m.received_at,
+                    &m.provider_message_id,
                 ],
             )
             .await?;
