@@ -34,7 +34,8 @@ pub struct Selection {
     pub run_before: Option<DateTime<Utc>>,
     /// End reasons to include; empty means any (and tasks that have not ended).
     pub end_reasons: Vec<EndReason>,
-    /// Exactly this recipient (the console's search; indexed by migration V22).
+    /// This recipient, spelled with or without a leading `+` (the console's search; indexed
+    /// by migration V22).
     pub recipient: Option<String>,
     /// Exactly this task.
     pub id: Option<Uuid>,

@@ -128,7 +128,9 @@ pub struct TaskFilter {
 /// filter added here renumbers nothing else. The account and the recipient are each matched in
 /// two arms, one per partial index that holds their live tasks: `tasks_account` and
 /// `tasks_recipient` leave leased tasks out (migrations 33 and 32), and the planner reaches
-/// those through `tasks_lease_expiry` only for an arm that says `state = 'leased'`.
+/// those through `tasks_lease_expiry` only for an arm that says `state = 'leased'`. A
+/// recipient matches in either spelling (`+1650…` and `1650…`, `herald.recipient_key`), as
+/// the suppression list compares them: three index probes, one per spelling.
 pub const TASK_FILTER: &str = "t.namespace = $1
   AND ($2::text[] IS NULL OR t.state::text = ANY($2))
   AND ($3::text IS NULL OR t.queue = $3)
@@ -141,8 +143,11 @@ pub const TASK_FILTER: &str = "t.namespace = $1
   AND ($10::text IS NULL OR (t.account_id = $10 AND t.state <> 'leased')
        OR (t.account_id = $10 AND t.state = 'leased'))
   AND ($11::text[] IS NULL OR t.end_reason::text = ANY($11))
-  AND ($12::text IS NULL OR (t.recipient = $12 AND t.state <> 'leased')
-       OR (t.recipient = $12 AND t.state = 'leased'))
+  AND ($12::text IS NULL
+       OR (t.recipient IN ($12, herald.recipient_key($12), '+' || herald.recipient_key($12))
+           AND t.state <> 'leased')
+       OR (t.recipient IN ($12, herald.recipient_key($12), '+' || herald.recipient_key($12))
+           AND t.state = 'leased'))
   AND ($13::uuid IS NULL OR t.id = $13)
   AND ($14::text IS NULL OR t.audience_id = $14)";
 
