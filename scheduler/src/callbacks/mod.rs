@@ -90,6 +90,8 @@ pub struct StatusReport {
     pub state: DeliveryState,
     /// The task named by the send's callback data, if any.
     pub task_id: Option<Uuid>,
+    /// The attempt of that task the callback data names, if any.
+    pub attempt: Option<i32>,
     /// When it happened (None: now).
     pub occurred_at: Option<DateTime<Utc>>,
     /// A failure's provider error code.
@@ -222,6 +224,11 @@ pub async fn record(
     let applied = transaction!(store, Error, idempotent = true, |tx| {
         tx.deliveries().lock_messages(namespace, &ids).await?;
         let recorded = tx.deliveries().record(namespace, &reports).await?;
+        // Before anything judges a task by its reports: a report on an earlier attempt's
+        // message must not be taken for the current send's.
+        tx.deliveries()
+            .pin_attempt_messages(namespace, &reports)
+            .await?;
         let mut applied = u32::try_from(recorded.len()).unwrap_or(u32::MAX);
         // A task waiting after its WhatsApp lease ran out unreported: its message went out.
         // Before settling, so that a failure among the reports then ends it FAILED.
@@ -357,6 +364,7 @@ pub async fn on_accepted(
             provider_message_id: id.clone(),
             state: DeliveryState::Accepted,
             task_id: Some(*task),
+            attempt: None,
             occurred_at: None,
             error_code: None,
             error: None,

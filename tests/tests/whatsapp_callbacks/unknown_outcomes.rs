@@ -274,3 +274,62 @@ async fn a_lost_answer_whose_callback_came_first_ends_the_task_sent() -> Result<
     assert_eq!(messages_to(&stack.fake, recipient), 1, "sent twice");
     Ok(())
 }
+
+/// A message of a lapsed attempt that the grace gave up on, sent again by the next attempt: a
+/// late failure of the first message, named by its callback data as attempt 1's, is not the
+/// second message's. Before, the lapsed attempt's row knew no message, so the first message's
+/// reports counted as the current send's and its failure ended the delivered task FAILED.
+#[tokio::test]
+async fn a_late_failure_of_a_lapsed_attempts_message_does_not_touch_the_next_send() -> Result<()> {
+    let recipient = "16505550056";
+    let (mut stack, id) = sent_unanswered(recipient, "1s").await?;
+    stack.executor.kill()?;
+    stack.executor.wait().await?;
+    stack.fake.release_answers();
+    stack.executor = executor(&stack.scheduler.grpc_url(), &stack.fake).await?;
+    stack
+        .fake
+        .send_callbacks_to(&webhook_url(&stack.executor)?, APP_SECRET);
+    let sent = stack
+        .wait_task(&id, |t| t.state() == TaskState::Succeeded)
+        .await?;
+    assert_eq!(sent.lease_count, 2);
+    let second = stack.wamid(&sent)?;
+    assert_ne!(second, "wamid.fake00000001");
+
+    // Meta fails the first message, for good, long after the second went out.
+    let failed = webhook_body(
+        WABA,
+        "messages",
+        status_of(&sent, "wamid.fake00000001", Callback::Failed(131026)),
+    );
+    assert_eq!(stack.fake.post_webhook(&failed).await?, 200);
+    let delivered = webhook_body(
+        WABA,
+        "messages",
+        status_value(
+            PHONE_ID,
+            &second,
+            Callback::Delivered,
+            recipient,
+            Some(&format!("{id}/2")),
+        ),
+    );
+    assert_eq!(stack.fake.post_webhook(&delivered).await?, 200);
+    let task = stack
+        .wait_task(&id, |t| {
+            t.delivery
+                .as_ref()
+                .is_some_and(|d| d.state() != DeliveryState::Accepted)
+        })
+        .await?;
+    assert_eq!(
+        (
+            task.state(),
+            task.delivery.as_ref().map(|d| d.state()),
+            stack.wamid(&task)?
+        ),
+        (TaskState::Succeeded, Some(DeliveryState::Delivered), second)
+    );
+    Ok(())
+}

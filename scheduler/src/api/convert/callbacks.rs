@@ -118,6 +118,7 @@ fn event(e: &pb::ProviderEvent, path: &str, v: &mut Violations) -> Option<Provid
                 // Callback data from elsewhere (another installation, a hand-made send) names
                 // no task of ours: the message id may still find it.
                 task_id: d.task_id.parse().ok(),
+                attempt: (d.attempt > 0).then_some(d.attempt),
                 occurred_at: time(v, format!("{path}.occurred_at"), &d.occurred_at),
                 error_code: (d.error_code != 0).then_some(d.error_code),
                 error: (!error.is_empty()).then_some(error),

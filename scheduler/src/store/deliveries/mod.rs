@@ -31,6 +31,7 @@ const FAIL_DELIVERED: Statement = statement!("fail_delivered");
 const TASK_DELIVERIES: Statement = statement!("task_deliveries");
 const ACCEPT_AWAITING: Statement = statement!("accept_awaiting");
 const AWAIT_CALLBACKS: Statement = statement!("await_callbacks");
+const PIN_ATTEMPT_MESSAGES: Statement = statement!("pin_attempt_messages");
 const WINDOW_CLOSED: Statement = statement!("window_closed");
 const RETRY_DELIVERED: Statement = statement!("retry_delivered");
 const FAILED_TASKS: Statement = statement!("failed_tasks");
@@ -156,6 +157,30 @@ impl<C: GenericClient> DeliveryRepo<'_, C> {
             )
             .await?;
         recorded(&rows)
+    }
+
+    /// Pins the messages reports name by task and attempt to those attempts' rows where a later
+    /// attempt came since and the row knows no message (`pin_attempt_messages.sql`), so the
+    /// reports are not taken for the current send's.
+    pub async fn pin_attempt_messages(
+        &self,
+        namespace: &str,
+        reports: &[StatusReport],
+    ) -> Result<(), StoreError> {
+        let named: Vec<(Uuid, i32, &str)> = reports
+            .iter()
+            .filter_map(|r| Some((r.task_id?, r.attempt?, r.provider_message_id.as_str())))
+            .collect();
+        if named.is_empty() {
+            return Ok(());
+        }
+        let tasks: Vec<Uuid> = named.iter().map(|n| n.0).collect();
+        let attempts: Vec<i32> = named.iter().map(|n| n.1).collect();
+        let ids: Vec<&str> = named.iter().map(|n| n.2).collect();
+        PIN_ATTEMPT_MESSAGES
+            .execute(self.db, &[&namespace, &tasks, &attempts, &ids])
+            .await?;
+        Ok(())
     }
 
     /// Ties reports recorded without a task to the task now known for their message id.
