@@ -223,9 +223,13 @@ pub async fn record(
         .collect();
     let applied = transaction!(store, Error, idempotent = true, |tx| {
         tx.deliveries().lock_messages(namespace, &ids).await?;
+        // The tasks the reports name: a report of unknown outcome on one of them waits for, or
+        // is waited for by, this batch (lock_tasks.sql).
+        let named_tasks: Vec<Uuid> = reports.iter().filter_map(|r| r.task_id).collect();
+        tx.deliveries().lock_tasks(namespace, &named_tasks).await?;
         let recorded = tx.deliveries().record(namespace, &reports).await?;
-        // Before anything judges a task by its reports: a report on an earlier attempt's
-        // message must not be taken for the current send's.
+        // Before anything judges a task by its reports: an earlier attempt's message's failure
+        // must not be taken for the current send's.
         tx.deliveries()
             .pin_attempt_messages(namespace, &reports)
             .await?;
@@ -239,7 +243,6 @@ pub async fn record(
         for task in tx.deliveries().accept_awaiting(namespace, &named).await? {
             tracing::info!(task_id = %task, "a status callback showed the unreported send went out");
         }
-        learn_aliases(tx, namespace, &reports).await?;
         // Account rows before recipient marks (inbound windows, the blocks below), all at once
         // and in id order, as a claim's grant takes them: otherwise the two could deadlock.
         let locked = tx
@@ -253,6 +256,9 @@ pub async fn record(
             woke |= resumed;
         }
         settle(tx, namespace, recorded, &[]).await?;
+        // After the account rows: a suppression it completes revokes leases, which frees
+        // account slots.
+        learn_aliases(tx, namespace, &reports).await?;
         for event in events {
             let opted_out = reply(tx, namespace, event, opt_out_keywords).await?;
             applied = applied.saturating_add(u32::from(opted_out));

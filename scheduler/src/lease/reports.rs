@@ -11,6 +11,7 @@ use uuid::Uuid;
 
 use super::LeaseRef;
 use crate::accounts::feedback::Feedback;
+use crate::store::deliveries::AwaitedSend;
 use crate::store::leases::{announce_cancel_resolved, Applied};
 use crate::store::tasks::{announce_due, announce_due_now};
 use crate::store::transaction;
@@ -147,6 +148,13 @@ pub async fn apply(
             .filter_map(|r| r.provider_message_id.as_deref())
             .collect();
         tx.deliveries().lock_messages(namespace, &sent).await?;
+        // Then the tasks whose send may have gone out unheard, as a callback naming them does.
+        let unknown: Vec<Uuid> = reports
+            .iter()
+            .filter(|r| r.outcome_unknown && r.outcome == Outcome::Transient)
+            .map(|r| r.task_id)
+            .collect();
+        tx.deliveries().lock_tasks(namespace, &unknown).await?;
         let mut applied = if reports.is_empty() {
             Vec::new()
         } else {
@@ -189,8 +197,9 @@ pub async fn apply(
 }
 
 /// Sends of unknown outcome that were rescheduled wait for a status callback before they are
-/// sent again, or end SUCCEEDED when one came already (`DeliveryRepo::await_callbacks`);
-/// `applied` is brought up to date with what that changed.
+/// sent again; those a callback named already end SUCCEEDED, and a failure it reported is
+/// settled as a late failure (`DeliveryRepo::await_callbacks`). `applied` is brought up to
+/// date with what that changed.
 async fn await_callbacks(
     db: &impl Db,
     namespace: &str,
@@ -206,23 +215,38 @@ async fn await_callbacks(
     if unknown.is_empty() {
         return Ok(());
     }
-    let rescheduled: Vec<Uuid> = applied
+    // Rescheduled, or ended by this report (its last attempt, or past its expiry): a callback
+    // that came first still proves the send went out.
+    let decided: Vec<Uuid> = applied
         .iter()
-        .filter(|a| a.state == TaskState::Scheduled && unknown.contains(&(a.task_id, a.attempt)))
+        .filter(|a| {
+            matches!(
+                a.state,
+                TaskState::Scheduled | TaskState::Failed | TaskState::Expired
+            ) && unknown.contains(&(a.task_id, a.attempt))
+        })
         .map(|a| a.task_id)
         .collect();
-    let changed: HashMap<Uuid, (TaskState, DateTime<Utc>)> = db
+    let changed: HashMap<Uuid, AwaitedSend> = db
         .deliveries()
-        .await_callbacks(namespace, &rescheduled, grace)
+        .await_callbacks(namespace, &decided, grace)
         .await?
         .into_iter()
-        .map(|(id, state, run_at)| (id, (state, run_at)))
+        .map(|c| (c.task_id, c))
         .collect();
     for a in applied.iter_mut() {
-        if let Some((state, run_at)) = changed.get(&a.task_id) {
-            a.state = *state;
-            a.run_at = *run_at;
+        if let Some(c) = changed.get(&a.task_id) {
+            a.state = c.state;
+            a.run_at = c.run_at;
         }
+    }
+    let failed: Vec<Uuid> = changed
+        .values()
+        .filter(|c| c.failed)
+        .map(|c| c.task_id)
+        .collect();
+    if !failed.is_empty() {
+        crate::callbacks::settle_failures(db, namespace, &failed).await?;
     }
     Ok(())
 }

@@ -144,6 +144,19 @@ impl Stack {
         }
     }
 
+    /// Moves the scheduler's clock `interval` (SQL, e.g. `'61 minutes'`) ahead of the real one.
+    async fn advance_clock(&self, interval: &str) -> Result<()> {
+        self.db
+            .connect()
+            .await?
+            .execute(
+                "SELECT herald.set_test_clock($1::text::interval)",
+                &[&interval],
+            )
+            .await?;
+        Ok(())
+    }
+
     /// The wamid the fake returned for the only message sent to `recipient`.
     fn wamid(&self, task: &Task) -> Result<String> {
         let delivery = task.delivery.as_ref().context("no delivery")?;

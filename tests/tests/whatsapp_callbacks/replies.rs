@@ -92,12 +92,7 @@ async fn an_opt_out_reply_suppresses_the_sender_and_its_queued_task_is_never_sen
     );
 
     // An hour later both are due: the claim ends the opted-out one instead of sending it.
-    stack
-        .db
-        .connect()
-        .await?
-        .execute("SELECT herald.set_test_clock(interval '61 minutes')", &[])
-        .await?;
+    stack.advance_clock("61 minutes").await?;
     let sent = stack
         .wait_task(&ids[1], |t| t.state() == TaskState::Succeeded)
         .await?;

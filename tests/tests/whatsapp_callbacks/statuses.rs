@@ -547,12 +547,7 @@ async fn a_late_failure_told_a_day_after_the_send_ends_the_task() -> Result<()> 
     let mut stack = Stack::start().await?;
     let task = stack.send("16505550016").await?;
     assert_eq!(task.state(), TaskState::Succeeded);
-    stack
-        .db
-        .connect()
-        .await?
-        .execute("SELECT herald.set_test_clock(interval '25 hours')", &[])
-        .await?;
+    stack.advance_clock("25 hours").await?;
     let failed = status_of(&task, &stack.wamid(&task)?, Callback::Failed(131000));
     let body = webhook_body(WABA, "messages", failed);
     assert_eq!(stack.fake.post_webhook(&body).await?, 200);

@@ -196,13 +196,9 @@ async fn a_failure_reported_before_the_executor_died_is_settled_by_the_sweep() -
     Ok(())
 }
 
-/// A send whose answer never came within the route's timeout may have been accepted: the task
-/// waits the grace for a status callback instead of being sent again after its retry delay,
-/// and the callback ends it SUCCEEDED with the one message. Before, the timeout was an ordinary
-/// TRANSIENT failure and the customer got the message twice.
-#[tokio::test]
-async fn a_send_whose_answer_timed_out_waits_for_its_callback_and_goes_once() -> Result<()> {
-    let recipient = "16505550054";
+/// A stack whose WhatsApp sends time out after a second and wait an hour for a callback, with
+/// a task to `recipient` whose posts Meta accepts and never answers.
+async fn timing_out(recipient: &str) -> Result<(Stack, String)> {
     let mut stack = Stack::start_configured(
         |b| b.env("HERALD_UNKNOWN_OUTCOME_GRACE", "1h"),
         "timeout = \"1s\"",
@@ -210,6 +206,17 @@ async fn a_send_whose_answer_timed_out_waits_for_its_callback_and_goes_once() ->
     .await?;
     stack.fake.hold_answers();
     let id = stack.create(recipient).await?;
+    Ok((stack, id))
+}
+
+/// A send whose answer never came within the route's timeout may have been accepted: the task
+/// waits the grace for a status callback instead of being sent again after its retry delay,
+/// and the callback ends it SUCCEEDED with the one message. Before, the timeout was an ordinary
+/// TRANSIENT failure and the customer got the message twice.
+#[tokio::test]
+async fn a_send_whose_answer_timed_out_waits_for_its_callback_and_goes_once() -> Result<()> {
+    let recipient = "16505550054";
+    let (mut stack, id) = timing_out(recipient).await?;
     wait_for_request(&stack.fake, recipient).await?;
 
     // The route's timeout ends the send; its report says the outcome is unknown.
@@ -331,5 +338,99 @@ async fn a_late_failure_of_a_lapsed_attempts_message_does_not_touch_the_next_sen
         ),
         (TaskState::Succeeded, Some(DeliveryState::Delivered), second)
     );
+    Ok(())
+}
+
+/// A stack whose WhatsApp sends wait an hour for a callback, with a task to `recipient`
+/// created with `max_attempts` whose first post Meta accepts, reporting `statuses` for it
+/// before the executor learns its answer is lost.
+async fn lost_after_callbacks(
+    recipient: &str,
+    statuses: &[Callback],
+    max_attempts: Option<i32>,
+) -> Result<(Stack, String)> {
+    let mut stack = Stack::start_with(|b| b.env("HERALD_UNKNOWN_OUTCOME_GRACE", "1h")).await?;
+    stack.fake.plan_callbacks_once(
+        recipient,
+        CallbackPlan {
+            before_response: true,
+            ..CallbackPlan::after(statuses)
+        },
+    );
+    stack.fake.lose_answers();
+    let spec = TaskSpec {
+        pool: "wa".into(),
+        max_attempts,
+        ..task_spec("orders", recipient, "Your order has shipped")
+    };
+    let id = create_task(&mut stack.tasks, spec).await?.id;
+    Ok((stack, id))
+}
+
+/// A callback that reported the lost send failed is settled as a late failure is, by its code:
+/// 131026 (not a WhatsApp user) ends the task FAILED, not sent again. Before, the report left
+/// the task to a plain retry, and the failure was then taken for the retry's message.
+#[tokio::test]
+async fn a_lost_answer_whose_callback_came_first_with_a_failure_is_settled_by_its_code(
+) -> Result<()> {
+    let recipient = "16505550057";
+    let (mut stack, id) =
+        lost_after_callbacks(recipient, &[Callback::Sent, Callback::Failed(131026)], None).await?;
+    let task = stack
+        .wait_task(&id, |t| t.state() != TaskState::Leased && t.attempts == 1)
+        .await?;
+    assert_eq!(
+        (
+            task.state(),
+            task.end_reason(),
+            task.end_code,
+            task.lease_count
+        ),
+        (
+            TaskState::Failed,
+            EndReason::FailedAfterAcceptance,
+            131026,
+            1
+        )
+    );
+    assert_eq!(messages_to(&stack.fake, recipient), 1, "sent twice");
+    Ok(())
+}
+
+/// The lost send was the task's last attempt: the report ends it, but the callback that came
+/// first proves the message went out, so it ends SUCCEEDED rather than FAILED (exhausted).
+#[tokio::test]
+async fn a_last_attempt_whose_lost_answer_a_callback_proved_ends_sent() -> Result<()> {
+    let recipient = "16505550058";
+    let (mut stack, id) = lost_after_callbacks(recipient, &[Callback::Sent], Some(1)).await?;
+    let task = stack
+        .wait_task(&id, |t| t.state() != TaskState::Leased && t.attempts == 1)
+        .await?;
+    assert_eq!(
+        (task.state(), task.end_reason()),
+        (TaskState::Succeeded, EndReason::Sent)
+    );
+    Ok(())
+}
+
+/// A task whose answer was lost twice: the callback for the first message, which comes only
+/// while the second send waits for its own, proves the task's message went out, so there is
+/// no third send.
+#[tokio::test]
+async fn a_callback_for_an_earlier_lost_send_settles_a_task_waiting_after_another() -> Result<()> {
+    let recipient = "16505550059";
+    let (mut stack, id) = timing_out(recipient).await?;
+    let first = waiting_for_a_callback(&mut stack, &id).await?;
+    // An hour on, the grace is over: the task is sent again, and that answer is lost too.
+    stack.advance_clock("61 minutes").await?;
+    stack
+        .wait_task(&id, |t| {
+            t.state() == TaskState::Scheduled && t.attempts == 2
+        })
+        .await?;
+    // Meta's `sent` for the first message arrives only now.
+    settled_by_its_callback(&mut stack, &first).await?;
+    stack.fake.release_answers();
+    assert_eq!(messages_to(&stack.fake, recipient), 2, "sent a third time");
     Ok(())
 }

@@ -1,29 +1,38 @@
--- Of the tasks $2 that a report just rescheduled after a send whose answer was lost
+-- Of the tasks $2 that a report just ended or rescheduled after a send whose answer was lost
 -- (AttemptResult.outcome_unknown: the provider may have accepted the message), those sent
--- through an account whose provider reports on its messages (herald.reports_on_messages) wait
--- the grace $3 (ms) for a status callback naming the send before they are due again, as a
--- lease that lapsed unreported does (expire_leases.sql); callbacks::record ends them SUCCEEDED
--- if one comes (accept_awaiting.sql). A task whose current send a report already named (the
--- callback came before the executor gave up) ends SUCCEEDED now, its attempt row learning the
--- message it sent; one whose message a report says failed is left to its retry.
--- Returns the tasks changed, with their state and due time.
+-- through an account whose provider reports on its messages (herald.reports_on_messages):
+-- - a report on the current send came already (the callback beat the executor's timeout): the
+--   message went out, so the task ends SUCCEEDED now, its attempt row learning the message;
+--   when that report is a failure, the caller settles it as a late failure
+--   (callbacks::settle_failures), as the sweep of a lapsed lease does;
+-- - else a task the report rescheduled waits the grace $3 (ms) for a status callback naming
+--   the send before it is due again, as a lease that lapsed unreported does
+--   (expire_leases.sql); callbacks::record ends it SUCCEEDED if one comes
+--   (accept_awaiting.sql). One the report ended (its last attempt, or past its expiry) stays
+--   ended.
+-- Callers hold lock_tasks.sql's locks on $2. Returns the tasks changed, with their state, due
+-- time and whether the report that proved the send is a failure.
 WITH candidates AS (
-    SELECT t.id, t.lease_count,
+    SELECT t.id, t.lease_count, t.state,
            (SELECT r.provider_message_id
             FROM herald.task_reports(t.id, t.lease_count, t.fallback_replaces) r
             ORDER BY r.occurred_at LIMIT 1) AS sent_message,
            EXISTS (SELECT 1 FROM herald.message_failure(t.id, t.lease_count,
                                                         t.fallback_replaces)) AS failed
     FROM herald.tasks t
-    WHERE t.id = ANY($2::uuid[]) AND t.namespace = $1 AND t.state = 'scheduled'
+    WHERE t.id = ANY($2::uuid[]) AND t.namespace = $1
+      AND (t.state = 'scheduled'
+           OR (t.state IN ('failed', 'expired') AND t.end_reason IN ('exhausted', 'expired')))
       AND herald.reports_on_messages(t.namespace, t.account_id)
 ),
 changed AS (
     UPDATE herald.tasks t
     SET state = CASE WHEN c.sent_message IS NOT NULL THEN 'succeeded'
-                     ELSE 'scheduled' END::herald.task_state,
-        end_reason = CASE WHEN c.sent_message IS NOT NULL THEN 'sent' END::herald.end_reason,
-        finished_at = CASE WHEN c.sent_message IS NOT NULL THEN herald.now() END,
+                     ELSE t.state END,
+        end_reason = CASE WHEN c.sent_message IS NOT NULL THEN 'sent'::herald.end_reason
+                          ELSE t.end_reason END,
+        finished_at = CASE WHEN c.sent_message IS NOT NULL THEN herald.now()
+                           ELSE t.finished_at END,
         run_at = CASE WHEN c.sent_message IS NOT NULL THEN t.run_at
                       ELSE greatest(t.run_at, herald.now() + $3::bigint * interval '1 millisecond')
                  END,
@@ -32,8 +41,8 @@ changed AS (
                                   END,
         updated_at = herald.now()
     FROM candidates c
-    WHERE t.id = c.id AND NOT c.failed
-    RETURNING t.id, t.lease_count, t.state::text AS state, t.run_at, c.sent_message
+    WHERE t.id = c.id AND (c.sent_message IS NOT NULL OR c.state = 'scheduled')
+    RETURNING t.id, t.lease_count, t.state::text AS state, t.run_at, c.sent_message, c.failed
 ),
 pinned AS (
     UPDATE herald.attempts a
@@ -42,4 +51,4 @@ pinned AS (
     WHERE c.sent_message IS NOT NULL AND a.task_id = c.id AND a.attempt = c.lease_count
       AND a.provider_message_id IS NULL
 )
-SELECT id, state, run_at FROM changed
+SELECT id, state, run_at, failed FROM changed

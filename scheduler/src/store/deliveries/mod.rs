@@ -32,9 +32,23 @@ const TASK_DELIVERIES: Statement = statement!("task_deliveries");
 const ACCEPT_AWAITING: Statement = statement!("accept_awaiting");
 const AWAIT_CALLBACKS: Statement = statement!("await_callbacks");
 const PIN_ATTEMPT_MESSAGES: Statement = statement!("pin_attempt_messages");
+const LOCK_TASKS: Statement = statement!("lock_tasks");
 const WINDOW_CLOSED: Statement = statement!("window_closed");
 const RETRY_DELIVERED: Statement = statement!("retry_delivered");
 const FAILED_TASKS: Statement = statement!("failed_tasks");
+
+/// A task a report of unknown outcome changed (`await_callbacks.sql`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AwaitedSend {
+    /// The task.
+    pub task_id: Uuid,
+    /// Its state now: SCHEDULED (waiting for a callback) or SUCCEEDED (one came first).
+    pub state: TaskState,
+    /// Its due time now.
+    pub run_at: DateTime<Utc>,
+    /// The report that came first is a failure: to be settled as a late failure.
+    pub failed: bool,
+}
 
 /// A report that was recorded, or tied to its task, by this transaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,15 +102,15 @@ impl<C: GenericClient> DeliveryRepo<'_, C> {
     }
 
     /// Makes the tasks a report just rescheduled after a send of unknown outcome wait `grace`
-    /// for a status callback where their provider sends one (`await_callbacks.sql`); those a
-    /// report already named end SUCCEEDED. Returns each task changed with its new state and
-    /// due time.
+    /// for a status callback where their provider sends one (`await_callbacks.sql`); those
+    /// (rescheduled or just ended) a report already named end SUCCEEDED. Returns each task
+    /// changed.
     pub async fn await_callbacks(
         &self,
         namespace: &str,
         tasks: &[Uuid],
         grace: std::time::Duration,
-    ) -> Result<Vec<(Uuid, TaskState, DateTime<Utc>)>, StoreError> {
+    ) -> Result<Vec<AwaitedSend>, StoreError> {
         if tasks.is_empty() {
             return Ok(Vec::new());
         }
@@ -106,13 +120,25 @@ impl<C: GenericClient> DeliveryRepo<'_, C> {
             .await?
             .iter()
             .map(|r| {
-                Ok((
-                    column(r, "id")?,
-                    task_state(r, "state")?,
-                    column(r, "run_at")?,
-                ))
+                Ok(AwaitedSend {
+                    task_id: column(r, "id")?,
+                    state: task_state(r, "state")?,
+                    run_at: column(r, "run_at")?,
+                    failed: column(r, "failed")?,
+                })
             })
             .collect()
+    }
+
+    /// Waits for, then holds until the transaction ends, the lock of each task whose send may
+    /// have gone out (`lock_tasks.sql`): a report of unknown outcome and a callback naming the
+    /// task take it, so each sees what the other committed. After [`Self::lock_messages`].
+    pub async fn lock_tasks(&self, namespace: &str, tasks: &[Uuid]) -> Result<(), StoreError> {
+        if tasks.is_empty() {
+            return Ok(());
+        }
+        LOCK_TASKS.query_one(self.db, &[&namespace, &tasks]).await?;
+        Ok(())
     }
 
     /// Waits for, then holds until the transaction ends, the lock of each provider message id:
@@ -159,9 +185,9 @@ impl<C: GenericClient> DeliveryRepo<'_, C> {
         recorded(&rows)
     }
 
-    /// Pins the messages reports name by task and attempt to those attempts' rows where a later
-    /// attempt came since and the row knows no message (`pin_attempt_messages.sql`), so the
-    /// reports are not taken for the current send's.
+    /// Pins the messages failure reports name by task and attempt to those attempts' rows where
+    /// a later attempt came since and the row knows no message (`pin_attempt_messages.sql`), so
+    /// the failures are not taken for the current send's.
     pub async fn pin_attempt_messages(
         &self,
         namespace: &str,
@@ -169,6 +195,7 @@ impl<C: GenericClient> DeliveryRepo<'_, C> {
     ) -> Result<(), StoreError> {
         let named: Vec<(Uuid, i32, &str)> = reports
             .iter()
+            .filter(|r| r.state == DeliveryState::FailedAfterAcceptance)
             .filter_map(|r| Some((r.task_id?, r.attempt?, r.provider_message_id.as_str())))
             .collect();
         if named.is_empty() {

@@ -1,10 +1,13 @@
--- Pins each message a status callback names by its callback data ($2 tasks, $3 attempts, $4
+-- Pins each message a failure callback names by its callback data ($2 tasks, $3 attempts, $4
 -- message ids; namespace $1) to that attempt's row, when a later attempt has been made since
 -- and the row knows no message: an attempt whose lease lapsed (its executor died before it
 -- reported), or whose answer was lost, never learned the message it sent. herald.task_reports
 -- judges a task by its current send and leaves out the messages earlier attempts' rows name;
--- without the pin, a late report on that message counted as the next send's (its failure
--- ended a delivered task FAILED). The row may have moved to the history with its task.
+-- without the pin, the earlier message's failure counted as the next send's (it ended a
+-- delivered task FAILED). Only failures pin: an earlier message's acceptance still counts as
+-- proof that the task's message went out (accept_awaiting.sql, await_callbacks.sql), so a task
+-- waiting after a second lost answer is not sent a third time. The row may have moved to the
+-- history with its task.
 WITH named AS (
     SELECT DISTINCT ON (n.task_id, n.attempt) n.task_id, n.attempt, n.message
     FROM unnest($2::uuid[], $3::integer[], $4::text[]) AS n(task_id, attempt, message)
