@@ -190,7 +190,9 @@ pub fn assign<C: AsRef<Candidate>>(
             });
     let blocked = by_recipient(&facts.blocked, &index_of);
     let tier_free = by_recipient(&facts.tier_free, &index_of);
-    // Accounts this claim already gave each recipient.
+    // Accounts this claim already gave each recipient, by `rules::recipient_key`: a number
+    // spelled with and without its `+` is one person for spacing and conversations, as the
+    // grant's marks key it (two spellings in one claim were both granted on a spaced account).
     let mut used: HashMap<&str, Vec<usize>> = HashMap::new();
     let mut out = Vec::new();
 
@@ -242,7 +244,8 @@ pub fn assign<C: AsRef<Candidate>>(
         let none: &[usize] = &[];
         let blocked_here = blocked.get(recipient).map_or(none, Vec::as_slice);
         let free_here = tier_free.get(recipient).map_or(none, Vec::as_slice);
-        let used_here = used.get(recipient).map_or(none, Vec::as_slice);
+        let person = crate::rules::recipient_key(recipient);
+        let used_here = used.get(person).map_or(none, Vec::as_slice);
         let opens_on =
             |i: usize| accounts[i].has_tier && !free_here.contains(&i) && !used_here.contains(&i);
         let pick = choices
@@ -283,7 +286,7 @@ pub fn assign<C: AsRef<Candidate>>(
         if opens {
             l.tier -= 1;
         }
-        used.entry(recipient).or_default().push(i);
+        used.entry(person).or_default().push(i);
         out.push(Assignment {
             id: c.id,
             account: Some(account.id.clone()),
@@ -447,6 +450,19 @@ mod tests {
         let out = assign("ns", &candidates, &accounts, &blocked, 10);
         assert_eq!(accounts_of(&out), vec![Some("b"), Some("a")]);
         assert_eq!(out[1].recipient, "+2");
+    }
+
+    #[test]
+    fn one_number_spelled_two_ways_is_one_recipient_on_a_spaced_account() {
+        let accounts = [account("a", "p", 10, 10)];
+        let candidates = vec![
+            candidate("ns/a:a", "+15550001111", 5),
+            candidate("ns/a:a", "15550001111", 5),
+            candidate("ns/a:a", "+15550002222", 5),
+        ];
+        let out = assign("ns", &candidates, &accounts, &PairFacts::default(), 10);
+        let got: Vec<&str> = out.iter().map(|a| a.recipient.as_str()).collect();
+        assert_eq!(got, vec!["+15550001111", "+15550002222"]);
     }
 
     #[test]
