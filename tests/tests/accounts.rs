@@ -15,7 +15,9 @@ use herald_proto::v1::{
     DeletePoolRequest, GetAccountRequest, GetPoolRequest, GetTaskRequest, ListAccountsRequest,
     OutcomeClass, Pool, QuietHours, RateLimitScope, TaskSpec, TaskState, UpdateAccountRequest,
 };
-use herald_tests::accounts::{accounts_client, create_many, get_account, pooled};
+use herald_tests::accounts::{
+    accounts_client, create_many, get_account, hold_account, pooled, until_blocked_by,
+};
 use herald_tests::lease::{result, ScriptedExecutor};
 use herald_tests::{
     connect_tasks, create_task, task_spec, unique_id, wait_for_task_state, SchedulerProcess,
@@ -1069,5 +1071,51 @@ async fn an_account_holding_only_a_lease_is_kept_and_its_search_finds_every_stat
     accounts
         .delete_account(DeleteAccountRequest { id: "acct".into() })
         .await?;
+    Ok(())
+}
+
+/// An operator's edit of an account's limits while a report or a webhook holds the account's
+/// row and pauses it: the edit waits for the row, then keeps the pause. Before, it read the
+/// account first and wrote `active` back over the pause, putting a number the provider had
+/// disabled, or one that paused itself over its failures, straight back into rotation.
+#[tokio::test]
+async fn an_edit_racing_a_pause_keeps_the_pause() -> Result<()> {
+    let db = TestDb::new().await?;
+    let s = SchedulerProcess::spawn(&db).await?;
+    let mut accounts = accounts_client(&s.grpc_url()).await?;
+    create_account(&mut accounts, account("acct", "p", rate(10.0, 1))).await?;
+    let mut holder = db.connect().await?;
+    let watcher = db.connect().await?;
+    let (tx, pid) = hold_account(&mut holder, "acct").await?;
+
+    let mut patch = account("acct", "p", rate(10.0, 1));
+    patch.limits = Some(AccountLimits {
+        rate_per_second: 10.0,
+        daily_cap: Some(500),
+        ..Default::default()
+    });
+    let mut editing = accounts.clone();
+    let edit = tokio::spawn(async move {
+        editing
+            .update_account(UpdateAccountRequest {
+                account: Some(patch),
+                update_mask: Some(prost_types::FieldMask {
+                    paths: vec!["limits.daily_cap".into()],
+                }),
+            })
+            .await
+    });
+    until_blocked_by(&watcher, pid, "the edit waits for the account's row").await?;
+    tx.execute(
+        "UPDATE herald.accounts SET state = 'paused', state_reason = 'paused by the provider: test'
+         WHERE namespace = 'default' AND id = 'acct'",
+        &[],
+    )
+    .await?;
+    tx.commit().await?;
+
+    let edited = edit.await??.into_inner();
+    assert_eq!(edited.state(), AccountState::Paused, "{edited:?}");
+    assert_eq!(edited.limits.context("limits")?.daily_cap, Some(500));
     Ok(())
 }

@@ -16,7 +16,7 @@ use herald_proto::v1::{
     DeliveryStatusEvent, InboundMessageEvent, OutcomeClass, ProviderEvent, RateLimitScope,
     RecordProviderEventsRequest, ReportBatch,
 };
-use herald_tests::accounts::{create_many, pooled};
+use herald_tests::accounts::{backend_pid, create_many, hold_account, pooled, until_blocked_by};
 use herald_tests::lease::{result, ScriptedExecutor};
 use herald_tests::{connect_lease, connect_tasks, SchedulerProcess, TestDb};
 use tokio_postgres::Client;
@@ -102,45 +102,6 @@ async fn grant(
         .map(|r| (r.get("out_id"), r.get("out_account"), r.get("out_at")))
         .collect();
     Ok((ids, granted))
-}
-
-/// The server process of `db`'s session.
-async fn backend_pid(db: &impl tokio_postgres::GenericClient) -> Result<i32> {
-    Ok(db
-        .query_one("SELECT pg_backend_pid() AS pid", &[])
-        .await?
-        .get("pid"))
-}
-
-/// Waits until a session of this database waits for a lock the session `pid` holds.
-async fn until_blocked_by(conn: &Client, pid: i32, what: &str) -> Result<()> {
-    herald_tests::until(what, || async {
-        let row = conn
-            .query_one(
-                "SELECT count(*) AS n FROM pg_stat_activity
-                 WHERE datname = current_database() AND $1 = ANY(pg_blocking_pids(pid))",
-                &[&pid],
-            )
-            .await?;
-        Ok(row.get::<_, i64>("n") > 0)
-    })
-    .await
-}
-
-/// Locks account `id`'s row in a new transaction of `client`, as a report batch or another
-/// claim holding it would; returns the transaction and its server process.
-async fn hold_account<'c>(
-    client: &'c mut Client,
-    id: &str,
-) -> Result<(tokio_postgres::Transaction<'c>, i32)> {
-    let tx = client.transaction().await?;
-    tx.execute(
-        "SELECT 1 FROM herald.accounts WHERE namespace = 'default' AND id = $1 FOR UPDATE",
-        &[&id],
-    )
-    .await?;
-    let pid = backend_pid(&tx).await?;
-    Ok((tx, pid))
 }
 
 /// Locks account `id`'s row in the open transaction of `tx` without waiting: fails at once if
@@ -937,5 +898,38 @@ async fn a_webhook_batch_takes_its_accounts_in_id_order_before_any_mark() -> Res
         .map(|r| r.get("quality"))
         .collect();
     assert_eq!(qualities, vec![Some("yellow".to_owned()); 2]);
+    Ok(())
+}
+
+/// An account that has sent for weeks at its configured rate: its success streak and its count
+/// of outcomes seen stay small. Both were integers that only grew, and once one overflowed,
+/// every feedback of the account failed, and with it every report batch that carried one (its
+/// leases then lapsed and were sent again).
+#[tokio::test]
+async fn feedback_on_an_account_with_billions_of_outcomes_still_applies() -> Result<()> {
+    let (_db, conn) = database(
+        &["a1"],
+        10,
+        "UPDATE herald.accounts SET success_streak = 2147483600, outcomes_seen = 2147483600",
+    )
+    .await?;
+    conn.batch_execute(
+        "SELECT herald.apply_account_feedback('default', ARRAY['a1'], ARRAY[0], ARRAY[0],
+             ARRAY[100], ARRAY[0], ARRAY[0]::bigint[], ARRAY[0], ARRAY[0], ARRAY[NULL]::text[])",
+    )
+    .await?;
+    let row = conn
+        .query_one(
+            "SELECT success_streak, outcomes_seen FROM herald.accounts WHERE id = 'a1'",
+            &[],
+        )
+        .await?;
+    assert_eq!(
+        (
+            row.get::<_, i32>("success_streak"),
+            row.get::<_, i32>("outcomes_seen")
+        ),
+        (0, 20)
+    );
     Ok(())
 }

@@ -66,8 +66,12 @@ impl AccountService for AccountApi {
             return Err(Error::invalid("update_mask", "name at least one field to change").into());
         }
         let record = transaction!(self.store, Error, |tx| {
-            let Some(current) = tx.accounts().get(&ns, &patch.id).await? else {
-                return Err(Error::NotFound(format!("account {}", patch.id)));
+            // Read under the row's lock: a pause or an offline spell written by a report or a
+            // webhook meanwhile is kept, not overwritten with the state read before it.
+            let locked = tx.accounts().lock(&ns, &patch.id).await?;
+            let current = match tx.accounts().get(&ns, &patch.id).await? {
+                Some(current) if locked => current,
+                _ => return Err(Error::NotFound(format!("account {}", patch.id))),
             };
             let mut merged = wire::account(&current);
             // An offline account keeps that state unless the mask sets the state.

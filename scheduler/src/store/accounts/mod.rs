@@ -628,6 +628,16 @@ impl<C: GenericClient> AccountRepo<'_, C> {
         Ok(())
     }
 
+    /// Locks one account's row until the transaction ends; false when there is no such account.
+    /// An edit reads the row under it, so a pause or an offline spell a report or a webhook
+    /// writes meanwhile is read, not overwritten with what was read before it.
+    pub async fn lock(&self, namespace: &str, id: &str) -> Result<bool, StoreError> {
+        Ok(LOCK_ACCOUNT
+            .query_opt(self.db, &[&namespace, &id])
+            .await?
+            .is_some())
+    }
+
     /// Sets one account's in-flight count to the leases it holds, under its lock; returns the
     /// correction when there was one. Run it in a transaction of its own.
     pub async fn reconcile(
@@ -635,11 +645,7 @@ impl<C: GenericClient> AccountRepo<'_, C> {
         namespace: &str,
         id: &str,
     ) -> Result<Option<Reconciled>, StoreError> {
-        if LOCK_ACCOUNT
-            .query_opt(self.db, &[&namespace, &id])
-            .await?
-            .is_none()
-        {
+        if !self.lock(namespace, id).await? {
             return Ok(None);
         }
         let Some(row) = RECONCILE_IN_FLIGHT
