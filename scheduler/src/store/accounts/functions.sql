@@ -587,8 +587,12 @@ BEGIN
                          + (s.ok::double precision / s.outcomes) * (1 - power(0.95, s.outcomes))
                     ELSE s.success_ewma END AS new_ewma
         FROM settled s
-        CROSS JOIN LATERAL herald.raised_rate(s.effective_rate, s.success_streak + s.ok,
-                                              s.rate_per_sec, s.recovery_successes) up
+        -- Summed in bigint and capped: an integer sum of a streak that grew for weeks failed
+        -- every feedback of the account (raised_rate no longer lets it grow, but rows written
+        -- before may hold one).
+        CROSS JOIN LATERAL herald.raised_rate(
+            s.effective_rate, least(s.success_streak::bigint + s.ok, 2147483647)::integer,
+            s.rate_per_sec, s.recovery_successes) up
     ),
     judged AS (
         SELECT r.*,
@@ -628,7 +632,9 @@ BEGIN
                 WHEN j.goes_offline THEN coalesce(j.reason, 'ACCOUNT_UNAVAILABLE')
                 ELSE j.state_reason END,
             success_ewma = j.new_ewma,
-            outcomes_seen = j.outcomes_seen + j.outcomes
+            -- Only "at least 20" is ever asked; counted on for the account's whole life, it
+            -- overflowed an integer and failed every feedback of the account from then on.
+            outcomes_seen = least(j.outcomes_seen::bigint + j.outcomes, 20)::integer
         FROM judged j
         WHERE a.namespace = p_namespace AND a.id = j.id
         RETURNING a.namespace, a.id, a.pool, a.state_reason, j.pause, j.new_ewma,
@@ -790,5 +796,10 @@ BEGIN
         streak := streak - p_per_step;
         steps := steps + 1;
     END LOOP;
+    -- At the configured rate there is nothing to recover: a streak kept growing there (by every
+    -- success, for weeks at a high rate) until it overflowed its integer.
+    IF rate >= p_configured THEN
+        streak := 0;
+    END IF;
 END
 $$;
