@@ -1119,3 +1119,53 @@ async fn an_edit_racing_a_pause_keeps_the_pause() -> Result<()> {
     assert_eq!(edited.limits.context("limits")?.daily_cap, Some(500));
     Ok(())
 }
+
+/// Moving an account to another time zone keeps what it sent today: the count kept for the old
+/// zone's day becomes the new zone's day's. Before, the count stayed on the old zone's date,
+/// which the new zone read as a fresh day: a second full daily cap at once. The two zones are
+/// 25 hours apart, so their dates differ whenever the test runs.
+#[tokio::test]
+async fn a_new_time_zone_keeps_todays_count() -> Result<()> {
+    let db = TestDb::new().await?;
+    let s = SchedulerProcess::spawn(&db).await?;
+    let mut accounts = accounts_client(&s.grpc_url()).await?;
+    let mut capped = account(
+        "acct",
+        "p",
+        AccountLimits {
+            rate_per_second: 10.0,
+            daily_cap: Some(100),
+            ..Default::default()
+        },
+    );
+    capped.time_zone = "Pacific/Pago_Pago".into();
+    create_account(&mut accounts, capped).await?;
+    db.connect()
+        .await?
+        .execute(
+            "UPDATE herald.accounts
+             SET day = (herald.now() AT TIME ZONE time_zone)::date, day_count = 60
+             WHERE namespace = 'default' AND id = 'acct'",
+            &[],
+        )
+        .await?;
+    let today = |a: &Account| a.status.as_ref().map(|s| s.today_count);
+    assert_eq!(today(&get_account(&mut accounts, "acct").await?), Some(60));
+
+    let moved = accounts
+        .update_account(UpdateAccountRequest {
+            account: Some(Account {
+                id: "acct".into(),
+                time_zone: "Pacific/Kiritimati".into(),
+                ..Default::default()
+            }),
+            update_mask: Some(prost_types::FieldMask {
+                paths: vec!["time_zone".into()],
+            }),
+        })
+        .await?
+        .into_inner();
+    assert_eq!(moved.time_zone, "Pacific/Kiritimati");
+    assert_eq!(today(&get_account(&mut accounts, "acct").await?), Some(60));
+    Ok(())
+}

@@ -1,8 +1,14 @@
 -- Replaces an account's definition (the caller merged the update mask); $8 holds the limits as
 -- in insert_account.sql. A changed rate resets the effective rate; a state set by an operator
--- ends an offline spell; a smaller burst empties the bucket down to it.
+-- ends an offline spell; a smaller burst empties the bucket down to it. A new time zone takes
+-- today's count with it: the count kept for the old zone's current day becomes the new zone's
+-- current day's (left on the old date, it read as a fresh day and the account was given a
+-- second full daily cap at once).
 UPDATE herald.accounts a SET
     sender_kind = $3, pool = $4, time_zone = $5, credentials_ref = $6,
+    day = CASE WHEN a.time_zone IS DISTINCT FROM $5
+                    AND a.day = (herald.now() AT TIME ZONE a.time_zone)::date
+               THEN (herald.now() AT TIME ZONE $5)::date ELSE a.day END,
     state = $7::text::herald.account_state,
     offline_until = CASE WHEN $7::text = 'offline' THEN a.offline_until ELSE NULL END,
     state_reason = CASE WHEN a.state::text = $7::text THEN a.state_reason
