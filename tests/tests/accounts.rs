@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use chrono::{DateTime, Utc};
 use herald_proto::v1::{
-    account_service_client::AccountServiceClient, scheduler_message,
+    account_service_client::AccountServiceClient, executor_message, scheduler_message,
     task_service_client::TaskServiceClient, Account, AccountLimits, AccountState,
     CreateAccountRequest, CreatePoolRequest, CreateTaskRequest, DeleteAccountRequest,
     DeletePoolRequest, GetAccountRequest, GetPoolRequest, GetTaskRequest, ListAccountsRequest,
@@ -1167,5 +1167,82 @@ async fn a_new_time_zone_keeps_todays_count() -> Result<()> {
         .into_inner();
     assert_eq!(moved.time_zone, "Pacific/Kiritimati");
     assert_eq!(today(&get_account(&mut accounts, "acct").await?), Some(60));
+    Ok(())
+}
+
+/// An account with a daily cap of 100 that sent 40 today, holding one lease of `executor`'s
+/// granted yesterday by its clock (before its midnight); the task's id, the lease and the
+/// clients.
+async fn lease_from_yesterday(
+    db: &TestDb,
+    s: &SchedulerProcess,
+) -> Result<(
+    String,
+    herald_proto::v1::Lease,
+    ScriptedExecutor,
+    TaskServiceClient<Channel>,
+    AccountServiceClient<Channel>,
+)> {
+    let mut accounts = accounts_client(&s.grpc_url()).await?;
+    let limits = AccountLimits {
+        rate_per_second: 10.0,
+        daily_cap: Some(100),
+        ..Default::default()
+    };
+    create_account(&mut accounts, account("acct", "p", limits)).await?;
+    let mut tasks = connect_tasks(&s.grpc_url()).await?;
+    let id = create(&mut tasks, pinned("acct", "+1")).await?;
+    let mut exec = ScriptedExecutor::connect(&s.grpc_url(), "midnight", &[], 1).await?;
+    let lease = exec.leases(1).await?.remove(0);
+    db.connect()
+        .await?
+        .batch_execute(
+            "UPDATE herald.tasks SET leased_at = leased_at - interval '1 day';
+             UPDATE herald.accounts SET day = (herald.now() AT TIME ZONE time_zone)::date,
+                                        day_count = 40",
+        )
+        .await?;
+    Ok((id, lease, exec, tasks, accounts))
+}
+
+/// `acct`'s sends counted today and leases held now.
+async fn today_and_in_flight(accounts: &mut AccountServiceClient<Channel>) -> Result<(i32, i32)> {
+    let status = get_account(accounts, "acct")
+        .await?
+        .status
+        .context("status")?;
+    Ok((status.today_count, status.in_flight))
+}
+
+/// A lease granted before the account's midnight and handed back after it (an executor
+/// draining at 00:05): its send was counted on the day before, so the new day's count keeps
+/// what it has. Before, the release took it off the new day's count, and the account could
+/// send that many more than its daily cap on the new day (hundreds, for a draining executor).
+#[tokio::test]
+async fn a_lease_from_before_midnight_handed_back_after_it_refunds_nothing_today() -> Result<()> {
+    let db = TestDb::new().await?;
+    let s = SchedulerProcess::spawn(&db).await?;
+    let (id, lease, exec, mut tasks, mut accounts) = lease_from_yesterday(&db, &s).await?;
+    exec.send(executor_message::Kind::Release(herald_proto::v1::Release {
+        leases: vec![herald_tests::lease::lease_ref(&lease)],
+    }))
+    .await?;
+    wait_for_task_state(&mut tasks, &id, TaskState::Scheduled, WAIT).await?;
+    assert_eq!(today_and_in_flight(&mut accounts).await?, (40, 0));
+    Ok(())
+}
+
+/// The same for a send the account could not make (ACCOUNT_UNAVAILABLE gives the daily count
+/// back, since nothing was sent): not from the new day's count.
+#[tokio::test]
+async fn an_unavailable_account_after_midnight_refunds_nothing_today() -> Result<()> {
+    let db = TestDb::new().await?;
+    let s = SchedulerProcess::spawn(&db).await?;
+    let (_id, lease, mut exec, _tasks, mut accounts) = lease_from_yesterday(&db, &s).await?;
+    let acks = exec
+        .report(vec![result(&lease, OutcomeClass::AccountUnavailable)])
+        .await?;
+    assert!(acks[0].accepted, "{acks:?}");
+    assert_eq!(today_and_in_flight(&mut accounts).await?, (40, 0));
     Ok(())
 }

@@ -342,7 +342,11 @@ fn feedback_of(applied: &[Applied], reports: &[&AttemptReport]) -> (Feedback, Ve
             }
             Outcome::AccountUnavailable => {
                 f.unavailable += 1;
-                f.refund += 1;
+                // Nothing was sent; a lease from before the account's midnight was counted on
+                // the day before, which is over.
+                if a.counted_today.unwrap_or(true) {
+                    f.refund += 1;
+                }
                 f.reason.clone_from(&report.error);
             }
             Outcome::Transient | Outcome::Permanent => f.failed += 1,

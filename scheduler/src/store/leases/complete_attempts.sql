@@ -123,5 +123,14 @@ recorded AS (
     -- unique index before each insert cost about 3 % of S1 (docs/performance.md, "The report's
     -- attempt rows without ON CONFLICT").
 )
-SELECT id, lease_count, state::text AS state, run_at, account_id, was_cancelled
+SELECT id, lease_count, state::text AS state, run_at, account_id, was_cancelled,
+       -- For ACCOUNT_UNAVAILABLE (5), which gives the account's daily count back: whether the
+       -- lease was granted on the account's current local day (a lease from before its
+       -- midnight was counted on the day before, so the new day's count keeps it). Only those
+       -- rows look the account up.
+       CASE WHEN outcome = 5 AND account_id IS NOT NULL
+            THEN (SELECT (leased_at AT TIME ZONE a.time_zone)::date
+                         = (herald.now() AT TIME ZONE a.time_zone)::date
+                  FROM herald.accounts a WHERE a.namespace = $8 AND a.id = account_id)
+       END AS counted_today
 FROM updated

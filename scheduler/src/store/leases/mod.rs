@@ -51,6 +51,9 @@ pub struct Applied {
     pub account_id: Option<String>,
     /// The task had been cancelled while leased (its slot was freed then).
     pub was_cancelled: bool,
+    /// For a report that gives the account's daily count back (ACCOUNT_UNAVAILABLE): whether
+    /// the lease was granted on the account's current local day; None when not asked.
+    pub counted_today: Option<bool>,
 }
 
 /// What one lease sweep did.
@@ -76,6 +79,7 @@ fn applied(r: &tokio_postgres::Row) -> Result<Applied, StoreError> {
         run_at: column(r, "run_at")?,
         account_id: column(r, "account_id")?,
         was_cancelled: column(r, "was_cancelled")?,
+        counted_today: column(r, "counted_today")?,
     })
 }
 
@@ -231,16 +235,28 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
     pub async fn release(&self, namespace: &str, leases: &[(Uuid, i32)]) -> Result<(), StoreError> {
         let ids: Vec<Uuid> = leases.iter().map(|l| l.0).collect();
         let attempts: Vec<i32> = leases.iter().map(|l| l.1).collect();
-        let accounts: Vec<String> = RELEASE_LEASES
+        let mut counted_today = Vec::new();
+        let mut counted_before = Vec::new();
+        for row in RELEASE_LEASES
             .query(self.db, &[&ids, &attempts, &namespace])
             .await?
-            .iter()
-            .filter_map(|r| column::<Option<String>>(r, "account").transpose())
-            .collect::<Result<_, _>>()?;
-        // Nothing was sent: the daily count gets these back too.
-        self.db
-            .accounts()
-            .release_qualified_slots(&accounts, true)
+        {
+            let Some(account) = column::<Option<String>>(&row, "account")? else {
+                continue;
+            };
+            if column::<Option<bool>>(&row, "counted_today")?.unwrap_or(false) {
+                counted_today.push(account);
+            } else {
+                counted_before.push(account);
+            }
+        }
+        // Nothing was sent: the daily count gets back what it counted today.
+        let accounts = self.db.accounts();
+        accounts
+            .release_qualified_slots(&counted_today, true)
+            .await?;
+        accounts
+            .release_qualified_slots(&counted_before, false)
             .await?;
         announce_due_now(self.db).await
     }

@@ -46,5 +46,6 @@ recorded AS (
     JOIN lapsed l ON l.task_id = s.id
     WHERE a.task_id = s.id AND a.attempt = s.lease_count
 )
-SELECT id, lease_count, state::text AS state, run_at, account_id, was_cancelled
+SELECT id, lease_count, state::text AS state, run_at, account_id, was_cancelled,
+       NULL::boolean AS counted_today
 FROM settled
