@@ -372,6 +372,13 @@ async fn leases_revokes_drain_and_resend() {
     let mut s2 = next_session(&mut second_sessions).await;
     let hello = s2.handshake().await;
     assert_eq!(hello.initial_credit, 3, "one lease is still in flight");
+    // The lease still being sent is extended at once on the new stream: its last extension
+    // was on the old one, and waiting a third of the TTL for the first tick here could let it
+    // lapse mid-send.
+    match s2.next().await {
+        Out::Extend(extend) => assert_eq!(extend.leases, vec![lease_ref(&sending)]),
+        other => panic!("expected Extend, got {other:?}"),
+    }
 
     // The send finishes: reported on the new stream, then its slot comes back as credit.
     exec.release.add_permits(1);
@@ -439,6 +446,11 @@ async fn shutdown_finishes_sends_and_drops_pending_leases() {
     // released lease gets no report.
     let mut s2 = next_session(&mut sessions).await;
     assert_eq!(s2.handshake().await.initial_credit, 0);
+    // The send still running keeps its lease alive on the new stream.
+    match s2.next().await {
+        Out::Extend(extend) => assert_eq!(extend.leases, vec![lease_ref(&sending)]),
+        other => panic!("expected Extend, got {other:?}"),
+    }
     exec.release.add_permits(1);
     let results = expect_report(s2.next().await);
     assert_eq!(results.len(), 1);

@@ -418,6 +418,24 @@ impl LeaseClient {
         // Everything not acknowledged on an earlier stream goes out again on this one.
         self.unsent = self.outbox.keys().cloned().collect();
         self.flush(stream).await?;
+        // Leases held across a reconnect were last extended on the old stream, up to a third
+        // of the TTL before it ended, and reaching this one took time too (backoff, a dead
+        // host's connect timeout): extended only at this stream's first tick, they could lapse
+        // mid-send and be leased, and sent, again elsewhere. So they are extended now.
+        let held = self
+            .inflight
+            .due_for_extension(Instant::now(), Duration::ZERO);
+        for chunk in held.chunks(MAX_BATCH) {
+            debug!(
+                leases = chunk.len(),
+                "extending leases held across a reconnect"
+            );
+            stream
+                .send(Out::Extend(pb::Extend {
+                    leases: chunk.to_vec(),
+                }))
+                .await?;
+        }
 
         let extend_every = (ttl / 3).max(Duration::from_millis(100));
         let mut extend_tick = tokio::time::interval_at(Instant::now() + extend_every, extend_every);
