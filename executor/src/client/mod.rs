@@ -82,6 +82,8 @@ pub(crate) enum SessionError {
     Silent(Duration),
     #[error("outgoing stream closed")]
     OutgoingClosed,
+    #[error("the scheduler took no frame for {0:?}")]
+    Stalled(Duration),
 }
 
 /// How a session ended.
@@ -152,15 +154,25 @@ struct Stream {
     last_sent: Instant,
     /// False after Drain or once shutting down: no more Credit on this stream.
     granting: bool,
+    /// How long one frame may wait for room on the stream. A scheduler that stopped reading
+    /// (frozen, or a link that drops packets) fills the outgoing queue; without a bound the
+    /// session would wait there for good, deaf to its silence check and to the shutdown
+    /// deadline, and never move to another replica.
+    send_timeout: Duration,
 }
 
 impl Stream {
     async fn send(&mut self, kind: Out) -> Result<(), SessionError> {
         self.last_sent = Instant::now();
-        self.tx
-            .send(pb::ExecutorMessage { kind: Some(kind) })
-            .await
-            .map_err(|_| SessionError::OutgoingClosed)
+        match tokio::time::timeout(
+            self.send_timeout,
+            self.tx.send(pb::ExecutorMessage { kind: Some(kind) }),
+        )
+        .await
+        {
+            Ok(sent) => sent.map_err(|_| SessionError::OutgoingClosed),
+            Err(_) => Err(SessionError::Stalled(self.send_timeout)),
+        }
     }
 }
 
@@ -444,6 +456,7 @@ impl LeaseClient {
         let mut beat_tick = tokio::time::interval_at(Instant::now() + beat_every, beat_every);
         beat_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let silence = heartbeat * SILENCE_LIMIT;
+        stream.send_timeout = silence;
         let mut last_received = Instant::now();
 
         loop {
@@ -744,6 +757,8 @@ async fn open(
         tx,
         last_sent: Instant::now(),
         granting: false,
+        // Until Welcome says the heartbeat: as long as Welcome may take.
+        send_timeout: WELCOME_TIMEOUT,
     };
     stream.send(Out::Hello(hello)).await?;
     let mut request = tonic::Request::new(ReceiverStream::new(rx));
@@ -790,6 +805,25 @@ fn positive(d: Option<prost_types::Duration>) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A scheduler that stopped reading: once the outgoing queue is full, a frame waits at most
+    /// the stream's send timeout, and the session ends instead of waiting for good.
+    #[tokio::test(start_paused = true)]
+    async fn a_frame_the_scheduler_never_takes_ends_the_session() {
+        let (tx, _unread) = mpsc::channel(1);
+        let mut stream = Stream {
+            tx,
+            last_sent: Instant::now(),
+            granting: true,
+            send_timeout: Duration::from_secs(30),
+        };
+        let beat = || Out::Heartbeat(pb::Heartbeat::default());
+        assert!(stream.send(beat()).await.is_ok(), "the queue had room");
+        match stream.send(beat()).await {
+            Err(SessionError::Stalled(waited)) => assert_eq!(waited, Duration::from_secs(30)),
+            other => panic!("expected Stalled, got {other:?}"),
+        }
+    }
 
     #[test]
     fn scheduler_durations_are_positive_and_capped() {
