@@ -542,3 +542,71 @@ async fn extends_old_leases_and_drops_lost_pending_ones() {
     }));
     finish_shutdown(exec, s, &mut sessions).await;
 }
+
+/// What the scheduler says between its Drain and the end of the stream still counts: an ack
+/// there spares the result a resend to the next replica (which would refuse it as already
+/// reported), and a Revoke there stops a lease not yet sending.
+#[tokio::test]
+async fn acks_and_revokes_after_a_drain_still_count() {
+    let (first, mut first_sessions) = fake_scheduler().await;
+    let (second, mut second_sessions) = fake_scheduler().await;
+    let mut exec = spawn_executor(vec![first, second]).await;
+    let mut s1 = next_session(&mut first_sessions).await;
+    s1.handshake().await;
+
+    // One send reported on the first stream; another lease waits behind it (concurrency 1).
+    s1.send(In::Leases(pb::LeaseBatch {
+        leases: vec![text_lease("done", "q")],
+    }));
+    assert_eq!(exec.started.recv().await.unwrap(), "done");
+    exec.release.add_permits(1);
+    let reported = expect_report(s1.next().await);
+    assert_eq!(reported[0].task_id, "done");
+    assert_eq!(expect_credit(s1.next().await), 1);
+    s1.send(In::Leases(pb::LeaseBatch {
+        leases: vec![text_lease("busy", "q"), text_lease("waiting", "q")],
+    }));
+    assert_eq!(exec.started.recv().await.unwrap(), "busy");
+
+    // Drain, then the ack and a Revoke of the waiting lease, then the end of the stream.
+    s1.send(In::Drain(pb::Drain {
+        reason: "test".into(),
+    }));
+    s1.send(In::ReportAcks(pb::ReportAckBatch {
+        acks: vec![pb::ReportAck {
+            task_id: "done".into(),
+            attempt: 1,
+            accepted: true,
+            state: 0,
+            ..Default::default()
+        }],
+    }));
+    s1.send(In::Revoke(pb::Revoke {
+        lease: Some(lease_ref("waiting")),
+    }));
+    drop(s1);
+
+    // On the next stream: the busy lease is extended, the acked result is not sent again, and
+    // when the busy send ends, the waiting one never starts.
+    let mut s2 = next_session(&mut second_sessions).await;
+    s2.handshake().await;
+    match s2.next().await {
+        Out::Extend(extend) => assert_eq!(extend.leases, vec![lease_ref("busy")]),
+        other => panic!("expected Extend, got {other:?}"),
+    }
+    exec.release.add_permits(1);
+    // The revoked lease's slot comes back as credit, before or after the report.
+    let results = loop {
+        match s2.next().await {
+            Out::Credit(_) => continue,
+            other => break expect_report(other),
+        }
+    };
+    let ids: Vec<&str> = results.iter().map(|r| r.task_id.as_str()).collect();
+    assert_eq!(ids, ["busy"]);
+    assert!(
+        exec.started.try_recv().is_err(),
+        "the revoked lease was sent"
+    );
+    finish_shutdown(exec, s2, &mut second_sessions).await;
+}

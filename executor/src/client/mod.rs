@@ -408,6 +408,21 @@ impl LeaseClient {
                             attempt: l.attempt,
                         }));
                 }
+                // What the scheduler still says about earlier frames counts: an ack spares the
+                // result a resend (and a refusal on the next replica), a lost extension or a
+                // Revoke stops a lease not yet sending. A Revoke cannot be answered here; the
+                // lease is stopped all the same.
+                Ok(Ok(Some(pb::SchedulerMessage {
+                    kind: Some(In::ReportAcks(batch)),
+                }))) => self.on_report_acks(batch),
+                Ok(Ok(Some(pb::SchedulerMessage {
+                    kind: Some(In::ExtendAck(ack)),
+                }))) => self.on_extend_ack(&ack),
+                Ok(Ok(Some(pb::SchedulerMessage {
+                    kind: Some(In::Revoke(pb::Revoke { lease: Some(lease) })),
+                }))) => {
+                    self.on_revoke(&lease);
+                }
                 Ok(Ok(Some(_))) => {}
                 Ok(Ok(None)) | Ok(Err(_)) => return,
                 Err(_) => {
@@ -574,40 +589,18 @@ impl LeaseClient {
             }
             Some(In::ReportAcks(batch)) => {
                 self.progressed = true;
-                for ack in batch.acks {
-                    let key = LeaseKey {
-                        task_id: ack.task_id,
-                        attempt: ack.attempt,
-                    };
-                    if self.outbox.remove(&key).is_some() && !ack.accepted {
-                        // The scheduler says why (older ones did not): a lost lease is routine
-                        // after a cancel or a stall; a result it cannot read is a bug here.
-                        let reason = if ack.reason.is_empty() {
-                            "lease was lost or already reported"
-                        } else {
-                            ack.reason.as_str()
-                        };
-                        info!(task_id = %key.task_id, attempt = key.attempt, state = ack.state, reason, "result not accepted");
-                    }
-                }
-                self.update_stats();
+                self.on_report_acks(batch);
             }
             Some(In::ExtendAck(ack)) => {
                 self.progressed = true;
-                for lost in &ack.lost {
-                    let key = LeaseKey::from_ref(lost);
-                    if self.inflight.lose(&key) {
-                        info!(task_id = %key.task_id, attempt = key.attempt, "lease lost before sending; dropped");
-                    }
-                }
+                self.on_extend_ack(&ack);
             }
             Some(In::Revoke(revoke)) => {
                 let Some(lease) = revoke.lease else {
                     warn!("Revoke without a lease; ignored");
                     return Ok(None);
                 };
-                let result = self.inflight.revoke(&LeaseKey::from_ref(&lease));
-                info!(task_id = %lease.task_id, attempt = lease.attempt, result = ?result, "lease revoked");
+                let result = self.on_revoke(&lease);
                 let mut ack = pb::RevokeAck {
                     lease: Some(lease),
                     result: 0,
@@ -625,6 +618,44 @@ impl LeaseClient {
             None => warn!("empty scheduler frame; ignored"),
         }
         Ok(None)
+    }
+
+    /// Forgets the results the scheduler acknowledged.
+    fn on_report_acks(&mut self, batch: pb::ReportAckBatch) {
+        for ack in batch.acks {
+            let key = LeaseKey {
+                task_id: ack.task_id,
+                attempt: ack.attempt,
+            };
+            if self.outbox.remove(&key).is_some() && !ack.accepted {
+                // The scheduler says why (older ones did not): a lost lease is routine after a
+                // cancel or a stall; a result it cannot read is a bug here.
+                let reason = if ack.reason.is_empty() {
+                    "lease was lost or already reported"
+                } else {
+                    ack.reason.as_str()
+                };
+                info!(task_id = %key.task_id, attempt = key.attempt, state = ack.state, reason, "result not accepted");
+            }
+        }
+        self.update_stats();
+    }
+
+    /// Drops the leases not yet sending that an extension found lost.
+    fn on_extend_ack(&mut self, ack: &pb::ExtendAck) {
+        for lost in &ack.lost {
+            let key = LeaseKey::from_ref(lost);
+            if self.inflight.lose(&key) {
+                info!(task_id = %key.task_id, attempt = key.attempt, "lease lost before sending; dropped");
+            }
+        }
+    }
+
+    /// Stops a revoked lease if it has not started sending; says how it stood.
+    fn on_revoke(&mut self, lease: &pb::LeaseRef) -> pb::RevokeResult {
+        let result = self.inflight.revoke(&LeaseKey::from_ref(lease));
+        info!(task_id = %lease.task_id, attempt = lease.attempt, result = ?result, "lease revoked");
+        result
     }
 
     /// Starts a worker for a new lease, received at `received`.
