@@ -434,3 +434,35 @@ async fn a_callback_for_an_earlier_lost_send_settles_a_task_waiting_after_anothe
     assert_eq!(messages_to(&stack.fake, recipient), 2, "sent a third time");
     Ok(())
 }
+
+/// As above with a failure worth trying again (131000): the sweep settles it by sending the task
+/// once more, and the new message's success stands. Before, the lapsed attempt's row knew no
+/// message, so the first message's failure was taken for the second's and the task was sent
+/// again at every report until its attempts ran out.
+#[tokio::test]
+async fn a_retryable_failure_reported_before_the_executor_died_is_retried_once() -> Result<()> {
+    let recipient = "16505550060";
+    let (mut stack, id) = sent_unanswered(recipient, "1h").await?;
+    let leased = stack.task(&id).await?;
+    let failed = status_of(&leased, "wamid.fake00000001", Callback::Failed(131000));
+    let body = webhook_body(WABA, "messages", failed);
+    assert_eq!(stack.fake.post_webhook(&body).await?, 200);
+    stack.executor.kill()?;
+    stack.executor.wait().await?;
+    stack.fake.release_answers();
+    stack.executor = executor(&stack.scheduler.grpc_url(), &stack.fake).await?;
+    let task = stack
+        .wait_task(&id, |t| {
+            t.lease_count == 2 && t.state() != TaskState::Leased
+        })
+        .await?;
+    assert_eq!(
+        (task.state(), task.end_reason(), stack.wamid(&task)?),
+        (
+            TaskState::Succeeded,
+            EndReason::Sent,
+            "wamid.fake00000002".to_owned()
+        )
+    );
+    Ok(())
+}

@@ -14,8 +14,16 @@
 -- the next sweep can start: the sweep's time when it took every lapsed lease it found, else
 -- the latest expiry it took.
 WITH lapsed AS (
+    SELECT s.*, s.sent_message IS NOT NULL AS reported
+    FROM (
     SELECT t.id, t.lease_expires_at,
-           EXISTS (SELECT 1 FROM herald.task_reports(t.id, t.lease_count, t.fallback_replaces)) AS reported,
+           -- The message a status named: the lapsed attempt's row learns it below, as a report
+           -- would have told it, so that a late failure of it, once the task is sent again, is
+           -- not taken for the new send's (herald.task_reports knows an earlier attempt's
+           -- message by that row; without it a retried failure was retried at every report).
+           (SELECT r.provider_message_id
+            FROM herald.task_reports(t.id, t.lease_count, t.fallback_replaces) r
+            ORDER BY r.occurred_at LIMIT 1) AS sent_message,
            -- A failure among them: SUCCEEDED for now, then settled as a late failure is
            -- (callbacks::settle_failures, by the sweeper in this transaction).
            EXISTS (SELECT 1 FROM herald.message_failure(t.id, t.lease_count, t.fallback_replaces)) AS failed,
@@ -26,6 +34,7 @@ WITH lapsed AS (
     ORDER BY t.lease_expires_at
     LIMIT $1
     FOR UPDATE OF t SKIP LOCKED
+    ) s
 ),
 updated AS (
     UPDATE herald.tasks t
@@ -58,13 +67,13 @@ updated AS (
     FROM lapsed l
     WHERE t.id = l.id
     RETURNING t.id, t.lease_count, t.executor_id, t.leased_at, t.state, t.account_id, t.namespace,
-              l.lease_expires_at AS lapsed_at, l.failed
+              l.lease_expires_at AS lapsed_at, l.failed, l.sent_message
 ),
 recorded AS (
     INSERT INTO herald.attempts (task_id, attempt, executor_id, outcome, error, leased_at,
-                                 account)
+                                 account, provider_message_id)
     SELECT u.id, u.lease_count, COALESCE(u.executor_id, ''), 6, 'lease expired',
-           COALESCE(u.leased_at, herald.now()), u.account_id
+           COALESCE(u.leased_at, herald.now()), u.account_id, u.sent_message
     FROM updated u
     ON CONFLICT (task_id, attempt) DO NOTHING
 )
