@@ -18,6 +18,10 @@ use crate::connect_lease;
 /// How long [`ScriptedExecutor::next`] waits for a frame before failing the test.
 pub const FRAME_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// How long opening a stream keeps asking a replica that answers `UNAVAILABLE`, as an executor
+/// would: its database check can fail for a moment when the machine is busy.
+pub const PATIENCE: Duration = Duration::from_secs(15);
+
 /// One open lease stream driven by the test.
 pub struct ScriptedExecutor {
     outbound: mpsc::Sender<ExecutorMessage>,
@@ -38,6 +42,26 @@ impl ScriptedExecutor {
         Self::connect_with(client, &[], executor_id, queues, credit).await
     }
 
+    /// Like [`ScriptedExecutor::connect`], asking once: for tests of the refusal itself.
+    pub async fn connect_once(
+        url: &str,
+        executor_id: &str,
+        queues: &[&str],
+        credit: u32,
+    ) -> Result<Self> {
+        let client = connect_lease(url).await?;
+        Self::open(
+            client,
+            &[],
+            executor_id,
+            queues,
+            &[],
+            credit,
+            Duration::ZERO,
+        )
+        .await
+    }
+
     /// Like [`ScriptedExecutor::connect`], declaring that it holds only the credentials
     /// `credentials` (the accounts' `credentials_ref`s it can send for).
     pub async fn connect_holding(
@@ -48,7 +72,16 @@ impl ScriptedExecutor {
         credit: u32,
     ) -> Result<Self> {
         let client = connect_lease(url).await?;
-        Self::open(client, &[], executor_id, queues, credentials, credit).await
+        Self::open(
+            client,
+            &[],
+            executor_id,
+            queues,
+            credentials,
+            credit,
+            PATIENCE,
+        )
+        .await
     }
 
     /// Like [`ScriptedExecutor::connect`] over an existing client (TLS, for instance), with
@@ -62,7 +95,7 @@ impl ScriptedExecutor {
         queues: &[&str],
         credit: u32,
     ) -> Result<Self> {
-        Self::open(client, metadata, executor_id, queues, &[], credit).await
+        Self::open(client, metadata, executor_id, queues, &[], credit, PATIENCE).await
     }
 
     async fn open(
@@ -74,29 +107,43 @@ impl ScriptedExecutor {
         queues: &[&str],
         credentials: &[&str],
         credit: u32,
+        patience: Duration,
     ) -> Result<Self> {
-        let (outbound, rx) = mpsc::channel(64);
-        outbound
-            .send(frame(executor_message::Kind::Hello(Hello {
-                executor_id: executor_id.to_owned(),
-                protocol_version: herald_proto::LEASE_PROTOCOL_VERSION,
-                queues: queues.iter().map(|q| (*q).to_owned()).collect(),
-                initial_credit: credit,
-                credentials_refs: credentials.iter().map(|c| (*c).to_owned()).collect(),
-            })))
-            .await
-            .context("sending Hello")?;
-        let mut request = tonic::Request::new(ReceiverStream::new(rx));
-        for (key, value) in metadata {
-            request
-                .metadata_mut()
-                .insert(*key, value.parse().context("metadata value")?);
-        }
-        let mut inbound = client
-            .lease(request)
-            .await
-            .context("opening the lease stream")?
-            .into_inner();
+        let hello = Hello {
+            executor_id: executor_id.to_owned(),
+            protocol_version: herald_proto::LEASE_PROTOCOL_VERSION,
+            queues: queues.iter().map(|q| (*q).to_owned()).collect(),
+            initial_credit: credit,
+            credentials_refs: credentials.iter().map(|c| (*c).to_owned()).collect(),
+        };
+        let give_up_at = tokio::time::Instant::now() + patience;
+        let mut backoff = Duration::from_millis(50);
+        let (outbound, mut inbound) = loop {
+            let (outbound, rx) = mpsc::channel(64);
+            outbound
+                .send(frame(executor_message::Kind::Hello(hello.clone())))
+                .await
+                .context("sending Hello")?;
+            let mut request = tonic::Request::new(ReceiverStream::new(rx));
+            for (key, value) in metadata {
+                request
+                    .metadata_mut()
+                    .insert(*key, value.parse().context("metadata value")?);
+            }
+            match client.lease(request).await {
+                Ok(response) => break (outbound, response.into_inner()),
+                // What a real executor does too: a replica that says it cannot reach its
+                // database right now (a slow check on a busy machine) is asked again later.
+                Err(status)
+                    if status.code() == tonic::Code::Unavailable
+                        && tokio::time::Instant::now() + backoff < give_up_at =>
+                {
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+                Err(status) => return Err(status).context("opening the lease stream"),
+            }
+        };
         let welcome = match next_kind(&mut inbound, FRAME_TIMEOUT).await? {
             scheduler_message::Kind::Welcome(w) => w,
             other => bail!("expected Welcome, got {other:?}"),

@@ -522,7 +522,7 @@ async fn postgres_restarted_mid_run_turns_health_not_serving_and_everything_reco
         "CreateTask during the outage answered {refused:?}"
     );
     // A new lease stream is refused, so an executor would try another replica at once.
-    let stream_refused = ScriptedExecutor::connect(&scheduler.grpc_url(), "latecomer", &[], 1)
+    let stream_refused = ScriptedExecutor::connect_once(&scheduler.grpc_url(), "latecomer", &[], 1)
         .await
         .err()
         .context("a lease stream opened without a database")?;
