@@ -729,3 +729,97 @@ async fn a_campaign_whose_pool_cannot_send_has_no_finish_estimate() -> Result<()
     assert_eq!(estimate(&mut c).await?, None);
     Ok(())
 }
+
+/// A campaign's labels are checked as a task's are, with one entry left for the
+/// `herald.campaign_id` every task of it carries: a bad one is INVALID_ARGUMENT naming
+/// `campaign.labels`, and nothing is written.
+#[tokio::test]
+async fn a_campaigns_bad_labels_are_refused_naming_the_field() -> Result<()> {
+    let db = TestDb::new().await?;
+    let s = SchedulerProcess::spawn(&db).await?;
+    let mut c = client(&s).await?;
+    let full: std::collections::BTreeMap<String, String> =
+        (0..32).map(|i| (format!("k{i}"), "v".into())).collect();
+    let long: std::collections::BTreeMap<String, String> =
+        [("team".to_string(), "x".repeat(257))].into();
+    for (labels, why) in [(full, "at most 31"), (long, "at most 256")] {
+        let refused = c
+            .create_campaign(CreateCampaignRequest {
+                campaign: Some(CampaignSpec {
+                    labels: labels.into_iter().collect(),
+                    ..spec()
+                }),
+                recipients: vec![],
+                ..Default::default()
+            })
+            .await
+            .err()
+            .with_context(|| format!("a campaign whose labels break {why:?} was created"))?;
+        assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+        assert!(
+            refused.message().contains("campaign.labels") && refused.message().contains(why),
+            "{refused:?}"
+        );
+    }
+    let written: i64 = db
+        .connect()
+        .await?
+        .query_one("SELECT count(*) FROM herald.campaigns", &[])
+        .await?
+        .get(0);
+    assert_eq!(written, 0, "a refused campaign was written");
+    Ok(())
+}
+
+/// Only recipients new to a campaign count towards its 100,000 cap: a stream resumed from its
+/// start near the cap adds nobody and is not refused, and a new recipient past it is.
+#[tokio::test]
+async fn recipients_already_in_a_campaign_near_its_cap_are_dropped_not_refused() -> Result<()> {
+    let db = TestDb::new().await?;
+    let s = SchedulerProcess::spawn(&db).await?;
+    let mut c = client(&s).await?;
+    let id = create_with(&mut c, 1_000).await?;
+    // As if 98,999 more had been added before the stream broke.
+    let sql = db.connect().await?;
+    sql.execute(
+        "UPDATE herald.campaigns SET recipient_count = 99999 WHERE id = $1::text::uuid",
+        &[&id],
+    )
+    .await?;
+    let again: Vec<CampaignRecipient> = (0..1_000)
+        .map(|i| CampaignRecipient {
+            recipient: format!("user-{i}"),
+            ..Default::default()
+        })
+        .collect();
+    let resumed = c
+        .add_recipients(AddRecipientsRequest {
+            campaign_id: id.clone(),
+            recipients: again.clone(),
+        })
+        .await
+        .context("recipients already added were refused as over the cap")?
+        .into_inner();
+    assert_eq!((resumed.added, resumed.duplicates), (0, 1_000));
+    // One new recipient still fits; a second does not.
+    let one_more = |name: &str| AddRecipientsRequest {
+        campaign_id: id.clone(),
+        recipients: [
+            again[..10].to_vec(),
+            vec![CampaignRecipient {
+                recipient: name.into(),
+                ..Default::default()
+            }],
+        ]
+        .concat(),
+    };
+    let fits = c.add_recipients(one_more("last")).await?.into_inner();
+    assert_eq!((fits.added, fits.total), (1, 100_000));
+    let over = c
+        .add_recipients(one_more("too-many"))
+        .await
+        .err()
+        .context("a recipient past the cap was added")?;
+    assert_eq!(over.code(), tonic::Code::FailedPrecondition, "{over:?}");
+    Ok(())
+}

@@ -831,6 +831,33 @@ async fn audience_tasks(db: &TestDb, audience: &str) -> Result<(i64, i64)> {
     Ok((row.get("tasks"), row.get("recipients")))
 }
 
+/// Creates a campaign named `name` sending template `template` to all of `audience`.
+async fn audience_campaign(
+    campaigns: &mut CampaignServiceClient<Channel>,
+    name: &str,
+    queue: &str,
+    template: &str,
+    audience: &str,
+) -> Result<Campaign> {
+    Ok(campaigns
+        .create_campaign(CreateCampaignRequest {
+            campaign: Some(CampaignSpec {
+                name: name.into(),
+                queue: queue.into(),
+                content: Some(uses(template, &[])),
+                audience: Some(AudienceTarget {
+                    audience_id: audience.into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            recipients: vec![],
+            ..Default::default()
+        })
+        .await?
+        .into_inner())
+}
+
 /// Waits until the campaign has added its whole audience, and returns it.
 async fn audience_added(campaigns: &CampaignServiceClient<Channel>, id: &str) -> Result<Campaign> {
     until("the campaign to add its whole audience", || {
@@ -859,23 +886,7 @@ async fn a_campaign_to_a_large_audience_adds_it_in_pages_and_a_page_added_twice_
     crowd(&s, "crowd", 2_500).await?;
     text_template(&s, "offer", "Hello {{ name }}").await?;
     let mut campaigns = CampaignServiceClient::connect(s.grpc_url()).await?;
-    let created = campaigns
-        .create_campaign(CreateCampaignRequest {
-            campaign: Some(CampaignSpec {
-                name: "everyone".into(),
-                queue: "offers".into(),
-                content: Some(uses("offer", &[])),
-                audience: Some(AudienceTarget {
-                    audience_id: "crowd".into(),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            recipients: vec![],
-            ..Default::default()
-        })
-        .await?
-        .into_inner();
+    let created = audience_campaign(&mut campaigns, "everyone", "offers", "offer", "crowd").await?;
     // The call wrote the first page and answered; the rest follows in the background.
     let first = created.progress.as_ref().map_or(0, |p| p.total);
     ensure!(
@@ -965,5 +976,53 @@ async fn a_campaign_to_a_large_audience_adds_it_in_pages_and_a_page_added_twice_
         "{}",
         stopped.audience_error
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_audience_contact_that_does_not_render_is_left_out_and_holds_up_no_campaign(
+) -> Result<()> {
+    let db = TestDb::new().await?;
+    let s = SchedulerProcess::spawn(&db).await?;
+    audience(
+        &s,
+        "club",
+        vec![
+            contact("ann", "Ann", "", &[], "1990-05-01"),
+            contact("bob", "Bob", "", &[], ""),
+        ],
+    )
+    .await?;
+    text_template(&s, "birthday", "Happy {{ birthday }}, {{ name }}").await?;
+    let mut campaigns = CampaignServiceClient::connect(s.grpc_url()).await?;
+    let club = audience_campaign(&mut campaigns, "birthdays", "greetings", "birthday", "club")
+        .await
+        .context("a contact without the template's attribute refused the whole campaign")?;
+    // Bob has no birthday to render: he is left out, Ann is not.
+    assert_eq!(
+        texts(&s, "greetings").await?,
+        [("ann".to_string(), "Happy 1990-05-01, Ann".to_string())].into()
+    );
+    let club = audience_added(&campaigns, &club.id).await?;
+    assert_eq!(club.progress.as_ref().map(|p| p.total), Some(1));
+    assert_eq!(club.audience_error, "");
+
+    // A campaign whose pages cannot be added (its stored spec no longer decodes) holds up no
+    // campaign listed after it.
+    db.connect()
+        .await?
+        .execute(
+            "UPDATE herald.campaigns SET spec = '\\x00ff'::bytea, audience_pending = true
+             WHERE id = $1::text::uuid",
+            &[&club.id],
+        )
+        .await?;
+    crowd(&s, "crowd", 1_500).await?;
+    text_template(&s, "offer", "Hello {{ name }}").await?;
+    let everyone =
+        audience_campaign(&mut campaigns, "everyone", "offers", "offer", "crowd").await?;
+    let done = audience_added(&campaigns, &everyone.id).await?;
+    assert_eq!(done.progress.as_ref().map(|p| p.total), Some(1_500));
+    assert_eq!(audience_tasks(&db, "crowd").await?, (1_500, 1_500));
     Ok(())
 }

@@ -3,6 +3,7 @@
 //! in one transaction, each due at its slot of the campaign's window. CreateCampaign's first
 //! chunk, AddRecipients, StreamRecipients and the audience pages all come through here.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 
 use chrono::{DateTime, Duration as ChronoDuration, Utc};
@@ -97,8 +98,28 @@ impl Campaigns {
         let now = self.tasks.clock().now();
         let prepared = self
             .prepare_recipients(&conn, namespace, &spec, id, recipients, path, now)
-            .await?;
+            .await;
+        let (recipients, prepared) = match (prepared, audience) {
+            (Ok(prepared), _) => (Cow::Borrowed(recipients), prepared),
+            // An audience is data that changes after the campaign was made: one contact
+            // without an attribute the template needs is left out (and logged), as a
+            // schedule's run does, rather than holding up every contact after it.
+            (Err(Error::InvalidArgument(_)), Some(audience)) => {
+                let (kept, prepared) = self
+                    .prepare_each(&conn, namespace, &spec, id, recipients, audience, now)
+                    .await?;
+                (Cow::Owned(kept), prepared)
+            }
+            (Err(e), _) => return Err(e),
+        };
         drop(conn);
+        if recipients.is_empty() {
+            return Ok(Added {
+                added: 0,
+                duplicates: 0,
+                total: campaign.recipient_count,
+            });
+        }
         let into = WriteTarget {
             namespace,
             spec: &spec,
@@ -107,7 +128,47 @@ impl Campaigns {
             audience,
             now,
         };
-        self.write_recipients(&into, recipients, prepared).await
+        self.write_recipients(&into, &recipients, prepared).await
+    }
+
+    /// [`Self::prepare_recipients`] one recipient at a time: the recipients that check and
+    /// render, with their preparation; the others are logged and left out.
+    #[allow(clippy::too_many_arguments)]
+    async fn prepare_each(
+        &self,
+        conn: &impl deadpool_postgres::GenericClient,
+        namespace: &str,
+        spec: &pb::CampaignSpec,
+        id: Uuid,
+        recipients: &[Recipient],
+        audience: &str,
+        now: DateTime<Utc>,
+    ) -> Result<(Vec<Recipient>, PreparedRecipients), Error> {
+        let mut kept = Vec::with_capacity(recipients.len());
+        let mut prepared = PreparedRecipients {
+            zones: Vec::with_capacity(recipients.len()),
+            tasks: Vec::with_capacity(recipients.len()),
+        };
+        for r in recipients {
+            let one = std::slice::from_ref(r);
+            match self
+                .prepare_recipients(conn, namespace, spec, id, one, "contact", now)
+                .await
+            {
+                Ok(mut p) => {
+                    kept.push(r.clone());
+                    prepared.zones.append(&mut p.zones);
+                    prepared.tasks.append(&mut p.tasks);
+                }
+                Err(Error::InvalidArgument(problems)) => {
+                    tracing::warn!(campaign_id = %id, audience_id = audience,
+                        recipient = %r.recipient, problems = %crate::error::describe(&problems),
+                        "an audience contact's task does not validate; it is left out of the campaign");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok((kept, prepared))
     }
 
     /// Checks and renders `recipients` as tasks of campaign `id` with `spec`, writing nothing:
@@ -169,11 +230,6 @@ impl Campaigns {
                     "campaign {id} is {state}"
                 )));
             }
-            if count.saturating_add(recipients.len() as i32) > MAX_RECIPIENTS {
-                return Err(Error::FailedPrecondition(format!(
-                    "campaign {id} would exceed 100,000 recipients"
-                )));
-            }
             // Both spellings of each recipient are looked for, and compared by their shared
             // form: "+1650…" and "1650…" are one person, who must get the campaign once.
             let keys: Vec<&str> = recipients
@@ -209,6 +265,14 @@ impl Campaigns {
                 task.due = DueAt::At(slots.due(&r.recipient, zones[i], seq).max(now));
                 task.origin = origin.clone();
                 fresh.push(task);
+            }
+            // Only the recipients new to the campaign count towards its cap: a stream resumed
+            // from its start, or an audience page added twice, adds nobody.
+            if count.saturating_add(i32::try_from(fresh.len()).unwrap_or(i32::MAX)) > MAX_RECIPIENTS
+            {
+                return Err(Error::FailedPrecondition(format!(
+                    "campaign {id} would exceed 100,000 recipients"
+                )));
             }
             let duplicates = recipients.len() - fresh.len();
             if fresh.is_empty() {
