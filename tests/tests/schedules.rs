@@ -606,3 +606,76 @@ async fn bad_schedule_input_names_its_field_and_changes_nothing() -> Result<()> 
     }
     Ok(())
 }
+
+/// A run whose recipients' tasks no longer check (the template changed to need a variable the
+/// schedule does not supply) is not recorded as if it had sent: it counts the tasks it made
+/// (none) and says why, in RunScheduleNow's answer and in ListScheduleRuns.
+#[tokio::test]
+async fn a_run_whose_tasks_no_longer_render_counts_none_and_says_why() -> Result<()> {
+    use herald_proto::v1::{
+        template, template_service_client::TemplateServiceClient, CreateTemplateRequest, Template,
+        TemplateContent, TextTemplate, UpdateTemplateRequest,
+    };
+    let db = TestDb::new().await?;
+    let s = SchedulerProcess::spawn(&db).await?;
+    let text = |body: &str| Template {
+        id: "report".into(),
+        kind: Some(template::Kind::Text(TextTemplate { body: body.into() })),
+        ..Default::default()
+    };
+    let mut templates = TemplateServiceClient::connect(s.grpc_url()).await?;
+    templates
+        .create_template(CreateTemplateRequest {
+            template: Some(text("{{ team }} report")),
+        })
+        .await?;
+    let mut c = client(&s).await?;
+    c.create_schedule(CreateScheduleRequest {
+        schedule: Some(ScheduleSpec {
+            id: "daily".into(),
+            cron: "0 9 * * *".into(),
+            time_zone: "Europe/Berlin".into(),
+            queue: "reports".into(),
+            recipients: vec!["ann".into(), "bob".into()],
+            content: Some(Content {
+                body: Some(content::Body::Template(TemplateContent {
+                    template_id: "report".into(),
+                    variables: [("team".to_string(), "Sales".to_string())].into(),
+                    ..Default::default()
+                })),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+    })
+    .await?;
+    templates
+        .update_template(UpdateTemplateRequest {
+            template: Some(text("{{ team }} report for {{ region }}")),
+        })
+        .await?;
+    let run = c
+        .run_schedule_now(RunScheduleNowRequest { id: "daily".into() })
+        .await?
+        .into_inner();
+    assert_eq!(run.task_count, 0, "{run:?}");
+    assert!(
+        run.error.contains("2 of 2") && run.error.contains("region"),
+        "{run:?}"
+    );
+    let listed = c
+        .list_schedule_runs(ListScheduleRunsRequest {
+            id: "daily".into(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner()
+        .runs;
+    assert_eq!(listed.len(), 1);
+    assert_eq!((listed[0].task_count, &listed[0].error), (0, &run.error));
+    assert_eq!(
+        runs(&db, "daily").await?.into_values().collect::<Vec<_>>(),
+        [("manual".to_string(), 0)]
+    );
+    Ok(())
+}

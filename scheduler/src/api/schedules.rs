@@ -56,7 +56,7 @@ fn run(r: &RunRecord) -> pb::ScheduleRun {
         created_at: Some(timestamp(r.created_at)),
         overran_at: r.overran_at.map(timestamp),
         fanning_out: r.fanning_out,
-        error: r.fanout_error.clone().unwrap_or_default(),
+        error: r.error.clone().unwrap_or_default(),
     }
 }
 

@@ -353,27 +353,20 @@ async fn insert_tasks(
     if specs.is_empty() {
         return Ok(0);
     }
-    let path = |i: usize| format!("schedule {schedule_id} run {} task {i}", f.fire_time);
-    let prepared = match crate::tasks::prepare(tx, &f.namespace, specs.clone(), &path, now).await {
-        Ok(tasks) => tasks,
-        Err(Error::InvalidArgument(_)) => {
-            let mut kept = Vec::with_capacity(specs.len());
-            for spec in specs {
-                let recipient = spec.recipient.clone();
-                match crate::tasks::prepare(tx, &f.namespace, vec![spec], &path, now).await {
-                    Ok(mut t) => kept.append(&mut t),
-                    Err(Error::InvalidArgument(problems)) => {
-                        tracing::warn!(schedule_id, fire_time = %f.fire_time, %recipient,
-                            problems = %crate::error::describe(&problems),
-                            "a recipient's task does not validate; it is left out of the run");
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
-            kept
-        }
-        Err(e) => return Err(e),
+    let recipients: Vec<String> = specs.iter().map(|s| s.recipient.clone()).collect();
+    let path = |i: usize| {
+        let recipient = recipients.get(i).map_or("?", String::as_str);
+        format!(
+            "schedule {schedule_id} run {} recipient {recipient}",
+            f.fire_time
+        )
     };
+    let (prepared, left_out) =
+        crate::tasks::prepare_leaving_out(tx, &f.namespace, specs, &path, now).await?;
+    for problems in &left_out {
+        tracing::warn!(schedule_id, fire_time = %f.fire_time, %problems,
+            "a recipient's task does not validate; it is left out of the run");
+    }
     let origin = Origin::ScheduleRun {
         schedule_id: schedule_id.to_owned(),
         fire_time: f.fire_time,

@@ -410,7 +410,15 @@ async fn fire_run(
         && tx.schedules().run_in_progress(namespace, &s.id).await?
     {
         tx.schedules()
-            .insert_run(namespace, &s.id, run.fire_time, "skipped_overlap", 0, None)
+            .insert_run(
+                namespace,
+                &s.id,
+                run.fire_time,
+                "skipped_overlap",
+                0,
+                None,
+                None,
+            )
             .await?;
         return Ok(false);
     }
@@ -421,7 +429,15 @@ async fn fire_run(
         let last_slot = ChronoDuration::milliseconds(s.stagger_ms);
         if run.catch_up && !run.manual && run.fire_time + last_slot + expire_after <= now {
             tx.schedules()
-                .insert_run(namespace, &s.id, run.fire_time, "skipped_expired", 0, None)
+                .insert_run(
+                    namespace,
+                    &s.id,
+                    run.fire_time,
+                    "skipped_expired",
+                    0,
+                    None,
+                    None,
+                )
                 .await?;
             return Ok(false);
         }
@@ -441,7 +457,15 @@ async fn fire_run(
         // Its tasks are written batch by batch (`fanout`), counted on the run as they are.
         if tx
             .schedules()
-            .insert_run(namespace, &s.id, run.fire_time, kind, 0, overrun_deadline)
+            .insert_run(
+                namespace,
+                &s.id,
+                run.fire_time,
+                kind,
+                0,
+                overrun_deadline,
+                None,
+            )
             .await?
         {
             tx.fanouts()
@@ -461,7 +485,25 @@ async fn fire_run(
         return Ok(false);
     }
     let specs = run_tasks(s, spec, run, now);
-    let count = i32::try_from(specs.len()).unwrap_or(i32::MAX);
+    let recipients = specs.len();
+    let path = |i: usize| format!("schedule {} run {} recipient {i}", s.id, run.fire_time);
+    // Checked and rendered as any task is: a stored template becomes its text here. A task that
+    // no longer passes (a template changed or deleted since, an account deleted) is left out
+    // and the run says why, rather than failing the materialiser for every other schedule or
+    // recording a run that looks fired and sent nothing.
+    let (tasks, left_out) =
+        crate::tasks::prepare_leaving_out(tx, namespace, specs, &path, now).await?;
+    let error = left_out.first().map(|first| {
+        format!(
+            "{} of {recipients} recipients left out, their tasks do not validate: {first}",
+            left_out.len()
+        )
+    });
+    if let Some(error) = &error {
+        tracing::error!(schedule_id = %s.id, fire_time = %run.fire_time, %error,
+            "schedule run's tasks do not validate");
+    }
+    let count = i32::try_from(tasks.len()).unwrap_or(i32::MAX);
     if !tx
         .schedules()
         .insert_run(
@@ -471,25 +513,12 @@ async fn fire_run(
             kind,
             count,
             overrun_deadline,
+            error.as_deref(),
         )
         .await?
     {
         return Ok(false);
     }
-    let path = |i: usize| format!("schedule {} run {} recipient {i}", s.id, run.fire_time);
-    // Checked and rendered as any task is: a stored template becomes its text here. A run whose
-    // tasks no longer pass (a template deleted since) records the run without tasks and says
-    // why, rather than failing the materialiser for every other schedule.
-    let tasks = match crate::tasks::prepare(tx, namespace, specs, &path, now).await {
-        Ok(tasks) => tasks,
-        Err(Error::InvalidArgument(problems)) => {
-            tracing::error!(schedule_id = %s.id, fire_time = %run.fire_time,
-                problems = %crate::error::describe(&problems),
-                "schedule run's tasks do not validate; none created");
-            return Ok(true);
-        }
-        Err(e) => return Err(e),
-    };
     let origin = Origin::ScheduleRun {
         schedule_id: s.id.clone(),
         fire_time: run.fire_time,

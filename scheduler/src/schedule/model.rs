@@ -58,7 +58,8 @@ pub struct RunRecord {
     /// Recipients are still to become tasks (an audience or variables-source run).
     pub fanning_out: bool,
     /// Why the fan-out's last batch failed (a variables source that did not answer, an
-    /// audience deleted); cleared by a batch that succeeds. With `fanning_out` false, the run
-    /// gave up there.
-    pub fanout_error: Option<String>,
+    /// audience deleted; cleared by a batch that succeeds; with `fanning_out` false, the run
+    /// gave up there), else why recipients were left out of the run (their tasks no longer
+    /// check or render).
+    pub error: Option<String>,
 }

@@ -424,6 +424,36 @@ pub async fn prepare(
     Ok(tasks)
 }
 
+/// [`prepare`] for the tasks of a run or a page of contacts, where one recipient's task that
+/// no longer checks or renders (a template that now needs a variable the recipient lacks) must
+/// not hold up the others: the tasks that prepare, and what is wrong with each one left out.
+pub async fn prepare_leaving_out(
+    db: &impl GenericClient,
+    namespace: &str,
+    specs: Vec<TaskSpec>,
+    path: PathOf<'_>,
+    now: DateTime<Utc>,
+) -> Result<(Vec<NewTask>, Vec<String>), Error> {
+    match prepare(db, namespace, specs.clone(), path, now).await {
+        Ok(tasks) => return Ok((tasks, Vec::new())),
+        Err(Error::InvalidArgument(_)) => {}
+        Err(e) => return Err(e),
+    }
+    let mut kept = Vec::with_capacity(specs.len());
+    let mut left_out = Vec::new();
+    for (i, spec) in specs.into_iter().enumerate() {
+        let this = move |_: usize| path(i);
+        match prepare(db, namespace, vec![spec], &this, now).await {
+            Ok(mut task) => kept.append(&mut task),
+            Err(Error::InvalidArgument(problems)) => {
+                left_out.push(crate::error::describe(&problems));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok((kept, left_out))
+}
+
 /// Inserts prepared tasks (with their origin) on `db`; an idempotency key bound to a different
 /// request is ALREADY_EXISTS naming the field.
 pub async fn insert(

@@ -47,7 +47,7 @@ fn run_json(r: &RunRecord, zone: &str) -> Value {
         "tasks": r.task_count,
         "created_at": when(r.created_at),
         "fanning_out": r.fanning_out,
-        "error": r.fanout_error,
+        "error": r.error,
     })
 }
 

@@ -88,7 +88,7 @@ impl FromRow for RunRecord {
             created_at: column(r, "created_at")?,
             overran_at: column(r, "overran_at")?,
             fanning_out: column(r, "fanning_out")?,
-            fanout_error: column(r, "fanout_error")?,
+            error: column(r, "error")?,
         })
     }
 }
@@ -298,8 +298,9 @@ impl<C: GenericClient> ScheduleRepo<'_, C> {
         )
     }
 
-    /// Records a run, to be checked for overrunning at `overrun_deadline` (None: never);
-    /// false when that fire time already had one.
+    /// Records a run, to be checked for overrunning at `overrun_deadline` (None: never), with
+    /// why recipients were left out of it (`error`); false when that fire time already had one.
+    #[allow(clippy::too_many_arguments)]
     pub async fn insert_run(
         &self,
         namespace: &str,
@@ -308,6 +309,7 @@ impl<C: GenericClient> ScheduleRepo<'_, C> {
         kind: &str,
         task_count: i32,
         overrun_deadline: Option<DateTime<Utc>>,
+        error: Option<&str>,
     ) -> Result<bool, StoreError> {
         Ok(INSERT_RUN
             .execute(
@@ -319,6 +321,7 @@ impl<C: GenericClient> ScheduleRepo<'_, C> {
                     &kind,
                     &task_count,
                     &overrun_deadline,
+                    &error,
                 ],
             )
             .await?
