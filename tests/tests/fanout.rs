@@ -1026,3 +1026,98 @@ async fn an_audience_contact_that_does_not_render_is_left_out_and_holds_up_no_ca
     assert_eq!(audience_tasks(&db, "crowd").await?, (1_500, 1_500));
     Ok(())
 }
+
+/// UpdateSchedule checks what CreateSchedule checks, no more and no less: an inline schedule
+/// whose template takes its figures from a variables source can be edited, and an audience
+/// that does not exist (or a date attribute it does not declare) is refused naming the field.
+#[tokio::test]
+async fn update_schedule_checks_the_audience_and_renders_as_create_does() -> Result<()> {
+    use herald_proto::v1::UpdateScheduleRequest;
+    let db = TestDb::new().await?;
+    let source = WebhookReceiver::start_https().await?;
+    let s = sourcing_scheduler(&db, &source, true).await?;
+    audience(&s, "team", vec![contact("ann", "Ann", "", &[], "")]).await?;
+    text_template(&s, "note", "{{ figure }} today").await?;
+    let mut schedules = ScheduleServiceClient::connect(s.grpc_url()).await?;
+    schedules
+        .create_schedule(CreateScheduleRequest {
+            schedule: Some(ScheduleSpec {
+                id: "notes".into(),
+                cron: "0 8 * * *".into(),
+                time_zone: "UTC".into(),
+                queue: "notes".into(),
+                recipients: vec!["ann".into(), "bob".into()],
+                variables_source: Some(VariablesSource {
+                    url: format!("{}/v", source.url()),
+                    timeout: None,
+                }),
+                content: Some(uses("note", &[])),
+                ..Default::default()
+            }),
+        })
+        .await?;
+    let update = |spec: ScheduleSpec, paths: &[&str]| UpdateScheduleRequest {
+        schedule: Some(ScheduleSpec {
+            id: "notes".into(),
+            ..spec
+        }),
+        update_mask: Some(prost_types::FieldMask {
+            paths: paths.iter().map(|p| p.to_string()).collect(),
+        }),
+    };
+    let edited = schedules
+        .update_schedule(update(
+            ScheduleSpec {
+                cron: "0 9 * * *".into(),
+                ..Default::default()
+            },
+            &["cron"],
+        ))
+        .await
+        .context("an edit of a source-fed schedule was refused")?
+        .into_inner();
+    assert_eq!(
+        edited.schedule.and_then(|s| s.spec).map(|s| s.cron),
+        Some("0 9 * * *".into())
+    );
+
+    for (target, field) in [
+        (
+            AudienceTarget {
+                audience_id: "no-such-team".into(),
+                ..Default::default()
+            },
+            "schedule.audience.audience_id",
+        ),
+        (
+            AudienceTarget {
+                audience_id: "team".into(),
+                date_attribute: "hired".into(),
+                ..Default::default()
+            },
+            "schedule.audience.date_attribute",
+        ),
+    ] {
+        let refused = schedules
+            .update_schedule(update(
+                ScheduleSpec {
+                    recipients: vec![],
+                    audience: Some(target),
+                    ..Default::default()
+                },
+                &["recipients", "audience"],
+            ))
+            .await
+            .err()
+            .with_context(|| format!("an update with a bad {field} was accepted"))?;
+        assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+        assert!(refused.message().contains(field), "{refused:?}");
+    }
+    let stored = schedules
+        .get_schedule(GetScheduleRequest { id: "notes".into() })
+        .await?
+        .into_inner();
+    let spec = stored.spec.context("no spec")?;
+    assert_eq!((spec.audience, spec.recipients.len()), (None, 2));
+    Ok(())
+}

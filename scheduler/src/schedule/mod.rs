@@ -60,9 +60,28 @@ impl Schedules {
         spec::check_period(&fires, now, self.min_period)?;
         record.next_fire_at = fires.next_after(now);
         let conn = self.store.conn().await?;
+        self.check_runs(&conn, namespace, spec, now).await?;
+        drop(conn);
+        transaction!(self.store, Error, |tx| Ok::<_, Error>(
+            tx.schedules().create(namespace, &record).await?
+        ))?
+        .ok_or_else(|| Error::AlreadyExists(format!("schedule {} already exists", spec.id)))
+    }
+
+    /// Checks what every run of `spec` will need, on `db`: its audience and the date attribute
+    /// it filters on, its variables source's address, and its inline recipients' tasks,
+    /// rendered against the stored templates and targets as they will be at every fire time.
+    /// CreateSchedule and UpdateSchedule check alike, so an edit cannot make a schedule that
+    /// could only ever fail, nor refuse one that create accepts.
+    async fn check_runs(
+        &self,
+        db: &impl deadpool_postgres::GenericClient,
+        namespace: &str,
+        spec: &pb::ScheduleSpec,
+        now: DateTime<Utc>,
+    ) -> Result<(), Error> {
         if let Some(target) = &spec.audience {
-            crate::audiences::target_audience(&conn, namespace, target, "schedule.audience")
-                .await?;
+            crate::audiences::target_audience(db, namespace, target, "schedule.audience").await?;
         }
         self.check_source(spec)?;
         // A fan-out's tasks are rendered per recipient at each fire, with variables only the
@@ -75,18 +94,14 @@ impl Schedules {
             .map(|r| spec::task_of(spec, r))
             .collect();
         crate::tasks::prepare(
-            &conn,
+            db,
             namespace,
             probes,
             &|i| format!("schedule.recipients[{i}]"),
             now,
         )
         .await?;
-        drop(conn);
-        transaction!(self.store, Error, |tx| Ok::<_, Error>(
-            tx.schedules().create(namespace, &record).await?
-        ))?
-        .ok_or_else(|| Error::AlreadyExists(format!("schedule {} already exists", spec.id)))
+        Ok(())
     }
 
     /// Changes the fields of a schedule named in `paths` to their values in `patch`
@@ -109,25 +124,12 @@ impl Schedules {
             let mut spec = pb::ScheduleSpec::decode(current.spec.as_slice())
                 .map_err(|e| StoreError::Corrupt(format!("schedule {id} spec: {e}")))?;
             let rules_changed = spec::merge(&mut spec, patch, paths)?;
-            self.check_source(&spec)?;
             let now = self.clock.now();
             let (mut record, fires) = spec::check(&spec, now)?;
             if rules_changed {
                 spec::check_period(&fires, now, self.min_period)?;
             }
-            let probes: Vec<_> = spec
-                .recipients
-                .iter()
-                .map(|r| spec::task_of(&spec, r))
-                .collect();
-            crate::tasks::prepare(
-                tx,
-                namespace,
-                probes,
-                &|i| format!("schedule.recipients[{i}]"),
-                now,
-            )
-            .await?;
+            self.check_runs(tx, namespace, &spec, now).await?;
             record.next_fire_at = match (current.paused, rules_changed) {
                 (true, _) => current.next_fire_at,
                 (false, true) => fires.next_after(now),
