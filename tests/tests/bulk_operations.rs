@@ -440,3 +440,95 @@ async fn retry_and_reschedule_by_filter() -> Result<()> {
     assert_eq!(ops.len(), 2, "refused requests store nothing");
     Ok(())
 }
+
+/// A bulk retry racing a cancel: the retry's transaction has brought a campaign's failed tasks
+/// back and is still open (held on a later task) when CancelCampaign comes. The cancel waits
+/// for it and cancels what it brought back, instead of those tasks committing live in a
+/// cancelled campaign and being sent.
+#[tokio::test]
+async fn a_bulk_retry_racing_a_campaign_cancel_leaves_nothing_of_the_campaign_to_send() -> Result<()>
+{
+    use herald_proto::v1::CancelCampaignRequest;
+    let db = TestDb::new().await?;
+    let s = SchedulerProcess::spawn(&db).await?;
+    let queue = unique_id("race");
+    let cancelled = campaign_with(&s.grpc_url(), &queue, 3, Duration::ZERO).await?;
+    // Made later, so its task comes last in the retry's id order.
+    let last = campaign_with(&s.grpc_url(), &queue, 1, Duration::ZERO).await?;
+    let mut exec = ScriptedExecutor::connect(&s.grpc_url(), "exec-1", &[&queue], 4).await?;
+    let leases = exec.leases(4).await?;
+    exec.report_each(&leases, OutcomeClass::Permanent).await?;
+    let sql = db.connect().await?;
+    sql.execute(
+        "UPDATE herald.campaigns SET state = 'finished' WHERE id = $1::text::uuid",
+        &[&last],
+    )
+    .await?;
+
+    // The retry is held on the last campaign's row (reopening it), after the first campaign's
+    // three tasks were brought back in its transaction.
+    let mut blocker = db.connect().await?;
+    let blocker_pid: i32 = blocker
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await?
+        .get(0);
+    let hold = blocker.transaction().await?;
+    hold.execute(
+        "SELECT 1 FROM herald.campaigns WHERE id = $1::text::uuid FOR UPDATE",
+        &[&last],
+    )
+    .await?;
+    let mut tasks = connect_tasks(&s.grpc_url()).await?;
+    let op = tasks
+        .start_bulk_operation(StartBulkOperationRequest {
+            action: BulkAction::Retry as i32,
+            filter: Some(TaskFilter {
+                queue: queue.clone(),
+                states: vec![TaskState::Failed as i32],
+                ..Default::default()
+            }),
+            dry_run: false,
+            reschedule: None,
+        })
+        .await?
+        .into_inner()
+        .operation
+        .context("an operation")?;
+    herald_tests::accounts::until_blocked_by(&sql, blocker_pid, "the retry to reach the last task")
+        .await?;
+    let cancel = tokio::spawn({
+        let mut c = CampaignServiceClient::connect(s.grpc_url()).await?;
+        let id = cancelled.clone();
+        async move { c.cancel_campaign(CancelCampaignRequest { id }).await }
+    });
+    // The cancel has finished, or waits on a lock the retry holds.
+    herald_tests::until("the cancel to finish or wait", || async {
+        if cancel.is_finished() {
+            return Ok(true);
+        }
+        let waiting: i64 = sql
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                &[],
+            )
+            .await?
+            .get(0);
+        Ok(waiting >= 2)
+    })
+    .await?;
+    hold.commit().await?;
+    wait_for(&mut tasks, &op.id, |o| {
+        o.state() == BulkOperationState::Done
+    })
+    .await?;
+    cancel.await??;
+    assert_eq!(
+        count_state(&db, &cancelled, "scheduled").await?,
+        0,
+        "tasks of the cancelled campaign were left to send"
+    );
+    assert_eq!(count_state(&db, &cancelled, "cancelled").await?, 3);
+    assert_eq!(count_state(&db, &last, "scheduled").await?, 1);
+    Ok(())
+}

@@ -310,6 +310,9 @@ impl Tasks {
                     }
                 }
                 Action::Retry => {
+                    // The batch's campaigns all at once, in order: retries taking them one by
+                    // one in task order could each wait for the other's.
+                    tx.tasks().hold_campaigns(&ids).await?;
                     for id in &ids {
                         if tx.tasks().retry(&namespace, *id, None).await? {
                             changed += 1;

@@ -321,13 +321,27 @@ impl<C: GenericClient> CampaignRepo<'_, C> {
         {
             return Ok(None);
         }
-        let scheduled = CANCEL_SCHEDULED.execute(self.db, &[&id]).await?;
-        let leased = PARK_LEASED_FOR_GOOD
-            .query(self.db, &[&id])
-            .await?
-            .iter()
-            .map(|r| column(r, "id"))
-            .collect::<Result<_, _>>()?;
+        // A report or an expired lease can move a leased task back to SCHEDULED while the
+        // parking waits for its row, and a claim can lease a scheduled one meanwhile: each
+        // statement sees what committed before it, so both are repeated until a pass finds
+        // nothing more (the campaign's row lock keeps retries and new recipients out).
+        let mut scheduled = 0;
+        let mut leased: Vec<Uuid> = Vec::new();
+        loop {
+            let cancelled = CANCEL_SCHEDULED.execute(self.db, &[&id]).await?;
+            let parked = PARK_LEASED_FOR_GOOD
+                .query(self.db, &[&id])
+                .await?
+                .iter()
+                .map(|r| column(r, "id"))
+                .collect::<Result<Vec<Uuid>, _>>()?;
+            scheduled += cancelled;
+            let done = cancelled == 0 && parked.is_empty();
+            leased.extend(parked);
+            if done {
+                break;
+            }
+        }
         Ok(Some(CancelledRows { scheduled, leased }))
     }
 

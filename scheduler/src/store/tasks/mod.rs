@@ -42,6 +42,7 @@ const RESERVE_KEYS: Statement = statement!("reserve_keys");
 const FIND_KEYS: Statement = statement!("find_keys");
 const CANCEL_TASK: Statement = statement!("cancel_task");
 const RETRY_TASK: Statement = statement!("retry_task");
+const HOLD_CAMPAIGNS: Statement = statement!("hold_campaigns");
 /// A bulk reschedule's batch (`reschedule_tasks.sql`); seen by the plan tests in `store/leases`.
 pub(crate) const RESCHEDULE_TASKS: Statement = statement!("reschedule_tasks");
 const LOCK_KEYS: Statement = statement!("lock_keys");
@@ -522,6 +523,7 @@ impl<C: GenericClient> TaskRepo<'_, C> {
         run_at: Option<DateTime<Utc>>,
     ) -> Result<bool, StoreError> {
         self.db.history().restore(&[id]).await?;
+        self.hold_campaigns(&[id]).await?;
         let changed = RETRY_TASK
             .query_opt(self.db, &[&id, &namespace, &run_at])
             .await?
@@ -530,6 +532,14 @@ impl<C: GenericClient> TaskRepo<'_, C> {
             announce_due(self.db, run_at.unwrap_or_else(Utc::now)).await?;
         }
         Ok(changed)
+    }
+
+    /// Locks the campaigns of `tasks` for the rest of the transaction (see
+    /// `hold_campaigns.sql`): a retry and a pause or cancel of the campaign apply one after the
+    /// other, never both from the state before the other.
+    pub async fn hold_campaigns(&self, tasks: &[Uuid]) -> Result<(), StoreError> {
+        HOLD_CAMPAIGNS.query(self.db, &[&tasks]).await?;
+        Ok(())
     }
 
     /// Takes the duplicate content guard's advisory locks `keys` (sorted) for the rest of the
