@@ -629,6 +629,21 @@ async fn a_create_campaign_retried_with_its_key_makes_one_campaign() -> Result<(
         )
     };
     assert_eq!((campaigns, tasks), (1, 3));
+
+    // Retried once more after the campaign was cancelled: still that campaign, not an error.
+    c.cancel_campaign(CancelCampaignRequest {
+        id: first.id.clone(),
+    })
+    .await?;
+    let late = c
+        .create_campaign(request("spring", &["user-1", "user-2", "user-3"]))
+        .await
+        .context("a retry after the campaign was cancelled")?
+        .into_inner();
+    assert_eq!(
+        (late.id, late.state),
+        (first.id, CampaignState::Cancelled as i32)
+    );
     Ok(())
 }
 
@@ -821,5 +836,56 @@ async fn recipients_already_in_a_campaign_near_its_cap_are_dropped_not_refused()
         .err()
         .context("a recipient past the cap was added")?;
     assert_eq!(over.code(), tonic::Code::FailedPrecondition, "{over:?}");
+    Ok(())
+}
+
+/// Recipients whose tasks ended and moved into the history are still the campaign's: once a
+/// retry reopened the finished campaign, adding them again (a stream resumed from its start)
+/// drops them as duplicates instead of sending them twice.
+#[tokio::test]
+async fn recipients_whose_tasks_moved_into_the_history_are_not_added_again() -> Result<()> {
+    let db = TestDb::new().await?;
+    let s = SchedulerProcess::builder(&db)
+        .env("HERALD_HISTORY_AFTER", "0s")
+        .env("HERALD_RETENTION_INTERVAL", "100ms")
+        .spawn()
+        .await?;
+    let mut c = client(&s).await?;
+    let id = create_with(&mut c, 3).await?;
+    let mut exec = ScriptedExecutor::connect(&s.grpc_url(), "exec-1", &[QUEUE], 3).await?;
+    let leases = exec.leases(3).await?;
+    exec.report_each(&leases[..2], OutcomeClass::Ok).await?;
+    exec.report_each(&leases[2..], OutcomeClass::Permanent)
+        .await?;
+    let sql = db.connect().await?;
+    // A campaign is finished a minute after its last change, by the sweep; here at once. Its
+    // ended tasks then move into the history.
+    sql.execute("SELECT herald.set_test_clock(interval '2 minutes')", &[])
+        .await?;
+    sql.execute("SELECT herald.finish_campaigns()", &[]).await?;
+    for lease in &leases {
+        herald_tests::until_moved_to_history(&sql, &lease.task_id).await?;
+    }
+    connect_tasks(&s.grpc_url())
+        .await?
+        .retry_task(herald_proto::v1::RetryTaskRequest {
+            id: leases[2].task_id.clone(),
+            ..Default::default()
+        })
+        .await?;
+    let again: Vec<CampaignRecipient> = (0..3)
+        .map(|i| CampaignRecipient {
+            recipient: format!("user-{i}"),
+            ..Default::default()
+        })
+        .collect();
+    let added = c
+        .add_recipients(AddRecipientsRequest {
+            campaign_id: id,
+            recipients: again,
+        })
+        .await?
+        .into_inner();
+    assert_eq!((added.added, added.duplicates, added.total), (0, 3, 3));
     Ok(())
 }

@@ -341,7 +341,10 @@ impl Campaigns {
                 made.id
             )));
         }
-        if !recipients.is_empty() {
+        // A campaign that has ended takes no recipients; the retry still gets it, as a retried
+        // CreateTask gets its finished task.
+        let ended = made.state == "finished" || made.state == "cancelled";
+        if !recipients.is_empty() && !ended {
             self.add(namespace, made.id, recipients, "recipients")
                 .await?;
         }
