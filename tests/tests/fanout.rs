@@ -1121,3 +1121,81 @@ async fn update_schedule_checks_the_audience_and_renders_as_create_does() -> Res
     assert_eq!((spec.audience, spec.recipients.len()), (None, 2));
     Ok(())
 }
+
+/// A fire time that falls due while the leader is busy (here, waiting on a slow variables
+/// source for another schedule) is on time when the leader reaches it, however late: a
+/// schedule with a one-second grace and misfire SKIP still gets its run, as a fired one.
+#[tokio::test]
+async fn a_fire_time_due_while_the_leader_was_busy_is_not_a_misfire() -> Result<()> {
+    let db = TestDb::new().await?;
+    let source = WebhookReceiver::start_https().await?;
+    let s = sourcing_scheduler(&db, &source, true).await?;
+    audience(&s, "team", vec![contact("ann", "Ann", "", &[], "")]).await?;
+    text_template(&s, "note", "{{ name }}: {{ figure }}").await?;
+    let gate = herald_tests::Gate::new();
+    source.set_default(
+        Response::ok()
+            .body(r#"{"recipients": {"ann": {"figure": 7}}}"#)
+            .hold_until(&gate),
+    );
+    three_seconds_before(&db, &s, "2026-05-04T08:00:00Z").await?;
+    let mut schedules = ScheduleServiceClient::connect(s.grpc_url()).await?;
+    schedules
+        .create_schedule(noting_schedule(
+            "notes",
+            format!("{}/v", source.url()),
+            OverlapPolicy::Allow,
+            None,
+            None,
+        ))
+        .await?;
+    schedules
+        .create_schedule(CreateScheduleRequest {
+            schedule: Some(ScheduleSpec {
+                id: "minutely".into(),
+                cron: "1 8 * * *".into(),
+                time_zone: "UTC".into(),
+                queue: "reports".into(),
+                recipients: vec!["ops".into()],
+                misfire: MisfirePolicy::Skip as i32,
+                misfire_grace: Some(prost_types::Duration {
+                    seconds: 1,
+                    nanos: 0,
+                }),
+                content: Some(Content {
+                    body: Some(content::Body::Text("08:01 report".into())),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+        })
+        .await?;
+    // The leader asks the source for the 08:00 run and waits on it; meanwhile 08:01 passes.
+    source.wait_for_requests(1, Duration::from_secs(30)).await?;
+    db.connect()
+        .await?
+        .execute(
+            "SELECT herald.set_test_clock('2026-05-04T08:01:05Z'::timestamptz - now())",
+            &[],
+        )
+        .await?;
+    gate.release();
+    let cursor_past = || async {
+        let row = db
+            .connect()
+            .await?
+            .query_one(
+                "SELECT next_fire_at > '2026-05-04T08:01:00Z' AS past FROM herald.schedules
+                 WHERE id = 'minutely'",
+                &[],
+            )
+            .await?;
+        anyhow::Ok(row.get::<_, bool>("past"))
+    };
+    until("the leader to reach the 08:01 fire time", cursor_past).await?;
+    let runs = runs(&s, "minutely").await?;
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0].kind, RunKind::Fired as i32, "{runs:?}");
+    assert_eq!(runs[0].task_count, 1, "{runs:?}");
+    Ok(())
+}

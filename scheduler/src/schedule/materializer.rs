@@ -140,10 +140,32 @@ async fn lead_while_connected(
         tracing::warn!(error = %e, "materialiser cannot listen");
         return;
     }
+    // When this leader's passes began succeeding: a fire time that fell due since (less the
+    // grace) fell due while it ran, and is on time however long a pass took to reach it (a slow
+    // variables source, a large fan-out). Only what fell due before, or while passes failed,
+    // was missed.
+    let mut leading_since: Option<DateTime<Utc>> = None;
     loop {
-        let sleep = match pass(store, windows, sources).await {
-            Ok(next) => next,
+        let began = match client.query_one("SELECT herald.now() AS now", &[]).await {
+            Ok(row) => row.try_get::<_, DateTime<Utc>>("now").ok(),
             Err(e) => {
+                tracing::warn!(error = %e, "materialiser lost its connection and its leadership");
+                return;
+            }
+        };
+        let sleep = match pass(store, windows, sources, leading_since).await {
+            Ok(next) => {
+                // The earliest start: a clock set back (the test clock, a corrected host)
+                // must not leave it in the future.
+                leading_since = match (leading_since, began) {
+                    (Some(since), Some(began)) => Some(since.min(began)),
+                    (since, began) => since.or(began),
+                };
+                next
+            }
+            Err(e) => {
+                // Fire times that fall due while passes fail are not being watched.
+                leading_since = None;
                 tracing::warn!(error = %e, "materialiser pass failed; retrying");
                 Some(FOLLOWER_RETRY)
             }
@@ -162,11 +184,13 @@ async fn lead_while_connected(
     }
 }
 
-/// One pass over every schedule with a due cursor; returns how long to sleep.
+/// One pass over every schedule with a due cursor; returns how long to sleep. Fire times due
+/// since `leading_since` (when this leader's first pass began) are on time, however late.
 async fn pass(
     store: &Store,
     windows: &DuplicateWindows,
     sources: &Sources,
+    leading_since: Option<DateTime<Utc>>,
 ) -> Result<Option<Duration>, StoreError> {
     let due = store
         .conn()
@@ -181,7 +205,8 @@ async fn pass(
             tx,
             &d.namespace,
             &d.schedule.id,
-            windows
+            windows,
+            leading_since,
         )
         .await);
         if let Err(e) = materialised {
@@ -266,6 +291,7 @@ async fn materialise(
     namespace: &str,
     id: &str,
     windows: &DuplicateWindows,
+    leading_since: Option<DateTime<Utc>>,
 ) -> Result<(), Error> {
     // Re-read under a lock: a pause, resume or delete since the pass began wins.
     let Some((s, now)) = tx.schedules().lock(namespace, id).await? else {
@@ -281,9 +307,11 @@ async fn materialise(
     let spec = pb::ScheduleSpec::decode(s.spec.as_slice())
         .map_err(|e| StoreError::Corrupt(format!("schedule {} spec: {e}", s.id)))?;
 
-    // Collect the fire times up to now + lookahead; those later than the grace are missed.
+    // Collect the fire times up to now + lookahead; those later than the grace are missed,
+    // unless they fell due while this leader was running (it was busy, not gone).
     let horizon = now + LOOKAHEAD;
     let grace = ChronoDuration::milliseconds(s.misfire_grace_ms);
+    let watched_from = leading_since.map_or(now, |since| since.min(now)) - grace;
     let mut missed: Vec<DateTime<Utc>> = Vec::new();
     let mut on_time: Vec<DateTime<Utc>> = Vec::new();
     let mut next: Option<DateTime<Utc>> = Some(cursor);
@@ -291,7 +319,7 @@ async fn materialise(
         if t > horizon || missed.len() + on_time.len() >= MAX_FIRES_PER_PASS * 100 {
             break;
         }
-        if t < now - grace {
+        if t < watched_from {
             missed.push(t);
         } else {
             on_time.push(t);
