@@ -165,13 +165,7 @@ impl Sources {
         contacts: &[Contact],
         message_id: &str,
     ) -> Result<HashMap<String, BTreeMap<String, String>>, SourceError> {
-        let timeout = source
-            .timeout
-            .as_ref()
-            .and_then(|d| u64::try_from(d.seconds).ok())
-            .filter(|s| *s > 0)
-            .map_or(DEFAULT_TIMEOUT, Duration::from_secs)
-            .min(MAX_TIMEOUT);
+        let timeout = timeout_of(source);
         let body = serde_json::json!({
             "schedule_id": ctx.schedule_id,
             "fire_time": rfc3339(ctx.fire_time),
@@ -259,9 +253,42 @@ pub fn retry_delay(spec: &pb::ScheduleSpec, failures: i32) -> Option<Duration> {
     ))
 }
 
+/// How long one request to `source` may take: its `timeout` to the millisecond (checked to be
+/// 1 ms to 60 s when the schedule was stored), else [`DEFAULT_TIMEOUT`].
+fn timeout_of(source: &pb::VariablesSource) -> Duration {
+    source
+        .timeout
+        .as_ref()
+        .and_then(|d| Duration::try_from(*d).ok())
+        .filter(|d| !d.is_zero())
+        .unwrap_or(DEFAULT_TIMEOUT)
+        .min(MAX_TIMEOUT)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sources_timeout_counts_its_milliseconds() {
+        let with = |seconds: i64, nanos: i32| pb::VariablesSource {
+            url: String::new(),
+            timeout: Some(prost_types::Duration { seconds, nanos }),
+        };
+        assert_eq!(
+            timeout_of(&with(0, 500_000_000)),
+            Duration::from_millis(500)
+        );
+        assert_eq!(
+            timeout_of(&with(1, 900_000_000)),
+            Duration::from_millis(1_900)
+        );
+        assert_eq!(timeout_of(&with(0, 0)), DEFAULT_TIMEOUT);
+        assert_eq!(timeout_of(&with(-1, 0)), DEFAULT_TIMEOUT);
+        assert_eq!(timeout_of(&with(600, 0)), MAX_TIMEOUT);
+        let unset = pb::VariablesSource::default();
+        assert_eq!(timeout_of(&unset), DEFAULT_TIMEOUT);
+    }
 
     #[test]
     fn urls_must_be_https_and_public_unless_allowed() -> anyhow::Result<()> {

@@ -262,7 +262,12 @@ pub fn merge(
             "name at least one field to change",
         ));
     }
-    let mut rules_changed = false;
+    let rules_before = (
+        current.cron.clone(),
+        current.time_zone.clone(),
+        current.skipped_time,
+        current.repeated_time,
+    );
     for path in paths {
         match path.as_str() {
             "cron" => current.cron.clone_from(&patch.cron),
@@ -297,12 +302,16 @@ pub fn merge(
                 ))
             }
         }
-        rules_changed |= matches!(
-            path.as_str(),
-            "cron" | "time_zone" | "skipped_time" | "repeated_time"
-        );
     }
-    Ok(rules_changed)
+    // Changed in value, not merely named: a client that sends the whole schedule with every
+    // path in its mask must not move the cursor past a fire time not yet materialised.
+    let rules_after = (
+        current.cron.clone(),
+        current.time_zone.clone(),
+        current.skipped_time,
+        current.repeated_time,
+    );
+    Ok(rules_before != rules_after)
 }
 
 /// Checks an audience target: no inline recipients beside it, and well-formed filters (that
@@ -403,4 +412,45 @@ pub fn check_period(
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn daily() -> pb::ScheduleSpec {
+        pb::ScheduleSpec {
+            id: "daily".into(),
+            cron: "0 9 * * *".into(),
+            time_zone: "Europe/Berlin".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn naming_the_rules_in_a_mask_without_changing_them_is_no_change_of_rules() {
+        let every_rule: Vec<String> = ["cron", "time_zone", "skipped_time", "repeated_time"]
+            .iter()
+            .map(|p| p.to_string())
+            .collect();
+        let mut current = daily();
+        assert!(matches!(
+            merge(&mut current, &daily(), &every_rule),
+            Ok(false)
+        ));
+        let later = pb::ScheduleSpec {
+            cron: "0 10 * * *".into(),
+            ..daily()
+        };
+        assert!(matches!(merge(&mut current, &later, &every_rule), Ok(true)));
+        assert_eq!(current.cron, "0 10 * * *");
+        let elsewhere = pb::ScheduleSpec {
+            time_zone: "Asia/Tokyo".into(),
+            ..later
+        };
+        assert!(matches!(
+            merge(&mut current, &elsewhere, &["time_zone".to_string()]),
+            Ok(true)
+        ));
+    }
 }
