@@ -1199,3 +1199,64 @@ async fn a_fire_time_due_while_the_leader_was_busy_is_not_a_misfire() -> Result<
     assert_eq!(runs[0].task_count, 1, "{runs:?}");
     Ok(())
 }
+
+/// A run already made keeps what it sends: an UpdateSchedule of the content while the run is
+/// still fanning out (its first batch waiting on the variables source) applies from the next
+/// run; this run's later batches go out as it was made.
+#[tokio::test]
+async fn a_run_fanning_out_keeps_its_content_when_the_schedule_changes() -> Result<()> {
+    use herald_proto::v1::UpdateScheduleRequest;
+    let db = TestDb::new().await?;
+    let source = WebhookReceiver::start_https().await?;
+    let s = sourcing_scheduler(&db, &source, true).await?;
+    // One contact more than a batch: the run takes two.
+    crowd(&s, "team", 501).await?;
+    text_template(&s, "note", "{{ name }}: {{ figure }}").await?;
+    text_template(&s, "other", "changed: {{ figure }}").await?;
+    let figures: serde_json::Map<String, serde_json::Value> = (1..=501)
+        .map(|i| (format!("u{i:05}"), serde_json::json!({"figure": i})))
+        .collect();
+    let gate = herald_tests::Gate::new();
+    source.set_default(
+        Response::ok()
+            .body(serde_json::json!({ "recipients": figures }).to_string())
+            .hold_until(&gate),
+    );
+    three_seconds_before(&db, &s, "2026-05-04T08:00:00Z").await?;
+    let mut schedules = ScheduleServiceClient::connect(s.grpc_url()).await?;
+    schedules
+        .create_schedule(noting_schedule(
+            "notes",
+            format!("{}/v", source.url()),
+            OverlapPolicy::Allow,
+            None,
+            None,
+        ))
+        .await?;
+    source.wait_for_requests(1, Duration::from_secs(30)).await?;
+    schedules
+        .update_schedule(UpdateScheduleRequest {
+            schedule: Some(ScheduleSpec {
+                id: "notes".into(),
+                content: Some(uses("other", &[])),
+                ..Default::default()
+            }),
+            update_mask: Some(prost_types::FieldMask {
+                paths: vec!["content".into()],
+            }),
+        })
+        .await?;
+    gate.release();
+    until("the run to fan out", || fanned_out(&db, "notes", 1)).await?;
+    let texts = texts(&s, "notes").await?;
+    assert_eq!(texts.len(), 501);
+    assert_eq!(
+        texts.get("u00501").map(String::as_str),
+        Some("User 501: 501")
+    );
+    assert!(
+        texts.values().all(|t| !t.starts_with("changed")),
+        "the run's later batch took the new content"
+    );
+    Ok(())
+}

@@ -132,12 +132,11 @@ async fn batch(
     f: &PendingFanout,
 ) -> Result<Option<String>, BatchError> {
     let conn = store.conn().await?;
-    let Some(s) = conn.schedules().get(&f.namespace, &f.schedule_id).await? else {
+    let Some(current) = conn.schedules().get(&f.namespace, &f.schedule_id).await? else {
         // Deleted: its runs and fan-outs went with it.
         return Ok(None);
     };
-    let spec = pb::ScheduleSpec::decode(s.spec.as_slice())
-        .map_err(|e| StoreError::Corrupt(format!("schedule {} spec: {e}", s.id)))?;
+    let (s, spec) = as_made(current, f)?;
     let (page, default_zone) = match &spec.audience {
         Some(target) => {
             let Some(audience) = conn
@@ -245,6 +244,35 @@ async fn batch(
         Ok::<_, Error>(true)
     })?;
     Ok(if written && more { last } else { None })
+}
+
+/// The schedule as the fan-out's run was made (its content, recipients, audience, source,
+/// spread), not as an UpdateSchedule since has it: a run already made keeps what it sends.
+/// Runs made before migration 39 carry no copy and follow the schedule.
+fn as_made(
+    current: ScheduleRecord,
+    f: &PendingFanout,
+) -> Result<(ScheduleRecord, pb::ScheduleSpec), StoreError> {
+    let corrupt = |e: prost::DecodeError| {
+        StoreError::Corrupt(format!("schedule {} spec: {e}", f.schedule_id))
+    };
+    let Some(made) = f.spec.as_deref() else {
+        let spec = pb::ScheduleSpec::decode(current.spec.as_slice()).map_err(corrupt)?;
+        return Ok((current, spec));
+    };
+    let spec = pb::ScheduleSpec::decode(made).map_err(corrupt)?;
+    // The spread the run was made with; the spec was checked when it was stored.
+    let record = match super::spec::check(&spec, f.fire_time) {
+        Ok((record, _)) => ScheduleRecord {
+            jitter_ms: record.jitter_ms,
+            stagger_ms: record.stagger_ms,
+            stagger_off_round: record.stagger_off_round,
+            time_zone: record.time_zone,
+            ..current
+        },
+        Err(_) => current,
+    };
+    Ok((record, spec))
 }
 
 /// Records a fan-out as given up with `why`.

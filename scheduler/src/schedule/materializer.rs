@@ -506,6 +506,7 @@ async fn fire_run(
                     period_end: run.fire_time,
                     after_recipient: String::new(),
                     failures: 0,
+                    spec: Some(s.spec.clone()),
                 })
                 .await?;
             return Ok(true);

@@ -41,6 +41,9 @@ pub struct PendingFanout {
     pub after_recipient: String,
     /// Failed batches in a row.
     pub failures: i32,
+    /// The schedule's spec (encoded) when the run was made, which every batch of the run
+    /// follows; None for runs made before migration 39.
+    pub spec: Option<Vec<u8>>,
 }
 
 impl FromRow for PendingFanout {
@@ -54,6 +57,7 @@ impl FromRow for PendingFanout {
             period_end: column(r, "period_end")?,
             after_recipient: column(r, "after_recipient")?,
             failures: column(r, "failures")?,
+            spec: column(r, "spec")?,
         })
     }
 }
@@ -74,6 +78,7 @@ impl<C: GenericClient> FanoutRepo<'_, C> {
                     &f.catch_up,
                     &f.period_start,
                     &f.period_end,
+                    &f.spec,
                 ],
             )
             .await?;
