@@ -614,6 +614,32 @@ fn noting_schedule(
     }
 }
 
+/// Schedule "notes" (Ann's note fed by `source`) made just before its 08:00 fire, with the
+/// source answering `body` only once the returned gate opens; returns when the leader has
+/// asked it and waits on the answer.
+async fn notes_held_on_their_source(
+    db: &TestDb,
+    s: &SchedulerProcess,
+    source: &WebhookReceiver,
+    body: &str,
+) -> Result<(herald_tests::Gate, ScheduleServiceClient<Channel>)> {
+    let gate = herald_tests::Gate::new();
+    source.set_default(Response::ok().body(body.to_owned()).hold_until(&gate));
+    three_seconds_before(db, s, "2026-05-04T08:00:00Z").await?;
+    let mut schedules = ScheduleServiceClient::connect(s.grpc_url()).await?;
+    schedules
+        .create_schedule(noting_schedule(
+            "notes",
+            format!("{}/v", source.url()),
+            OverlapPolicy::Allow,
+            None,
+            None,
+        ))
+        .await?;
+    source.wait_for_requests(1, Duration::from_secs(30)).await?;
+    Ok((gate, schedules))
+}
+
 /// Explicit retry delays.
 fn delays(ms: &[u64]) -> RetryPolicy {
     RetryPolicy {
@@ -1132,23 +1158,13 @@ async fn a_fire_time_due_while_the_leader_was_busy_is_not_a_misfire() -> Result<
     let s = sourcing_scheduler(&db, &source, true).await?;
     audience(&s, "team", vec![contact("ann", "Ann", "", &[], "")]).await?;
     text_template(&s, "note", "{{ name }}: {{ figure }}").await?;
-    let gate = herald_tests::Gate::new();
-    source.set_default(
-        Response::ok()
-            .body(r#"{"recipients": {"ann": {"figure": 7}}}"#)
-            .hold_until(&gate),
-    );
-    three_seconds_before(&db, &s, "2026-05-04T08:00:00Z").await?;
-    let mut schedules = ScheduleServiceClient::connect(s.grpc_url()).await?;
-    schedules
-        .create_schedule(noting_schedule(
-            "notes",
-            format!("{}/v", source.url()),
-            OverlapPolicy::Allow,
-            None,
-            None,
-        ))
-        .await?;
+    let (gate, mut schedules) = notes_held_on_their_source(
+        &db,
+        &s,
+        &source,
+        r#"{"recipients": {"ann": {"figure": 7}}}"#,
+    )
+    .await?;
     schedules
         .create_schedule(CreateScheduleRequest {
             schedule: Some(ScheduleSpec {
@@ -1170,8 +1186,7 @@ async fn a_fire_time_due_while_the_leader_was_busy_is_not_a_misfire() -> Result<
             }),
         })
         .await?;
-    // The leader asks the source for the 08:00 run and waits on it; meanwhile 08:01 passes.
-    source.wait_for_requests(1, Duration::from_secs(30)).await?;
+    // The leader waits on the source for the 08:00 run; meanwhile 08:01 passes.
     db.connect()
         .await?
         .execute(
@@ -1216,24 +1231,8 @@ async fn a_run_fanning_out_keeps_its_content_when_the_schedule_changes() -> Resu
     let figures: serde_json::Map<String, serde_json::Value> = (1..=501)
         .map(|i| (format!("u{i:05}"), serde_json::json!({"figure": i})))
         .collect();
-    let gate = herald_tests::Gate::new();
-    source.set_default(
-        Response::ok()
-            .body(serde_json::json!({ "recipients": figures }).to_string())
-            .hold_until(&gate),
-    );
-    three_seconds_before(&db, &s, "2026-05-04T08:00:00Z").await?;
-    let mut schedules = ScheduleServiceClient::connect(s.grpc_url()).await?;
-    schedules
-        .create_schedule(noting_schedule(
-            "notes",
-            format!("{}/v", source.url()),
-            OverlapPolicy::Allow,
-            None,
-            None,
-        ))
-        .await?;
-    source.wait_for_requests(1, Duration::from_secs(30)).await?;
+    let body = serde_json::json!({ "recipients": figures }).to_string();
+    let (gate, mut schedules) = notes_held_on_their_source(&db, &s, &source, &body).await?;
     schedules
         .update_schedule(UpdateScheduleRequest {
             schedule: Some(ScheduleSpec {
