@@ -679,3 +679,63 @@ async fn a_run_whose_tasks_no_longer_render_counts_none_and_says_why() -> Result
     );
     Ok(())
 }
+
+/// ResumeSchedule computes the next fire time from the rules it reads under the schedule's
+/// row lock: an edit of the cron committing while the resume waits must not leave a cursor
+/// from the old rules (a run at a time the new expression does not name).
+#[tokio::test]
+async fn resume_takes_the_next_fire_from_rules_changed_while_it_waited() -> Result<()> {
+    let db = TestDb::new().await?;
+    let s = SchedulerProcess::spawn(&db).await?;
+    let mut c = client(&s).await?;
+    c.create_schedule(CreateScheduleRequest {
+        schedule: Some(ScheduleSpec {
+            id: "daily".into(),
+            cron: "0 9 * * *".into(),
+            time_zone: "UTC".into(),
+            queue: "reports".into(),
+            recipients: vec!["ann".into()],
+            content: Some(Content {
+                body: Some(content::Body::Text("daily report".into())),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+    })
+    .await?;
+    c.pause_schedule(PauseScheduleRequest { id: "daily".into() })
+        .await?;
+    // An edit of the rules, not yet committed when the resume comes.
+    let mut editor = db.connect().await?;
+    let editor_pid: i32 = editor
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await?
+        .get(0);
+    let edit = editor.transaction().await?;
+    edit.execute(
+        "UPDATE herald.schedules SET cron = '30 10 * * *' WHERE id = 'daily'",
+        &[],
+    )
+    .await?;
+    let resume = tokio::spawn({
+        let mut c = c.clone();
+        async move {
+            c.resume_schedule(ResumeScheduleRequest { id: "daily".into() })
+                .await
+        }
+    });
+    let watcher = db.connect().await?;
+    herald_tests::accounts::until_blocked_by(&watcher, editor_pid, "the resume to wait").await?;
+    edit.commit().await?;
+    let resumed = resume.await??.into_inner();
+    let next = resumed
+        .next_fire_time
+        .context("a resumed schedule has a next fire time")?;
+    let next = chrono::DateTime::from_timestamp(next.seconds, 0).context("a fire time")?;
+    assert_eq!(
+        next.format("%H:%M").to_string(),
+        "10:30",
+        "the cursor follows the old rules"
+    );
+    Ok(())
+}

@@ -237,13 +237,17 @@ impl Schedules {
         id: &str,
         paused: bool,
     ) -> Result<ScheduleRecord, Error> {
-        let next = if paused {
-            None
-        } else {
-            let current = self.get(namespace, id).await?;
-            materializer::fire_times_of(&current).and_then(|f| f.next_after(self.clock.now()))
-        };
         transaction!(self.store, Error, |tx| {
+            // The next fire time from the rules read under the row lock: an UpdateSchedule of
+            // the cron or zone committing meanwhile must not leave a cursor from the old ones.
+            let Some(current) = tx.schedules().get_for_update(namespace, id).await? else {
+                return Ok(None);
+            };
+            let next = if paused {
+                None
+            } else {
+                materializer::fire_times_of(&current).and_then(|f| f.next_after(self.clock.now()))
+            };
             Ok::<_, Error>(
                 tx.schedules()
                     .set_paused(namespace, id, paused, next)
