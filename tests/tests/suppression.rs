@@ -292,3 +292,87 @@ async fn a_recipient_listed_while_their_task_is_leased_has_it_revoked() -> Resul
     .await?;
     Ok(())
 }
+
+/// A claim that checked the list before a recipient was listed, and has locked the task but
+/// not yet committed its lease, is waited for: the listing then finds the lease and revokes
+/// it, where a plain read saw the task still SCHEDULED and let the send through.
+#[tokio::test]
+async fn a_listing_waits_for_a_claim_in_progress_and_revokes_what_it_leased() -> Result<()> {
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let client = suppressions(&scheduler.grpc_url()).await?;
+    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
+    let task = create_task(&mut tasks, task_spec("promo", "+15550400", "hi")).await?;
+    // The claim, played on a connection of its own: the task locked and found not listed.
+    let mut claimer = db.connect().await?;
+    let claimer_pid: i32 = claimer
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await?
+        .get(0);
+    let claim = claimer.transaction().await?;
+    claim
+        .execute(
+            "SELECT 1 FROM herald.tasks WHERE id = $1::text::uuid FOR UPDATE",
+            &[&task.id],
+        )
+        .await?;
+    let listing = tokio::spawn({
+        let mut client = client.clone();
+        async move { add(&mut client, &["15550400"]).await }
+    });
+    let watcher = db.connect().await?;
+    herald_tests::accounts::until_blocked_by(&watcher, claimer_pid, "the listing to wait").await?;
+    // The claim commits its lease.
+    claim
+        .execute(
+            "UPDATE herald.tasks SET state = 'leased', leased_at = now(),
+                 lease_expires_at = now() + interval '5 minutes', lease_count = lease_count + 1,
+                 executor_id = 'ex-gone'
+             WHERE id = $1::text::uuid",
+            &[&task.id],
+        )
+        .await?;
+    claim.commit().await?;
+    listing.await??;
+    let after = tasks
+        .get_task(herald_proto::v1::GetTaskRequest {
+            id: task.id.clone(),
+        })
+        .await?
+        .into_inner();
+    assert_eq!(after.state(), TaskState::Cancelled, "{after:?}");
+    Ok(())
+}
+
+/// AddSuppressions retried after a first call that listed the recipient but failed before it
+/// revoked their leased task: the retry revokes it, though it adds nobody.
+#[tokio::test]
+async fn a_retried_listing_revokes_what_the_first_call_left_leased() -> Result<()> {
+    use herald_proto::v1::scheduler_message;
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let mut client = suppressions(&scheduler.grpc_url()).await?;
+    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
+    create_task(&mut tasks, task_spec("promo", "+15550500", "hi")).await?;
+    let mut executor = ScriptedExecutor::connect(&scheduler.grpc_url(), "ex-1", &[], 1).await?;
+    let lease = executor.leases(1).await?.remove(0);
+    // The first call's insert committed; its revoke never ran.
+    db.connect()
+        .await?
+        .execute(
+            "INSERT INTO herald.suppressions (namespace, recipient, reason)
+             SELECT namespace, '15550500', 'manual' FROM herald.tasks LIMIT 1",
+            &[],
+        )
+        .await?;
+    let added = add(&mut client, &["+15550500"]).await?;
+    assert_eq!(added, 0);
+    match executor.next().await? {
+        scheduler_message::Kind::Revoke(r) => ensure!(
+            r.lease == Some(herald_tests::lease::lease_ref(&lease)),
+            "{r:?}"
+        ),
+        other => bail!("expected a revoke, got {other:?}"),
+    }
+    Ok(())
+}

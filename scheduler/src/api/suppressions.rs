@@ -124,11 +124,9 @@ impl SuppressionService for SuppressionApi {
             .await
             .map_err(Error::from)?;
         let added = rows.iter().filter(|(_, new)| *new).count();
-        let listed: Vec<&str> = rows
-            .iter()
-            .filter(|(_, new)| *new)
-            .map(|(s, _)| s.recipient.as_str())
-            .collect();
+        // Every recipient listed, not only those this call added: a retry after a call that
+        // listed them and failed before it revoked must still stop their leased sends.
+        let listed: Vec<&str> = rows.iter().map(|(s, _)| s.recipient.as_str()).collect();
         crate::suppressions::revoke_leased(&conn, &ns, &listed)
             .await
             .map_err(Error::from)?;

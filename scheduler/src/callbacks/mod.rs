@@ -299,8 +299,8 @@ async fn learn_aliases(
 /// Stores a reply (once per event, under the credentials_ref the account is known by to the
 /// executor) and, when its text is an opt-out keyword, lists the sender on the namespace's
 /// suppression list. Returns whether the sender was newly listed. Not a reply: nothing.
-/// A webhook delivered twice stores a reply the provider named by id once; the listing stays
-/// one entry either way.
+/// A webhook delivered twice stores a reply the provider named by id once and acts on it once:
+/// a STOP delivered again after an operator removed the entry does not list the sender again.
 async fn reply(
     db: &impl Db,
     namespace: &str,
@@ -319,7 +319,7 @@ async fn reply(
         return Ok(false);
     };
     let suppressions = db.suppressions();
-    suppressions
+    let first_delivery = suppressions
         .record_inbound(
             namespace,
             &InboundMessage {
@@ -332,6 +332,11 @@ async fn reply(
             },
         )
         .await?;
+    // A STOP delivered again is the same STOP: after an operator removed the entry (the
+    // person subscribed again), a redelivery must not list them again.
+    if !first_delivery {
+        return Ok(false);
+    }
     let Some(text) = text.as_deref().filter(|t| is_opt_out(t, opt_out_keywords)) else {
         return Ok(false);
     };
@@ -347,8 +352,9 @@ async fn reply(
     if added {
         crate::telemetry::metrics::opted_out();
         tracing::info!(%credentials_ref, "recipient opted out by reply; suppressed");
-        crate::suppressions::revoke_leased(db, namespace, &[sender.as_str()]).await?;
     }
+    // Listed before or not, nothing leased to them goes out after their STOP.
+    crate::suppressions::revoke_leased(db, namespace, &[sender.as_str()]).await?;
     Ok(added)
 }
 

@@ -305,3 +305,25 @@ async fn a_stop_before_the_whatsapp_id_is_known_lists_the_number_once_it_is() ->
     assert_eq!(listed(&stack, &[number]).await?, ["5511987650002"]);
     Ok(())
 }
+
+/// A STOP that Meta delivers again after an operator removed the entry (the person subscribed
+/// again) is the same STOP: it is acted on once, and does not list them again.
+#[tokio::test]
+async fn a_stop_delivered_again_after_its_entry_was_removed_does_not_list_again() -> Result<()> {
+    let stack = Stack::start().await?;
+    let body = webhook_body(WABA, "messages", reply_from("16505550036", "STOP"));
+    assert_eq!(stack.fake.post_webhook(&body).await?, 200);
+    assert_eq!(listed(&stack, &["16505550036"]).await?, ["16505550036"]);
+    SuppressionServiceClient::connect(stack.scheduler.grpc_url())
+        .await?
+        .remove_suppression(herald_proto::v1::RemoveSuppressionRequest {
+            recipient: "16505550036".into(),
+        })
+        .await?;
+    assert_eq!(stack.fake.post_webhook(&body).await?, 200);
+    assert!(
+        listed(&stack, &["16505550036"]).await?.is_empty(),
+        "a redelivered STOP listed the recipient again"
+    );
+    Ok(())
+}

@@ -127,7 +127,9 @@ impl<C: GenericClient> SuppressionRepo<'_, C> {
         self.cover_aliases(namespace, &learned).await
     }
 
-    /// The namespace's LEASED tasks to `recipients` (compared as the list does).
+    /// The namespace's LEASED tasks to `recipients` (compared as the list does), waiting for
+    /// claims in progress on their tasks, and holding their SCHEDULED tasks for the rest of
+    /// the transaction (see `leased_to.sql`).
     pub async fn leased_to(
         &self,
         namespace: &str,
@@ -136,12 +138,13 @@ impl<C: GenericClient> SuppressionRepo<'_, C> {
         if recipients.is_empty() {
             return Ok(Vec::new());
         }
-        LEASED_TO
-            .query(self.db, &[&namespace, &recipients])
-            .await?
-            .iter()
-            .map(|r| column(r, "id"))
-            .collect()
+        let mut leased = Vec::new();
+        for r in LEASED_TO.query(self.db, &[&namespace, &recipients]).await? {
+            if column::<&str>(&r, "state")? == "leased" {
+                leased.push(column(&r, "id")?);
+            }
+        }
+        Ok(leased)
     }
 
     /// Removes `recipient`'s entry; None when it was not listed.
@@ -200,13 +203,14 @@ impl<C: GenericClient> SuppressionRepo<'_, C> {
             .collect()
     }
 
-    /// Stores one reply.
+    /// Stores one reply; false when the provider's message id was stored before (a webhook
+    /// delivered again).
     pub async fn record_inbound(
         &self,
         namespace: &str,
         m: &InboundMessage<'_>,
-    ) -> Result<(), StoreError> {
-        RECORD_INBOUND_MESSAGE
+    ) -> Result<bool, StoreError> {
+        let stored = RECORD_INBOUND_MESSAGE
             .execute(
                 self.db,
                 &[
@@ -220,6 +224,6 @@ impl<C: GenericClient> SuppressionRepo<'_, C> {
                 ],
             )
             .await?;
-        Ok(())
+        Ok(stored > 0)
     }
 }
