@@ -889,3 +889,54 @@ async fn recipients_whose_tasks_moved_into_the_history_are_not_added_again() -> 
     assert_eq!((added.added, added.duplicates, added.total), (0, 3, 3));
     Ok(())
 }
+
+/// A replica that dies between a campaign cancel's transaction and its revokes leaves the
+/// leased tasks parked for good: when their leases lapse they end CANCELLED (their send
+/// unconfirmed), instead of waiting SCHEDULED forever on a route nothing claims.
+#[tokio::test]
+async fn a_cancelled_campaigns_parked_lease_that_lapses_ends_cancelled() -> Result<()> {
+    use herald_proto::v1::{CancelOutcome, GetTaskRequest, TaskState};
+    let db = TestDb::new().await?;
+    let s = SchedulerProcess::builder(&db)
+        .env("HERALD_LEASE_TTL", "2s")
+        .spawn()
+        .await?;
+    let mut c = client(&s).await?;
+    let id = create_with(&mut c, 1).await?;
+    let mut exec = ScriptedExecutor::connect(&s.grpc_url(), "exec-1", &[QUEUE], 1).await?;
+    let lease = exec.leases(1).await?.remove(0);
+    // What CancelCampaign's transaction commits (campaigns::cancel); its revokes never come.
+    let sql = db.connect().await?;
+    sql.batch_execute(&format!(
+        "UPDATE herald.campaigns SET state = 'cancelled' WHERE id = '{id}';
+         UPDATE herald.tasks SET route = 'cancelled:' || route
+         WHERE campaign_id = '{id}' AND state = 'leased';"
+    ))
+    .await?;
+    let mut tasks = connect_tasks(&s.grpc_url()).await?;
+    herald_tests::until("the lapsed lease to be swept", || {
+        let mut tasks = tasks.clone();
+        let id = lease.task_id.clone();
+        async move {
+            let t = tasks.get_task(GetTaskRequest { id }).await?.into_inner();
+            Ok(t.state != TaskState::Leased as i32)
+        }
+    })
+    .await?;
+    let task = tasks
+        .get_task(GetTaskRequest {
+            id: lease.task_id.clone(),
+        })
+        .await?
+        .into_inner();
+    assert_eq!(task.state, TaskState::Cancelled as i32, "{task:?}");
+    assert_eq!(task.cancel_outcome, CancelOutcome::Unconfirmed as i32);
+    let p = c
+        .get_campaign(GetCampaignRequest { id })
+        .await?
+        .into_inner()
+        .progress
+        .unwrap_or_default();
+    assert_eq!((p.scheduled, p.cancelled), (0, 1));
+    Ok(())
+}

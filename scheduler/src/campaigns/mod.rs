@@ -601,7 +601,6 @@ fn decode(c: &CampaignRecord) -> Result<pb::CampaignSpec, Error> {
         .map_err(|e| Error::Store(StoreError::Corrupt(format!("campaign {} spec: {e}", c.id))))
 }
 
-/// A stored campaign with its state and finish estimate.
 /// The contacts of `page` that match `target` (dates compared at `at`) as recipients, each
 /// with its zone and its variables.
 fn audience_recipients(
@@ -651,6 +650,7 @@ pub async fn audience_expansion(campaigns: Campaigns, stop: CancellationToken) {
     }
 }
 
+/// A stored campaign with its state and finish estimate.
 fn view(record: CampaignRecord, progress: Progress) -> Result<CampaignView, Error> {
     let spec = decode(&record)?;
     let mut state = match record.state.as_str() {

@@ -9,6 +9,7 @@
 -- Only reports on the task's current message count (herald.task_reports): one on the message a
 -- window-closed fallback replaced (migration 25), or that an earlier attempt sent, says nothing
 -- about the last send.
+-- A task its campaign's cancel parked for good ends CANCELLED (unless a status says it went).
 -- The walk of tasks_lease_expiry starts at $3 (the sweeper's low-water mark, src/low_water.rs;
 -- NULL: the oldest entry), past the entries of leases reported or swept before. Returns where
 -- the next sweep can start: the sweep's time when it took every lapsed lease it found, else
@@ -27,7 +28,11 @@ WITH lapsed AS (
            -- A failure among them: SUCCEEDED for now, then settled as a late failure is
            -- (callbacks::settle_failures, by the sweeper in this transaction).
            EXISTS (SELECT 1 FROM herald.message_failure(t.id, t.lease_count, t.fallback_replaces)) AS failed,
-           herald.reports_on_messages(t.namespace, t.account_id) AS callbacks
+           herald.reports_on_messages(t.namespace, t.account_id) AS callbacks,
+           -- Parked for good by its campaign's cancel (park_leased_for_good.sql), whose revoke
+           -- never ended it (the replica died between the two): it must not come back to wait,
+           -- SCHEDULED on a route nothing claims, forever.
+           t.route LIKE 'cancelled:%' AS cancelled
     FROM herald.tasks t
     WHERE t.state = 'leased' AND t.lease_expires_at <= herald.now()
       AND t.lease_expires_at >= coalesce($3::timestamptz, '-infinity')
@@ -41,24 +46,29 @@ updated AS (
     SET attempts = t.attempts + 1,
         state = CASE
             WHEN l.reported THEN 'succeeded'
+            WHEN l.cancelled THEN 'cancelled'
             WHEN t.attempts + 1 >= t.max_attempts THEN 'failed'
             WHEN t.expire_at IS NOT NULL AND t.expire_at <= herald.now() THEN 'expired'
             ELSE 'scheduled'
         END::herald.task_state,
         finished_at = CASE
-            WHEN l.reported OR t.attempts + 1 >= t.max_attempts
+            WHEN l.reported OR l.cancelled OR t.attempts + 1 >= t.max_attempts
                  OR (t.expire_at IS NOT NULL AND t.expire_at <= herald.now()) THEN herald.now()
             ELSE NULL
         END,
         end_reason = CASE
             WHEN l.reported THEN 'sent'
+            WHEN l.cancelled THEN 'cancelled'
             WHEN t.attempts + 1 >= t.max_attempts THEN 'exhausted'
             WHEN t.expire_at IS NOT NULL AND t.expire_at <= herald.now() THEN 'expired'
         END::herald.end_reason,
-        run_at = CASE WHEN l.callbacks AND NOT l.reported
+        -- Whether the lapsed send of a cancelled campaign's task went out, nobody said.
+        cancel_outcome = CASE WHEN l.cancelled AND NOT l.reported THEN 5
+                              ELSE t.cancel_outcome END,
+        run_at = CASE WHEN l.callbacks AND NOT l.reported AND NOT l.cancelled
                       THEN greatest(t.run_at, herald.now() + $2::bigint * interval '1 millisecond')
                       ELSE t.run_at END,
-        awaiting_callback_until = CASE WHEN l.callbacks AND NOT l.reported
+        awaiting_callback_until = CASE WHEN l.callbacks AND NOT l.reported AND NOT l.cancelled
                                        THEN herald.now() + $2::bigint * interval '1 millisecond'
                                        ELSE t.awaiting_callback_until END,
         last_error = 'lease expired without a report from executor ' || COALESCE(t.executor_id, '?'),
