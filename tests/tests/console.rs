@@ -427,7 +427,15 @@ async fn drive(
     ensure!(state == "active", "account is {state} after resume");
 
     // Edit limits: a bad value is shown next to its field and changes nothing; a good one is
-    // saved. The form is filled with the keyboard.
+    // saved, and the fields not touched keep their values (an interval of 4.1 s shown in the
+    // form stays 4,100 ms). The form is filled with the keyboard.
+    db.connect()
+        .await?
+        .execute(
+            "UPDATE herald.accounts SET recipient_interval_ms = 4100 WHERE id = 'wa-main'",
+            &[],
+        )
+        .await?;
     open(&page, &base, "/console/accounts/wa-main").await?;
     type_and_enter(&page, "#f-daily_cap", "-5").await?;
     let error: String = js(
@@ -460,6 +468,16 @@ async fn drive(
     )
     .await?;
     ensure!(stored == Some(250), "daily cap stored {stored:?}");
+    let interval: Option<i64> = scalar(
+        db,
+        "SELECT recipient_interval_ms FROM herald.accounts WHERE id = 'wa-main'",
+        &[],
+    )
+    .await?;
+    ensure!(
+        interval == Some(4100),
+        "saving the form changed the interval to {interval:?}"
+    );
     shoot(&page, "account").await?;
 
     // Tasks: search by recipient with the keyboard, open the task, see what holds it.
@@ -1127,5 +1145,96 @@ async fn a_pooled_task_waits_on_its_pool_not_on_its_last_account() -> Result<()>
         .await?;
     ensure!(page.contains("pool wa"), "{page}");
     ensure!(!page.contains("account wa-main"), "{page}");
+    Ok(())
+}
+
+/// A cancelled campaign's failures cannot be retried (nothing of it is sent any more): its page
+/// offers no "Retry all", and the retry's confirm page and post answer 409 saying why, instead
+/// of counting the tasks and reporting a retry that changes nothing.
+#[tokio::test]
+async fn a_cancelled_campaign_offers_no_retry_and_refuses_one() -> Result<()> {
+    use herald_proto::v1::CancelCampaignRequest;
+    let db = TestDb::new().await?;
+    let admin = TestToken::new("ops", &["admin", "client"], &["default"]);
+    let file = write_tokens_file(std::slice::from_ref(&admin))?;
+    let scheduler = SchedulerProcess::builder(&db)
+        .env("HERALD_AUTH_TOKENS_FILE", &file.path)
+        .spawn()
+        .await?;
+    let mut campaigns = CampaignServiceClient::connect(scheduler.grpc_url()).await?;
+    let id = campaigns
+        .create_campaign(admin.request(
+            CreateCampaignRequest {
+                campaign: Some(CampaignSpec {
+                    name: "gone".into(),
+                    queue: "offers".into(),
+                    content: Some(Content {
+                        body: Some(content::Body::Text("hi".into())),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                recipients: vec![CampaignRecipient {
+                    recipient: "+15550004444".into(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            },
+            None,
+        ))
+        .await?
+        .into_inner()
+        .id;
+    // Its task failed for good, then the campaign was cancelled.
+    db.connect()
+        .await?
+        .execute(
+            "UPDATE herald.tasks SET state = 'failed', end_reason = 'permanent_error',
+                 finished_at = now() WHERE campaign_id = $1::text::uuid",
+            &[&id],
+        )
+        .await?;
+    campaigns
+        .cancel_campaign(admin.request(CancelCampaignRequest { id: id.clone() }, None))
+        .await?;
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()?;
+    let base = scheduler.http_url();
+    let page = http
+        .get(format!("{base}/console/campaigns/{id}?ns=default"))
+        .basic_auth("ops", Some(&admin.token))
+        .send()
+        .await?
+        .text()
+        .await?;
+    assert!(page.contains("permanent_error"), "the failure is shown");
+    assert!(
+        !page.contains("retry-reason"),
+        "a cancelled campaign offers a retry"
+    );
+    let confirm = http
+        .get(format!(
+            "{base}/console/campaigns/{id}/retry?reason=permanent_error&ns=default"
+        ))
+        .basic_auth("ops", Some(&admin.token))
+        .send()
+        .await?;
+    assert_eq!(confirm.status(), 409);
+    assert!(confirm.text().await?.contains("cancelled"));
+    let post = http
+        .post(format!("{base}/console/campaigns/{id}/retry?ns=default"))
+        .basic_auth("ops", Some(&admin.token))
+        .form(&[("reason", "permanent_error")])
+        .send()
+        .await?;
+    assert_eq!(post.status(), 409);
+    let operations: i64 = db
+        .connect()
+        .await?
+        .query_one("SELECT count(*) FROM herald.bulk_operations", &[])
+        .await?
+        .get(0);
+    assert_eq!(operations, 0, "a retry was started");
     Ok(())
 }

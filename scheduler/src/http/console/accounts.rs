@@ -418,9 +418,14 @@ pub(super) async fn edit(
             burst,
             daily_cap,
             max_in_flight,
-            recipient_interval: interval.map(|s| prost_types::Duration {
-                seconds: s.trunc() as i64,
-                nanos: (s.fract() * 1e9) as i32,
+            // Whole milliseconds, rounded: 4.1 s is 4,100 ms, where the float's own fraction
+            // (4.0999…) truncated to 4,099 and every save of the form took another off.
+            recipient_interval: interval.map(|s| {
+                let ms = (s * 1000.0).round() as i64;
+                prost_types::Duration {
+                    seconds: ms.div_euclid(1000),
+                    nanos: (ms.rem_euclid(1000) * 1_000_000) as i32,
+                }
             }),
             quiet_hours: (!quiet_start.is_empty()).then(|| pb::QuietHours {
                 start: quiet_start.to_owned(),

@@ -414,6 +414,21 @@ pub(super) async fn cancel_confirm(
     ))
 }
 
+/// A cancelled campaign's failed tasks cannot be retried (retry_task.sql): the retry is refused
+/// with why, rather than counted, confirmed and reported as started while it changes nothing.
+fn refuse_retry_if_cancelled(view: &CampaignView) -> Result<(), PageError> {
+    if view.state == CampaignState::Cancelled {
+        return Err(PageError::new(
+            StatusCode::CONFLICT,
+            format!(
+                "campaign {} was cancelled: none of its tasks is sent any more, so none can be retried",
+                view.record.id
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Asks before retrying: how many failed tasks of this reason there are now (the bulk
 /// operation's dry run).
 pub(super) async fn retry_confirm(
@@ -426,6 +441,7 @@ pub(super) async fn retry_confirm(
     let id = campaign_id(&id)?;
     let ns = caller.namespace.as_str();
     let view = console.campaigns.get(ns, id).await?;
+    refuse_retry_if_cancelled(&view)?;
     let (reason, request) = retry_request(id, &params, true)?;
     let counted = console.tasks.start_bulk(ns, request).await?;
     Ok(render(
@@ -452,7 +468,7 @@ pub(super) async fn retry(
     require_admin(&caller)?;
     let id = campaign_id(&id)?;
     let ns = caller.namespace.as_str();
-    console.campaigns.get(ns, id).await?;
+    refuse_retry_if_cancelled(&console.campaigns.get(ns, id).await?)?;
     let (reason, request) = retry_request(id, &form, false)?;
     let started = console.tasks.start_bulk(ns, request).await?;
     let op = started
