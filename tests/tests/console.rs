@@ -812,11 +812,7 @@ async fn a_viewer_reads_but_cannot_act_and_cross_site_posts_are_refused() -> Res
     let db = TestDb::new().await?;
     let admin = TestToken::new("ops", &["admin", "client"], &["default"]);
     let viewer = TestToken::new("support", &["viewer"], &["default"]);
-    let file = write_tokens_file(&[admin.clone(), viewer.clone()])?;
-    let scheduler = SchedulerProcess::builder(&db)
-        .env("HERALD_AUTH_TOKENS_FILE", &file.path)
-        .spawn()
-        .await?;
+    let (scheduler, _tokens) = with_tokens(&db, &[admin.clone(), viewer.clone()]).await?;
     let mut accounts = AccountServiceClient::connect(scheduler.grpc_url()).await?;
     accounts
         .create_account(admin.request(
@@ -957,11 +953,7 @@ async fn the_console_cannot_be_framed_and_a_tokens_rate_binds_it_too() -> Result
     let db = TestDb::new().await?;
     let admin = TestToken::new("ops", &["admin", "client"], &["default"]);
     let viewer = TestToken::new("support", &["viewer"], &["default"]).with_rate(1, 2);
-    let file = write_tokens_file(&[admin.clone(), viewer.clone()])?;
-    let scheduler = SchedulerProcess::builder(&db)
-        .env("HERALD_AUTH_TOKENS_FILE", &file.path)
-        .spawn()
-        .await?;
+    let (scheduler, _tokens) = with_tokens(&db, &[admin.clone(), viewer.clone()]).await?;
     let http = reqwest::Client::new();
     let base = scheduler.http_url();
     for path in ["/console/", "/console/tasks.csv", "/dashboard/", "/healthz"] {
@@ -1156,11 +1148,7 @@ async fn a_cancelled_campaign_offers_no_retry_and_refuses_one() -> Result<()> {
     use herald_proto::v1::CancelCampaignRequest;
     let db = TestDb::new().await?;
     let admin = TestToken::new("ops", &["admin", "client"], &["default"]);
-    let file = write_tokens_file(std::slice::from_ref(&admin))?;
-    let scheduler = SchedulerProcess::builder(&db)
-        .env("HERALD_AUTH_TOKENS_FILE", &file.path)
-        .spawn()
-        .await?;
+    let (scheduler, _tokens) = with_tokens(&db, std::slice::from_ref(&admin)).await?;
     let mut campaigns = CampaignServiceClient::connect(scheduler.grpc_url()).await?;
     let id = campaigns
         .create_campaign(admin.request(
@@ -1237,4 +1225,75 @@ async fn a_cancelled_campaign_offers_no_retry_and_refuses_one() -> Result<()> {
         .get(0);
     assert_eq!(operations, 0, "a retry was started");
     Ok(())
+}
+
+/// The suppression list's page: a viewer reads it and cannot change it; an admin suppresses a
+/// recipient by hand (checked as AddSuppressions checks, in either spelling), sees and checks
+/// the entry, and removes it.
+#[tokio::test]
+async fn the_opt_out_page_lists_checks_adds_and_removes_suppressions() -> Result<()> {
+    let db = TestDb::new().await?;
+    let admin = TestToken::new("ops", &["admin", "client"], &["default"]);
+    let viewer = TestToken::new("support", &["viewer"], &["default"]);
+    let (scheduler, _tokens) = with_tokens(&db, &[admin.clone(), viewer.clone()]).await?;
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()?;
+    let base = scheduler.http_url();
+    let get = |token: &str, query: &str| {
+        http.get(format!("{base}/console/suppressions?ns=default{query}"))
+            .basic_auth("x", Some(token.to_owned()))
+            .send()
+    };
+    let post = |token: &str, path: &str, form: &[(&str, &str)]| {
+        http.post(format!("{base}/console/suppressions{path}?ns=default"))
+            .basic_auth("x", Some(token.to_owned()))
+            .form(form)
+            .send()
+    };
+    let empty = get(&viewer.token, "").await?;
+    assert_eq!(empty.status(), 200);
+    let page = empty.text().await?;
+    assert!(page.contains("Nobody is suppressed") && page.contains("Opt-outs"));
+    assert!(!page.contains("id=\"add\""), "a viewer sees the add form");
+    let refused = post(&viewer.token, "", &[("recipient", "+15550006666")]).await?;
+    assert_eq!(refused.status(), 403, "a viewer cannot suppress");
+
+    let bad = post(&admin.token, "", &[("recipient", "+")]).await?;
+    assert_eq!(bad.status(), 400, "an empty number is refused");
+    let added = post(
+        &admin.token,
+        "",
+        &[("recipient", "+15550006666"), ("note", "asked by phone")],
+    )
+    .await?;
+    assert_eq!(added.status(), 303);
+    let listed = get(&admin.token, "").await?.text().await?;
+    assert!(
+        listed.contains("data-recipient=\"15550006666\"") && listed.contains("asked by phone"),
+        "the entry is listed: {listed}"
+    );
+    let checked = get(&admin.token, "&q=15550006666").await?.text().await?;
+    assert!(checked.contains("data-listed=\"yes\""), "{checked}");
+
+    let removed = post(&admin.token, "/remove", &[("recipient", "15550006666")]).await?;
+    assert_eq!(removed.status(), 303);
+    let checked = get(&admin.token, "&q=%2B15550006666").await?.text().await?;
+    assert!(checked.contains("data-listed=\"no\""), "{checked}");
+    let missing = post(&admin.token, "/remove", &[("recipient", "15550006666")]).await?;
+    assert_eq!(missing.status(), 404, "removing what is not listed");
+    Ok(())
+}
+
+/// A scheduler that knows `tokens`; the file it reads them from lives as long as the handle.
+async fn with_tokens(
+    db: &TestDb,
+    tokens: &[TestToken],
+) -> Result<(SchedulerProcess, herald_tests::security::TokensFile)> {
+    let file = write_tokens_file(tokens)?;
+    let scheduler = SchedulerProcess::builder(db)
+        .env("HERALD_AUTH_TOKENS_FILE", &file.path)
+        .spawn()
+        .await?;
+    Ok((scheduler, file))
 }

@@ -1,6 +1,7 @@
 //! The operator's console, served on the HTTP listener under `/console`: server-rendered pages
 //! (minijinja templates built into the binary, no build step, nothing fetched from elsewhere)
-//! for accounts, campaigns, schedules and tasks, with the actions operators take on them.
+//! for accounts, campaigns, schedules, tasks and the suppression list, with the actions
+//! operators take on them.
 //!
 //! - Reads go through the same domains and repositories as the gRPC services (`accounts`,
 //!   `campaigns`, `schedule`, `tasks`); an account's edit goes through `AccountService` itself,
@@ -20,6 +21,7 @@ mod bulk;
 mod campaigns;
 mod csv;
 mod schedules;
+mod suppressions;
 mod tasks;
 pub mod why;
 
@@ -38,6 +40,7 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use crate::api::accounts::AccountApi;
+use crate::api::suppressions::SuppressionApi;
 use crate::auth::{Caller, Role};
 use crate::campaigns::Campaigns;
 use crate::error::{Error, FieldViolation};
@@ -53,6 +56,7 @@ pub struct Console {
     campaigns: Campaigns,
     schedules: Schedules,
     accounts: Arc<AccountApi>,
+    suppressions: Arc<SuppressionApi>,
 }
 
 impl Console {
@@ -60,6 +64,7 @@ impl Console {
     pub fn new(tasks: Tasks, schedules: Schedules) -> Self {
         Console {
             accounts: Arc::new(AccountApi::new(tasks.store().clone())),
+            suppressions: Arc::new(SuppressionApi::new(tasks.store().clone())),
             campaigns: Campaigns::new(tasks.clone()),
             schedules,
             tasks,
@@ -110,6 +115,11 @@ pub fn router(console: Console) -> Router {
         .route("/console/schedules/{id}/state", post(schedules::set_state))
         .route("/console/schedules/{id}/run", post(schedules::run_now))
         .route("/console/bulk/{id}", get(bulk::detail))
+        .route(
+            "/console/suppressions",
+            get(suppressions::list).post(suppressions::add),
+        )
+        .route("/console/suppressions/remove", post(suppressions::remove))
         .route("/console/tasks", get(tasks::search))
         .route("/console/tasks.csv", get(tasks::export))
         .route("/console/tasks/{id}", get(tasks::detail))
@@ -184,6 +194,10 @@ static TEMPLATES: LazyLock<Environment<'static>> = LazyLock::new(|| {
         ("tasks.html", include_str!("assets/tasks.html")),
         ("task.html", include_str!("assets/task.html")),
         ("bulk.html", include_str!("assets/bulk.html")),
+        (
+            "suppressions.html",
+            include_str!("assets/suppressions.html"),
+        ),
         ("error.html", include_str!("assets/error.html")),
     ] {
         // The sources are part of the binary and covered by every page test; a template that
@@ -228,6 +242,7 @@ fn title(template: &str) -> &'static str {
         "schedules.html" => "Schedules",
         "schedule.html" => "Schedule",
         "tasks.html" => "Tasks",
+        "suppressions.html" => "Suppression list",
         "task.html" => "Task",
         "bulk.html" => "Bulk operation",
         _ => "Error",

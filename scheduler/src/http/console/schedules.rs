@@ -1,6 +1,5 @@
 //! The schedule pages: the list with the next fire time in each schedule's own zone and its
-//! last runs; one schedule with a preview of its next 10 fires; pause and resume.
-//! (Run now needs a ScheduleService RPC that fires a run out of turn; there is none yet.)
+//! last runs; one schedule with a preview of its next 10 fires; pause, resume and run now.
 
 use std::collections::HashMap;
 
