@@ -160,7 +160,7 @@ fn check(req: &Request, now: DateTime<Utc>) -> Result<(Selection, pb::TaskFilter
     if !selection.is_narrow() && v.is_empty() {
         v.add(
             "filter",
-            "must name a queue, campaign_id, schedule_id, account_id or a time bound",
+            "must name a queue, campaign_id, schedule_id, account_id, audience_id or a time bound",
         );
     }
     let allowed = req.action.states();
