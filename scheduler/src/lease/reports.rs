@@ -180,6 +180,7 @@ pub async fn apply(
         applied.extend(settled);
         crate::callbacks::on_accepted(tx, namespace, &accepted(&applied, &reports)).await?;
         let freed = tx.accounts().apply_feedback(namespace, &feedback).await?;
+        list_undeliverable(tx, namespace, &applied, &reports).await?;
         // After the account rows, as a claim's grant locks them: account, then the recipient
         // marks. The other way round, a claim marking the same pair deadlocked with this batch.
         tx.leases().block_recipients(&blocks).await?;
@@ -247,6 +248,39 @@ async fn await_callbacks(
         .collect();
     if !failed.is_empty() {
         crate::callbacks::settle_failures(db, namespace, &failed).await?;
+    }
+    Ok(())
+}
+
+/// Lists the recipients a provider says cannot receive messages at all (a PERMANENT that
+/// ended the task INVALID_RECIPIENT: WhatsApp 131026, as Meta advises, or WeCom 81013) on the
+/// suppression list, reason INVALID_RECIPIENT, so later tasks to them end suppressed instead of
+/// being sent and refused again; an operator removes the entry when they can receive again.
+async fn list_undeliverable(
+    db: &impl Db,
+    namespace: &str,
+    applied: &[Applied],
+    reports: &[&AttemptReport],
+) -> Result<(), StoreError> {
+    let refused: HashSet<(Uuid, i32)> = reports
+        .iter()
+        .filter(|r| r.outcome == Outcome::Permanent)
+        .map(|r| (r.task_id, r.attempt))
+        .collect();
+    if refused.is_empty() {
+        return Ok(());
+    }
+    let tasks: Vec<Uuid> = applied
+        .iter()
+        .filter(|a| a.state == TaskState::Failed && refused.contains(&(a.task_id, a.attempt)))
+        .map(|a| a.task_id)
+        .collect();
+    for recipient in db
+        .suppressions()
+        .list_undeliverable(namespace, &tasks)
+        .await?
+    {
+        tracing::info!(%recipient, "the provider cannot deliver to the recipient; suppressed");
     }
     Ok(())
 }

@@ -1,4 +1,5 @@
-//! Replies: an opt-out keyword suppresses the sender.
+//! Replies and refusals that suppress a recipient: an opt-out keyword, and WhatsApp's
+//! "message undeliverable".
 
 use super::*;
 
@@ -325,5 +326,39 @@ async fn a_stop_delivered_again_after_its_entry_was_removed_does_not_list_again(
         listed(&stack, &["16505550036"]).await?.is_empty(),
         "a redelivered STOP listed the recipient again"
     );
+    Ok(())
+}
+
+/// A send WhatsApp refuses as undeliverable (131026: not on WhatsApp, app too old, terms not
+/// accepted) fails, and its recipient is listed INVALID_RECIPIENT as Meta advises: the next
+/// task to them, in either spelling, ends suppressed instead of being sent and refused again.
+#[tokio::test]
+async fn a_recipient_whatsapp_cannot_deliver_to_is_listed_and_not_sent_again() -> Result<()> {
+    let mut stack = Stack::start().await?;
+    stack.fake.respond_next(Scripted::Code(131026));
+    let refused = stack.send("+16505550037").await?;
+    assert_eq!(refused.state(), TaskState::Failed, "{refused:?}");
+    let mut suppressions = SuppressionServiceClient::connect(stack.scheduler.grpc_url()).await?;
+    let listed = suppressions
+        .check_suppressions(CheckSuppressionsRequest {
+            recipients: vec!["16505550037".into()],
+        })
+        .await?
+        .into_inner()
+        .suppressions;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].reason(), SuppressionReason::InvalidRecipient);
+    assert!(
+        listed[0].note.contains("undeliverable"),
+        "{:?}",
+        listed[0].note
+    );
+    let sent_before = stack.fake.requests().len();
+    let next = stack.create("16505550037").await?;
+    let next = stack
+        .wait_task(&next, |t| t.state() == TaskState::Cancelled)
+        .await?;
+    assert_eq!(next.end_reason(), EndReason::Suppressed);
+    assert_eq!(stack.fake.requests().len(), sent_before, "sent again");
     Ok(())
 }

@@ -29,6 +29,7 @@ const LIST_SUPPRESSIONS: Statement = statement!("list_suppressions");
 pub(crate) const SUPPRESS_TASKS: Statement = statement!("suppress_tasks");
 const RECORD_INBOUND_MESSAGE: Statement = statement!("record_inbound_message");
 const LEASED_TO: Statement = statement!("leased_to");
+const LIST_UNDELIVERABLE: Statement = statement!("list_undeliverable");
 const LEARN_ALIASES: Statement = statement!("learn_aliases");
 const COVER_ALIASES: Statement = statement!("cover_aliases");
 
@@ -125,6 +126,25 @@ impl<C: GenericClient> SuppressionRepo<'_, C> {
             .collect::<Result<_, StoreError>>()?;
         let learned: Vec<&str> = learned.iter().map(String::as_str).collect();
         self.cover_aliases(namespace, &learned).await
+    }
+
+    /// Lists with reason INVALID_RECIPIENT the recipients of those of `tasks` that ended because
+    /// the provider cannot deliver to them at all (end reason INVALID_RECIPIENT); returns those
+    /// newly listed.
+    pub async fn list_undeliverable(
+        &self,
+        namespace: &str,
+        tasks: &[Uuid],
+    ) -> Result<Vec<String>, StoreError> {
+        if tasks.is_empty() {
+            return Ok(Vec::new());
+        }
+        LIST_UNDELIVERABLE
+            .query(self.db, &[&namespace, &tasks])
+            .await?
+            .iter()
+            .map(|r| column(r, "recipient"))
+            .collect()
     }
 
     /// The namespace's LEASED tasks to `recipients` (compared as the list does), waiting for
