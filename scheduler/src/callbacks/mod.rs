@@ -168,6 +168,10 @@ pub const RECIPIENT_LIMIT_BACKOFF_MS: i64 = 3_600_000;
 /// marketing limit (131049) and pair rate limit (131056).
 const RECIPIENT_LIMIT_CODES: &[i64] = &[131_049, 131_056];
 
+/// Provider error codes of a late failure that say the recipient cannot receive messages at
+/// all: WhatsApp's "message undeliverable" (131026), which Meta advises marking undeliverable.
+const UNDELIVERABLE_CODES: &[i64] = &[131_026];
+
 /// Provider error codes of a late failure worth trying again while the task has attempts
 /// left, each with the least wait before it is (in milliseconds; the retry policy's delay when
 /// longer): the WhatsApp codes the sender classes RATE_LIMITED or TRANSIENT when a send's
@@ -479,6 +483,16 @@ pub async fn settle_failures(
     for (task, code) in &ended {
         tracing::info!(task_id = %task, code = ?code, "task failed after acceptance");
     }
+    // A recipient the provider says it cannot deliver to at all is listed, as a send refused
+    // with the same code is (lease/reports.rs).
+    let undeliverable: Vec<Uuid> = ended
+        .iter()
+        .filter(|(_, code)| code.is_some_and(|c| UNDELIVERABLE_CODES.contains(&c)))
+        .map(|(task, _)| *task)
+        .collect();
+    db.suppressions()
+        .list_undeliverable(namespace, &undeliverable, true)
+        .await?;
     Ok(())
 }
 

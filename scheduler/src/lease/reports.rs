@@ -277,7 +277,7 @@ async fn list_undeliverable(
         .collect();
     for recipient in db
         .suppressions()
-        .list_undeliverable(namespace, &tasks)
+        .list_undeliverable(namespace, &tasks, false)
         .await?
     {
         tracing::info!(%recipient, "the provider cannot deliver to the recipient; suppressed");

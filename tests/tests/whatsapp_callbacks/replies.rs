@@ -339,19 +339,19 @@ async fn a_recipient_whatsapp_cannot_deliver_to_is_listed_and_not_sent_again() -
     let refused = stack.send("+16505550037").await?;
     assert_eq!(refused.state(), TaskState::Failed, "{refused:?}");
     let mut suppressions = SuppressionServiceClient::connect(stack.scheduler.grpc_url()).await?;
-    let listed = suppressions
+    let entries = suppressions
         .check_suppressions(CheckSuppressionsRequest {
             recipients: vec!["16505550037".into()],
         })
         .await?
         .into_inner()
         .suppressions;
-    assert_eq!(listed.len(), 1, "{listed:?}");
-    assert_eq!(listed[0].reason(), SuppressionReason::InvalidRecipient);
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert_eq!(entries[0].reason(), SuppressionReason::InvalidRecipient);
     assert!(
-        listed[0].note.contains("undeliverable"),
+        entries[0].note.contains("undeliverable"),
         "{:?}",
-        listed[0].note
+        entries[0].note
     );
     let sent_before = stack.fake.requests().len();
     let next = stack.create("16505550037").await?;
@@ -360,5 +360,25 @@ async fn a_recipient_whatsapp_cannot_deliver_to_is_listed_and_not_sent_again() -
         .await?;
     assert_eq!(next.end_reason(), EndReason::Suppressed);
     assert_eq!(stack.fake.requests().len(), sent_before, "sent again");
+
+    // Accepted, then reported undeliverable by a status webhook: listed the same way.
+    let accepted = stack.send("16505550038").await?;
+    let wamid = stack.wamid(&accepted)?;
+    let late = status_of(&accepted, &wamid, Callback::Failed(131026));
+    assert_eq!(
+        stack
+            .fake
+            .post_webhook(&webhook_body(WABA, "messages", late))
+            .await?,
+        200
+    );
+    stack
+        .wait_task(&accepted.id, |t| t.state() == TaskState::Failed)
+        .await?;
+    assert_eq!(
+        listed(&stack, &["16505550038"]).await?,
+        ["16505550038"],
+        "a late 131026 did not list the recipient"
+    );
     Ok(())
 }

@@ -234,10 +234,11 @@ async fn a_retried_task_whose_new_message_finds_the_window_closed_sends_its_fall
     let mut stack = Stack::start().await?;
     let recipient = "16505550064";
     use Callback::*;
-    // The text fails late for another reason (131026, undeliverable): no fallback for that.
+    // The text fails late for another reason (131051, unsupported message type): no fallback
+    // for that.
     stack
         .fake
-        .plan_callbacks_once(recipient, CallbackPlan::after(&[Sent, Failed(131026)]));
+        .plan_callbacks_once(recipient, CallbackPlan::after(&[Sent, Failed(131051)]));
     // Sent again, it fails with 131047 (the window closed meanwhile); the template arrives.
     stack
         .fake
@@ -249,7 +250,7 @@ async fn a_retried_task_whose_new_message_finds_the_window_closed_sends_its_fall
     let failed = stack
         .wait_task(&id, |t| t.state() == TaskState::Failed)
         .await?;
-    assert_eq!(failed.end_code, 131026);
+    assert_eq!(failed.end_code, 131051);
     stack
         .tasks
         .retry_task(RetryTaskRequest {

@@ -129,18 +129,20 @@ impl<C: GenericClient> SuppressionRepo<'_, C> {
     }
 
     /// Lists with reason INVALID_RECIPIENT the recipients of those of `tasks` that ended because
-    /// the provider cannot deliver to them at all (end reason INVALID_RECIPIENT); returns those
-    /// newly listed.
+    /// the provider cannot deliver to them at all (end reason INVALID_RECIPIENT), or of all of
+    /// them when `all` (the caller read it from a late failure's code); returns those newly
+    /// listed.
     pub async fn list_undeliverable(
         &self,
         namespace: &str,
         tasks: &[Uuid],
+        all: bool,
     ) -> Result<Vec<String>, StoreError> {
         if tasks.is_empty() {
             return Ok(Vec::new());
         }
         LIST_UNDELIVERABLE
-            .query(self.db, &[&namespace, &tasks])
+            .query(self.db, &[&namespace, &tasks, &all])
             .await?
             .iter()
             .map(|r| column(r, "recipient"))
