@@ -57,6 +57,33 @@ async fn runs(db: &TestDb, id: &str) -> Result<BTreeMap<i64, (String, i64)>> {
         .collect())
 }
 
+/// The scheduler started again `down` (an SQL interval) later by the test clock, once each of
+/// `schedules` has a run on time after it came back.
+async fn restarted_later(db: &TestDb, down: &str, schedules: &[&str]) -> Result<SchedulerProcess> {
+    let conn = db.connect().await?;
+    conn.execute(
+        "SELECT herald.set_test_clock(
+             coalesce((SELECT skew FROM herald.test_clock), interval '0') + $1::text::interval)",
+        &[&down],
+    )
+    .await?;
+    let s = SchedulerProcess::spawn(db).await?;
+    let restarted: i64 = conn
+        .query_one(
+            "SELECT extract(epoch FROM herald.now())::bigint AS now",
+            &[],
+        )
+        .await?
+        .get("now");
+    for id in schedules {
+        until("an on-time run after the restart", || async {
+            Ok(runs(db, id).await?.keys().any(|t| *t > restarted + 1))
+        })
+        .await?;
+    }
+    Ok(s)
+}
+
 #[tokio::test]
 async fn preview_follows_the_dst_policy() -> Result<()> {
     let db = TestDb::new().await?;
@@ -126,27 +153,7 @@ async fn misfire_policies_after_the_scheduler_was_down_across_5_fire_times() -> 
     // The scenario itself: the scheduler stays down across at least 5 fire times that are
     // older than the 1 s misfire grace when it comes back (every 2 s, plus the grace, plus the
     // run created ahead of time before the kill). The test clock passes those 13 s at once.
-    let conn = db.connect().await?;
-    conn.execute(
-        "SELECT herald.set_test_clock(
-             coalesce((SELECT skew FROM herald.test_clock), interval '0') + interval '13 s')",
-        &[],
-    )
-    .await?;
-    let s = SchedulerProcess::spawn(&db).await?;
-    let restarted: i64 = conn
-        .query_one(
-            "SELECT extract(epoch FROM herald.now())::bigint AS now",
-            &[],
-        )
-        .await?
-        .get("now");
-    for id in ["skip", "once", "each"] {
-        until("an on-time run after the restart", || async {
-            Ok(runs(&db, id).await?.keys().any(|t| *t > restarted + 1))
-        })
-        .await?;
-    }
+    let s = restarted_later(&db, "13 s", &["skip", "once", "each"]).await?;
     // Stop it before reading: a fire time materialised between reading the runs and counting
     // the labelled tasks below would make the two disagree.
     let mut s = s;
@@ -736,6 +743,66 @@ async fn resume_takes_the_next_fire_from_rules_changed_while_it_waited() -> Resu
         next.format("%H:%M").to_string(),
         "10:30",
         "the cursor follows the old rules"
+    );
+    Ok(())
+}
+
+/// After a long outage (here 3 days of a schedule every 2 s: 129,600 fire times, as many as 90
+/// days of one every minute), CATCH_UP fires the latest 100 missed fire times and FIRE_ONCE_NOW
+/// one run for the latest, once, at a bounded cost. Before, each pass walked the next 100,000
+/// missed fire times one by one, so CATCH_UP fired 100 per pass from days ago and
+/// FIRE_ONCE_NOW once per pass.
+#[tokio::test]
+async fn a_catch_up_after_days_down_fires_the_latest_missed_runs_once() -> Result<()> {
+    let db = TestDb::new().await?;
+    let mut s = SchedulerProcess::spawn(&db).await?;
+    let mut c = client(&s).await?;
+    for (id, policy) in [
+        ("once", MisfirePolicy::FireOnceNow),
+        ("each", MisfirePolicy::CatchUp),
+    ] {
+        c.create_schedule(CreateScheduleRequest {
+            schedule: Some(every(2, id, policy, &["ops@example.com"])),
+        })
+        .await?;
+        until("a first run", || async {
+            Ok(!runs(&db, id).await?.is_empty())
+        })
+        .await?;
+    }
+    s.kill()?;
+    s.wait().await?;
+    let before = runs(&db, "each")
+        .await?
+        .keys()
+        .last()
+        .copied()
+        .unwrap_or(0)
+        .max(runs(&db, "once").await?.keys().last().copied().unwrap_or(0));
+    let mut s = restarted_later(&db, "3 days", &["once", "each"]).await?;
+    s.kill()?;
+    s.wait().await?;
+    // The catch-ups, and the first run on time after them: the latest missed fire time is the
+    // one just before it.
+    let after_outage = |r: BTreeMap<i64, (String, i64)>| -> (Vec<i64>, Option<i64>) {
+        let kind = |k: &str| -> Vec<i64> {
+            r.iter()
+                .filter(|(t, (kind, _))| **t > before && kind == k)
+                .map(|(t, _)| *t)
+                .collect()
+        };
+        (kind("catch_up"), kind("fired").first().copied())
+    };
+    let (each, on_time) = after_outage(runs(&db, "each").await?);
+    assert_eq!(each.len(), 100, "{each:?}");
+    assert!(each.windows(2).all(|w| w[1] - w[0] == 2), "{each:?}");
+    assert_eq!(each.last().map(|t| t + 2), on_time, "not the latest missed");
+    let (once, on_time) = after_outage(runs(&db, "once").await?);
+    assert_eq!(once.len(), 1, "{once:?}");
+    assert_eq!(
+        once.first().map(|t| t + 2),
+        on_time,
+        "not the latest missed"
     );
     Ok(())
 }

@@ -263,6 +263,86 @@ pub(super) struct Run {
     pub(super) manual: bool,
 }
 
+/// The fire times of a schedule that were missed: before `before`, from its cursor on.
+struct Missed {
+    /// The first of them (a FIRE_ONCE_NOW run's period starts there).
+    first: Option<DateTime<Utc>>,
+    /// The latest [`MAX_CATCH_UP`] of them, oldest first (what CATCH_UP fires).
+    latest: Vec<DateTime<Utc>>,
+}
+
+/// The fire times from `cursor` that fall before `before`, and the first fire time at or after
+/// it. After a long outage (a schedule every minute misses 100,000 fire times in 69 days) the
+/// walk forward stops after a while and the latest are found walking back from `before`, so
+/// the cost stays bounded and CATCH_UP still fires the latest, not the oldest, of them.
+fn missed_fires(
+    fires: &FireTimes,
+    cursor: DateTime<Utc>,
+    before: DateTime<Utc>,
+) -> (Missed, Option<DateTime<Utc>>) {
+    const WALK: usize = MAX_CATCH_UP * 2;
+    let mut latest: std::collections::VecDeque<DateTime<Utc>> =
+        std::collections::VecDeque::with_capacity(MAX_CATCH_UP + 1);
+    let mut first = None;
+    let mut next = Some(cursor);
+    let mut walked = 0;
+    while let Some(t) = next.filter(|t| *t < before) {
+        if walked == WALK {
+            // The rest: the latest MAX_CATCH_UP from `t` on before `before`.
+            let back = latest_before(fires, t, before);
+            let last = back.last().copied().unwrap_or(t);
+            latest.extend(back);
+            while latest.len() > MAX_CATCH_UP {
+                latest.pop_front();
+            }
+            next = fires.next_after(last);
+            break;
+        }
+        first.get_or_insert(t);
+        latest.push_back(t);
+        if latest.len() > MAX_CATCH_UP {
+            latest.pop_front();
+        }
+        walked += 1;
+        next = fires.next_after(t);
+    }
+    let mut latest: Vec<DateTime<Utc>> = latest.into();
+    latest.dedup();
+    (Missed { first, latest }, next)
+}
+
+/// The latest [`MAX_CATCH_UP`] fire times from `from` (a fire time) on that fall before
+/// `before`, oldest first: looked for in windows before `before` growing eightfold, so a
+/// schedule every few seconds reads a few hundred fire times, not the whole outage.
+fn latest_before(
+    fires: &FireTimes,
+    from: DateTime<Utc>,
+    before: DateTime<Utc>,
+) -> Vec<DateTime<Utc>> {
+    let mut window = ChronoDuration::minutes(1);
+    loop {
+        let start = before - window;
+        let mut found: std::collections::VecDeque<DateTime<Utc>> =
+            std::collections::VecDeque::with_capacity(MAX_CATCH_UP + 1);
+        let mut next = if start <= from {
+            Some(from)
+        } else {
+            fires.next_after(start)
+        };
+        while let Some(t) = next.filter(|t| *t < before) {
+            found.push_back(t);
+            if found.len() > MAX_CATCH_UP {
+                found.pop_front();
+            }
+            next = fires.next_after(t);
+        }
+        if found.len() >= MAX_CATCH_UP || start <= from || window > ChronoDuration::days(12_000) {
+            return found.into();
+        }
+        window = window * 8;
+    }
+}
+
 /// The fire time before `t`, looked for in windows growing eightfold from a minute to about
 /// 32 years, so a schedule per second costs a minute's fire times and a daily one a few
 /// windows, while a yearly one (and one on 29 February, which can go eight years without a
@@ -312,23 +392,20 @@ async fn materialise(
     let horizon = now + LOOKAHEAD;
     let grace = ChronoDuration::milliseconds(s.misfire_grace_ms);
     let watched_from = leading_since.map_or(now, |since| since.min(now)) - grace;
-    let mut missed: Vec<DateTime<Utc>> = Vec::new();
+    let (missed, mut next) = missed_fires(&fires, cursor, watched_from.min(horizon));
     let mut on_time: Vec<DateTime<Utc>> = Vec::new();
-    let mut next: Option<DateTime<Utc>> = Some(cursor);
     while let Some(t) = next {
-        if t > horizon || missed.len() + on_time.len() >= MAX_FIRES_PER_PASS * 100 {
+        if t > horizon || on_time.len() > MAX_FIRES_PER_PASS {
             break;
         }
-        if t < watched_from {
-            missed.push(t);
-        } else {
-            on_time.push(t);
-        }
+        on_time.push(t);
         next = fires.next_after(t);
     }
     let mut runs: Vec<Run> = Vec::new();
-    if !missed.is_empty() {
-        tracing::info!(schedule_id = %s.id, missed = missed.len(), policy = %s.misfire,
+    let missed_first = missed.first;
+    let missed = missed.latest;
+    if let Some(first) = missed_first {
+        tracing::info!(schedule_id = %s.id, first_missed = %first, policy = %s.misfire,
             "fire times missed while no materialiser ran");
         match s.misfire.as_str() {
             "skip" => {}
@@ -342,7 +419,7 @@ async fn materialise(
                 }));
             }
             _ => {
-                if let (Some(&first), Some(&t)) = (missed.first(), missed.last()) {
+                if let (Some(first), Some(&t)) = (missed_first, missed.last()) {
                     // One run for every missed fire time: its period covers them all.
                     runs.push(Run {
                         fire_time: t,
