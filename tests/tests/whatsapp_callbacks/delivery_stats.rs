@@ -152,3 +152,94 @@ async fn delivery_stats_and_campaign_progress_count_each_state_and_time_delivery
     assert_eq!((recorded, applied), (6.0, 5.0));
     Ok(())
 }
+
+/// A task sent again after its first message failed is timed from its current message's
+/// acceptance, not the first one's: the retry came ten minutes later, and its message was
+/// delivered five seconds after it was accepted.
+#[tokio::test]
+async fn delivery_latency_is_timed_from_the_current_messages_acceptance() -> Result<()> {
+    let mut stack = Stack::start().await?;
+    let recipient = "16505550045";
+    stack
+        .fake
+        .plan_callbacks_once(recipient, CallbackPlan::after(&[Callback::Failed(131047)]));
+    let failed = stack.send(recipient).await?;
+    let failed = stack
+        .wait_task(&failed.id, |t| t.state() == TaskState::Failed)
+        .await?;
+    let first = stack.wamid(&failed)?;
+    // The first message was accepted ten minutes before the retry.
+    stack
+        .db
+        .connect()
+        .await?
+        .execute(
+            "UPDATE herald.delivery_events SET occurred_at = occurred_at - interval '10 minutes' \
+             WHERE provider_message_id = $1",
+            &[&first],
+        )
+        .await?;
+    stack
+        .tasks
+        .retry_task(RetryTaskRequest {
+            id: failed.id.clone(),
+            ..Default::default()
+        })
+        .await?;
+    let retried = stack
+        .wait_task(&failed.id, |t| {
+            t.state() == TaskState::Succeeded && state(t) == DeliveryState::Accepted
+        })
+        .await?;
+    let second = stack.wamid(&retried)?;
+    ensure!(
+        second != first,
+        "the retry sent no new message: {retried:?}"
+    );
+    let accepted = retried
+        .delivery
+        .as_ref()
+        .and_then(|d| d.accepted_at.as_ref())
+        .context("not accepted")?;
+    let mut delivered = status_value(
+        PHONE_ID,
+        &second,
+        Callback::Delivered,
+        recipient,
+        Some(&format!("{}/2", retried.id)),
+    );
+    delivered["statuses"][0]["timestamp"] = json!((accepted.seconds + 1 + 5).to_string());
+    let posted = stack
+        .fake
+        .post_webhook(&webhook_body(WABA, "messages", delivered))
+        .await?;
+    assert_eq!(posted, 200);
+    stack
+        .wait_task(&retried.id, |t| state(t) == DeliveryState::Delivered)
+        .await?;
+
+    let answer = StatsServiceClient::connect(stack.scheduler.grpc_url())
+        .await?
+        .delivery_stats(DeliveryStatsRequest {
+            window: None,
+            queue: "orders".into(),
+        })
+        .await?
+        .into_inner();
+    assert_eq!(
+        answer.counts,
+        Some(DeliveryCounts {
+            accepted: 1,
+            delivered: 1,
+            read: 0,
+            failed_after_acceptance: 0,
+        })
+    );
+    let latency = answer.latency.context("latency")?;
+    assert_eq!(latency.count, 1);
+    assert!(
+        latency.p50_ms > 5_000 && latency.p50_ms <= 6_000,
+        "timed from the first message's acceptance: {latency:?}"
+    );
+    Ok(())
+}
