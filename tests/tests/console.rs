@@ -1268,6 +1268,30 @@ async fn the_opt_out_page_lists_checks_adds_and_removes_suppressions() -> Result
     )
     .await?;
     assert_eq!(added.status(), 303);
+    // The redirect's banner says what was done; a link someone else made says nothing.
+    let back = added
+        .headers()
+        .get("location")
+        .context("the add redirects")?
+        .to_str()?
+        .to_owned();
+    let shown = http
+        .get(format!("{base}{back}"))
+        .basic_auth("x", Some(admin.token.clone()))
+        .send()
+        .await?
+        .text()
+        .await?;
+    assert!(
+        shown.contains("id=\"done\""),
+        "no banner after the add: {shown}"
+    );
+    let forged = get(&admin.token, "&done=Account+closed%2C+call+555-0100").await?;
+    let forged = forged.text().await?;
+    assert!(
+        !forged.contains("id=\"done\"") && !forged.contains("Account closed"),
+        "a forged banner shows: {forged}"
+    );
     let listed = get(&admin.token, "").await?.text().await?;
     assert!(
         listed.contains("data-recipient=\"15550006666\"") && listed.contains("asked by phone"),

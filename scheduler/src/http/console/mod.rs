@@ -35,6 +35,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use chrono::{DateTime, Utc};
+use hmac::{Hmac, Mac};
 use minijinja::Environment;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -225,7 +226,7 @@ fn page_context(caller: &Caller, params: &HashMap<String, String>, section: &str
         "who": caller.principal.name,
         "can_act": caller.principal.roles.contains(Role::Admin),
         "section": section,
-        "done": param(params, "done"),
+        "done": done_message(params),
     })
 }
 
@@ -415,7 +416,32 @@ fn done(caller: &Caller, path: &str, message: &str) -> Response {
     let mut url = format!("{path}{sep}ns={}", caller.namespace);
     url.push_str("&done=");
     url.push_str(&urlencode(message));
+    if let Some(mac) = done_mac(message) {
+        url.push_str("&done_tag=");
+        url.push_str(&hex::encode(mac.finalize().into_bytes()));
+    }
     Redirect::to(&url).into_response()
+}
+
+/// The key that tags the messages [`done`] sends a page. Random per process: a link someone
+/// else made (say, "account closed, call this number") shows no banner, since only this
+/// scheduler's own redirects carry a valid tag. A redirect followed to another replica shows
+/// none either; the action's effect is on the page all the same.
+static DONE_KEY: LazyLock<[u8; 32]> = LazyLock::new(rand::random);
+
+/// The tag of a done message, under [`DONE_KEY`] (HMAC takes a key of any length: never None).
+fn done_mac(message: &str) -> Option<Hmac<Sha256>> {
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(DONE_KEY.as_slice()).ok()?;
+    mac.update(message.as_bytes());
+    Some(mac)
+}
+
+/// The page's done message, when it came from one of this scheduler's own redirects.
+fn done_message(params: &HashMap<String, String>) -> Option<&str> {
+    let message = param(params, "done")?;
+    let tag = hex::decode(param(params, "done_tag")?).ok()?;
+    done_mac(message)?.verify_slice(&tag).ok()?;
+    Some(message)
 }
 
 /// Percent-encodes a query value (everything but unreserved characters).

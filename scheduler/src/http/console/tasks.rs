@@ -147,7 +147,7 @@ pub(super) async fn search(
     // The same search, one page on: every parameter but the page token kept.
     let mut query: Vec<String> = params
         .iter()
-        .filter(|(k, v)| !["page", "done", "ns"].contains(&k.as_str()) && !v.is_empty())
+        .filter(|(k, v)| !["page", "done", "done_tag", "ns"].contains(&k.as_str()) && !v.is_empty())
         .map(|(k, v)| format!("{k}={}", super::urlencode(v)))
         .collect();
     query.sort();
