@@ -423,6 +423,11 @@ async fn retry_and_reschedule_by_filter() -> Result<()> {
             "filter.campaign_id",
         ),
         (StartBulkOperationRequest::default(), "action"),
+        // A shift of exactly i64::MIN milliseconds, and nanos of i32::MIN: each once passed the
+        // range checks (abs() wraps them to themselves) and failed every batch of the
+        // operation, and of every operation queued behind it, for ever.
+        (shifted(-9_223_372_036_854_775, -808_000_000), "shift"),
+        (shifted(0, i32::MIN), "shift"),
     ] {
         let err = tasks
             .start_bulk_operation(req)
@@ -531,4 +536,20 @@ async fn a_bulk_retry_racing_a_campaign_cancel_leaves_nothing_of_the_campaign_to
     assert_eq!(count_state(&db, &cancelled, "cancelled").await?, 3);
     assert_eq!(count_state(&db, &last, "scheduled").await?, 1);
     Ok(())
+}
+
+/// A reschedule of the queue's scheduled tasks by `seconds` and `nanos`.
+fn shifted(seconds: i64, nanos: i32) -> StartBulkOperationRequest {
+    StartBulkOperationRequest {
+        action: BulkAction::Reschedule as i32,
+        filter: Some(TaskFilter {
+            queue: "q".into(),
+            states: vec![TaskState::Scheduled as i32],
+            ..Default::default()
+        }),
+        reschedule: Some(start_bulk_operation_request::Reschedule::Shift(
+            prost_types::Duration { seconds, nanos },
+        )),
+        ..Default::default()
+    }
 }

@@ -187,7 +187,9 @@ fn check(req: &Request, now: DateTime<Utc>) -> Result<(Selection, pb::TaskFilter
                 "must be within 24 hours in the past and 366 days ahead",
             )
         }
-        (Action::Reschedule, Some(Move::By(ms))) if ms.abs() > MAX_AHEAD.num_milliseconds() => {
+        (Action::Reschedule, Some(Move::By(ms)))
+            if ms.unsigned_abs() > MAX_AHEAD.num_milliseconds().unsigned_abs() =>
+        {
             v.add("shift", "must be at most 366 days either way")
         }
         (Action::Reschedule, _) => {}

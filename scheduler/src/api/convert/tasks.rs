@@ -119,7 +119,10 @@ pub fn bulk_request(req: pb::StartBulkOperationRequest) -> Result<bulk::Request,
                 .checked_mul(1000)
                 .and_then(|ms| ms.checked_add(i64::from(d.nanos / 1_000_000)));
             match ms {
-                Some(ms) if signed && d.nanos.abs() < 1_000_000_000 => Some(bulk::Move::By(ms)),
+                // unsigned_abs: i32::MIN has no positive twin, and abs() wraps it back to itself.
+                Some(ms) if signed && d.nanos.unsigned_abs() < 1_000_000_000 => {
+                    Some(bulk::Move::By(ms))
+                }
                 _ => {
                     v.add("shift", "is not a valid duration");
                     None
