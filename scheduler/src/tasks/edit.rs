@@ -73,7 +73,16 @@ fn merged(record: &TaskRecord, edit: Edit, now: DateTime<Utc>) -> TaskSpec {
         retry: Some(record.retry.clone()),
         expire_at: record.expire_at,
         labels: record.labels.clone(),
-        // The target and send window are not editable and were checked when created.
+        // Not editable, but the content is checked against what every account of the target
+        // can send, as a create's is: without it, a location edited into a task pinned to a
+        // WeCom account was stored and failed at its send. A pool wins over account_id, which
+        // on a pooled task names the account of its last lease.
+        pool: record.pool.clone().unwrap_or_default(),
+        account_id: match record.pool {
+            Some(_) => String::new(),
+            None => record.account_id.clone().unwrap_or_default(),
+        },
+        // The send window is not editable and was checked when created.
         ..Default::default()
     };
     let patch = edit.patch;

@@ -152,3 +152,61 @@ async fn content_a_channel_cannot_send_is_invalid_argument_naming_the_field() ->
     ensure!(listed.is_empty(), "a refused task was written: {listed:?}");
     Ok(())
 }
+
+/// An edit's content is checked against the task's target as a create's is: a location edited
+/// into a task pinned to a WeCom account, or into one through a WeCom pool, is refused naming
+/// the field, and the task keeps its content (it was stored, and failed when sent).
+#[tokio::test]
+async fn an_edit_to_content_the_target_cannot_send_is_refused() -> Result<()> {
+    use herald_proto::v1::{GetTaskRequest, UpdateTaskRequest};
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let url = scheduler.grpc_url();
+    create_accounts(&url, &[("wc-1", "wecom")]).await?;
+    let mut tasks = connect_tasks(&url).await?;
+    let pinned = send(&mut tasks, "wc-1", "ann", content(Body::Text("hi".into()))).await?;
+    let pooled = create_task(
+        &mut tasks,
+        TaskSpec {
+            pool: "pool-wc-1".into(),
+            ..task_spec("content", "bob", "hi")
+        },
+    )
+    .await?
+    .id;
+    for id in [pinned, pooled] {
+        let status = tasks
+            .update_task(UpdateTaskRequest {
+                id: id.clone(),
+                task: Some(TaskSpec {
+                    content: Some(content(Body::Location(Location::default()))),
+                    ..Default::default()
+                }),
+                update_mask: Some(prost_types::FieldMask {
+                    paths: vec!["content".into()],
+                }),
+            })
+            .await
+            .err()
+            .context("a location for WeCom was accepted")?;
+        ensure!(status.code() == tonic::Code::InvalidArgument, "{status:?}");
+        let fields: Vec<String> = status
+            .get_details_bad_request()
+            .context("bad request details")?
+            .field_violations
+            .into_iter()
+            .map(|v| v.field)
+            .collect();
+        ensure!(fields == ["task.content.location"], "{fields:?}");
+        let kept = tasks
+            .get_task(GetTaskRequest { id })
+            .await?
+            .into_inner()
+            .content;
+        ensure!(
+            kept == Some(content(Body::Text("hi".into()))),
+            "the refused edit changed the task: {kept:?}"
+        );
+    }
+    Ok(())
+}
