@@ -11,7 +11,7 @@ use herald_proto::v1::{
     Content, CreateCampaignRequest, CreateTaskRequest, GetCampaignRequest, OutcomeClass,
     PauseCampaignRequest, ResumeCampaignRequest, RevokeResult,
 };
-use herald_tests::lease::{lease_ref, ScriptedExecutor};
+use herald_tests::lease::{lease_ref, result, ScriptedExecutor};
 use herald_tests::{connect_tasks, task_spec, SchedulerProcess, TestDb};
 use tonic::transport::Channel;
 
@@ -931,6 +931,63 @@ async fn a_cancelled_campaigns_parked_lease_that_lapses_ends_cancelled() -> Resu
         .into_inner();
     assert_eq!(task.state, TaskState::Cancelled as i32, "{task:?}");
     assert_eq!(task.cancel_outcome, CancelOutcome::Unconfirmed as i32);
+    let p = c
+        .get_campaign(GetCampaignRequest { id })
+        .await?
+        .into_inner()
+        .progress
+        .unwrap_or_default();
+    assert_eq!((p.scheduled, p.cancelled), (0, 1));
+
+    // The executor comes back and says the message went: the task learns it, and the report
+    // batch is taken (it once failed on the sweeper's attempt row, and with it every report
+    // the executor sent again on each new stream).
+    exec.report(vec![result(&lease, OutcomeClass::Ok)])
+        .await
+        .context("the late report's batch failed")?;
+    let task = tasks
+        .get_task(GetTaskRequest {
+            id: lease.task_id.clone(),
+        })
+        .await?
+        .into_inner();
+    assert_eq!(task.state, TaskState::Cancelled as i32, "{task:?}");
+    assert_eq!(task.cancel_outcome, CancelOutcome::AlreadySent as i32);
+    Ok(())
+}
+
+/// A campaign's cancel parked a leased task for good (its revoke not yet sent), and the send
+/// then failed in a way worth retrying: the task ends CANCELLED, not SCHEDULED on the parked
+/// route, where no claim would ever take it and nothing would end it.
+#[tokio::test]
+async fn a_parked_task_whose_send_fails_ends_cancelled() -> Result<()> {
+    use herald_proto::v1::{CancelOutcome, GetTaskRequest, TaskState};
+    let db = TestDb::new().await?;
+    let s = SchedulerProcess::spawn(&db).await?;
+    let mut c = client(&s).await?;
+    let id = create_with(&mut c, 1).await?;
+    let mut exec = ScriptedExecutor::connect(&s.grpc_url(), "exec-1", &[QUEUE], 1).await?;
+    let lease = exec.leases(1).await?.remove(0);
+    // What CancelCampaign's transaction commits (campaigns::cancel), before its revokes.
+    db.connect()
+        .await?
+        .batch_execute(&format!(
+            "UPDATE herald.campaigns SET state = 'cancelled' WHERE id = '{id}';
+             UPDATE herald.tasks SET route = 'cancelled:' || route
+             WHERE campaign_id = '{id}' AND state = 'leased';"
+        ))
+        .await?;
+    exec.report(vec![result(&lease, OutcomeClass::Transient)])
+        .await?;
+    let task = connect_tasks(&s.grpc_url())
+        .await?
+        .get_task(GetTaskRequest {
+            id: lease.task_id.clone(),
+        })
+        .await?
+        .into_inner();
+    assert_eq!(task.state, TaskState::Cancelled as i32, "{task:?}");
+    assert_eq!(task.cancel_outcome, CancelOutcome::SendFailed as i32);
     let p = c
         .get_campaign(GetCampaignRequest { id })
         .await?

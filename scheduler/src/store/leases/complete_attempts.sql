@@ -2,7 +2,10 @@
 -- A result counts only while its fencing token (task id, lease_count) still names the task's
 -- current lease: a report from an attempt whose lease expired and was granted again matches no
 -- row and changes nothing. A task cancelled while leased still takes its result, to learn
--- whether the message went out, but stays CANCELLED.
+-- whether the message went out, but stays CANCELLED; one whose lapsed lease the sweeper ended
+-- (no lease_expires_at left) is settle_late_reports.sql's. A task its campaign's cancel
+-- parked for good (a route 'cancelled:…', park_leased_for_good.sql) whose send failed ends
+-- CANCELLED instead of coming back SCHEDULED on a route nothing claims.
 -- A report ($10) saying the window-closed fallback went instead of the content (refused with
 -- 131047), whatever the fallback's own outcome, marks the fallback used: later leases send it
 -- as the content and none carries it again, so it is never triggered twice (migration 25).
@@ -24,7 +27,8 @@ WITH updated AS (
                CASE WHEN e.new_state = 'scheduled' THEN d.next_run ELSE t.run_at END,
                CASE WHEN e.new_state = 'scheduled' THEN NULL
                     ELSE COALESCE(t.finished_at, herald.now()) END,
-               CASE WHEN t.state <> 'cancelled' THEN t.cancel_outcome
+               CASE WHEN t.state <> 'cancelled' AND e.new_state <> 'cancelled'
+                    THEN t.cancel_outcome
                     WHEN i.outcome = 1 THEN 3 ELSE 4 END,
                CASE WHEN i.outcome = 1 THEN t.last_error ELSE i.error END,
                e.new_reason,
@@ -69,6 +73,7 @@ WITH updated AS (
                     WHEN t.state = 'cancelled' THEN 'cancelled'
                     WHEN i.outcome = 1 THEN 'succeeded'
                     WHEN i.outcome = 4 THEN 'failed'
+                    WHEN t.route LIKE 'cancelled:%' THEN 'cancelled'
                     WHEN NOT d.uncharged AND d.new_attempts >= t.max_attempts THEN 'failed'
                     WHEN t.expire_at IS NOT NULL AND d.next_run >= t.expire_at THEN 'expired'
                     ELSE 'scheduled'
@@ -83,6 +88,7 @@ WITH updated AS (
                     WHEN i.outcome = 4 AND i.error_code IN (131026, 81013)
                         THEN 'invalid_recipient'
                     WHEN i.outcome = 4 THEN 'permanent_error'
+                    WHEN t.route LIKE 'cancelled:%' THEN 'cancelled'
                     WHEN NOT d.uncharged AND d.new_attempts >= t.max_attempts THEN 'exhausted'
                     WHEN t.expire_at IS NOT NULL AND d.next_run >= t.expire_at THEN 'expired'
                 END::herald.end_reason AS new_reason
@@ -97,13 +103,14 @@ WITH updated AS (
              error_code, fallback)
     -- $8: the reporting session's namespace; another namespace's tasks match nothing.
     WHERE t.id = i.task_id AND t.lease_count = i.attempt AND t.namespace = $8
-      AND (t.state = 'leased' OR (t.state = 'cancelled' AND t.cancel_outcome = 5))
-    -- RETURNING sees the row as written. The report never makes a task CANCELLED, so a
-    -- cancelled one was cancelled before; leased_at, executor_id and account_id are the
-    -- lease's, which the report does not change; a fallback used now carries this
-    -- transaction's time.
+      AND (t.state = 'leased'
+           OR (t.state = 'cancelled' AND t.cancel_outcome = 5 AND t.lease_expires_at IS NOT NULL))
+    -- RETURNING sees the row as written. A task cancelled before (whose slot went back then)
+    -- kept the finished_at of its cancel; one this report ended CANCELLED, from a parked
+    -- route, has this transaction's, as a fallback used now does. leased_at, executor_id and
+    -- account_id are the lease's, which the report does not change.
     RETURNING t.id, t.lease_count, t.state, t.run_at, t.account_id, t.executor_id, t.leased_at,
-              t.state = 'cancelled' AS was_cancelled,
+              t.state = 'cancelled' AND t.finished_at <> herald.now() AS was_cancelled,
               i.outcome, i.error, i.provider_message_id, i.retry_after_ms, i.started_at,
               i.error_code,
               i.fallback AND t.window_closed_fallback_at = herald.now() AS fallback

@@ -6,7 +6,10 @@
 -- row becomes the report's. The sweeper's charge of the attempt stays (it was one), and so
 -- does its freeing of the account slot (the caller frees nothing). A task leased again since is
 -- the new lease's to settle, and one that moved on otherwise (cancelled, ended by a callback,
--- retried by hand) is not touched. complete_attempts.sql handles every report on a live lease;
+-- retried by hand) is not touched, except a cancelled campaign's lapsed lease the sweeper ended
+-- CANCELLED, unconfirmed (expire_leases.sql): the report tells it the message went. A report
+-- on a message a status already said failed is not taken either: that failure scheduled the
+-- task's retry or its window-closed fallback, which must still go. complete_attempts.sql handles every report on a live lease;
 -- this statement runs only for the OK reports it refused, which are rare.
 -- $1 namespace; per report: $2 task id, $3 attempt, $4 provider message id, $5 started_at,
 -- $6 the report's note (an OK may carry one), $7 whether the window-closed fallback went.
@@ -19,10 +22,12 @@ WITH lapsed AS (
 ),
 settled AS (
     UPDATE herald.tasks t
-    SET state = 'succeeded',
-        end_reason = 'sent',
+    SET state = CASE WHEN t.state::text = 'cancelled' THEN t.state ELSE 'succeeded' END,
+        end_reason = CASE WHEN t.state::text = 'cancelled' THEN t.end_reason ELSE 'sent' END,
+        cancel_outcome = CASE WHEN t.state::text = 'cancelled' THEN 3 ELSE t.cancel_outcome END,
         end_code = NULL,
-        finished_at = herald.now(),
+        finished_at = CASE WHEN t.state::text = 'cancelled' THEN t.finished_at
+                           ELSE herald.now() END,
         awaiting_callback_until = NULL,
         window_closed_fallback_at = CASE
             WHEN l.fallback AND t.window_closed_fallback IS NOT NULL
@@ -35,7 +40,12 @@ settled AS (
       -- What the sweeper leaves a lapsed lease in: due again, or ended by it.
       AND (t.state::text = 'scheduled'
            OR (t.state::text = 'failed' AND t.end_reason::text = 'exhausted')
-           OR (t.state::text = 'expired' AND t.end_reason::text = 'expired'))
+           OR (t.state::text = 'expired' AND t.end_reason::text = 'expired')
+           OR (t.state::text = 'cancelled' AND t.cancel_outcome = 5
+               AND t.lease_expires_at IS NULL))
+      AND NOT EXISTS (SELECT 1 FROM herald.delivery_events e
+                      WHERE e.namespace = $1 AND e.provider_message_id = l.provider_message_id
+                        AND e.state = 4)
     RETURNING t.id, t.lease_count, t.state, t.run_at, t.account_id, false AS was_cancelled
 ),
 recorded AS (
