@@ -1406,3 +1406,88 @@ async fn a_report_held_up_when_another_batch_fails_is_acknowledged_before_the_st
     assert_eq!(written, 1, "only the held report was written");
     Ok(())
 }
+
+/// A lease lapsed while its executor was cut off, and a status meanwhile said its message
+/// failed because the 24-hour window was closed (131047): the sweep scheduled the task's
+/// window-closed fallback. The executor's late OK for that message, once it is back, must not
+/// end the task SUCCEEDED and drop the fallback: the message it reports on is the one that
+/// failed.
+#[tokio::test]
+async fn a_late_ok_for_a_message_that_failed_since_leaves_its_fallback_due() -> Result<()> {
+    use herald_proto::v1::{
+        provider_event, CreateAccountRequest, DeliveryState, DeliveryStatusEvent, ProviderEvent,
+        RecordProviderEventsRequest, TemplateContent,
+    };
+    use herald_tests::accounts::{accounts_client, whatsapp_account};
+    let db = TestDb::new().await?;
+    let s = SchedulerProcess::builder(&db)
+        .env("HERALD_LEASE_TTL", "2s")
+        .spawn()
+        .await?;
+    accounts_client(&s.grpc_url())
+        .await?
+        .create_account(CreateAccountRequest {
+            account: Some(whatsapp_account("wa-1", "wa", 100.0)),
+        })
+        .await?;
+    let mut tasks = connect_tasks(&s.grpc_url()).await?;
+    let id = create(
+        &mut tasks,
+        TaskSpec {
+            pool: "wa".into(),
+            window_closed_fallback: Some(TemplateContent {
+                template_id: "window_reopen".into(),
+                language: "en_US".into(),
+                ..Default::default()
+            }),
+            ..task_spec("orders", "+15550100", "hi")
+        },
+    )
+    .await?;
+    let mut exec = ScriptedExecutor::connect(&s.grpc_url(), "exec-1", &[], 1).await?;
+    let lease = exec.leases(1).await?.remove(0);
+    connect_lease(&s.grpc_url())
+        .await?
+        .record_provider_events(RecordProviderEventsRequest {
+            events: vec![ProviderEvent {
+                kind: Some(provider_event::Kind::Delivery(DeliveryStatusEvent {
+                    provider_message_id: "wamid-late".into(),
+                    state: DeliveryState::FailedAfterAcceptance as i32,
+                    task_id: id.clone(),
+                    attempt: lease.attempt,
+                    error_code: 131_047,
+                    error: "Re-engagement message".into(),
+                    ..Default::default()
+                })),
+            }],
+        })
+        .await?;
+    until("the lapsed lease to be swept", || {
+        let mut tasks = tasks.clone();
+        let id = id.clone();
+        async move {
+            let t = tasks.get_task(GetTaskRequest { id }).await?.into_inner();
+            Ok(t.state != TaskState::Leased as i32)
+        }
+    })
+    .await?;
+    let task = tasks
+        .get_task(GetTaskRequest { id: id.clone() })
+        .await?
+        .into_inner();
+    assert_eq!(task.state(), TaskState::Scheduled, "the fallback: {task:?}");
+
+    let mut late = result(&lease, OutcomeClass::Ok);
+    late.provider_message_id = "wamid-late".into();
+    exec.report(vec![late]).await?;
+    let task = tasks
+        .get_task(GetTaskRequest { id: id.clone() })
+        .await?
+        .into_inner();
+    assert_eq!(
+        task.state(),
+        TaskState::Scheduled,
+        "the late OK dropped the fallback: {task:?}"
+    );
+    Ok(())
+}
