@@ -374,14 +374,24 @@ impl WhatsAppSender {
                 }
                 classify_code(code, status, &text)
             }
-            None => classify_status(
-                status,
-                &format!(
-                    "whatsapp answered HTTP {} without an error code: {}",
-                    status.as_u16(),
-                    excerpt(&bytes)
-                ),
-            ),
+            None => {
+                let error = classify_status(
+                    status,
+                    &format!(
+                        "whatsapp answered HTTP {} without an error code: {}",
+                        status.as_u16(),
+                        excerpt(&bytes)
+                    ),
+                );
+                // A gateway's timeout (an edge or an egress proxy gave up waiting) may come
+                // after Meta took the message: as with a lost answer, the task waits for a
+                // status callback before it is sent again (providers.md §1.5.1).
+                if matches!(status.as_u16(), 408 | 502 | 504) {
+                    error.with_outcome_unknown()
+                } else {
+                    error
+                }
+            }
         };
         // A Retry-After header (never documented by Meta) wins over our defaults.
         Err(match retry_after {
@@ -410,7 +420,10 @@ pub fn classify_code(code: i64, status: StatusCode, message: &str) -> SendError 
         133016 => (RateLimited, None, false),
         // Temporary failures (bounded by the task's attempt budget).
         1 | 2 | 131000 | 131016 | 133004 => (Transient, None, false),
-        131057 => (Transient, Some(MAINTENANCE_WAIT), false),
+        // Maintenance of the number (a throughput upgrade): the number, not the task, waits
+        // (providers.md §1.5: pause the sender for a minute or two). As TRANSIENT, every
+        // task leased meanwhile spent an attempt on it.
+        131057 => (RateLimited, Some(MAINTENANCE_WAIT), false),
         // The template is paused for a while: a campaign's remaining sends wait for it to
         // come back instead of all ending FAILED (providers-media.md §1.5.5: hold, release).
         132015 => (Transient, Some(TEMPLATE_PAUSE_WAIT), false),
