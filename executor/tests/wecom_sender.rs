@@ -380,6 +380,19 @@ async fn invalid_users_partial_and_total() {
         .unwrap_err();
     assert_eq!(err.class, OutcomeClass::Permanent, "{err}");
     assert!(err.message.contains("81013"), "{err}");
+    // A member without a licence is accepted and listed, never delivered: with nobody else
+    // asked, nothing went out.
+    fake.set_unlicensed(&["carol"]);
+    let err = send(&sender, request("t2", "Carol", text("hi")))
+        .await
+        .unwrap_err();
+    assert_eq!(err.class, OutcomeClass::Permanent, "{err}");
+    assert!(err.message.contains("unlicenseduser: carol"), "{err}");
+    let receipt = send(&sender, request("t3", "alice|carol", text("hi")))
+        .await
+        .unwrap();
+    let note = receipt.note.expect("partial failure noted");
+    assert!(note.contains("unlicenseduser: carol"), "{note}");
 }
 
 #[tokio::test]
@@ -394,6 +407,8 @@ async fn per_member_limit_is_kept_by_the_executor() {
         .await
         .unwrap_err();
     assert_eq!(err.class, OutcomeClass::RateLimited, "{err}");
+    // Alice's limit, not the app's: other members are sent to at once.
+    assert!(err.recipient_scoped, "{err:?}");
     let wait = err.retry_after.expect("retry_after until the window frees");
     assert!(
         wait > Duration::from_secs(55) && wait <= Duration::from_secs(60),

@@ -117,6 +117,9 @@ struct Shared {
     robot_key: String,
     /// Userids that exist (lower-case); None: every userid exists.
     users: Mutex<Option<BTreeSet<String>>>,
+    /// Userids without an interoperability licence (lower-case): accepted, listed in
+    /// `unlicenseduser`, not delivered.
+    unlicensed: Mutex<BTreeSet<String>>,
     expires_in: Mutex<u64>,
     gettoken_delay: Mutex<Option<Duration>>,
     gettoken_script: Mutex<VecDeque<i64>>,
@@ -158,6 +161,7 @@ impl FakeWeCom {
             agent_id,
             robot_key: robot_key.to_owned(),
             users: Mutex::new(None),
+            unlicensed: Mutex::new(BTreeSet::new()),
             expires_in: Mutex::new(7200),
             gettoken_delay: Mutex::new(None),
             gettoken_script: Mutex::new(VecDeque::new()),
@@ -197,6 +201,12 @@ impl FakeWeCom {
     /// Only these userids exist; others come back in `invaliduser` (81013 when all do).
     pub fn set_users(&self, users: &[&str]) {
         *lock(&self.shared.users) = Some(users.iter().map(|u| u.to_lowercase()).collect());
+    }
+
+    /// These userids have no licence: WeCom answers errcode 0 and lists them in
+    /// `unlicenseduser` (providers.md §2.5).
+    pub fn set_unlicensed(&self, users: &[&str]) {
+        *lock(&self.shared.unlicensed) = users.iter().map(|u| u.to_lowercase()).collect();
     }
 
     /// The `expires_in` of tokens issued from now on.
@@ -452,6 +462,14 @@ async fn send(
         if !asked.is_empty() && invalid.len() == asked.len() {
             return Ok(err(81013));
         }
+        let unlicensed: Vec<String> = {
+            let listed = lock(&shared.unlicensed);
+            asked
+                .iter()
+                .filter(|u| listed.contains(*u))
+                .cloned()
+                .collect()
+        };
         // Duplicate check: an identical request within the interval is accepted, not delivered.
         let mut seen = lock(&shared.delivered_bodies);
         let duplicate = body["enable_duplicate_check"].as_i64() == Some(1) && seen.contains(&body);
@@ -462,7 +480,8 @@ async fn send(
         let n = shared.next.fetch_add(1, Ordering::SeqCst);
         Ok(json!({
             "errcode": 0, "errmsg": "ok",
-            "invaliduser": invalid.join("|"), "invalidparty": "", "invalidtag": "", "unlicenseduser": "",
+            "invaliduser": invalid.join("|"), "invalidparty": "", "invalidtag": "",
+            "unlicenseduser": unlicensed.join("|"),
             "msgid": format!("msg-{n}")
         }))
     })();

@@ -549,7 +549,9 @@ impl Sender for WeComSender {
                         humantime::format_duration(over.limit.window)
                     ),
                 )
-                .with_retry_after(Some(over.retry_after)));
+                .with_retry_after(Some(over.retry_after))
+                // One member's limit: the app goes on sending to everyone else.
+                .scoped_to_recipient());
             }
         }
         let mut token = self.tokens.get().await?;
@@ -595,13 +597,15 @@ fn outcome(users: &[&str], r: SendResponse) -> Result<SendReceipt, SendError> {
     let listed = |s: &str| -> BTreeSet<String> {
         recipients(s).into_iter().map(str::to_lowercase).collect()
     };
-    // WeCom lower-cases the userids it returns.
-    let invalid = listed(&r.invaliduser);
+    // WeCom lower-cases the userids it returns. A member without a licence is as unreachable
+    // as an unknown one (providers.md §2.5: PERMANENT for the listed ids).
+    let mut unreachable = listed(&r.invaliduser);
+    unreachable.extend(listed(&r.unlicenseduser));
     let asked: BTreeSet<String> = users.iter().map(|u| u.to_lowercase()).collect();
-    if !asked.contains("@all") && !asked.is_empty() && asked.is_subset(&invalid) {
+    if !asked.contains("@all") && !asked.is_empty() && asked.is_subset(&unreachable) {
         return Err(SendError::permanent(format!(
-            "wecom rejected every recipient (invaliduser: {})",
-            r.invaliduser
+            "wecom rejected every recipient (invaliduser: {}; unlicenseduser: {})",
+            r.invaliduser, r.unlicenseduser
         )));
     }
     let mut skipped = Vec::new();
