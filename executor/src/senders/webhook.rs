@@ -134,8 +134,9 @@ impl Sender for WebhookSender {
     }
 }
 
-/// Classifies a non-2xx status (docs/senders.md has the table): 429 RATE_LIMITED and 503
-/// TRANSIENT honour `Retry-After`; 408 and other 5xx are TRANSIENT without it; 410 Gone is
+/// Classifies a non-2xx status (docs/senders.md has the table): 429 RATE_LIMITED and every 5xx
+/// TRANSIENT honour `Retry-After` (a receiver that says when to come back is not asked again
+/// a second later); 408 is TRANSIENT without it; 410 Gone is
 /// ACCOUNT_UNAVAILABLE (the endpoint was removed: not the message's fault); every other status,
 /// 3xx included (redirects are not followed), is PERMANENT.
 pub fn classify_status(
@@ -150,8 +151,8 @@ pub fn classify_status(
     };
     let (class, retry_after) = match status.as_u16() {
         429 => (OutcomeClass::RateLimited, retry_after),
-        503 => (OutcomeClass::Transient, retry_after),
-        408 | 500..=599 => (OutcomeClass::Transient, None),
+        500..=599 => (OutcomeClass::Transient, retry_after),
+        408 => (OutcomeClass::Transient, None),
         410 => (OutcomeClass::AccountUnavailable, None),
         _ => (OutcomeClass::Permanent, None),
     };
@@ -331,6 +332,22 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_server_error_honours_its_retry_after() {
+        let (result, _) = send_with(|| {
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                [("retry-after", "600")],
+                "down for maintenance",
+            )
+                .into_response()
+        })
+        .await;
+        let err = result.unwrap_err();
+        assert_eq!(err.class, OutcomeClass::Transient);
+        assert_eq!(err.retry_after, Some(Duration::from_secs(600)));
+    }
+
+    #[tokio::test]
     async fn unavailable_is_transient_and_honours_an_http_date() {
         let (result, _) = send_with(|| {
             let at = httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(120));
@@ -364,9 +381,12 @@ mod tests {
                 send_with(move || (status, [("retry-after", "3")], "nope").into_response()).await;
             let err = result.unwrap_err();
             assert_eq!(err.class, class, "status {code}");
+            // Only a server's error says when to come back; a refusal is final.
+            let honoured = (500..600).contains(&code);
             assert_eq!(
-                err.retry_after, None,
-                "status {code} must ignore Retry-After"
+                err.retry_after,
+                honoured.then_some(Duration::from_secs(3)),
+                "status {code}"
             );
             assert!(err.message.contains(&code.to_string()), "{}", err.message);
         }
