@@ -5,8 +5,10 @@
 //! [`CHUNKS_IN_FLIGHT`] chunks and two batches are in memory whatever the file's size, and a
 //! slow database slows the client down (back-pressure through both channels and HTTP/2).
 
+use std::cell::Cell;
 use std::collections::HashSet;
 use std::io::Read;
+use std::rc::Rc;
 
 use tokio::sync::mpsc;
 
@@ -18,6 +20,10 @@ use crate::error::Error;
 pub const BATCH_ROWS: usize = 1_000;
 /// Chunks buffered between the stream and the parser.
 const CHUNKS_IN_FLIGHT: usize = 4;
+/// The longest row (the header row included) read before the file is refused: the parser holds
+/// a row whole, so an unterminated quote or a row without end would otherwise grow it until the
+/// scheduler ran out of memory.
+pub const MAX_ROW_BYTES: usize = 1 << 20;
 /// The columns that are a contact's own fields; every other column is an attribute.
 const FIELDS: [&str; 5] = ["recipient", "name", "time_zone", "locale", "tags"];
 
@@ -68,6 +74,30 @@ impl Read for ChunkReader {
         let n = buf.len().min(self.current.len() - self.pos);
         buf[..n].copy_from_slice(&self.current[self.pos..self.pos + n]);
         self.pos += n;
+        Ok(n)
+    }
+}
+
+/// `Read` that fails once more than [`MAX_ROW_BYTES`] were read since the parser last took a
+/// row (it resets `since_row`). The parser reads ahead by at most its buffer, a few KiB.
+struct RowLimit<R> {
+    inner: R,
+    since_row: Rc<Cell<usize>>,
+}
+
+impl<R: Read> Read for RowLimit<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.since_row.get() > MAX_ROW_BYTES {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "a row is longer than {} MiB (an unclosed quote?)",
+                    MAX_ROW_BYTES >> 20
+                ),
+            ));
+        }
+        let n = self.inner.read(buf)?;
+        self.since_row.set(self.since_row.get() + n);
         Ok(n)
     }
 }
@@ -159,10 +189,14 @@ impl Columns {
 
 /// Parses `reader` and hands each batch to `send` (false: nobody listens any more).
 fn parse(reader: impl Read, send: &dyn Fn(Result<Vec<ImportRow>, Error>) -> bool) {
+    let since_row = Rc::new(Cell::new(0));
     let mut csv = csv::ReaderBuilder::new()
         .flexible(true)
         .has_headers(true)
-        .from_reader(reader);
+        .from_reader(RowLimit {
+            inner: reader,
+            since_row: Rc::clone(&since_row),
+        });
     let columns = match csv.headers() {
         Ok(h) if h.is_empty() => Err(Error::invalid("data", "the file is empty")),
         Ok(h) => Columns::of(h),
@@ -181,6 +215,7 @@ fn parse(reader: impl Read, send: &dyn Fn(Result<Vec<ImportRow>, Error>) -> bool
     let mut batch = Vec::with_capacity(BATCH_ROWS);
     let mut record = csv::StringRecord::new();
     loop {
+        since_row.set(0);
         let row = match csv.read_record(&mut record) {
             Ok(false) => break,
             Ok(true) => {
@@ -247,6 +282,23 @@ mod tests {
             rows.extend(batch?);
         }
         Ok(rows)
+    }
+
+    #[test]
+    fn a_row_without_end_is_refused_instead_of_held_whole() {
+        let unclosed = format!("recipient\n\"{}", "a".repeat(2 * MAX_ROW_BYTES));
+        match rows(&unclosed) {
+            Err(Error::InvalidArgument(v)) => {
+                let text = format!("{v:?}");
+                assert!(text.contains("longer than 1 MiB"), "{text}");
+            }
+            other => panic!("accepted: {:?}", other.map(|r| r.len())),
+        }
+        let header = "a".repeat(2 * MAX_ROW_BYTES);
+        assert!(rows(&header).is_err(), "a header without end was read");
+        // Rows of any count under the limit are read, however long the file.
+        let many = format!("recipient\n{}", "+4915112345678\n".repeat(100_000));
+        assert_eq!(rows(&many).map(|r| r.len()).ok(), Some(100_000));
     }
 
     #[test]
