@@ -322,6 +322,31 @@ async fn account_service_manages_accounts_and_pools() -> Result<()> {
         "{}",
         status.message()
     );
+    // An id no account can have is a bad request, not a missing account; so is a pool's name.
+    for id in ["", "Bad Id"] {
+        let status = accounts
+            .update_account(UpdateAccountRequest {
+                account: Some(account(id, "wa", rate(40.0, 1))),
+                update_mask: Some(prost_types::FieldMask {
+                    paths: vec!["limits.rate_per_second".into()],
+                }),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), Code::InvalidArgument, "{id:?}: {status:?}");
+        assert!(status.message().contains("account.id"), "{status:?}");
+    }
+    let status = accounts
+        .update_pool(herald_proto::v1::UpdatePoolRequest {
+            pool: Some(herald_proto::v1::Pool {
+                name: "Bad Pool".into(),
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(status.message().contains("pool.name"), "{status:?}");
 
     let listed = accounts
         .list_accounts(ListAccountsRequest {

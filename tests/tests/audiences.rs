@@ -393,6 +393,23 @@ async fn single_contacts_stream_imports_and_validation_naming_the_field() -> Res
         .err()
         .map(|s| s.code());
     assert_eq!(gone, Some(Code::NotFound));
+    // An import naming an id no audience can have is a bad request, not a missing audience.
+    let bad = async {
+        let mut stream = c
+            .import_contacts(tokio_stream::iter(vec![ImportContactsRequest {
+                audience_id: "Bad Id".into(),
+                contacts: vec![],
+            }]))
+            .await?
+            .into_inner();
+        while stream.message().await?.is_some() {}
+        Ok::<_, tonic::Status>(())
+    }
+    .await
+    .err()
+    .context("an import into \"Bad Id\" was taken")?;
+    assert_eq!(bad.code(), Code::InvalidArgument, "{bad:?}");
+    assert!(bad.message().contains("audience_id"), "{bad:?}");
     let audience = c
         .get_audience(GetAudienceRequest { id: "team".into() })
         .await?

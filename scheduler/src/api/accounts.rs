@@ -65,6 +65,7 @@ impl AccountService for AccountApi {
         if paths.is_empty() {
             return Err(Error::invalid("update_mask", "name at least one field to change").into());
         }
+        rules::name("account.id", &patch.id)?;
         let record = transaction!(self.store, Error, |tx| {
             // Read under the row's lock: a pause or an offline spell written by a report or a
             // webhook meanwhile is kept, not overwritten with the state read before it.
@@ -260,6 +261,7 @@ impl AccountService for AccountApi {
         let Some(pool) = request.into_inner().pool else {
             return Err(Error::invalid("pool", "is required").into());
         };
+        rules::name("pool.name", &pool.name)?;
         description("pool.description", &pool)?;
         let conn = self.store.conn().await.map_err(Error::from)?;
         let record = conn

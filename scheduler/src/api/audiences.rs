@@ -39,6 +39,8 @@ fn stream_audience(first: &mut Option<String>, named: &str) -> Result<(), Error>
     match first {
         None if named.is_empty() => Err(Error::invalid("audience_id", "is required")),
         None => {
+            // A name no audience can have is the request's mistake, not a missing audience.
+            rules::name("audience_id", named)?;
             *first = Some(named.to_owned());
             Ok(())
         }

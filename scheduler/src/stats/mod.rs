@@ -269,6 +269,35 @@ pub fn decode_failure_token(token: &str) -> Option<(DateTime<Utc>, Uuid)> {
         return None;
     }
     let micros = i64::from_be_bytes(bytes[..8].try_into().ok()?);
+    // Within what PostgreSQL stores (rules::timestamp's years 1 to 9999): a tampered token
+    // out there failed the query, INTERNAL instead of a bad page_token.
     let at = DateTime::from_timestamp_micros(micros)?;
+    let seconds = prost_types::Timestamp {
+        seconds: at.timestamp(),
+        nanos: 0,
+    };
+    crate::rules::timestamp(&seconds)?;
     Some((at, Uuid::from_slice(&bytes[8..]).ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use base64::Engine;
+
+    use super::*;
+
+    #[test]
+    fn a_failure_token_outside_the_stored_years_is_refused() {
+        let id = Uuid::nil();
+        let now = Utc::now();
+        assert_eq!(
+            decode_failure_token(&encode_failure_token(now, id)).map(|(at, _)| at.timestamp()),
+            Some(now.timestamp())
+        );
+        // About year -200000: chrono takes it, PostgreSQL does not.
+        let mut bytes = (-6_400_000_000_000_000_000_i64).to_be_bytes().to_vec();
+        bytes.extend_from_slice(id.as_bytes());
+        let tampered = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+        assert_eq!(decode_failure_token(&tampered), None);
+    }
 }
