@@ -246,7 +246,7 @@ async fn a_test_send_goes_to_the_test_recipient_only() -> Result<()> {
     );
     let test = tpl
         .send_test(SendTestRequest {
-            task: Some(real),
+            task: Some(real.clone()),
             test_recipient: "+15559999".into(),
         })
         .await?
@@ -270,11 +270,43 @@ async fn a_test_send_goes_to_the_test_recipient_only() -> Result<()> {
     let body: serde_json::Value = serde_json::from_slice(&requests[0].body)?;
     assert_eq!(body["recipient"], "+15559999");
     assert_eq!(body["content"]["text"], "Sale for Customer!");
-    let real = tasks
+    let real_task = tasks
         .get_task(GetTaskRequest { id: real_id })
         .await?
         .into_inner();
-    assert_eq!(real.state(), TaskState::Scheduled);
+    assert_eq!(real_task.state(), TaskState::Scheduled);
+
+    // A spec due at a local time long past, inside a send window and with a duplicate window
+    // goes out now all the same, and a second test of it too.
+    let local = TaskSpec {
+        when: None,
+        local_time: "2020-01-01T09:00".into(),
+        local_time_zone: "Asia/Tokyo".into(),
+        duplicate_window: Some(prost_types::Duration {
+            seconds: 3600,
+            nanos: 0,
+        }),
+        ..real
+    };
+    for _ in 0..2 {
+        let test = tpl
+            .send_test(SendTestRequest {
+                task: Some(local.clone()),
+                test_recipient: "+15559999".into(),
+            })
+            .await?
+            .into_inner()
+            .task
+            .context("task")?;
+        wait_for_task_state(
+            &mut tasks,
+            &test.id,
+            TaskState::Succeeded,
+            Duration::from_secs(30),
+        )
+        .await?;
+    }
+    assert_eq!(receiver.requests().len(), 3);
     Ok(())
 }
 

@@ -186,7 +186,14 @@ impl TemplateService for TemplateApi {
         }
         // The real recipient is never used; the test goes out now, ahead of everything else.
         spec.recipient = req.test_recipient;
+        // Every way a spec can say "later": a local time scheduled the test for that day (or
+        // refused it when past), a send window held it, a duplicate window dropped a second
+        // test of the same content.
         spec.when = None;
+        spec.local_time.clear();
+        spec.local_time_zone.clear();
+        spec.send_window = None;
+        spec.duplicate_window = None;
         spec.idempotency_key.clear();
         spec.expire_at = None;
         spec.priority = Some(9);
