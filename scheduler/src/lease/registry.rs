@@ -51,10 +51,23 @@ impl Registry {
                 task_ref: task_id.to_string(),
                 attempt,
             });
-            // A full or closed stream loses the revoke; the cancel is still final in the database
-            // and CancelTask answers UNCONFIRMED.
-            if outbound.try_send(frame).is_err() {
-                tracing::warn!(%task_id, attempt, executor_id, "revoke not delivered");
+            // A stream busy with lease batches still gets the revoke, after them: dropped, the
+            // lease it named was sent although the executor could have stopped it. A closed
+            // stream loses it; the cancel is still final in the database, CancelTask answers
+            // UNCONFIRMED, and the executor's next extension finds the lease lost.
+            match outbound.try_send(frame) {
+                Ok(()) => {}
+                Err(mpsc::error::TrySendError::Full(frame)) => {
+                    let executor_id = executor_id.to_owned();
+                    tokio::spawn(async move {
+                        if outbound.send(frame).await.is_err() {
+                            tracing::warn!(%task_id, attempt, executor_id, "revoke not delivered");
+                        }
+                    });
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => {
+                    tracing::warn!(%task_id, attempt, executor_id, "revoke not delivered");
+                }
             }
         }
     }
@@ -75,5 +88,32 @@ impl Registry {
     /// True when no executor is connected here.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_revoke_to_a_full_stream_follows_what_fills_it() {
+        let registry = Registry::default();
+        let (tx, mut rx) = mpsc::channel(1);
+        let generation = registry.insert("e", tx.clone());
+        assert!(tx
+            .try_send(ToExecutor::Heartbeat(chrono::Utc::now()))
+            .is_ok());
+        let task = Uuid::new_v4();
+        registry.revoke("e", task, 3);
+        // Every sender gone but the revoke's own: a dropped revoke ends the stream instead.
+        registry.remove("e", generation);
+        drop(tx);
+        assert!(matches!(rx.recv().await, Some(ToExecutor::Heartbeat(_))));
+        match rx.recv().await {
+            Some(ToExecutor::Revoke(lease)) => {
+                assert_eq!((lease.task_ref, lease.attempt), (task.to_string(), 3));
+            }
+            other => panic!("the revoke was dropped: {}", other.is_some()),
+        }
     }
 }
