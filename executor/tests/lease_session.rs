@@ -301,6 +301,53 @@ async fn a_paced_lease_waits_for_its_instant_and_a_revoke_stops_it_unsent() {
     finish_shutdown(exec, s, &mut sessions).await;
 }
 
+/// A revoke can overtake its lease (the scheduler writes them from different tasks): the
+/// executor answers NotHeld, then drops the lease when it comes, unsent, and says it stopped it.
+#[tokio::test]
+async fn a_lease_whose_revoke_came_first_is_never_sent() {
+    let (endpoint, mut sessions) = fake_scheduler().await;
+    let mut exec = spawn_executor_with_concurrency(vec![endpoint], 4).await;
+    let mut s = next_session(&mut sessions).await;
+    s.handshake().await;
+
+    s.send(In::Revoke(pb::Revoke {
+        lease: Some(lease_ref("early")),
+    }));
+    match s.next().await {
+        Out::RevokeAck(ack) => assert_eq!(ack.result(), pb::RevokeResult::NotHeld),
+        other => panic!("expected RevokeAck, got {other:?}"),
+    }
+    s.send(In::Leases(pb::LeaseBatch {
+        leases: vec![text_lease("early", "q"), text_lease("now", "q")],
+    }));
+    let mut stopped = false;
+    while !stopped {
+        match s.next().await {
+            Out::RevokeAck(ack) => {
+                assert_eq!(ack.lease, Some(lease_ref("early")));
+                assert_eq!(ack.result(), pb::RevokeResult::StoppedBeforeSend);
+                stopped = true;
+            }
+            Out::Credit(c) => assert_eq!(c.additional, 1, "the dropped lease's slot"),
+            other => panic!("expected RevokeAck, got {other:?}"),
+        }
+    }
+    assert_eq!(exec.started.recv().await.unwrap(), "now");
+    exec.release.add_permits(1);
+    loop {
+        if let Out::Report(batch) = s.next().await {
+            let ids: Vec<_> = batch.results.iter().map(|r| r.task_id.as_str()).collect();
+            assert_eq!(ids, ["now"]);
+            break;
+        }
+    }
+    assert!(
+        exec.started.try_recv().is_err(),
+        "the revoked lease was sent"
+    );
+    finish_shutdown(exec, s, &mut sessions).await;
+}
+
 #[tokio::test]
 async fn leases_revokes_drain_and_resend() {
     let (first, mut first_sessions) = fake_scheduler().await;

@@ -87,10 +87,17 @@ struct Held {
     received: Instant,
 }
 
+/// How long a revoke for a lease not (yet) held is remembered: longer than any lease lives.
+const UNHELD_REVOKE_MEMORY: Duration = Duration::from_secs(15 * 60);
+
 /// The leases held by this process, across streams.
 #[derive(Default)]
 pub(crate) struct InFlight {
     held: HashMap<LeaseKey, Held>,
+    /// Revokes answered NotHeld, by when: a revoke can overtake its lease (the scheduler
+    /// writes revokes and lease batches from different tasks), and the lease that follows must
+    /// then be dropped, not sent.
+    revoked_unheld: HashMap<LeaseKey, Instant>,
 }
 
 impl InFlight {
@@ -140,6 +147,10 @@ impl InFlight {
     /// Answers a Revoke.
     pub(crate) fn revoke(&mut self, key: &LeaseKey) -> pb::RevokeResult {
         let Some(held) = self.held.get(key) else {
+            let now = Instant::now();
+            self.revoked_unheld
+                .retain(|_, at| now.duration_since(*at) < UNHELD_REVOKE_MEMORY);
+            self.revoked_unheld.insert(key.clone(), now);
             return pb::RevokeResult::NotHeld;
         };
         if Self::stop(held) {
@@ -149,6 +160,11 @@ impl InFlight {
             Phase::Sending => pb::RevokeResult::SendInProgress,
             Phase::Pending | Phase::Cancelled => pb::RevokeResult::NotHeld,
         }
+    }
+
+    /// Whether a revoke came for this lease before the lease did (forgotten once asked).
+    pub(crate) fn revoked_before_received(&mut self, key: &LeaseKey) -> bool {
+        self.revoked_unheld.remove(key).is_some()
     }
 
     /// The lease was lost: stop it if it has not started (a send in progress finishes and its

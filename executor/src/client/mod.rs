@@ -132,6 +132,8 @@ pub(crate) struct LeaseClient {
     freed: u32,
     /// Leases to hand back unsent (shutdown), on the next flush.
     to_release: Vec<pb::LeaseRef>,
+    /// Leases whose revoke came first, dropped unsent: told StoppedBeforeSend on the next flush.
+    stopped_early: Vec<pb::LeaseRef>,
     /// Set once shutdown starts: the deadline for reporting what is in flight.
     shutdown_deadline: Option<Instant>,
     stats: Arc<Stats>,
@@ -157,6 +159,7 @@ impl LeaseClient {
             unsent: Vec::new(),
             freed: 0,
             to_release: Vec::new(),
+            stopped_early: Vec::new(),
             shutdown_deadline: None,
             stats,
             send_metrics: HashMap::new(),
@@ -521,6 +524,14 @@ impl LeaseClient {
             }
             self.to_release.clear();
         }
+        for lease in std::mem::take(&mut self.stopped_early) {
+            let mut ack = pb::RevokeAck {
+                lease: Some(lease),
+                result: 0,
+            };
+            ack.set_result(pb::RevokeResult::StoppedBeforeSend);
+            stream.send(Out::RevokeAck(ack)).await?;
+        }
         // Taken before sending: if a send fails the session ends, and the next one queues
         // every result still waiting for its ack again.
         let unsent = std::mem::take(&mut self.unsent);
@@ -634,6 +645,12 @@ impl LeaseClient {
         };
         if self.inflight.contains(&key) {
             warn!(task_id = %key.task_id, attempt = key.attempt, "duplicate lease; ignored");
+            self.freed = self.freed.saturating_add(1);
+            return;
+        }
+        if self.inflight.revoked_before_received(&key) {
+            info!(task_id = %key.task_id, attempt = key.attempt, "lease revoked before it came; dropped unsent");
+            self.stopped_early.push(key.to_ref());
             self.freed = self.freed.saturating_add(1);
             return;
         }
