@@ -65,6 +65,19 @@ async fn text_message_shape_msgid_and_duplicate_check_on_retries() {
     assert_eq!(second.body["duplicate_check_interval"], 7200);
 }
 
+/// With `duplicate_check = "always"` the first attempt asks for the check too, so its retry
+/// after a lost answer is the identical request WeCom matches.
+#[tokio::test]
+async fn duplicate_check_always_covers_the_first_attempt() {
+    let (fake, sender) = setup_with("duplicate_check = \"always\"").await;
+    send(&sender, request("t1", "alice", text("hi")))
+        .await
+        .unwrap();
+    let first = &fake.sends()[0];
+    assert_eq!(first.body["enable_duplicate_check"], 1);
+    assert_eq!(first.body["duplicate_check_interval"], 7200);
+}
+
 #[tokio::test]
 async fn markdown_and_textcard_shapes() {
     let (fake, sender) = setup_with("message_type = \"markdown\"").await;

@@ -128,6 +128,8 @@ pub struct WeComConfig {
     message_type: Option<Spanned<String>>,
     /// Sent on retries, at most 4 h; WeCom's default (1800 s) when absent.
     duplicate_check_interval: Option<Spanned<DurationSpec>>,
+    /// `retries` (default) or `always`: which attempts ask WeCom's duplicate check.
+    duplicate_check: Option<Spanned<String>>,
     /// `textcard` title unless the task has a `title` label.
     card_title: Option<Spanned<String>>,
     /// `textcard` link unless the task has a `url` label.
@@ -185,6 +187,19 @@ impl BuildSender for WeComConfig {
                 ));
             }
         }
+        let duplicate_check_always = match &self.duplicate_check {
+            None => false,
+            Some(d) => match d.get_ref().as_str() {
+                "retries" => false,
+                "always" => true,
+                _ => {
+                    return Err(cx.invalid(
+                        d.span(),
+                        "duplicate_check must be \"retries\" or \"always\"",
+                    ))
+                }
+            },
+        };
         let card = CardDefaults {
             title: self.card_title.map(Spanned::into_inner),
             url: self.card_url.map(Spanned::into_inner),
@@ -198,6 +213,7 @@ impl BuildSender for WeComConfig {
             agent_id,
             message_type,
             duplicate_check_interval,
+            duplicate_check_always,
             card,
             member_limits: default_member_limits(),
             media: cx.media()?,
@@ -234,6 +250,11 @@ pub struct WeComSettings {
     pub message_type: MessageType,
     /// `duplicate_check_interval` sent on retries; WeCom's default (1800 s) when `None`.
     pub duplicate_check_interval: Option<Duration>,
+    /// Whether the first attempt asks for the duplicate check too. Then a retry after a lost
+    /// first answer is surely one WeCom matches, at the price that the same text to the same
+    /// member within the interval from another task is not delivered either (an alert sent
+    /// twice in half an hour, say): opt-in, per account.
+    pub duplicate_check_always: bool,
     /// `textcard` defaults.
     pub card: CardDefaults,
     /// Per-member limits kept by the executor.
@@ -251,6 +272,7 @@ impl fmt::Debug for WeComSettings {
             .field("agent_id", &self.agent_id)
             .field("message_type", &self.message_type)
             .field("duplicate_check_interval", &self.duplicate_check_interval)
+            .field("duplicate_check_always", &self.duplicate_check_always)
             .finish_non_exhaustive()
     }
 }
@@ -489,9 +511,9 @@ impl WeComSender {
 
     /// WeCom's duplicate check is its only idempotency: an identical request within the
     /// interval is not delivered again. Set on every attempt that may follow a delivered one
-    /// (see `SendRequest::is_retry`).
+    /// (see `SendRequest::is_retry`), and on first attempts too when the account asks.
     fn duplicate_check(&self, req: &SendRequest, body: &mut Value) {
-        if req.is_retry() {
+        if req.is_retry() || self.settings.duplicate_check_always {
             body["enable_duplicate_check"] = json!(1);
             if let Some(interval) = self.settings.duplicate_check_interval {
                 body["duplicate_check_interval"] = json!(interval.as_secs());
