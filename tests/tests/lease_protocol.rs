@@ -1491,3 +1491,81 @@ async fn a_late_ok_for_a_message_that_failed_since_leaves_its_fallback_due() -> 
     );
     Ok(())
 }
+
+/// A webhook batch recording that a lapsed lease's message went out, still uncommitted while
+/// the sweep runs: the sweep leaves that task to a later pass instead of making it wait for a
+/// callback it cannot see, and the later pass finds the status and ends it SUCCEEDED. Both
+/// missed each other before, and the message was sent again after the grace.
+#[tokio::test]
+async fn a_sweep_leaves_a_lapsed_task_a_webhook_batch_is_naming_to_a_later_pass() -> Result<()> {
+    use herald_proto::v1::CreateAccountRequest;
+    use herald_tests::accounts::{accounts_client, whatsapp_account};
+    let db = TestDb::new().await?;
+    let s = SchedulerProcess::builder(&db)
+        .env("HERALD_LEASE_TTL", "2s")
+        .spawn()
+        .await?;
+    accounts_client(&s.grpc_url())
+        .await?
+        .create_account(CreateAccountRequest {
+            account: Some(whatsapp_account("wa-1", "wa", 100.0)),
+        })
+        .await?;
+    let mut tasks = connect_tasks(&s.grpc_url()).await?;
+    let pooled = |recipient: &str| TaskSpec {
+        pool: "wa".into(),
+        ..task_spec("orders", recipient, "hi")
+    };
+    let named = create(&mut tasks, pooled("+15550101")).await?;
+    let other = create(&mut tasks, pooled("+15550102")).await?;
+    let mut exec = ScriptedExecutor::connect(&s.grpc_url(), "exec-1", &[], 2).await?;
+    let leases = exec.leases(2).await?;
+    // Leased in one batch: they lapse together, and a sweep that ends one has read both.
+    assert_eq!(leases[0].expires_at, leases[1].expires_at);
+
+    // The webhook batch: its lock on the task, then the status it records, not yet committed.
+    let webhook = db.connect().await?;
+    webhook.batch_execute("BEGIN").await?;
+    webhook
+        .execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended('default:task:' || $1::text, 0))",
+            &[&named],
+        )
+        .await?;
+    webhook
+        .execute(
+            "INSERT INTO herald.delivery_events (namespace, provider_message_id, state, task_id,
+                                                 occurred_at)
+             VALUES ('default', 'wamid-101', 1, $1::text::uuid, now())",
+            &[&named],
+        )
+        .await?;
+    let state_of = |id: &str| {
+        let mut tasks = tasks.clone();
+        let id = id.to_owned();
+        async move {
+            Ok::<_, anyhow::Error>(
+                tasks
+                    .get_task(GetTaskRequest { id })
+                    .await?
+                    .into_inner()
+                    .state(),
+            )
+        }
+    };
+    until("the other lapsed lease to be swept", || async {
+        Ok(state_of(&other).await? != TaskState::Leased)
+    })
+    .await?;
+    assert_eq!(
+        state_of(&named).await?,
+        TaskState::Leased,
+        "the sweep took the task the webhook batch holds"
+    );
+    webhook.batch_execute("COMMIT").await?;
+    until("the named task to end SUCCEEDED", || async {
+        Ok(state_of(&named).await? == TaskState::Succeeded)
+    })
+    .await?;
+    Ok(())
+}

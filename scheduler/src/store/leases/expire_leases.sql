@@ -10,10 +10,10 @@
 -- window-closed fallback replaced (migration 25), or that an earlier attempt sent, says nothing
 -- about the last send.
 -- A task its campaign's cancel parked for good ends CANCELLED (unless a status says it went).
--- The walk of tasks_lease_expiry starts at $3 (the sweeper's low-water mark, src/low_water.rs;
--- NULL: the oldest entry), past the entries of leases reported or swept before. Returns where
--- the next sweep can start: the sweep's time when it took every lapsed lease it found, else
--- the latest expiry it took.
+-- The leases are $3, the tasks lock_lapsed.sql took, row and webhook lock, earlier in this
+-- transaction: this statement's snapshot sees every status a webhook batch committed for them
+-- first. Returns where the next sweep can start: the sweep's time when it took every lapsed
+-- lease it found, else the latest expiry it took.
 WITH lapsed AS (
     SELECT s.*, s.sent_message IS NOT NULL AS reported
     FROM (
@@ -33,12 +33,11 @@ WITH lapsed AS (
            -- never ended it (the replica died between the two): it must not come back to wait,
            -- SCHEDULED on a route nothing claims, forever.
            t.route LIKE 'cancelled:%' AS cancelled
-    FROM herald.tasks t
-    WHERE t.state = 'leased' AND t.lease_expires_at <= herald.now()
-      AND t.lease_expires_at >= coalesce($3::timestamptz, '-infinity')
-    ORDER BY t.lease_expires_at
-    LIMIT $1
-    FOR UPDATE OF t SKIP LOCKED
+    FROM unnest(herald.opaque_to_planner($3::uuid[])) AS i(id)
+    JOIN herald.tasks t ON t.id = i.id
+    -- One primary-key probe per lease, whatever the statistics say (see extend_leases.sql).
+    WHERE t.state::text = 'leased' AND t.lease_expires_at <= herald.now()
+    FOR UPDATE OF t
     ) s
 ),
 updated AS (

@@ -33,6 +33,7 @@ const EXTEND_LEASES: Statement = statement!("extend_leases");
 const RELEASE_LEASES: Statement = statement!("release_leases");
 const REVOKE_STOPPED: Statement = statement!("revoke_stopped");
 const EXPIRE_LEASES: Statement = statement!("expire_leases");
+const LOCK_LAPSED: Statement = statement!("lock_lapsed");
 const EXPIRE_DEADLINES: Statement = statement!("expire_deadlines");
 const NEXT_SWEEP: Statement = statement!("next_sweep");
 
@@ -290,8 +291,12 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
         grace_ms: i64,
         from: Option<DateTime<Utc>>,
     ) -> Result<ExpiredLeases, StoreError> {
+        let lapsed: Vec<Uuid> = column(
+            &LOCK_LAPSED.query_one(self.db, &[&batch, &from]).await?,
+            "ids",
+        )?;
         let row = EXPIRE_LEASES
-            .query_one(self.db, &[&batch, &grace_ms, &from])
+            .query_one(self.db, &[&batch, &grace_ms, &lapsed])
             .await?;
         let swept_through = column(&row, "swept_through")?;
         let expired = u64::try_from(column::<i64>(&row, "expired")?).unwrap_or(0);
@@ -475,7 +480,7 @@ mod tests {
         let nothing: Vec<Option<String>> = vec![None; 200];
         let no_queues: Option<Vec<String>> = None;
         let no_marks: Vec<Option<DateTime<Utc>>> = Vec::new();
-        let cases: [(&str, &str, &Params<'_>); 7] = [
+        let cases: [(&str, &str, &Params<'_>); 8] = [
             (
                 "claim_due",
                 CLAIM_DUE_SQL.as_str(),
@@ -494,6 +499,11 @@ mod tests {
                 ],
             ),
             ("defer_to_window", DEFER_TO_WINDOW.text(), &[&scheduled]),
+            (
+                "expire_leases",
+                EXPIRE_LEASES.text(),
+                &[&200i64, &120_000i64, &leased],
+            ),
             (
                 "extend_leases",
                 EXTEND_LEASES.text(),
