@@ -630,3 +630,51 @@ async fn a_template_in_use_is_not_deleted() -> Result<()> {
     delete(stored.clone()).await?;
     Ok(())
 }
+
+/// A keyed create retried after its template changed answers with the task the first request
+/// made, as any retry does, instead of refusing the request for the template it no longer
+/// fits: refused, the caller could not tell whether its task exists.
+#[tokio::test]
+async fn a_keyed_create_retried_after_its_template_changed_finds_its_task() -> Result<()> {
+    use herald_proto::v1::UpdateTemplateRequest;
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let mut tpl = templates(&scheduler.grpc_url()).await?;
+    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
+    tpl.create_template(CreateTemplateRequest {
+        template: Some(text_template("greet", "Hi {{ name }}.")),
+    })
+    .await?;
+    let request = || CreateTaskRequest {
+        task: Some(TaskSpec {
+            idempotency_key: "greet-ann".into(),
+            ..with_content(uses("greet", &[("name", "Ann")]))
+        }),
+    };
+    let first = tasks.create_task(request()).await?.into_inner();
+    assert!(!first.existing);
+    tpl.update_template(UpdateTemplateRequest {
+        template: Some(text_template("greet", "Hi {{ name }}, order {{ order }}.")),
+    })
+    .await?;
+    let again = tasks.create_task(request()).await?.into_inner();
+    assert!(again.existing, "{again:?}");
+    assert_eq!(
+        again.task.map(|t| t.id),
+        first.task.map(|t| t.id),
+        "the retry made another task"
+    );
+    // A new key checks the spec as ever.
+    let status = tasks
+        .create_task(CreateTaskRequest {
+            task: Some(TaskSpec {
+                idempotency_key: "greet-bo".into(),
+                ..with_content(uses("greet", &[("name", "Bo")]))
+            }),
+        })
+        .await
+        .err()
+        .context("a spec missing a variable was taken")?;
+    assert_eq!(status.code(), Code::InvalidArgument);
+    Ok(())
+}

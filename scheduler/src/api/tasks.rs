@@ -72,22 +72,25 @@ pub async fn create_from(
 /// The answer for one created task.
 fn response(c: CreatedTask) -> Result<pb::CreateTaskResponse, Error> {
     let existing = matches!(c.created, Created::Existing(_));
-    let task = match &c.record {
-        Some(record) => wire::task(record)?,
+    let id = c.created.id().to_string();
+    let task = match (c.record, c.requested) {
+        (Some(record), _) => wire::task(&record)?,
         // The original task was pruned but its key is still remembered: answer with what the
         // request described, so the caller still gets the id.
-        None => {
-            let asked = c.requested;
-            pb::Task {
-                id: c.created.id().to_string(),
-                queue: asked.queue,
-                recipient: asked.recipient,
-                content: Some(asked.content),
-                idempotency_key: asked.idempotency.map(|(key, _)| key).unwrap_or_default(),
-                labels: asked.labels,
-                ..Default::default()
-            }
-        }
+        (None, Some(asked)) => pb::Task {
+            id,
+            queue: asked.queue,
+            recipient: asked.recipient,
+            content: Some(asked.content),
+            idempotency_key: asked.idempotency.map(|(key, _)| key).unwrap_or_default(),
+            labels: asked.labels,
+            ..Default::default()
+        },
+        // Never made (a retry answered from its stored tasks has every record): the id alone.
+        (None, None) => pb::Task {
+            id,
+            ..Default::default()
+        },
     };
     Ok(pb::CreateTaskResponse {
         task: Some(task),

@@ -44,8 +44,9 @@ pub struct CreatedTask {
     pub created: Created,
     /// The task as stored.
     pub record: Option<TaskRecord>,
-    /// The task as requested (checked and rendered).
-    pub requested: NewTask,
+    /// The task as requested (checked and rendered); None for a retried request answered
+    /// from its stored task without checking it again.
+    pub requested: Option<NewTask>,
 }
 
 /// The task operations of a replica.
@@ -110,6 +111,9 @@ impl Tasks {
         path: PathOf<'_>,
         trace_parent: Option<String>,
     ) -> Result<Vec<CreatedTask>, Error> {
+        if let Some(answered) = self.created_before(namespace, &specs).await? {
+            return Ok(answered);
+        }
         let now = self.clock.now();
         let mut specs = Some(specs);
         // Checked and rendered once: a retried transaction inserts the same tasks again.
@@ -190,10 +194,55 @@ impl Tasks {
                 CreatedTask {
                     created,
                     record,
-                    requested: task,
+                    requested: Some(task),
                 }
             })
             .collect())
+    }
+
+    /// The stored tasks of a request sent before, when every spec carries a key already bound
+    /// to that same spec and every task is still kept: answered as they are, without checking
+    /// the specs again. A retry must find what the first request created even when its specs
+    /// would no longer pass (its due time is now more than a day past, its template changed,
+    /// its account went): refused, the caller could not tell whether its task exists.
+    async fn created_before(
+        &self,
+        namespace: &str,
+        specs: &[TaskSpec],
+    ) -> Result<Option<Vec<CreatedTask>>, Error> {
+        if specs.is_empty() || specs.iter().any(|s| s.idempotency_key.is_empty()) {
+            return Ok(None);
+        }
+        let conn = self.store.conn().await?;
+        let keys: Vec<&str> = specs.iter().map(|s| s.idempotency_key.as_str()).collect();
+        let bound = conn.tasks().bound_keys(namespace, &keys).await?;
+        let mut ids = Vec::with_capacity(specs.len());
+        for spec in specs {
+            match bound.get(&spec.idempotency_key) {
+                Some((id, hash)) if *hash == spec.request_hash => ids.push(*id),
+                // A key new or bound to another request: the usual path decides.
+                _ => return Ok(None),
+            }
+        }
+        let records: HashMap<Uuid, TaskRecord> = conn
+            .tasks()
+            .get_many(namespace, &ids)
+            .await?
+            .into_iter()
+            .map(|r| (r.id, r))
+            .collect();
+        let mut answered = Vec::with_capacity(ids.len());
+        for id in ids {
+            let Some(record) = records.get(&id) else {
+                return Ok(None);
+            };
+            answered.push(CreatedTask {
+                created: Created::Existing(id),
+                record: Some(record.clone()),
+                requested: None,
+            });
+        }
+        Ok(Some(answered))
     }
 
     /// Reads one task of the namespace.

@@ -337,13 +337,7 @@ impl<C: GenericClient> TaskRepo<'_, C> {
             return Ok(existing);
         }
         let lookup: Vec<&str> = unresolved.iter().map(|(_, k, _)| *k).collect();
-        let mut found: HashMap<String, (Uuid, Vec<u8>)> = HashMap::new();
-        for r in FIND_KEYS.query(self.db, &[&namespace, &lookup]).await? {
-            found.insert(
-                column(&r, "key")?,
-                (column(&r, "task_id")?, column(&r, "request_hash")?),
-            );
-        }
+        let found = self.bound_keys(namespace, &lookup).await?;
         for (index, key, hash) in unresolved {
             match found.get(*key) {
                 Some((task_id, stored)) if stored.as_slice() == *hash => {
@@ -353,6 +347,23 @@ impl<C: GenericClient> TaskRepo<'_, C> {
             }
         }
         Ok(existing)
+    }
+
+    /// The tasks `keys` of the namespace are bound to, with the request digest each was bound
+    /// with; keys not bound are left out.
+    pub async fn bound_keys(
+        &self,
+        namespace: &str,
+        keys: &[&str],
+    ) -> Result<HashMap<String, (Uuid, Vec<u8>)>, StoreError> {
+        let mut found = HashMap::with_capacity(keys.len());
+        for r in FIND_KEYS.query(self.db, &[&namespace, &keys]).await? {
+            found.insert(
+                column(&r, "key")?,
+                (column(&r, "task_id")?, column(&r, "request_hash")?),
+            );
+        }
+        Ok(found)
     }
 
     /// Reads tasks of the namespace by id (in no particular order); missing ids are skipped.
