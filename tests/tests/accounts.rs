@@ -322,6 +322,24 @@ async fn account_service_manages_accounts_and_pools() -> Result<()> {
         "{}",
         status.message()
     );
+    // The kind is fixed: the tasks waiting on the account were checked against it.
+    let status = accounts
+        .update_account(UpdateAccountRequest {
+            account: Some(Account {
+                sender_kind: "wecom".into(),
+                ..account("wa-1", "wa", rate(40.0, 1))
+            }),
+            update_mask: Some(prost_types::FieldMask {
+                paths: vec!["sender_kind".into()],
+            }),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(
+        status.message().contains("account.sender_kind"),
+        "{status:?}"
+    );
     // An id no account can have is a bad request, not a missing account; so is a pool's name.
     for id in ["", "Bad Id"] {
         let status = accounts

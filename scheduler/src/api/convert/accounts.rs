@@ -263,7 +263,15 @@ pub fn merge(
     let new = patch.limits.clone().unwrap_or_default();
     for path in paths {
         match path.as_str() {
-            "sender_kind" => current.sender_kind.clone_from(&patch.sender_kind),
+            // The tasks waiting on the account were checked against what its kind can send (a
+            // location, a WhatsApp template): another kind would fail them at send time.
+            "sender_kind" if patch.sender_kind != current.sender_kind => {
+                return Err(Error::invalid(
+                    "account.sender_kind",
+                    "cannot change: another provider is another account; create one",
+                ))
+            }
+            "sender_kind" => {}
             "pool" => current.pool.clone_from(&patch.pool),
             "time_zone" => current.time_zone.clone_from(&patch.time_zone),
             "credentials_ref" => current.credentials_ref.clone_from(&patch.credentials_ref),
