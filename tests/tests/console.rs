@@ -1140,6 +1140,52 @@ async fn a_pooled_task_waits_on_its_pool_not_on_its_last_account() -> Result<()>
     Ok(())
 }
 
+/// A task's page weighs every account of its pool: with the first hundred paused and the
+/// hundred-and-first free, the pool holds nothing (the page once read only the first hundred
+/// and blamed the pool).
+#[tokio::test]
+async fn a_pooled_tasks_page_weighs_every_account_of_its_pool() -> Result<()> {
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let mut accounts = AccountServiceClient::connect(scheduler.grpc_url()).await?;
+    for n in 0..=100 {
+        accounts
+            .create_account(CreateAccountRequest {
+                account: Some(whatsapp_account(&format!("wa-{n:03}"), "wa", 5.0)),
+            })
+            .await?;
+    }
+    let conn = db.connect().await?;
+    conn.execute(
+        "UPDATE herald.accounts SET state = 'paused' WHERE id <> 'wa-100'",
+        &[],
+    )
+    .await?;
+    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
+    let task = create_task(
+        &mut tasks,
+        TaskSpec {
+            pool: "wa".into(),
+            ..task_spec("orders", "+15550009998", "hi")
+        },
+    )
+    .await?;
+    let page = reqwest::get(format!(
+        "{}/console/tasks/{}?ns=default",
+        scheduler.http_url(),
+        task.id
+    ))
+    .await?
+    .text()
+    .await?;
+    ensure!(
+        !page.contains("is paused by an operator"),
+        "the pool's free account was not weighed: {page}"
+    );
+    ensure!(page.contains("executor"), "{page}");
+    Ok(())
+}
+
 /// A cancelled campaign's failures cannot be retried (nothing of it is sent any more): its page
 /// offers no "Retry all", and the retry's confirm page and post answer 409 saying why, instead
 /// of counting the tasks and reporting a retry that changes nothing.
