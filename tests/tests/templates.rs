@@ -678,3 +678,60 @@ async fn a_keyed_create_retried_after_its_template_changed_finds_its_task() -> R
     assert_eq!(status.code(), Code::InvalidArgument);
     Ok(())
 }
+
+/// ListTemplates pages by id, and a page holds fewer than asked when its templates would not
+/// fit in what a client accepts: 55 templates of 60 KB are more than 3 MiB, and every one is
+/// still listed once across the pages.
+#[tokio::test]
+async fn list_templates_pages_and_keeps_each_page_within_what_a_client_accepts() -> Result<()> {
+    use herald_proto::v1::ListTemplatesRequest;
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let mut tpl = templates(&scheduler.grpc_url()).await?;
+    let body = "x".repeat(60_000);
+    for n in 0..55 {
+        tpl.create_template(CreateTemplateRequest {
+            template: Some(text_template(&format!("t{n:02}"), &body)),
+        })
+        .await?;
+    }
+    let mut seen = Vec::new();
+    let mut token = String::new();
+    let mut pages = 0;
+    loop {
+        let page = tpl
+            .list_templates(ListTemplatesRequest {
+                page_size: 0,
+                page_token: token,
+            })
+            .await?
+            .into_inner();
+        pages += 1;
+        seen.extend(page.templates.into_iter().map(|t| t.id));
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        token = page.next_page_token;
+    }
+    let want: Vec<String> = (0..55).map(|n| format!("t{n:02}")).collect();
+    assert_eq!(seen, want);
+    assert!(pages > 1, "55 templates of 60 KB fit in one answer");
+    let small = tpl
+        .list_templates(ListTemplatesRequest {
+            page_size: 2,
+            page_token: String::new(),
+        })
+        .await?
+        .into_inner();
+    assert_eq!(small.templates.len(), 2);
+    let bad = tpl
+        .list_templates(ListTemplatesRequest {
+            page_size: 0,
+            page_token: "not a token!".into(),
+        })
+        .await
+        .err()
+        .context("a bad token was taken")?;
+    assert_eq!(bad.code(), Code::InvalidArgument);
+    Ok(())
+}

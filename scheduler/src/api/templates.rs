@@ -113,10 +113,34 @@ impl TemplateService for TemplateApi {
         request: Request<pb::ListTemplatesRequest>,
     ) -> Result<Response<pb::ListTemplatesResponse>, Status> {
         let ns = namespace_of(&request)?;
+        let req = request.into_inner();
+        let limit = rules::page_size("page_size", req.page_size, 100)?;
+        let after = if req.page_token.is_empty() {
+            None
+        } else {
+            Some(
+                super::convert::page_key(&req.page_token)
+                    .and_then(|b| String::from_utf8(b).ok())
+                    .ok_or_else(|| {
+                        Error::invalid("page_token", "is not a token returned by ListTemplates")
+                    })?,
+            )
+        };
         let conn = self.tasks.store().conn().await.map_err(Error::from)?;
-        let all = conn.templates().list(&ns).await.map_err(Error::from)?;
+        let rows = conn
+            .templates()
+            .list(&ns, after.as_deref(), limit + 1)
+            .await
+            .map_err(Error::from)?;
+        // Templates of 64 KiB each: a page of a hundred would pass what clients accept.
+        let page = super::paging::Page::new(rows, limit, |last| {
+            super::convert::page_token(last.id.as_bytes())
+        });
+        let items = page.rows().iter().map(wire::template).collect();
+        let (templates, next_page_token) = page.answer(items);
         Ok(Response::new(pb::ListTemplatesResponse {
-            templates: all.iter().map(wire::template).collect(),
+            templates,
+            next_page_token,
         }))
     }
 

@@ -206,8 +206,15 @@ impl<C: GenericClient> TemplateRepo<'_, C> {
     }
 
     /// Every template, ordered by id.
-    pub async fn list(&self, namespace: &str) -> Result<Vec<TemplateRecord>, StoreError> {
-        LIST_TEMPLATES.fetch(self.db, &[&namespace]).await
+    pub async fn list(
+        &self,
+        namespace: &str,
+        after: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<TemplateRecord>, StoreError> {
+        LIST_TEMPLATES
+            .fetch(self.db, &[&namespace, &after, &limit])
+            .await
     }
 
     /// Deletes a template; false when it did not exist.
