@@ -19,6 +19,7 @@ use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
 use crate::store::connection;
+use crate::store::tls::DbTls;
 use crate::telemetry::metrics::DATABASE_WRITABLE;
 
 /// How often the database is checked.
@@ -62,12 +63,20 @@ impl DbWatch {
     /// `services` (`""` for the server as a whole) to match.
     pub fn spawn(
         pg: tokio_postgres::Config,
+        tls: DbTls,
         health: HealthReporter,
         services: &'static [&'static str],
     ) -> Self {
         let stop = CancellationToken::new();
         let reachable = DatabaseReachable::default();
-        let task = tokio::spawn(run(pg, health, services, reachable.clone(), stop.clone()));
+        let task = tokio::spawn(run(
+            pg,
+            tls,
+            health,
+            services,
+            reachable.clone(),
+            stop.clone(),
+        ));
         DbWatch {
             stop,
             task,
@@ -91,6 +100,7 @@ impl DbWatch {
 /// Checks until `stop`; changes health only when the answer changes.
 async fn run(
     pg: tokio_postgres::Config,
+    tls: DbTls,
     health: HealthReporter,
     services: &'static [&'static str],
     reachable: DatabaseReachable,
@@ -107,7 +117,7 @@ async fn run(
         }
         let up = tokio::select! {
             _ = stop.cancelled() => return,
-            up = check(&pg, &mut client) => up,
+            up = check(&pg, &tls, &mut client) => up,
         };
         metrics::gauge!(DATABASE_WRITABLE).set(if up { 1.0 } else { 0.0 });
         if !up {
@@ -169,13 +179,14 @@ impl Verdict {
 /// first when there is none (to the first of the URL's hosts that takes writes), and asks
 /// `transaction_read_only` rather than `SELECT 1`, so a primary demoted to a standby under an
 /// open connection reads as down, and the next check connects afresh and finds the new one.
-async fn check(pg: &tokio_postgres::Config, client: &mut Option<tokio_postgres::Client>) -> bool {
+async fn check(
+    pg: &tokio_postgres::Config,
+    tls: &DbTls,
+    client: &mut Option<tokio_postgres::Client>,
+) -> bool {
     if client.as_ref().is_none_or(|c| c.is_closed()) {
-        let opened = tokio::time::timeout(
-            connection::open_timeout(pg),
-            pg.connect(tokio_postgres::NoTls),
-        )
-        .await;
+        let opened =
+            tokio::time::timeout(connection::open_timeout(pg), pg.connect(tls.clone())).await;
         match opened {
             Ok(Ok((c, connection))) => {
                 tokio::spawn(async move {

@@ -74,6 +74,57 @@ impl PgCluster {
         Ok(cluster)
     }
 
+    /// A cluster that also speaks TLS, with a certificate for `127.0.0.1` from a throwaway CA;
+    /// returns it and the CA's PEM file (in the cluster's directory). Plaintext is still
+    /// allowed, for the test's own sessions.
+    pub async fn start_with_tls() -> Result<(Self, PathBuf)> {
+        use rcgen::{CertificateParams, IsCa, Issuer, KeyPair};
+        let cluster = Self::start().await?;
+        cluster.stop().await?;
+        let ca_key = KeyPair::generate()?;
+        let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+        ca_params.is_ca = IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "herald test database CA");
+        let ca_cert = ca_params.self_signed(&ca_key)?;
+        let issuer = Issuer::new(ca_params, ca_key);
+        let key = KeyPair::generate()?;
+        let cert = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])?
+            .signed_by(&key, &issuer)?;
+        let ca_file = cluster.root.join("ca.pem");
+        std::fs::write(&ca_file, ca_cert.pem())?;
+        cluster.write_owned(&cluster.data().join("server.crt"), &cert.pem())?;
+        cluster.write_owned(&cluster.data().join("server.key"), &key.serialize_pem())?;
+        let conf = cluster.data().join("postgresql.conf");
+        let mut settings = std::fs::read_to_string(&conf)?;
+        settings
+            .push_str("\nssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n");
+        std::fs::write(&conf, settings)?;
+        cluster.resume().await?;
+        Ok((cluster, ca_file))
+    }
+
+    /// Writes `contents` to `path`, mode 0600, owned by the user PostgreSQL runs as (it
+    /// refuses a key file others can read).
+    fn write_owned(&self, path: &Path, contents: &str) -> Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::write(path, contents).with_context(|| format!("writing {}", path.display()))?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+        self.give_to_server(path)
+    }
+
+    /// Makes `path` the property of the user PostgreSQL runs as, when that is not this one.
+    fn give_to_server(&self, path: &Path) -> Result<()> {
+        if let Some(user) = &self.run_as {
+            let user = nix::unistd::User::from_name(user)?
+                .with_context(|| format!("user {user:?} does not exist (set HERALD_PG_USER)"))?;
+            nix::unistd::chown(path, Some(user.uid), Some(user.gid))
+                .with_context(|| format!("chown {}", path.display()))?;
+        }
+        Ok(())
+    }
+
     /// The `DATABASE_URL` of the cluster's `herald` database.
     pub fn url(&self) -> String {
         format!("postgres://{USER}@127.0.0.1:{}/{DATABASE}", self.port)
@@ -146,13 +197,7 @@ impl PgCluster {
         use std::os::unix::fs::PermissionsExt;
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
-        if let Some(user) = &self.run_as {
-            let user = nix::unistd::User::from_name(user)?
-                .with_context(|| format!("user {user:?} does not exist (set HERALD_PG_USER)"))?;
-            nix::unistd::chown(dir, Some(user.uid), Some(user.gid))
-                .with_context(|| format!("chown {}", dir.display()))?;
-        }
-        Ok(())
+        self.give_to_server(dir)
     }
 
     /// Runs a PostgreSQL tool to completion, failing with its output when it fails.

@@ -848,3 +848,47 @@ async fn the_token_command_prints_a_token_whose_entry_the_scheduler_accepts() ->
     let _ = std::fs::remove_file(&file);
     Ok(())
 }
+
+/// The scheduler speaks TLS to PostgreSQL as `DATABASE_URL`'s `sslmode` asks: `verify-full`
+/// against a CA named by `PGSSLROOTCERT`, and `require` without a check. Every session it opens
+/// is encrypted. Before, every connection was plaintext whatever the URL said, `require` could
+/// not connect and `verify-full` was refused as an invalid URL.
+#[tokio::test]
+async fn the_database_connection_is_encrypted_as_sslmode_asks() -> Result<()> {
+    let (cluster, ca) = herald_tests::PgCluster::start_with_tls().await?;
+    let placeholder = TestDb::new().await?;
+    let conn = cluster.connect().await?;
+    for (mode, roots) in [("verify-full", Some(&ca)), ("require", None)] {
+        let mut builder = SchedulerProcess::builder(&placeholder)
+            .env("DATABASE_URL", format!("{}?sslmode={mode}", cluster.url()));
+        if let Some(roots) = roots {
+            builder = builder.env("PGSSLROOTCERT", roots);
+        }
+        let scheduler = builder.spawn().await?;
+        let mut tasks = herald_tests::connect_tasks(&scheduler.grpc_url()).await?;
+        herald_tests::create_task(&mut tasks, task_spec("q", "+15550101", "hi")).await?;
+        let row = conn
+            .query_one(
+                "SELECT count(*) FILTER (WHERE s.ssl) AS encrypted, count(*) AS sessions
+                 FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid)
+                 WHERE a.datname = 'herald' AND a.backend_type = 'client backend'
+                   AND a.pid <> pg_backend_pid()",
+                &[],
+            )
+            .await?;
+        let (encrypted, sessions): (i64, i64) = (row.get("encrypted"), row.get("sessions"));
+        if sessions == 0 || encrypted != sessions {
+            bail!("sslmode={mode}: {encrypted} of {sessions} sessions encrypted");
+        }
+        drop(scheduler);
+        // The next mode's sessions only.
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+             WHERE datname = 'herald' AND backend_type = 'client backend'
+               AND pid <> pg_backend_pid()",
+            &[],
+        )
+        .await?;
+    }
+    Ok(())
+}

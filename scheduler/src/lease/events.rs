@@ -108,6 +108,7 @@ impl Followers {
 /// while every notification goes to the new primary unheard.
 pub async fn listen(
     mut pg: tokio_postgres::Config,
+    tls: crate::store::tls::DbTls,
     missed_window: Duration,
     events: broadcast::Sender<Event>,
     followers: Followers,
@@ -120,7 +121,7 @@ pub async fn listen(
     loop {
         let connected = tokio::select! {
             _ = shutdown.cancelled() => return,
-            c = pg.connect(tokio_postgres::NoTls) => c,
+            c = pg.connect(tls.clone()) => c,
         };
         match connected {
             Ok((client, connection)) => {

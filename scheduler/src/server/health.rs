@@ -44,7 +44,12 @@ impl Health {
     ) {
         let (reporter, service) = tonic_health::server::health_reporter();
         set_all(&reporter, ServingStatus::Serving).await;
-        let watch = DbWatch::spawn(store.pg_config().clone(), reporter.clone(), SERVED);
+        let watch = DbWatch::spawn(
+            store.pg_config().clone(),
+            store.pg_tls(),
+            reporter.clone(),
+            SERVED,
+        );
         (Health { reporter, watch }, service)
     }
 

@@ -29,6 +29,7 @@ pub mod storage;
 pub mod suppressions;
 pub mod tasks;
 pub mod templates;
+pub mod tls;
 
 pub use error::{Rerun, Retryable, StoreError, WriteError};
 
@@ -41,6 +42,7 @@ use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Pool, RecyclingMe
 pub struct Store {
     pool: Pool,
     config: tokio_postgres::Config,
+    tls: tls::DbTls,
 }
 
 /// How often a transaction that failed without committing (it lost a race, or lost its server
@@ -158,19 +160,21 @@ impl Store {
     /// connection settings ([`connection`]: the primary among the URL's hosts, timeouts,
     /// keepalives). Connections are opened lazily, so this succeeds while the database is down.
     pub fn connect(database_url: &str, max_size: usize) -> Result<Self, ConnectError> {
-        let config = connection::settings(database_url).map_err(ConnectError::InvalidUrl)?;
-        Self::with_settings(config, max_size)
+        let (driver_url, tls) = tls::for_url(database_url)?;
+        let config = connection::settings(&driver_url).map_err(ConnectError::InvalidUrl)?;
+        Self::with_settings(config, tls, max_size)
     }
 
     /// Builds a pool of at most `max_size` connections with `config`, which already carries
     /// herald's connection settings (from [`connection::settings`]).
     fn with_settings(
         config: tokio_postgres::Config,
+        tls: tls::DbTls,
         max_size: usize,
     ) -> Result<Self, ConnectError> {
         let manager = Manager::from_config(
             config.clone(),
-            tokio_postgres::NoTls,
+            tls.clone(),
             ManagerConfig {
                 // Fast recycling skips a round trip per checkout; broken connections are still
                 // detected because tokio-postgres marks them closed (the server closed them,
@@ -190,7 +194,7 @@ impl Store {
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .build()
             .map_err(|e| ConnectError::Pool(e.to_string()))?;
-        Ok(Store { pool, config })
+        Ok(Store { pool, config, tls })
     }
 
     /// A pooled connection.
@@ -207,6 +211,11 @@ impl Store {
     /// notification listener, the materialiser's leader lock, the database watch.
     pub fn pg_config(&self) -> &tokio_postgres::Config {
         &self.config
+    }
+
+    /// The TLS the URL's `sslmode` asks for ([`tls`]), for the dedicated connections.
+    pub fn pg_tls(&self) -> tls::DbTls {
+        self.tls.clone()
     }
 
     /// The connection pool's current state.
@@ -334,6 +343,9 @@ pub enum ConnectError {
     /// The pool could not be built.
     #[error("cannot build the connection pool: {0}")]
     Pool(String),
+    /// The TLS settings for the database are unusable.
+    #[error(transparent)]
+    Tls(#[from] tls::DbTlsError),
 }
 
 #[cfg(test)]

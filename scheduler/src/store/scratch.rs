@@ -82,7 +82,8 @@ impl ScratchStore {
         let mut config =
             super::connection::settings(&admin).unwrap_or_else(|e| panic!("{admin}: {e}"));
         config.dbname(&name);
-        let store = Store::with_settings(config, 2).unwrap_or_else(|e| panic!("pool: {e}"));
+        let tls = super::tls::connector(false, None).unwrap_or_else(|e| panic!("tls: {e}"));
+        let store = Store::with_settings(config, tls, 2).unwrap_or_else(|e| panic!("pool: {e}"));
         ScratchStore { store, admin, name }
     }
 
