@@ -542,7 +542,11 @@ async fn a_retry_that_meets_its_task_mid_move_waits_for_the_move_and_finds_it() 
 #[tokio::test]
 async fn a_partition_width_that_does_not_fit_the_retention_stops_the_scheduler() -> Result<()> {
     let db = TestDb::new().await?;
-    for (width, says) in [("500ms", "at least 1s"), ("1m", "10080 partitions")] {
+    for (width, says) in [
+        ("500ms", "at least 1s"),
+        ("1m", "10080 partitions"),
+        ("86s 400ms", "whole number of seconds"),
+    ] {
         let refused = SchedulerProcess::builder(&db)
             .env("HERALD_HISTORY_PARTITION", width)
             .spawn()

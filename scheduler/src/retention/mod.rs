@@ -59,13 +59,22 @@ impl Retention {
         }
     }
 
-    /// Refuses a partition width under a second, or so narrow that the task retention would
-    /// take more than [`MAX_HISTORY_PARTITIONS`] of them.
+    /// Refuses a partition width under a second or not a whole number of seconds, or so narrow
+    /// that the task retention would take more than [`MAX_HISTORY_PARTITIONS`] of them.
     pub fn check(&self) -> Result<(), String> {
         let width = self.history_partition.as_millis();
         if width < 1_000 {
             return Err(format!(
                 "HERALD_HISTORY_PARTITION is {:?}; it must be at least 1s",
+                self.history_partition
+            ));
+        }
+        // The partitions' bounds are multiples of the width from the epoch: a fraction of a
+        // second (86.4 s) put a boundary a float's rounding apart from where it should be, and
+        // the upkeep failed at every pass on an empty range, so nothing was moved any more.
+        if width % 1_000 != 0 {
+            return Err(format!(
+                "HERALD_HISTORY_PARTITION is {:?}; it must be a whole number of seconds",
                 self.history_partition
             ));
         }
@@ -77,9 +86,14 @@ impl Retention {
                  it at least {:?}",
                 self.history_partition,
                 self.tasks,
-                Duration::from_millis(
-                    u64::try_from(self.tasks.as_millis().div_ceil(MAX_HISTORY_PARTITIONS))
-                        .unwrap_or(u64::MAX)
+                Duration::from_secs(
+                    u64::try_from(
+                        self.tasks
+                            .as_millis()
+                            .div_ceil(MAX_HISTORY_PARTITIONS)
+                            .div_ceil(1_000)
+                    )
+                    .unwrap_or(u64::MAX)
                 )
             ));
         }
@@ -254,6 +268,23 @@ mod tests {
             .check()
             .unwrap_err();
         assert!(err.contains("10080 partitions"), "{err}");
-        assert!(err.contains("at least 604.8s"), "{err}");
+        assert!(err.contains("at least 605s"), "{err}");
+        // The least width it names passes; a day's retention names 87 s, not 86.4 s.
+        assert_eq!(
+            retention(Duration::from_secs(7 * 86_400), Duration::from_secs(605)).check(),
+            Ok(())
+        );
+        let err = retention(Duration::from_secs(86_400), Duration::from_secs(60))
+            .check()
+            .unwrap_err();
+        assert!(err.contains("at least 87s"), "{err}");
+    }
+
+    #[test]
+    fn a_partition_of_a_fraction_of_a_second_is_refused() {
+        let err = retention(Duration::from_secs(86_400), Duration::from_millis(86_400))
+            .check()
+            .unwrap_err();
+        assert!(err.contains("whole number of seconds"), "{err}");
     }
 }
