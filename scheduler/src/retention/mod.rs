@@ -72,7 +72,7 @@ impl Retention {
         // The partitions' bounds are multiples of the width from the epoch: a fraction of a
         // second (86.4 s) put a boundary a float's rounding apart from where it should be, and
         // the upkeep failed at every pass on an empty range, so nothing was moved any more.
-        if width % 1_000 != 0 {
+        if !width.is_multiple_of(1_000) {
             return Err(format!(
                 "HERALD_HISTORY_PARTITION is {:?}; it must be a whole number of seconds",
                 self.history_partition
