@@ -572,3 +572,41 @@ async fn a_partition_width_that_does_not_fit_the_retention_stops_the_scheduler()
     assert_eq!(tables, 0, "refused before touching the database");
     Ok(())
 }
+
+/// A moved task's idempotency key is kept at least as long as the task can still be read: its
+/// partition is dropped only once all of it is past the task retention, so the key is kept
+/// until then. Kept only the retention from the task's end, it went up to a partition's width
+/// before the task, and a create with it made a second task while the first was still listed.
+#[tokio::test]
+async fn a_moved_tasks_key_outlives_the_partition_that_holds_the_task() -> Result<()> {
+    let (_scheduler, _db, mut client, sql) = env_with(&[]).await?;
+    let created = create_task(
+        &mut client,
+        task_spec("default", "+15550123", "keyed").with_idempotency_key("k-moved"),
+    )
+    .await?;
+    client
+        .cancel_task(CancelTaskRequest {
+            id: created.id.clone(),
+        })
+        .await?;
+    until_moved_to_history(&sql, &created.id).await?;
+    let row = sql
+        .query_one(
+            "SELECT k.forget_after >= p.upper + interval '7 days' AS kept,
+                    k.forget_after::text AS forget_after, p.upper::text AS upper
+             FROM herald.idempotency_keys k
+             JOIN herald.task_history h ON h.id = k.task_id
+             JOIN herald.history_partitions p
+               ON p.lower <= h.finished_at AND p.upper > h.finished_at
+             WHERE k.key = 'k-moved'",
+            &[],
+        )
+        .await?;
+    let (forget_after, upper): (String, String) = (row.get("forget_after"), row.get("upper"));
+    assert!(
+        row.get::<_, bool>("kept"),
+        "the key goes at {forget_after}, before its partition (up to {upper}) is past retention"
+    );
+    Ok(())
+}

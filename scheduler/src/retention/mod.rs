@@ -217,7 +217,14 @@ async fn archive(
         .conn()
         .await?
         .history()
-        .archive(r.history_after, r.tasks, r.keys, ARCHIVE_BATCH, from)
+        .archive(
+            r.history_after,
+            r.tasks,
+            r.keys,
+            r.history_partition,
+            ARCHIVE_BATCH,
+            from,
+        )
         .await
 }
 

@@ -2,8 +2,11 @@
 -- $2 ms: those are pruned instead) from herald.tasks into the history, with their attempts, in
 -- one statement. A campaign's tasks stay while it can still get recipients: its unique
 -- (campaign_id, recipient) index is what keeps a resumed campaign from messaging anyone twice.
--- The task's idempotency key is kept for the longer of the two retentions ($2, $3 ms) from its
--- end, as pruning kept it. The walk of tasks_finished starts at $5 (the job's low-water mark,
+-- The task's idempotency key is kept for the longer of the key retention ($3 ms) and as long as
+-- the task itself may still be read: its partition (at most $6 ms wide, from the task's end)
+-- is dropped once all of it is past the task retention. Forgotten at the task retention alone,
+-- the key went up to a partition's width before its task, and a create with that key made and
+-- sent a second task while the first was still listed. The walk of tasks_finished starts at $5 (the job's low-water mark,
 -- src/low_water.rs; NULL: the oldest entry). Returns how many moved and the latest end time
 -- moved, where the next batch can start.
 -- The rows are not locked before they are deleted (a second write of each): a retry or a late
@@ -46,7 +49,8 @@ attempts_out AS (
 ),
 keys AS (
     UPDATE herald.idempotency_keys k
-    SET forget_after = m.finished_at + greatest($2::bigint, $3::bigint) * interval '1 millisecond'
+    SET forget_after = m.finished_at
+                       + greatest($2::bigint + $6::bigint, $3::bigint) * interval '1 millisecond'
     FROM moved m
     WHERE m.idempotency_key IS NOT NULL
       AND k.namespace = m.namespace AND k.key = m.idempotency_key AND k.task_id = m.id

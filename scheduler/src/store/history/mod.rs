@@ -54,13 +54,14 @@ pub struct Archived {
 impl<C: GenericClient> HistoryRepo<'_, C> {
     /// Moves up to `batch` tasks that ended more than `after` ago (and within
     /// `task_retention`) into the history, walking from `from` (see
-    /// [`LowWater`](crate::low_water::LowWater)); their idempotency keys are kept for the
-    /// longer of the two retentions from the task's end.
+    /// [`LowWater`](crate::low_water::LowWater)); their idempotency keys are kept for the key
+    /// retention, and at least as long as a partition `partition_width` wide keeps them.
     pub async fn archive(
         &self,
         after: Duration,
         task_retention: Duration,
         key_retention: Duration,
+        partition_width: Duration,
         batch: i64,
         from: Option<DateTime<Utc>>,
     ) -> Result<Archived, StoreError> {
@@ -73,6 +74,7 @@ impl<C: GenericClient> HistoryRepo<'_, C> {
                     &millis(key_retention),
                     &batch,
                     &from,
+                    &millis(partition_width),
                 ],
             )
             .await?;
