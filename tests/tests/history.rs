@@ -610,3 +610,105 @@ async fn a_moved_tasks_key_outlives_the_partition_that_holds_the_task() -> Resul
     );
     Ok(())
 }
+
+/// A bulk retry chosen while the retention job is moving its tasks into the history (deleted
+/// from the hot table, not yet committed there) waits for the move and retries them from the
+/// history. It skipped them before: the cursor passed them, and with nothing else selected
+/// the operation ended DONE having retried none.
+#[tokio::test]
+async fn a_bulk_retry_that_meets_its_tasks_mid_move_waits_and_retries_them() -> Result<()> {
+    const N: usize = 3;
+    let (scheduler, db, mut client, sql) = env_with(&[("HERALD_HISTORY_AFTER", "1h")]).await?;
+    let mut exec =
+        ScriptedExecutor::connect(&scheduler.grpc_url(), "history-6", &[], N as u32).await?;
+    let mut ids = Vec::new();
+    for i in 0..N {
+        ids.push(
+            create_task(
+                &mut client,
+                task_spec("default", &format!("+155502{i:02}"), "bulk").with_max_attempts(1),
+            )
+            .await?
+            .id,
+        );
+    }
+    let leases = exec.leases(N).await?;
+    exec.report_each(&leases, OutcomeClass::Permanent).await?;
+    until(
+        "the retention job to make the history's partitions",
+        || async {
+            Ok(sql
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM herald.history_partitions
+                                WHERE lower <= herald.now() AND upper > herald.now())",
+                    &[],
+                )
+                .await?
+                .get(0))
+        },
+    )
+    .await?;
+    // What archive_tasks.sql does to them, under its lock, not yet committed.
+    let mut mover = db.connect().await?;
+    let moving = mover.transaction().await?;
+    moving
+        .execute("SELECT pg_advisory_xact_lock(7526744137461661954)", &[])
+        .await?;
+    moving
+        .execute(
+            "WITH moved AS (DELETE FROM herald.tasks WHERE id::text = ANY($1) RETURNING *),
+                  tasks_out AS (INSERT INTO herald.task_history SELECT * FROM moved),
+                  attempts_moved AS (
+                      DELETE FROM herald.attempts a USING moved m WHERE a.task_id = m.id
+                      RETURNING jsonb_populate_record(
+                          a, jsonb_build_object('task_finished_at', m.finished_at)) AS r)
+             INSERT INTO herald.attempt_history SELECT (r).* FROM attempts_moved",
+            &[&ids],
+        )
+        .await?;
+
+    let op = client
+        .start_bulk_operation(StartBulkOperationRequest {
+            action: BulkAction::Retry as i32,
+            filter: Some(TaskFilter {
+                queue: "default".into(),
+                states: vec![TaskState::Failed as i32],
+                ..TaskFilter::default()
+            }),
+            dry_run: false,
+            reschedule: None,
+        })
+        .await?
+        .into_inner()
+        .operation
+        .context("no operation")?;
+    until("the bulk batch to wait for the move", || async {
+        Ok(sql
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE NOT granted)",
+                &[],
+            )
+            .await?
+            .get(0))
+    })
+    .await?;
+    moving.commit().await?;
+    until("the bulk retry to finish", || {
+        let mut client = client.clone();
+        let id = op.id.clone();
+        async move {
+            let op = client
+                .get_bulk_operation(GetBulkOperationRequest { id })
+                .await?
+                .into_inner();
+            Ok(op.state() == BulkOperationState::Done)
+        }
+    })
+    .await?;
+    let done = client
+        .get_bulk_operation(GetBulkOperationRequest { id: op.id.clone() })
+        .await?
+        .into_inner();
+    assert_eq!(done.changed, N as i64, "{done:?}");
+    Ok(())
+}

@@ -38,6 +38,8 @@ static LIST_OPERATIONS: LazyLock<Statement> =
     LazyLock::new(|| expand("list_operations", include_str!("list_operations.sql")));
 static TAKE_RUNNING: LazyLock<Statement> =
     LazyLock::new(|| expand("take_running", include_str!("take_running.sql")));
+static HOLD_MOVES: LazyLock<Statement> =
+    LazyLock::new(|| expand("hold_moves", include_str!("hold_moves.sql")));
 static NEXT_BATCH: LazyLock<Statement> =
     LazyLock::new(|| expand("next_batch", include_str!("next_batch.sql")));
 static ADVANCE_OPERATION: LazyLock<Statement> =
@@ -158,6 +160,7 @@ impl<C: GenericClient> BulkRepo<'_, C> {
         op: &OperationRecord,
         limit: i64,
     ) -> Result<Vec<Uuid>, StoreError> {
+        HOLD_MOVES.query(self.db, &[]).await?;
         let p = SelectionParams::of(selection);
         let mut params = p.params(&namespace);
         params.push(&op.cursor_id);

@@ -13,7 +13,8 @@
 -- failure changing one meanwhile makes the DELETE re-check its own conditions on the new
 -- version, and a task that is live again no longer matches. One replica moves at a time (a
 -- transaction-scoped advisory lock; the others move nothing this pass), so two never wait on
--- each other's rows.
+-- each other's rows; a bulk batch being chosen holds the same lock shared (hold_moves.sql),
+-- and the move waits for a later pass.
 WITH gate AS (
     SELECT pg_try_advisory_xact_lock(7526744137461661954) AS mine
 ),
