@@ -8,9 +8,10 @@ use anyhow::{Context, Result};
 use herald_proto::v1::stats_service_client::StatsServiceClient;
 use herald_proto::v1::task_service_client::TaskServiceClient;
 use herald_proto::v1::{
-    BulkAction, BulkOperationState, CancelTaskRequest, CountTasksRequest, GetBulkOperationRequest,
-    GetTaskRequest, ListAttemptsRequest, ListTasksRequest, OutcomeClass, RetryTaskRequest,
-    StartBulkOperationRequest, StatsWindow, Task, TaskFilter, TaskState,
+    retry_policy, BulkAction, BulkOperationState, CancelTaskRequest, CountTasksRequest,
+    FixedDelays, GetBulkOperationRequest, GetTaskRequest, ListAttemptsRequest, ListTasksRequest,
+    OutcomeClass, RetryPolicy, RetryTaskRequest, StartBulkOperationRequest, StatsWindow, Task,
+    TaskFilter, TaskSpec, TaskState,
 };
 use herald_tests::lease::{result, ScriptedExecutor};
 use herald_tests::{
@@ -710,5 +711,109 @@ async fn a_bulk_retry_that_meets_its_tasks_mid_move_waits_and_retries_them() -> 
         .await?
         .into_inner();
     assert_eq!(done.changed, N as i64, "{done:?}");
+    Ok(())
+}
+
+/// A status saying an earlier attempt's message failed, arriving while the retention job moves
+/// the task into the history: the message is still pinned to that attempt (the batch waits for
+/// the move and brings the task back first), so its failure is not taken for the current
+/// send's. Pinned to nothing, it was: the task, delivered by its second attempt, was sent again
+/// or ended FAILED.
+#[tokio::test]
+async fn an_earlier_messages_failure_during_a_move_is_still_that_messages() -> Result<()> {
+    use herald_proto::v1::{
+        provider_event, DeliveryState, DeliveryStatusEvent, ProviderEvent,
+        RecordProviderEventsRequest,
+    };
+    let (scheduler, db, mut client, sql) = env_with(&[("HERALD_HISTORY_AFTER", "1h")]).await?;
+    let created = create_task(
+        &mut client,
+        TaskSpec {
+            retry_policy: Some(RetryPolicy {
+                strategy: Some(retry_policy::Strategy::Delays(FixedDelays {
+                    delays: vec![prost_types::Duration::default()],
+                })),
+            }),
+            ..task_spec("default", "+15550301", "twice").with_max_attempts(3)
+        },
+    )
+    .await?;
+    let mut exec = ScriptedExecutor::connect(&scheduler.grpc_url(), "history-7", &[], 1).await?;
+    // The first attempt's answer was lost (no message id); the second was sent as wamid-2.
+    let first = exec.leases(1).await?.remove(0);
+    exec.report(vec![result(&first, OutcomeClass::Transient)])
+        .await?;
+    exec.credit(1).await?;
+    let second = exec.leases(1).await?.remove(0);
+    let mut sent = result(&second, OutcomeClass::Ok);
+    sent.provider_message_id = "wamid-2".into();
+    exec.report(vec![sent]).await?;
+    until(
+        "the retention job to make the history's partitions",
+        || async {
+            Ok(sql
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM herald.history_partitions
+                                WHERE lower <= herald.now() AND upper > herald.now())",
+                    &[],
+                )
+                .await?
+                .get(0))
+        },
+    )
+    .await?;
+    // What archive_tasks.sql does to it, not yet committed.
+    let mut mover = db.connect().await?;
+    let moving = mover.transaction().await?;
+    moving
+        .execute(
+            "WITH moved AS (DELETE FROM herald.tasks WHERE id::text = $1 RETURNING *),
+                  tasks_out AS (INSERT INTO herald.task_history SELECT * FROM moved),
+                  attempts_moved AS (
+                      DELETE FROM herald.attempts a USING moved m WHERE a.task_id = m.id
+                      RETURNING jsonb_populate_record(
+                          a, jsonb_build_object('task_finished_at', m.finished_at)) AS r)
+             INSERT INTO herald.attempt_history SELECT (r).* FROM attempts_moved",
+            &[&created.id],
+        )
+        .await?;
+    // Meta says the first attempt's message (wamid-1) failed.
+    let mut lease_client = herald_tests::connect_lease(&scheduler.grpc_url()).await?;
+    let task_id = created.id.clone();
+    let webhook = tokio::spawn(async move {
+        lease_client
+            .record_provider_events(RecordProviderEventsRequest {
+                events: vec![ProviderEvent {
+                    kind: Some(provider_event::Kind::Delivery(DeliveryStatusEvent {
+                        provider_message_id: "wamid-1".into(),
+                        state: DeliveryState::FailedAfterAcceptance as i32,
+                        task_id,
+                        attempt: 1,
+                        error_code: 131_000,
+                        error: "something went wrong".into(),
+                        ..Default::default()
+                    })),
+                }],
+            })
+            .await
+    });
+    until("the webhook batch to wait for the move", || async {
+        Ok(sql
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE NOT granted)",
+                &[],
+            )
+            .await?
+            .get(0))
+    })
+    .await?;
+    moving.commit().await?;
+    webhook.await??;
+    let task = get(&mut client, &created.id).await?;
+    assert_eq!(
+        task.state(),
+        TaskState::Succeeded,
+        "the first message's failure was taken for the second's: {task:?}"
+    );
     Ok(())
 }

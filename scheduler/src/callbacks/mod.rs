@@ -231,6 +231,15 @@ pub async fn record(
         // is waited for by, this batch (lock_tasks.sql).
         let named_tasks: Vec<Uuid> = reports.iter().filter_map(|r| r.task_id).collect();
         tx.deliveries().lock_tasks(namespace, &named_tasks).await?;
+        // The tasks a failure names back from the history first, waiting for a move under
+        // way: the pin below must find their attempts, and an attempt row deleted from the
+        // hot table by an uncommitted move is seen by neither of its two looks.
+        let failing: Vec<Uuid> = reports
+            .iter()
+            .filter(|r| r.state == DeliveryState::FailedAfterAcceptance)
+            .filter_map(|r| r.task_id)
+            .collect();
+        tx.history().restore(&failing).await?;
         let recorded = tx.deliveries().record(namespace, &reports).await?;
         // Before anything judges a task by its reports: an earlier attempt's message's failure
         // must not be taken for the current send's.
