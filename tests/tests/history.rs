@@ -817,3 +817,27 @@ async fn an_earlier_messages_failure_during_a_move_is_still_that_messages() -> R
     );
     Ok(())
 }
+
+/// An executor cut off past its task's last lease reports OK once the sweeper has ended the
+/// task FAILED and the retention job has moved it into the history: the task comes back and
+/// ends SUCCEEDED. Refused, it stayed FAILED, and a retry sent the message a second time.
+#[tokio::test]
+async fn a_late_ok_for_a_task_moved_into_the_history_settles_it() -> Result<()> {
+    let (scheduler, _db, mut client, sql) = env_with(&[("HERALD_LEASE_TTL", "2s")]).await?;
+    let created = create_task(
+        &mut client,
+        task_spec("default", "+15550401", "late").with_max_attempts(1),
+    )
+    .await?;
+    let mut exec = ScriptedExecutor::connect(&scheduler.grpc_url(), "history-8", &[], 1).await?;
+    let lease = exec.leases(1).await?.remove(0);
+    until_moved_to_history(&sql, &created.id).await?;
+    assert_eq!(
+        get(&mut client, &created.id).await?.state(),
+        TaskState::Failed
+    );
+    exec.report(vec![result(&lease, OutcomeClass::Ok)]).await?;
+    let task = get(&mut client, &created.id).await?;
+    assert_eq!(task.state(), TaskState::Succeeded, "{task:?}");
+    Ok(())
+}

@@ -175,6 +175,13 @@ pub async fn apply(
             })
             .copied()
             .collect();
+        // The lapsed lease's task may have ended and moved into the history meanwhile (its
+        // last attempt, exhausted by the sweeper): back first, or the OK is refused and a
+        // later retry sends the message again.
+        if !late.is_empty() {
+            let ids: Vec<Uuid> = late.iter().map(|r| r.task_id).collect();
+            tx.history().restore(&ids).await?;
+        }
         let settled = tx.leases().settle_late(namespace, &late).await?;
         applied_tokens.extend(settled.iter().map(|a| (a.task_id, a.attempt)));
         applied.extend(settled);
