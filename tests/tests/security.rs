@@ -655,8 +655,9 @@ async fn oversized_messages_big_batches_and_busy_schedules_are_refused() -> Resu
 async fn the_dashboard_requires_an_admin_token_and_metrics_can() -> Result<()> {
     let db = TestDb::new().await?;
     let admin = TestToken::new("ops", &["admin"], &["default"]);
+    let everywhere = TestToken::new("scraper", &["admin"], &["*"]);
     let client = TestToken::new("app", &["client"], &["default"]);
-    let file = write_tokens_file(&[admin.clone(), client.clone()])?;
+    let file = write_tokens_file(&[admin.clone(), everywhere.clone(), client.clone()])?;
     let scheduler = scheduler_with_tokens(&db, &file)
         .env("HERALD_METRICS_AUTH", "true")
         .spawn()
@@ -677,6 +678,18 @@ async fn the_dashboard_requires_an_admin_token_and_metrics_can() -> Result<()> {
             .send()
             .await?;
         assert_eq!(wrong.status(), 403, "{path} with a client token");
+        // The metrics span every namespace: an admin of some may not read them.
+        let admin = if path == "/metrics" {
+            let bound = http
+                .get(format!("{base}{path}"))
+                .bearer_auth(&admin.token)
+                .send()
+                .await?;
+            assert_eq!(bound.status(), 403, "{path} with a namespaced admin token");
+            &everywhere
+        } else {
+            &admin
+        };
         let bearer = http
             .get(format!("{base}{path}"))
             .bearer_auth(&admin.token)

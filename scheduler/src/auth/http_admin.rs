@@ -64,6 +64,19 @@ pub async fn require_admin(
         )
             .into_response();
     }
+    // The metrics span every namespace (account ids, their counts, schedule ids): a token
+    // bound to some namespaces would read the others' there.
+    if path == "/metrics" && !matches!(principal.namespaces, super::NamespaceGrant::Any) {
+        return (
+            StatusCode::FORBIDDEN,
+            format!(
+                "token {:?} is bound to some namespaces; /metrics spans every namespace, so it \
+                 needs a token for all of them (\"*\")",
+                principal.name
+            ),
+        )
+            .into_response();
+    }
     // The same per-token rate as the gRPC listener's: a console page or CSV export reads far
     // more than one RPC, so a token limited there is limited here too.
     if let Err(wait) = auth.policy.rates.check(&principal.name) {
