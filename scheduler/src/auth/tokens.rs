@@ -153,7 +153,7 @@ impl TokenSet {
             for role in &entry.roles {
                 let role = Role::parse(role).ok_or_else(|| {
                     bad(format!(
-                        "unknown role {role:?} (expected client, executor or admin)"
+                        "unknown role {role:?} (expected client, executor, admin or viewer)"
                     ))
                 })?;
                 roles.insert(role);
@@ -293,10 +293,9 @@ mod tests {
     #[test]
     fn refuses_unknown_roles_fields_and_bad_namespaces() {
         let bad_role = file("").replace("\"client\"", "\"root\"");
-        assert!(TokenSet::parse(&bad_role, "t")
-            .unwrap_err()
-            .to_string()
-            .contains("unknown role"));
+        let err = TokenSet::parse(&bad_role, "t").unwrap_err().to_string();
+        assert!(err.contains("unknown role"), "{err}");
+        assert!(err.contains("viewer"), "every role is named: {err}");
         assert!(TokenSet::parse(&file("colour = 1\n"), "t").is_err());
         let bad_ns = file("").replace("\"shop\"", "\"Shop Floor\"");
         assert!(TokenSet::parse(&bad_ns, "t")

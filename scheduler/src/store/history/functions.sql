@@ -106,7 +106,9 @@ $$;
 -- also keeps the job from moving those rows until the writer commits.
 CREATE OR REPLACE FUNCTION herald.restore_tasks(p_ids uuid[]) RETURNS SETOF uuid
 LANGUAGE sql AS $$
-    SELECT 1 FROM herald.tasks WHERE id = ANY (p_ids) FOR UPDATE;
+    -- In id order: two writers restoring overlapping tasks take the rows in one order and so
+    -- never deadlock with each other.
+    SELECT 1 FROM herald.tasks WHERE id = ANY (p_ids) ORDER BY id FOR UPDATE;
     WITH back AS (
         DELETE FROM herald.task_history h WHERE h.id = ANY (p_ids) RETURNING h.*
     ),
