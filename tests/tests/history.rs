@@ -841,3 +841,56 @@ async fn a_late_ok_for_a_task_moved_into_the_history_settles_it() -> Result<()> 
     assert_eq!(task.state(), TaskState::Succeeded, "{task:?}");
     Ok(())
 }
+
+/// A task cancelled while leased stays in the hot table until its executor reports, and the
+/// report says the message went: moved first, the report was dropped and the cancel stayed
+/// unconfirmed for ever.
+#[tokio::test]
+async fn a_task_cancelled_while_leased_waits_for_its_report_before_it_moves() -> Result<()> {
+    use herald_proto::v1::CancelOutcome;
+    let (scheduler, _db, mut client, sql) = env_with(&[]).await?;
+    let leased = create_task(&mut client, task_spec("default", "+15550501", "held")).await?;
+    let mut exec = ScriptedExecutor::connect(&scheduler.grpc_url(), "history-9", &[], 1).await?;
+    let lease = exec.leases(1).await?.remove(0);
+    assert_eq!(lease.task_id, leased.id);
+    // Cancelled while its send is under way: the executor says so, and reports later.
+    let cancel = {
+        let mut client = client.clone();
+        let id = leased.id.clone();
+        tokio::spawn(async move { client.cancel_task(CancelTaskRequest { id }).await })
+    };
+    match exec.next().await? {
+        herald_proto::v1::scheduler_message::Kind::Revoke(revoke) => {
+            exec.revoke_ack(
+                revoke.lease.context("a revoke names its lease")?,
+                herald_proto::v1::RevokeResult::SendInProgress,
+            )
+            .await?;
+        }
+        other => anyhow::bail!("expected the revoke, got {other:?}"),
+    }
+    cancel.await??;
+    // A task that ended after it moves: the pass that moved it walked past the first.
+    let later = create_task(&mut client, task_spec("default", "+15550502", "later")).await?;
+    client
+        .cancel_task(CancelTaskRequest {
+            id: later.id.clone(),
+        })
+        .await?;
+    until_moved_to_history(&sql, &later.id).await?;
+    assert_eq!(
+        rows(&sql, "herald.tasks", &leased.id).await?,
+        1,
+        "moved before its executor reported"
+    );
+    exec.report(vec![result(&lease, OutcomeClass::Ok)]).await?;
+    let task = get(&mut client, &leased.id).await?;
+    assert_eq!(
+        task.cancel_outcome(),
+        CancelOutcome::AlreadySent,
+        "{task:?}"
+    );
+    until_moved_to_history(&sql, &leased.id).await?;
+    assert_eq!(rows(&sql, "herald.attempts", &leased.id).await?, 0);
+    Ok(())
+}

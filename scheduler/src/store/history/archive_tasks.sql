@@ -1,6 +1,9 @@
 -- Moves up to $4 tasks that ended more than $1 ms ago (but not more than the task retention,
 -- $2 ms: those are pruned instead) from herald.tasks into the history, with their attempts, in
--- one statement. A campaign's tasks stay while it can still get recipients: its unique
+-- one statement. A task cancelled while leased stays until its executor reports (its lease's
+-- expiry is cleared then): the report, which tells whether the message went, applies to the
+-- hot table only, and moved first it was dropped (and an attempt row it wrote during the move
+-- was left behind in herald.attempts). A campaign's tasks stay while it can still get recipients: its unique
 -- (campaign_id, recipient) index is what keeps a resumed campaign from messaging anyone twice.
 -- The task's idempotency key is kept for the longer of the key retention ($3 ms) and as long as
 -- the task itself may still be read: its partition (at most $6 ms wide, from the task's end)
@@ -25,6 +28,7 @@ picked AS (
       AND t.finished_at < herald.now() - $1::bigint * interval '1 millisecond'
       AND t.finished_at >= greatest(coalesce($5::timestamptz, '-infinity'),
                                     herald.now() - $2::bigint * interval '1 millisecond')
+      AND t.lease_expires_at IS NULL
       AND (t.campaign_id IS NULL
            OR EXISTS (SELECT 1 FROM herald.campaigns c
                       WHERE c.id = t.campaign_id AND c.state IN ('finished', 'cancelled')))
@@ -36,6 +40,7 @@ moved AS (
     WHERE t.id IN (SELECT id FROM picked)
       AND t.finished_at < herald.now() - $1::bigint * interval '1 millisecond'
       AND t.state IN ('succeeded', 'failed', 'cancelled', 'expired')
+      AND t.lease_expires_at IS NULL
     RETURNING t.*
 ),
 tasks_out AS (
