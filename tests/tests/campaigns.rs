@@ -905,14 +905,8 @@ async fn a_cancelled_campaigns_parked_lease_that_lapses_ends_cancelled() -> Resu
     let id = create_with(&mut c, 1).await?;
     let mut exec = ScriptedExecutor::connect(&s.grpc_url(), "exec-1", &[QUEUE], 1).await?;
     let lease = exec.leases(1).await?.remove(0);
-    // What CancelCampaign's transaction commits (campaigns::cancel); its revokes never come.
-    let sql = db.connect().await?;
-    sql.batch_execute(&format!(
-        "UPDATE herald.campaigns SET state = 'cancelled' WHERE id = '{id}';
-         UPDATE herald.tasks SET route = 'cancelled:' || route
-         WHERE campaign_id = '{id}' AND state = 'leased';"
-    ))
-    .await?;
+    // Its revokes never come.
+    cancel_committed(&db, &id).await?;
     let mut tasks = connect_tasks(&s.grpc_url()).await?;
     herald_tests::until("the lapsed lease to be swept", || {
         let mut tasks = tasks.clone();
@@ -956,6 +950,20 @@ async fn a_cancelled_campaigns_parked_lease_that_lapses_ends_cancelled() -> Resu
     Ok(())
 }
 
+/// What CancelCampaign's transaction commits for campaign `id` (campaigns::cancel), before
+/// the revokes that follow it: the campaign cancelled, its leased tasks parked for good.
+async fn cancel_committed(db: &TestDb, id: &str) -> Result<()> {
+    db.connect()
+        .await?
+        .batch_execute(&format!(
+            "UPDATE herald.campaigns SET state = 'cancelled' WHERE id = '{id}';
+             UPDATE herald.tasks SET route = 'cancelled:' || route
+             WHERE campaign_id = '{id}' AND state = 'leased';"
+        ))
+        .await?;
+    Ok(())
+}
+
 /// A campaign's cancel parked a leased task for good (its revoke not yet sent), and the send
 /// then failed in a way worth retrying: the task ends CANCELLED, not SCHEDULED on the parked
 /// route, where no claim would ever take it and nothing would end it.
@@ -968,15 +976,7 @@ async fn a_parked_task_whose_send_fails_ends_cancelled() -> Result<()> {
     let id = create_with(&mut c, 1).await?;
     let mut exec = ScriptedExecutor::connect(&s.grpc_url(), "exec-1", &[QUEUE], 1).await?;
     let lease = exec.leases(1).await?.remove(0);
-    // What CancelCampaign's transaction commits (campaigns::cancel), before its revokes.
-    db.connect()
-        .await?
-        .batch_execute(&format!(
-            "UPDATE herald.campaigns SET state = 'cancelled' WHERE id = '{id}';
-             UPDATE herald.tasks SET route = 'cancelled:' || route
-             WHERE campaign_id = '{id}' AND state = 'leased';"
-        ))
-        .await?;
+    cancel_committed(&db, &id).await?;
     exec.report(vec![result(&lease, OutcomeClass::Transient)])
         .await?;
     let task = connect_tasks(&s.grpc_url())

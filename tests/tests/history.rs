@@ -8,10 +8,10 @@ use anyhow::{Context, Result};
 use herald_proto::v1::stats_service_client::StatsServiceClient;
 use herald_proto::v1::task_service_client::TaskServiceClient;
 use herald_proto::v1::{
-    retry_policy, BulkAction, BulkOperationState, CancelTaskRequest, CountTasksRequest,
-    FixedDelays, GetBulkOperationRequest, GetTaskRequest, ListAttemptsRequest, ListTasksRequest,
-    OutcomeClass, RetryPolicy, RetryTaskRequest, StartBulkOperationRequest, StatsWindow, Task,
-    TaskFilter, TaskSpec, TaskState,
+    retry_policy, BulkAction, BulkOperation, BulkOperationState, CancelTaskRequest,
+    CountTasksRequest, FixedDelays, GetBulkOperationRequest, GetTaskRequest, ListAttemptsRequest,
+    ListTasksRequest, OutcomeClass, RetryPolicy, RetryTaskRequest, StartBulkOperationRequest,
+    StatsWindow, Task, TaskFilter, TaskSpec, TaskState,
 };
 use herald_tests::lease::{result, ScriptedExecutor};
 use herald_tests::{
@@ -59,6 +59,70 @@ async fn rows(sql: &tokio_postgres::Client, table: &str, id: &str) -> Result<i64
         )
         .await?
         .get(0))
+}
+
+/// Waits until the retention job has made the partition the history needs now.
+async fn until_partitions_made(sql: &tokio_postgres::Client) -> Result<()> {
+    until(
+        "the retention job to make the history's partitions",
+        || async {
+            Ok(sql
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM herald.history_partitions
+                                WHERE lower <= herald.now() AND upper > herald.now())",
+                    &[],
+                )
+                .await?
+                .get(0))
+        },
+    )
+    .await
+}
+
+/// What archive_tasks.sql does to `ids`, under its lock, left uncommitted in the returned
+/// transaction: a move under way.
+async fn move_uncommitted<'c>(
+    mover: &'c mut tokio_postgres::Client,
+    ids: &[String],
+) -> Result<tokio_postgres::Transaction<'c>> {
+    let moving = mover.transaction().await?;
+    moving
+        .execute("SELECT pg_advisory_xact_lock(7526744137461661954)", &[])
+        .await?;
+    moving
+        .execute(
+            "WITH moved AS (DELETE FROM herald.tasks WHERE id::text = ANY($1) RETURNING *),
+                  tasks_out AS (INSERT INTO herald.task_history SELECT * FROM moved),
+                  attempts_moved AS (
+                      DELETE FROM herald.attempts a USING moved m WHERE a.task_id = m.id
+                      RETURNING jsonb_populate_record(
+                          a, jsonb_build_object('task_finished_at', m.finished_at)) AS r)
+             INSERT INTO herald.attempt_history SELECT (r).* FROM attempts_moved",
+            &[&ids],
+        )
+        .await?;
+    Ok(moving)
+}
+
+/// Waits until bulk operation `id` is DONE; returns it.
+async fn until_bulk_done(client: &Client, id: &str) -> Result<BulkOperation> {
+    until("the bulk operation to finish", || {
+        let mut client = client.clone();
+        let id = id.to_owned();
+        async move {
+            let op = client
+                .get_bulk_operation(GetBulkOperationRequest { id })
+                .await?
+                .into_inner();
+            Ok(op.state() == BulkOperationState::Done)
+        }
+    })
+    .await?;
+    Ok(client
+        .clone()
+        .get_bulk_operation(GetBulkOperationRequest { id: id.to_owned() })
+        .await?
+        .into_inner())
 }
 
 async fn get(client: &mut Client, id: &str) -> Result<Task> {
@@ -439,22 +503,7 @@ async fn a_bulk_retry_selects_and_re_drives_failed_tasks_in_the_history() -> Res
         .into_inner()
         .operation
         .context("no operation")?;
-    until("the bulk retry to finish", || {
-        let mut client = client.clone();
-        let id = op.id.clone();
-        async move {
-            let op = client
-                .get_bulk_operation(GetBulkOperationRequest { id })
-                .await?
-                .into_inner();
-            Ok(op.state() == BulkOperationState::Done)
-        }
-    })
-    .await?;
-    let done = client
-        .get_bulk_operation(GetBulkOperationRequest { id: op.id.clone() })
-        .await?
-        .into_inner();
+    let done = until_bulk_done(&client, &op.id).await?;
     assert_eq!(done.changed, 20);
     exec.credit(20).await?;
     let again = exec.leases(20).await?;
@@ -477,35 +526,9 @@ async fn a_retry_that_meets_its_task_mid_move_waits_for_the_move_and_finds_it() 
     let mut exec = ScriptedExecutor::connect(&scheduler.grpc_url(), "history-5", &[], 1).await?;
     run_once(&mut exec, OutcomeClass::Permanent).await?;
 
-    until(
-        "the retention job to make the history's partitions",
-        || async {
-            Ok(sql
-                .query_one(
-                    "SELECT EXISTS (SELECT 1 FROM herald.history_partitions
-                                WHERE lower <= herald.now() AND upper > herald.now())",
-                    &[],
-                )
-                .await?
-                .get(0))
-        },
-    )
-    .await?;
-    // What archive_tasks.sql does to one task, not yet committed.
+    until_partitions_made(&sql).await?;
     let mut mover = db.connect().await?;
-    let moving = mover.transaction().await?;
-    moving
-        .execute(
-            "WITH moved AS (DELETE FROM herald.tasks WHERE id::text = $1 RETURNING *),
-                  tasks_out AS (INSERT INTO herald.task_history SELECT * FROM moved),
-                  attempts_moved AS (
-                      DELETE FROM herald.attempts a USING moved m WHERE a.task_id = m.id
-                      RETURNING jsonb_populate_record(
-                          a, jsonb_build_object('task_finished_at', m.finished_at)) AS r)
-             INSERT INTO herald.attempt_history SELECT (r).* FROM attempts_moved",
-            &[&created.id],
-        )
-        .await?;
+    let moving = move_uncommitted(&mut mover, std::slice::from_ref(&created.id)).await?;
 
     let mut retrier = client.clone();
     let id = created.id.clone();
@@ -635,38 +658,9 @@ async fn a_bulk_retry_that_meets_its_tasks_mid_move_waits_and_retries_them() -> 
     }
     let leases = exec.leases(N).await?;
     exec.report_each(&leases, OutcomeClass::Permanent).await?;
-    until(
-        "the retention job to make the history's partitions",
-        || async {
-            Ok(sql
-                .query_one(
-                    "SELECT EXISTS (SELECT 1 FROM herald.history_partitions
-                                WHERE lower <= herald.now() AND upper > herald.now())",
-                    &[],
-                )
-                .await?
-                .get(0))
-        },
-    )
-    .await?;
-    // What archive_tasks.sql does to them, under its lock, not yet committed.
+    until_partitions_made(&sql).await?;
     let mut mover = db.connect().await?;
-    let moving = mover.transaction().await?;
-    moving
-        .execute("SELECT pg_advisory_xact_lock(7526744137461661954)", &[])
-        .await?;
-    moving
-        .execute(
-            "WITH moved AS (DELETE FROM herald.tasks WHERE id::text = ANY($1) RETURNING *),
-                  tasks_out AS (INSERT INTO herald.task_history SELECT * FROM moved),
-                  attempts_moved AS (
-                      DELETE FROM herald.attempts a USING moved m WHERE a.task_id = m.id
-                      RETURNING jsonb_populate_record(
-                          a, jsonb_build_object('task_finished_at', m.finished_at)) AS r)
-             INSERT INTO herald.attempt_history SELECT (r).* FROM attempts_moved",
-            &[&ids],
-        )
-        .await?;
+    let moving = move_uncommitted(&mut mover, &ids).await?;
 
     let op = client
         .start_bulk_operation(StartBulkOperationRequest {
@@ -694,22 +688,7 @@ async fn a_bulk_retry_that_meets_its_tasks_mid_move_waits_and_retries_them() -> 
     })
     .await?;
     moving.commit().await?;
-    until("the bulk retry to finish", || {
-        let mut client = client.clone();
-        let id = op.id.clone();
-        async move {
-            let op = client
-                .get_bulk_operation(GetBulkOperationRequest { id })
-                .await?
-                .into_inner();
-            Ok(op.state() == BulkOperationState::Done)
-        }
-    })
-    .await?;
-    let done = client
-        .get_bulk_operation(GetBulkOperationRequest { id: op.id.clone() })
-        .await?
-        .into_inner();
+    let done = until_bulk_done(&client, &op.id).await?;
     assert_eq!(done.changed, N as i64, "{done:?}");
     Ok(())
 }
@@ -748,35 +727,9 @@ async fn an_earlier_messages_failure_during_a_move_is_still_that_messages() -> R
     let mut sent = result(&second, OutcomeClass::Ok);
     sent.provider_message_id = "wamid-2".into();
     exec.report(vec![sent]).await?;
-    until(
-        "the retention job to make the history's partitions",
-        || async {
-            Ok(sql
-                .query_one(
-                    "SELECT EXISTS (SELECT 1 FROM herald.history_partitions
-                                WHERE lower <= herald.now() AND upper > herald.now())",
-                    &[],
-                )
-                .await?
-                .get(0))
-        },
-    )
-    .await?;
-    // What archive_tasks.sql does to it, not yet committed.
+    until_partitions_made(&sql).await?;
     let mut mover = db.connect().await?;
-    let moving = mover.transaction().await?;
-    moving
-        .execute(
-            "WITH moved AS (DELETE FROM herald.tasks WHERE id::text = $1 RETURNING *),
-                  tasks_out AS (INSERT INTO herald.task_history SELECT * FROM moved),
-                  attempts_moved AS (
-                      DELETE FROM herald.attempts a USING moved m WHERE a.task_id = m.id
-                      RETURNING jsonb_populate_record(
-                          a, jsonb_build_object('task_finished_at', m.finished_at)) AS r)
-             INSERT INTO herald.attempt_history SELECT (r).* FROM attempts_moved",
-            &[&created.id],
-        )
-        .await?;
+    let moving = move_uncommitted(&mut mover, std::slice::from_ref(&created.id)).await?;
     // Meta says the first attempt's message (wamid-1) failed.
     let mut lease_client = herald_tests::connect_lease(&scheduler.grpc_url()).await?;
     let task_id = created.id.clone();

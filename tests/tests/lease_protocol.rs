@@ -1407,17 +1407,10 @@ async fn a_report_held_up_when_another_batch_fails_is_acknowledged_before_the_st
     Ok(())
 }
 
-/// A lease lapsed while its executor was cut off, and a status meanwhile said its message
-/// failed because the 24-hour window was closed (131047): the sweep scheduled the task's
-/// window-closed fallback. The executor's late OK for that message, once it is back, must not
-/// end the task SUCCEEDED and drop the fallback: the message it reports on is the one that
-/// failed.
-#[tokio::test]
-async fn a_late_ok_for_a_message_that_failed_since_leaves_its_fallback_due() -> Result<()> {
-    use herald_proto::v1::{
-        provider_event, CreateAccountRequest, DeliveryState, DeliveryStatusEvent, ProviderEvent,
-        RecordProviderEventsRequest, TemplateContent,
-    };
+/// A scheduler whose leases last 2 s, with a WhatsApp Cloud account `wa-1` in pool `wa`: a
+/// lapsed lease through it waits for a status callback.
+async fn with_whatsapp_pool() -> Result<(TestDb, SchedulerProcess)> {
+    use herald_proto::v1::CreateAccountRequest;
     use herald_tests::accounts::{accounts_client, whatsapp_account};
     let db = TestDb::new().await?;
     let s = SchedulerProcess::builder(&db)
@@ -1430,6 +1423,21 @@ async fn a_late_ok_for_a_message_that_failed_since_leaves_its_fallback_due() -> 
             account: Some(whatsapp_account("wa-1", "wa", 100.0)),
         })
         .await?;
+    Ok((db, s))
+}
+
+/// A lease lapsed while its executor was cut off, and a status meanwhile said its message
+/// failed because the 24-hour window was closed (131047): the sweep scheduled the task's
+/// window-closed fallback. The executor's late OK for that message, once it is back, must not
+/// end the task SUCCEEDED and drop the fallback: the message it reports on is the one that
+/// failed.
+#[tokio::test]
+async fn a_late_ok_for_a_message_that_failed_since_leaves_its_fallback_due() -> Result<()> {
+    use herald_proto::v1::{
+        provider_event, DeliveryState, DeliveryStatusEvent, ProviderEvent,
+        RecordProviderEventsRequest, TemplateContent,
+    };
+    let (_db, s) = with_whatsapp_pool().await?;
     let mut tasks = connect_tasks(&s.grpc_url()).await?;
     let id = create(
         &mut tasks,
@@ -1498,19 +1506,7 @@ async fn a_late_ok_for_a_message_that_failed_since_leaves_its_fallback_due() -> 
 /// missed each other before, and the message was sent again after the grace.
 #[tokio::test]
 async fn a_sweep_leaves_a_lapsed_task_a_webhook_batch_is_naming_to_a_later_pass() -> Result<()> {
-    use herald_proto::v1::CreateAccountRequest;
-    use herald_tests::accounts::{accounts_client, whatsapp_account};
-    let db = TestDb::new().await?;
-    let s = SchedulerProcess::builder(&db)
-        .env("HERALD_LEASE_TTL", "2s")
-        .spawn()
-        .await?;
-    accounts_client(&s.grpc_url())
-        .await?
-        .create_account(CreateAccountRequest {
-            account: Some(whatsapp_account("wa-1", "wa", 100.0)),
-        })
-        .await?;
+    let (db, s) = with_whatsapp_pool().await?;
     let mut tasks = connect_tasks(&s.grpc_url()).await?;
     let pooled = |recipient: &str| TaskSpec {
         pool: "wa".into(),

@@ -118,17 +118,7 @@ impl AccountService for AccountApi {
         let ns = namespace_of(&request)?;
         let req = request.into_inner();
         let limit = rules::page_size("page_size", req.page_size, 100)?;
-        let after = if req.page_token.is_empty() {
-            None
-        } else {
-            Some(
-                convert::page_key(&req.page_token)
-                    .and_then(|b| String::from_utf8(b).ok())
-                    .ok_or_else(|| {
-                        Error::invalid("page_token", "is not a token returned by ListAccounts")
-                    })?,
-            )
-        };
+        let after = convert::page_after_name(&req.page_token, "ListAccounts")?;
         let pool = (!req.pool.is_empty()).then_some(req.pool.as_str());
         let records = self
             .store

@@ -115,17 +115,7 @@ impl TemplateService for TemplateApi {
         let ns = namespace_of(&request)?;
         let req = request.into_inner();
         let limit = rules::page_size("page_size", req.page_size, 100)?;
-        let after = if req.page_token.is_empty() {
-            None
-        } else {
-            Some(
-                super::convert::page_key(&req.page_token)
-                    .and_then(|b| String::from_utf8(b).ok())
-                    .ok_or_else(|| {
-                        Error::invalid("page_token", "is not a token returned by ListTemplates")
-                    })?,
-            )
-        };
+        let after = super::convert::page_after_name(&req.page_token, "ListTemplates")?;
         let conn = self.tasks.store().conn().await.map_err(Error::from)?;
         let rows = conn
             .templates()

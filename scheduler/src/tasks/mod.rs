@@ -111,10 +111,16 @@ impl Tasks {
         path: PathOf<'_>,
         trace_parent: Option<String>,
     ) -> Result<Vec<CreatedTask>, Error> {
-        if let Some(answered) = self.created_before(namespace, &specs).await? {
-            return Ok(answered);
-        }
         let now = self.clock.now();
+        // Each key with its request's digest, for a refused request that was made before.
+        let keys: Vec<(String, Vec<u8>)> = if specs.iter().all(|t| !t.idempotency_key.is_empty()) {
+            specs
+                .iter()
+                .map(|t| (t.idempotency_key.clone(), t.request_hash.clone()))
+                .collect()
+        } else {
+            Vec::new()
+        };
         let mut specs = Some(specs);
         // Checked and rendered once: a retried transaction inserts the same tasks again.
         let mut prepared: Option<Vec<NewTask>> = None;
@@ -144,7 +150,17 @@ impl Tasks {
             let created = insert(tx, namespace, &tasks, path).await;
             prepared = Some(tasks);
             created
-        })?;
+        });
+        let created = match created {
+            Ok(created) => created,
+            // Looked up only when the request is refused, so a create pays nothing for it.
+            Err(refused) => {
+                return match self.created_before(namespace, &keys).await {
+                    Ok(Some(answered)) => Ok(answered),
+                    _ => Err(refused),
+                }
+            }
+        };
         let tasks = prepared.unwrap_or_default();
         let Inserted { created, inserted } = created;
         // The insert returned what it stored; only tasks a key resolved to are read.
@@ -200,26 +216,26 @@ impl Tasks {
             .collect())
     }
 
-    /// The stored tasks of a request sent before, when every spec carries a key already bound
-    /// to that same spec and every task is still kept: answered as they are, without checking
-    /// the specs again. A retry must find what the first request created even when its specs
+    /// The stored tasks of a refused request sent before, when every spec's key (`keys`, each
+    /// with its request's digest; empty when a spec has none) is bound to that same spec and
+    /// every task is still kept: the answer instead of the refusal. A retry must find what the first request created even when its specs
     /// would no longer pass (its due time is now more than a day past, its template changed,
     /// its account went): refused, the caller could not tell whether its task exists.
     async fn created_before(
         &self,
         namespace: &str,
-        specs: &[TaskSpec],
+        keys: &[(String, Vec<u8>)],
     ) -> Result<Option<Vec<CreatedTask>>, Error> {
-        if specs.is_empty() || specs.iter().any(|s| s.idempotency_key.is_empty()) {
+        if keys.is_empty() {
             return Ok(None);
         }
         let conn = self.store.conn().await?;
-        let keys: Vec<&str> = specs.iter().map(|s| s.idempotency_key.as_str()).collect();
-        let bound = conn.tasks().bound_keys(namespace, &keys).await?;
-        let mut ids = Vec::with_capacity(specs.len());
-        for spec in specs {
-            match bound.get(&spec.idempotency_key) {
-                Some((id, hash)) if *hash == spec.request_hash => ids.push(*id),
+        let names: Vec<&str> = keys.iter().map(|(k, _)| k.as_str()).collect();
+        let bound = conn.tasks().bound_keys(namespace, &names).await?;
+        let mut ids = Vec::with_capacity(keys.len());
+        for (key, request_hash) in keys {
+            match bound.get(key) {
+                Some((id, hash)) if hash == request_hash => ids.push(*id),
                 // A key new or bound to another request: the usual path decides.
                 _ => return Ok(None),
             }

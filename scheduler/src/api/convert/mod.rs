@@ -9,6 +9,7 @@ pub mod campaigns;
 pub mod tasks;
 pub mod templates;
 
+use crate::error::Error;
 use base64::Engine as _;
 use chrono::{DateTime, Utc};
 use herald_proto::v1 as pb;
@@ -55,6 +56,18 @@ pub fn page_key(token: &str) -> Option<Vec<u8>> {
     base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(token)
         .ok()
+}
+
+/// The name a List page goes on after, from its `page_token` (empty: the first page), for the
+/// lists ordered by a text id; INVALID_ARGUMENT naming `rpc` when it is not one `rpc` returned.
+pub fn page_after_name(token: &str, rpc: &str) -> Result<Option<String>, Error> {
+    if token.is_empty() {
+        return Ok(None);
+    }
+    page_key(token)
+        .and_then(|b| String::from_utf8(b).ok())
+        .map(Some)
+        .ok_or_else(|| Error::invalid("page_token", format!("is not a token returned by {rpc}")))
 }
 
 /// How far accepted messages got, on the wire.
