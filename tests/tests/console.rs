@@ -1025,6 +1025,81 @@ async fn the_console_cannot_be_framed_and_a_tokens_rate_binds_it_too() -> Result
     Ok(())
 }
 
+/// Without a token the console answers only under names no other site can own: a page that
+/// points a name of its own at the listener (DNS rebinding) is refused, reads and actions
+/// alike, and changes nothing; the same request with a token, or under `localhost`, is served.
+#[tokio::test]
+async fn an_anonymous_console_refuses_a_host_name_another_site_could_own() -> Result<()> {
+    let db = TestDb::new().await?;
+    let admin = TestToken::new("ops", &["admin", "client"], &["default"]);
+    let (scheduler, _tokens) = with_tokens(&db, std::slice::from_ref(&admin)).await?;
+    let http = reqwest::Client::new();
+    let base = scheduler.http_url();
+    let port = base
+        .rsplit(':')
+        .next()
+        .context("no port in the listener's url")?;
+    let rebound = format!("attacker.example:{port}");
+    let read = http
+        .get(format!("{base}/console/"))
+        .header("host", &rebound)
+        .send()
+        .await?;
+    assert_eq!(read.status(), 403, "an anonymous read under a foreign name");
+    let body = read.text().await?;
+    assert!(body.contains("localhost"), "{body}");
+    let task = create_task(
+        &mut connect_tasks(&scheduler.grpc_url()).await?,
+        task_spec("notify", "+15550003333", "hello"),
+    )
+    .await?;
+    let act = http
+        .post(format!("{base}/console/tasks/{}/cancel", task.id))
+        .header("host", &rebound)
+        .header("sec-fetch-site", "same-origin")
+        .send()
+        .await?;
+    assert_eq!(
+        act.status(),
+        403,
+        "an anonymous action under a foreign name"
+    );
+    let state: String = db
+        .connect()
+        .await?
+        .query_one(
+            "SELECT state::text FROM herald.tasks WHERE id = $1",
+            &[&Uuid::parse_str(&task.id)?],
+        )
+        .await?
+        .get(0);
+    assert_eq!(state, "scheduled", "a refused action changed the task");
+    for host in [format!("localhost:{port}"), format!("127.0.0.1:{port}")] {
+        let r = http
+            .get(format!("{base}/console/"))
+            .header("host", &host)
+            .send()
+            .await?;
+        assert_eq!(r.status(), 200, "{host}");
+    }
+    let with_token = http
+        .get(format!("{base}/console/"))
+        .header("host", &rebound)
+        .basic_auth("ops", Some(&admin.token))
+        .send()
+        .await?;
+    assert_eq!(with_token.status(), 200, "a token's caller under any name");
+    // Probes stay open to anything that can reach the port (kubelet uses the pod's IP, but a
+    // Service name works too).
+    let probe = http
+        .get(format!("{base}/readyz"))
+        .header("host", &rebound)
+        .send()
+        .await?;
+    assert_eq!(probe.status(), 200);
+    Ok(())
+}
+
 /// A search by recipient finds the recipient's tasks in every state and nobody else's: the
 /// recipient index leaves leased tasks out (migration 32), so they are found another way. The
 /// number spelled with or without its `+` is one recipient, searched either way (as the

@@ -53,6 +53,21 @@ pub async fn require_admin(
         Ok(p) => p,
         Err(e) => return challenge(&e.to_string()),
     };
+    // Without a token, any page the operator's browser opens could reach a listener on their
+    // machine by a name of its own that it points at 127.0.0.1 (DNS rebinding): the browser
+    // would count the page as same-origin and send its reads and actions. Such a request names
+    // the attacker's host, so anonymous callers are served only under names no other site can
+    // own. A token's caller is safe without this: the browser holds the credentials for the
+    // listener's own origin only.
+    if token.is_none() && !rebinding_safe_host(request.headers()) {
+        metrics::counter!(crate::telemetry::metrics::AUTH_REFUSED, "reason" => "host").increment(1);
+        return (
+            StatusCode::FORBIDDEN,
+            "anonymous access is served only under an IP address or localhost; \
+             send a token to use another host name",
+        )
+            .into_response();
+    }
     let reads = matches!(*request.method(), Method::GET | Method::HEAD);
     let allowed = principal.roles.contains(Role::Admin)
         || (reads && principal.roles.contains(Role::Viewer) && path != "/metrics");
@@ -151,6 +166,32 @@ pub fn same_origin(headers: &HeaderMap) -> bool {
     matches!((origin_host, host), (Some(o), Some(h)) if o.eq_ignore_ascii_case(h))
 }
 
+/// Whether the request's `Host` is one that no other site can point at this listener: an IP
+/// address, `localhost` or a name under `.localhost` (which browsers resolve to loopback
+/// themselves, RFC 6761). A request without one is not from a browser.
+pub fn rebinding_safe_host(headers: &HeaderMap) -> bool {
+    let Some(host) = headers.get(header::HOST) else {
+        return true;
+    };
+    let Ok(host) = host.to_str() else {
+        return false;
+    };
+    let name = match host.strip_prefix('[') {
+        Some(bracketed) => match bracketed.split_once(']') {
+            Some((v6, _)) => return v6.parse::<std::net::Ipv6Addr>().is_ok(),
+            None => return false,
+        },
+        None => match host.rsplit_once(':') {
+            Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+            _ => host,
+        },
+    };
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    name.parse::<std::net::Ipv4Addr>().is_ok()
+        || name == "localhost"
+        || name.ends_with(".localhost")
+}
+
 /// The `ns` parameter of a query string, if present and not empty.
 fn query_namespace(query: Option<&str>) -> Option<String> {
     query?.split('&').find_map(|pair| {
@@ -224,6 +265,29 @@ mod tests {
             ("host", "127.0.0.1:8080")
         ])));
         assert!(same_origin(&headers(&[])));
+    }
+
+    #[test]
+    fn serves_anonymous_callers_only_under_names_no_site_can_own() {
+        for host in [
+            "127.0.0.1:8080",
+            "10.1.2.3",
+            "[::1]:8080",
+            "localhost:8080",
+            "LOCALHOST.",
+            "console.localhost:80",
+        ] {
+            assert!(rebinding_safe_host(&headers(&[("host", host)])), "{host}");
+        }
+        for host in [
+            "evil.example:8080",
+            "127.0.0.1.nip.io",
+            "localhost.evil.example",
+            "[::1",
+        ] {
+            assert!(!rebinding_safe_host(&headers(&[("host", host)])), "{host}");
+        }
+        assert!(rebinding_safe_host(&headers(&[])));
     }
 
     #[test]

@@ -34,7 +34,8 @@ pub const CLAIMS: &str = "herald_claims_total";
 /// Counter `{reason}`: calls refused by authentication or authorization: `missing` (no token),
 /// `unknown` (a token no entry has), `role` (the token's roles do not allow the service),
 /// `client_cert` (a lease stream without the client certificate mutual TLS requires), `rate` (the token's rate limit),
-/// `namespace` (a namespace the token may not use).
+/// `namespace` (a namespace the token may not use), `host` (an anonymous HTTP request under a host
+/// name another site could own: DNS rebinding).
 pub const AUTH_REFUSED: &str = "herald_auth_refused_total";
 /// Counter: leases that ran out before their executor reported (charged attempts).
 pub const LEASE_EXPIRIES: &str = "herald_lease_expiries_total";
