@@ -16,7 +16,8 @@
 //! - Running: [`server`] (wiring and the ordered shutdown), [`config`], [`tls`], [`telemetry`]
 //!   (traces, metrics, the notification webhook), [`db_watch`], [`retention`], [`compaction`]
 //!   (the hot tables' space given back after a long transaction), and [`low_water`] (where
-//!   the sweeper's and retention's walks start).
+//!   the sweeper's and retention's walks start), [`recent`] (what the unauthenticated endpoints
+//!   read, worked out at most once a second).
 
 pub mod accounts;
 pub mod api;
@@ -33,6 +34,7 @@ pub mod http;
 pub mod lease;
 pub mod low_water;
 pub mod planner_statistics;
+pub mod recent;
 pub mod retention;
 pub mod rules;
 pub mod schedule;

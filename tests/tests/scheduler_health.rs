@@ -100,13 +100,18 @@ async fn a_scrape_shows_table_sizes_and_the_transaction_that_holds_vacuum_back()
         Ok(partitions > 0)
     })
     .await?;
+    until(
+        "herald_table_bytes{table=\"task_history\"} to be its partitions' sum",
+        || async {
+            let sized = scrape(&scheduler.http_url()).await?;
+            Ok(table_bytes(&sized, "task_history").unwrap_or(0.0) > 0.0)
+        },
+    )
+    .await?;
     let sized = scrape(&scheduler.http_url()).await?;
-    ensure!(
-        table_bytes(&sized, "task_history").unwrap_or(0.0) > 0.0,
-        "herald_table_bytes{{table=\"task_history\"}} is not its partitions' sum:\n{sized}"
-    );
 
-    // Rows written show in the next scrape: the size is read afresh, not cached.
+    // Rows written show in a later scrape: the sizes are read afresh, at most once a second
+    // (an open /metrics must not let a flood of scrapes take the pool's connections).
     let tasks_before = table_bytes(&sized, "tasks").unwrap_or(0.0);
     let mut tasks = herald_tests::connect_tasks(&scheduler.grpc_url()).await?;
     for i in 0..20 {
@@ -116,11 +121,14 @@ async fn a_scrape_shows_table_sizes_and_the_transaction_that_holds_vacuum_back()
             .create_task(herald_proto::v1::CreateTaskRequest { task: Some(spec) })
             .await?;
     }
-    let after = scrape(&scheduler.http_url()).await?;
-    ensure!(
-        table_bytes(&after, "tasks").unwrap_or(0.0) > tasks_before,
-        "herald_table_bytes{{table=\"tasks\"}} did not grow with 20 tasks:\n{after}"
-    );
+    until(
+        "herald_table_bytes{table=\"tasks\"} to grow with 20 tasks",
+        || async {
+            let after = scrape(&scheduler.http_url()).await?;
+            Ok(table_bytes(&after, "tasks").unwrap_or(0.0) > tasks_before)
+        },
+    )
+    .await?;
 
     // A transaction holding a snapshot, as a report or an analyst's session would: the gauge
     // counts its age, and drops back once it ends. A second is far longer than any of the

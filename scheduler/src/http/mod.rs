@@ -10,7 +10,10 @@ use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
 
+use std::time::Duration;
+
 use crate::auth::http_admin::{require_admin, HttpAuth};
+use crate::recent::Recent;
 use crate::store::Store;
 use crate::tasks::Tasks;
 
@@ -58,10 +61,13 @@ async fn metrics(State(store): State<Store>) -> impl axum::response::IntoRespons
     )
 }
 
-/// Ready while the database answers.
+/// Ready while the database answers. The probe is open to anyone who reaches the port, so its
+/// answer is reused for a second: a flood of probes costs one pooled connection a second.
 async fn ready(State(store): State<Store>) -> (StatusCode, &'static str) {
-    match store.ping().await {
-        Ok(()) => (StatusCode::OK, "ready"),
-        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "database unavailable"),
+    static READY: Recent<bool> = Recent::new(Duration::from_secs(1));
+    if READY.get(|| async { store.ping().await.is_ok() }).await {
+        (StatusCode::OK, "ready")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "database unavailable")
     }
 }

@@ -15,6 +15,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio_util::sync::CancellationToken;
 
 use crate::low_water::full_walk_spacing;
+use crate::recent::Recent;
 use crate::store::{Db, Store, StoreError};
 use crate::tasks::model::{GrantedLease, TaskState};
 
@@ -231,9 +232,16 @@ pub fn run_overran(namespace: &str, schedule_id: &str) {
 pub async fn render(store: &Store) -> String {
     let handle = install();
     refresh_live_counts(store, SCRAPE_FRESHNESS).await;
-    if let Err(e) = refresh_storage(store).await {
-        tracing::warn!(error = %e, "cannot read table sizes or transaction ages for metrics");
-    }
+    // Read at most once a second however often /metrics is scraped: unless protected, anyone
+    // who reaches the port may scrape it.
+    static STORAGE: Recent<()> = Recent::new(SCRAPE_FRESHNESS);
+    STORAGE
+        .get(|| async {
+            if let Err(e) = refresh_storage(store).await {
+                tracing::warn!(error = %e, "cannot read table sizes or transaction ages for metrics");
+            }
+        })
+        .await;
     let status = store.pool_status();
     let in_use = status.size.saturating_sub(status.available);
     metrics::gauge!(DB_POOL, "state" => "in_use").set(in_use as f64);
