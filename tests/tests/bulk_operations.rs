@@ -443,6 +443,40 @@ async fn retry_and_reschedule_by_filter() -> Result<()> {
         .into_inner()
         .operations;
     assert_eq!(ops.len(), 2, "refused requests store nothing");
+    // A page token goes on only in the namespace it was made in: elsewhere it would page
+    // through another namespace's operations from an arbitrary point.
+    let first = tasks
+        .list_bulk_operations(ListBulkOperationsRequest {
+            page_size: 1,
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    let token = first.next_page_token;
+    assert!(!token.is_empty(), "two operations fit a page of one");
+    let mut elsewhere = tonic::Request::new(ListBulkOperationsRequest {
+        page_token: token.clone(),
+        ..Default::default()
+    });
+    elsewhere
+        .metadata_mut()
+        .insert("x-herald-namespace", "another".parse()?);
+    let err = tasks
+        .list_bulk_operations(elsewhere)
+        .await
+        .err()
+        .context("a token from another namespace was taken")?;
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert!(err.message().contains("page_token"), "{}", err.message());
+    let rest = tasks
+        .list_bulk_operations(ListBulkOperationsRequest {
+            page_token: token,
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    assert_eq!(rest.operations.len(), 1, "the second operation");
+    assert_ne!(rest.operations[0].id, first.operations[0].id);
     Ok(())
 }
 

@@ -1405,6 +1405,49 @@ async fn list_tasks_rejects_bad_tokens_and_unspecified_state() -> Result<()> {
     Ok(())
 }
 
+/// A page token goes on only with the filters it was made for (AIP-158): handed back with
+/// another filter it is refused, naming `page_token`, rather than paging through a selection the
+/// client did not ask for; the page size may change between pages.
+#[tokio::test]
+async fn a_page_token_is_refused_with_other_filters() -> Result<()> {
+    let (_running, mut client, _) = env().await?;
+    for queue in ["alpha", "alpha", "alpha", "beta", "beta"] {
+        create_task(&mut client, task_spec(queue, "r", "hi")).await?;
+    }
+    let list = |queue: &str, page_size: i32, token: &str| ListTasksRequest {
+        queue: queue.to_owned(),
+        page_size,
+        page_token: token.to_owned(),
+        ..ListTasksRequest::default()
+    };
+    let first = client.list_tasks(list("alpha", 1, "")).await?.into_inner();
+    ensure!(
+        !first.next_page_token.is_empty(),
+        "one page held every task"
+    );
+    let token = first.next_page_token;
+    let status = expect_code(
+        client.list_tasks(list("beta", 1, &token)).await,
+        Code::InvalidArgument,
+    )?;
+    ensure!(
+        violated_fields(&status)? == ["page_token"] && status.message().contains("other filters"),
+        "{status:?}"
+    );
+    let narrower = ListTasksRequest {
+        states: vec![TaskState::Scheduled as i32],
+        ..list("alpha", 1, &token)
+    };
+    expect_invalid(client.list_tasks(narrower).await, "page_token")?;
+    let rest = client
+        .list_tasks(list("alpha", 10, &token))
+        .await?
+        .into_inner();
+    assert_eq!(rest.tasks.len(), 2, "the rest of alpha, with a larger page");
+    assert!(rest.tasks.iter().all(|t| t.queue == "alpha"));
+    Ok(())
+}
+
 // ---------------------------------------------------------------------------------------------
 // 5. Id-addressed calls
 // ---------------------------------------------------------------------------------------------

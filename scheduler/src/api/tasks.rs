@@ -104,7 +104,7 @@ fn task_id(field: &str, value: &str) -> Result<Uuid, Error> {
 
 /// The filter of a ListTasks request: its `filter` message, or the older top-level fields
 /// (the same filter spelled flat), not both.
-fn filter(req: &pb::ListTasksRequest) -> Result<TaskFilter, Error> {
+fn filter(req: &pb::ListTasksRequest, binding: &[u8; 8]) -> Result<TaskFilter, Error> {
     let mut v = Violations::default();
     let flat = pb::TaskFilter {
         states: req.states.clone(),
@@ -136,9 +136,12 @@ fn filter(req: &pb::ListTasksRequest) -> Result<TaskFilter, Error> {
         Err(_) => v.add("page_size", "must be between 0 and 1000"),
     }
     if !req.page_token.is_empty() {
-        match convert::page_key(&req.page_token).and_then(|b| Uuid::from_slice(&b).ok()) {
-            Some(id) => filter.before_id = Some(id),
-            None => v.add("page_token", "is not a token returned by ListTasks"),
+        match convert::bound_page_key(&req.page_token, 16, binding, "ListTasks") {
+            Ok(key) => match Uuid::from_slice(&key) {
+                Ok(id) => filter.before_id = Some(id),
+                Err(_) => v.add("page_token", "is not a token returned by ListTasks"),
+            },
+            Err(problem) => v.add("page_token", problem),
         }
     }
     v.into_result(filter)
@@ -246,14 +249,22 @@ impl TaskService for TaskApi {
         request: Request<pb::ListTasksRequest>,
     ) -> Result<Response<pb::ListTasksResponse>, Status> {
         let ns = namespace_of(&request)?;
-        let filter = filter(request.get_ref())?;
+        let binding = convert::selection_binding(
+            &ns,
+            &pb::ListTasksRequest {
+                page_size: 0,
+                page_token: String::new(),
+                ..request.get_ref().clone()
+            },
+        );
+        let filter = filter(request.get_ref(), &binding)?;
         let probe = TaskFilter {
             limit: filter.limit + 1,
             ..filter.clone()
         };
         let records = self.tasks.list(&ns, &probe).await?;
         let page = Page::new(records, filter.limit, |last| {
-            convert::page_token(last.id.as_bytes())
+            convert::bound_page_token(last.id.as_bytes(), &binding)
         });
         let records = page.rows();
         let ids: Vec<Uuid> = records.iter().map(|r| r.id).collect();
@@ -375,23 +386,24 @@ impl TaskService for TaskApi {
         let ns = namespace_of(&request)?;
         let req = request.into_inner();
         let limit = rules::page_size("page_size", req.page_size, 100)?;
+        // The namespace is the whole selection.
+        let binding = convert::selection_binding(&ns, &pb::ListBulkOperationsRequest::default());
         let before = if req.page_token.is_empty() {
             None
         } else {
-            Some(
-                convert::page_key(&req.page_token)
-                    .and_then(|b| Uuid::from_slice(&b).ok())
-                    .ok_or_else(|| {
-                        Error::invalid(
-                            "page_token",
-                            "is not a token returned by ListBulkOperations",
-                        )
-                    })?,
-            )
+            let key = convert::bound_page_key(&req.page_token, 16, &binding, "ListBulkOperations")
+                .map_err(|problem| Error::invalid("page_token", problem))?;
+            Some(Uuid::from_slice(&key).map_err(|_| {
+                Error::invalid(
+                    "page_token",
+                    "is not a token returned by ListBulkOperations",
+                )
+            })?)
         };
         let ops = self.tasks.bulk_operations(&ns, before, limit + 1).await?;
-        let (ops, next_page_token) =
-            crate::store::sql::page(ops, limit, |last| convert::page_token(last.id.as_bytes()));
+        let (ops, next_page_token) = crate::store::sql::page(ops, limit, |last| {
+            convert::bound_page_token(last.id.as_bytes(), &binding)
+        });
         Ok(Response::new(pb::ListBulkOperationsResponse {
             operations: ops
                 .iter()
