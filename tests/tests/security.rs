@@ -578,6 +578,71 @@ async fn a_flooding_token_is_throttled_and_others_keep_being_served() -> Result<
     Ok(())
 }
 
+/// A client stream spends the token's rate per message, as the same batches sent as unary calls
+/// would: over the rate it is slowed rather than failed (every batch is imported), and the
+/// token has no room left afterwards. Counted once per stream, a token limited to a request a
+/// second could push any number of 1,000-contact batches through one import.
+#[tokio::test]
+async fn a_client_stream_spends_the_tokens_rate_per_message() -> Result<()> {
+    use herald_proto::v1::audience_service_client::AudienceServiceClient;
+    use herald_proto::v1::{Audience, Contact, CreateAudienceRequest, ImportContactsRequest};
+    const BATCHES: usize = 5;
+    let db = TestDb::new().await?;
+    let importer = TestToken::new("importer", &["client"], &["default"]).with_rate(1, 2);
+    let setup = TestToken::new("setup", &["client"], &["default"]);
+    let file = write_tokens_file(&[importer.clone(), setup.clone()])?;
+    let scheduler = scheduler_with_tokens(&db, &file).spawn().await?;
+    let channel = plain_channel(&scheduler).await?;
+    let mut audiences = AudienceServiceClient::new(channel.clone());
+    audiences
+        .create_audience(setup.request(
+            CreateAudienceRequest {
+                audience: Some(Audience {
+                    id: "paced".into(),
+                    channel: pb::AudienceChannel::Wecom as i32,
+                    ..Default::default()
+                }),
+            },
+            None,
+        ))
+        .await?;
+    let batches: Vec<ImportContactsRequest> = (0..BATCHES)
+        .map(|i| ImportContactsRequest {
+            audience_id: if i == 0 {
+                "paced".into()
+            } else {
+                String::new()
+            },
+            contacts: vec![Contact {
+                recipient: format!("member{i}"),
+                ..Default::default()
+            }],
+        })
+        .collect();
+    let mut progress = audiences
+        .import_contacts(importer.request(tokio_stream::iter(batches), None))
+        .await?
+        .into_inner();
+    let mut last = None;
+    while let Some(p) = progress.message().await? {
+        last = Some(p);
+    }
+    let last = last.context("no progress")?;
+    assert_eq!(
+        (last.done, last.created),
+        (true, BATCHES as i64),
+        "{last:?}"
+    );
+    let after = TaskServiceClient::new(channel)
+        .list_tasks(importer.request(ListTasksRequest::default(), None))
+        .await
+        .err()
+        .context("the token had room left after a stream of five messages at one a second")?;
+    assert_eq!(after.code(), Code::ResourceExhausted, "{after:?}");
+    assert!(after.message().contains("importer"), "{}", after.message());
+    Ok(())
+}
+
 #[tokio::test]
 async fn oversized_messages_big_batches_and_busy_schedules_are_refused() -> Result<()> {
     let db = TestDb::new().await?;

@@ -11,6 +11,7 @@ use super::convert::audiences as wire;
 use super::convert::{page_key, page_token};
 use crate::audiences::{Audiences, Import, ImportRow};
 use crate::auth::namespace_of;
+use crate::auth::rate::{paced, PacedStream};
 use crate::error::{Error, Violations};
 use crate::rules;
 use crate::store::audiences::ContactFilter;
@@ -79,7 +80,7 @@ async fn report(
 }
 
 /// The next message of a client stream; a broken stream is CANCELLED, with its reason.
-async fn next<T>(inbound: &mut Streaming<T>) -> Result<Option<T>, Error> {
+async fn next<T>(inbound: &mut PacedStream<T>) -> Result<Option<T>, Error> {
     inbound
         .message()
         .await
@@ -159,7 +160,7 @@ impl AudienceService for AudienceApi {
         request: Request<Streaming<pb::ImportContactsRequest>>,
     ) -> Result<Response<Self::ImportContactsStream>, Status> {
         let ns = namespace_of(&request)?;
-        let mut inbound = request.into_inner();
+        let mut inbound = paced(request);
         let audiences = self.audiences.clone();
         Ok(Response::new(progress_stream(|tx| async move {
             let mut named = None;
@@ -211,7 +212,7 @@ impl AudienceService for AudienceApi {
         request: Request<Streaming<pb::ImportContactsCsvRequest>>,
     ) -> Result<Response<Self::ImportContactsCsvStream>, Status> {
         let ns = namespace_of(&request)?;
-        let mut inbound = request.into_inner();
+        let mut inbound = paced(request);
         let audiences = self.audiences.clone();
         Ok(Response::new(progress_stream(|tx| async move {
             let Some(first) = next(&mut inbound).await? else {

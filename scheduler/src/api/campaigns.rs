@@ -78,7 +78,7 @@ impl CampaignService for CampaignApi {
         request: Request<Streaming<pb::AddRecipientsRequest>>,
     ) -> Result<Response<pb::AddRecipientsResponse>, Status> {
         let ns = namespace_of(&request)?;
-        let mut stream = request.into_inner();
+        let mut stream = crate::auth::rate::paced(request);
         let mut total = pb::AddRecipientsResponse::default();
         while let Some(chunk) = stream.message().await? {
             let r = added(&self.add(&ns, &chunk).await?);

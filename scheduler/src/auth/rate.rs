@@ -56,6 +56,63 @@ impl TokenRates {
     }
 }
 
+/// One token's bucket, left in a request's extensions by the auth layer, so that a client
+/// stream can spend from it per message ([`PacedStream`]).
+#[derive(Debug, Clone)]
+pub struct MessageRate {
+    rates: TokenRates,
+    token_name: String,
+}
+
+impl TokenRates {
+    /// The bucket of `token_name`, for a request's extensions.
+    pub fn for_token(&self, token_name: &str) -> MessageRate {
+        MessageRate {
+            rates: self.clone(),
+            token_name: token_name.to_owned(),
+        }
+    }
+}
+
+/// A client stream whose every message after the first spends one request of the caller's
+/// token, as a unary call would (the auth layer spent one for the call itself): a token's rate
+/// bounds its imports and recipient streams too, not only how many it opens. Over the rate,
+/// the next message waits for room instead of failing the stream, so the client is slowed
+/// (HTTP/2 flow control pushes back once the window fills) and nothing it sent is lost.
+#[derive(Debug)]
+pub struct PacedStream<T> {
+    inbound: tonic::Streaming<T>,
+    rate: Option<MessageRate>,
+    started: bool,
+}
+
+/// The request's stream, paced by its caller's token.
+pub fn paced<T>(request: tonic::Request<tonic::Streaming<T>>) -> PacedStream<T> {
+    let rate = request.extensions().get::<MessageRate>().cloned();
+    PacedStream {
+        inbound: request.into_inner(),
+        rate,
+        started: false,
+    }
+}
+
+impl<T> PacedStream<T> {
+    /// The next message, once the token has room for it; None at the stream's end.
+    pub async fn message(&mut self) -> Result<Option<T>, tonic::Status> {
+        let Some(message) = self.inbound.message().await? else {
+            return Ok(None);
+        };
+        if std::mem::replace(&mut self.started, true) {
+            if let Some(rate) = &self.rate {
+                if let Some(bucket) = rate.rates.buckets.get(&rate.token_name) {
+                    bucket.until_ready().await;
+                }
+            }
+        }
+        Ok(Some(message))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
