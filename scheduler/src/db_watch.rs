@@ -18,8 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
-use crate::store::connection;
-use crate::store::tls::DbTls;
+use crate::store::connection::Target;
 use crate::telemetry::metrics::DATABASE_WRITABLE;
 
 /// How often the database is checked.
@@ -31,7 +30,7 @@ pub const INTERVAL: Duration = Duration::from_secs(1);
 /// the same reason.
 pub const FAILURES_BEFORE_DOWN: u32 = 2;
 /// How long the check's query may take before it counts as a failure. Opening the connection
-/// has its own bound, [`connection::open_timeout`]: every host of the URL may be tried.
+/// has its own bound, [`Target::open_timeout`]: every host of the URL may be tried.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Whether the last check reached the database; starts true (start-up has just migrated).
@@ -59,19 +58,17 @@ pub struct DbWatch {
 }
 
 impl DbWatch {
-    /// Starts checking the database of `pg` every [`INTERVAL`], setting the health of each of
+    /// Starts checking the database of `target` every [`INTERVAL`], setting the health of each of
     /// `services` (`""` for the server as a whole) to match.
     pub fn spawn(
-        pg: tokio_postgres::Config,
-        tls: DbTls,
+        target: Target,
         health: HealthReporter,
         services: &'static [&'static str],
     ) -> Self {
         let stop = CancellationToken::new();
         let reachable = DatabaseReachable::default();
         let task = tokio::spawn(run(
-            pg,
-            tls,
+            target,
             health,
             services,
             reachable.clone(),
@@ -99,8 +96,7 @@ impl DbWatch {
 
 /// Checks until `stop`; changes health only when the answer changes.
 async fn run(
-    pg: tokio_postgres::Config,
-    tls: DbTls,
+    target: Target,
     health: HealthReporter,
     services: &'static [&'static str],
     reachable: DatabaseReachable,
@@ -117,7 +113,7 @@ async fn run(
         }
         let up = tokio::select! {
             _ = stop.cancelled() => return,
-            up = check(&pg, &tls, &mut client) => up,
+            up = check(&target, &mut client) => up,
         };
         metrics::gauge!(DATABASE_WRITABLE).set(if up { 1.0 } else { 0.0 });
         if !up {
@@ -179,14 +175,9 @@ impl Verdict {
 /// first when there is none (to the first of the URL's hosts that takes writes), and asks
 /// `transaction_read_only` rather than `SELECT 1`, so a primary demoted to a standby under an
 /// open connection reads as down, and the next check connects afresh and finds the new one.
-async fn check(
-    pg: &tokio_postgres::Config,
-    tls: &DbTls,
-    client: &mut Option<tokio_postgres::Client>,
-) -> bool {
+async fn check(target: &Target, client: &mut Option<tokio_postgres::Client>) -> bool {
     if client.as_ref().is_none_or(|c| c.is_closed()) {
-        let opened =
-            tokio::time::timeout(connection::open_timeout(pg), pg.connect(tls.clone())).await;
+        let opened = tokio::time::timeout(target.open_timeout(), target.connect()).await;
         match opened {
             Ok(Ok((c, connection))) => {
                 tokio::spawn(async move {

@@ -327,7 +327,8 @@ mod tests {
     /// A session outside the scratch pool (two connections, both in use meanwhile).
     async fn other_session(store: &ScratchStore) -> tokio_postgres::Client {
         let (client, connection) = store
-            .pg_config()
+            .target()
+            .config()
             .connect(tokio_postgres::NoTls)
             .await
             .unwrap_or_else(|e| panic!("{e}"));

@@ -13,6 +13,7 @@ use uuid::Uuid;
 
 use super::claim::NoAccountsCache;
 use crate::clock::Clock;
+use crate::store::connection::Target;
 
 /// The test clock's skew in milliseconds (none in production).
 const SKEW: &str =
@@ -99,7 +100,7 @@ impl Followers {
 /// for every cancelled lease still unanswered and a `CancelResolved` for every cancel answered
 /// within `missed_window` (the longer of the lease TTL and the cancel wait: a missed cancel
 /// older than that no longer matters), since notifications sent while disconnected are lost.
-/// `pg` carries herald's connection settings, so after a failover the listener reconnects to
+/// `target` carries herald's connection settings, so after a failover the listener reconnects to
 /// the new primary, where the notifications are now sent (a standby can neither LISTEN nor
 /// NOTIFY).
 ///
@@ -107,21 +108,18 @@ impl Followers {
 /// closing the connection (a machine gone, no RST) would otherwise wait for TCP keepalives
 /// while every notification goes to the new primary unheard.
 pub async fn listen(
-    mut pg: tokio_postgres::Config,
-    tls: crate::store::tls::DbTls,
+    target: Target,
     missed_window: Duration,
     events: broadcast::Sender<Event>,
     followers: Followers,
     shutdown: CancellationToken,
 ) {
-    if pg.get_application_name().is_none() {
-        pg.application_name(LISTENER_APPLICATION_NAME);
-    }
+    let target = target.named(LISTENER_APPLICATION_NAME);
     let mut backoff = Duration::from_millis(100);
     loop {
         let connected = tokio::select! {
             _ = shutdown.cancelled() => return,
-            c = pg.connect(tls.clone()) => c,
+            c = target.connect() => c,
         };
         match connected {
             Ok((client, connection)) => {

@@ -61,7 +61,7 @@ pub async fn run(
     loop {
         let connected = tokio::select! {
             _ = stop.cancelled() => return,
-            c = store.pg_config().connect(store.pg_tls()) => c,
+            c = store.target().connect() => c,
         };
         let (client, mut connection) = match connected {
             Ok(c) => c,

@@ -21,8 +21,7 @@ pub(super) fn start(replica: &Replica, config: &Config, notifier: Option<Notifie
     let mut jobs = JoinSet::new();
     // Cluster events (due tasks, revokes, resolved cancels) from every replica.
     jobs.spawn(events::listen(
-        store.pg_config().clone(),
-        store.pg_tls(),
+        store.target().clone(),
         config.lease_ttl.max(config.cancel_wait),
         replica.events.clone(),
         replica.followers.clone(),

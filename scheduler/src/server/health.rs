@@ -44,12 +44,7 @@ impl Health {
     ) {
         let (reporter, service) = tonic_health::server::health_reporter();
         set_all(&reporter, ServingStatus::Serving).await;
-        let watch = DbWatch::spawn(
-            store.pg_config().clone(),
-            store.pg_tls(),
-            reporter.clone(),
-            SERVED,
-        );
+        let watch = DbWatch::spawn(store.target().clone(), reporter.clone(), SERVED);
         (Health { reporter, watch }, service)
     }
 

@@ -30,6 +30,60 @@
 use std::time::Duration;
 
 use tokio_postgres::config::{Config, TargetSessionAttrs};
+use tokio_postgres::tls::MakeTlsConnect;
+use tokio_postgres::{Client, Socket};
+
+use super::tls::DbTls;
+
+/// A dedicated connection's driver, to be polled (or spawned) for the client to work.
+pub type Connection = tokio_postgres::Connection<Socket, <DbTls as MakeTlsConnect<Socket>>::Stream>;
+
+/// Where herald's database is and how to reach it: the parsed URL with herald's settings and
+/// the TLS its `sslmode` asks for, together. The pool is built from it, and every dedicated
+/// connection (the notification listener, the materialiser's leader lock, the database watch)
+/// opens through it, so a change to how herald reaches PostgreSQL lands here.
+#[derive(Clone)]
+pub struct Target {
+    config: Config,
+    tls: DbTls,
+}
+
+impl Target {
+    /// `config` (already carrying herald's settings, from [`settings`]) reached with `tls`.
+    pub fn new(config: Config, tls: DbTls) -> Self {
+        Target { config, tls }
+    }
+
+    /// The connection settings.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The TLS connector, for the pool's manager.
+    pub fn tls(&self) -> DbTls {
+        self.tls.clone()
+    }
+
+    /// The same target, with connections named `application_name` in `pg_stat_activity`
+    /// unless the URL names them itself.
+    pub fn named(&self, application_name: &str) -> Target {
+        let mut named = self.clone();
+        if named.config.get_application_name().is_none() {
+            named.config.application_name(application_name);
+        }
+        named
+    }
+
+    /// Opens one connection (to the first of the hosts that takes writes).
+    pub async fn connect(&self) -> Result<(Client, Connection), tokio_postgres::Error> {
+        self.config.connect(self.tls.clone()).await
+    }
+
+    /// How long opening one connection may take as a whole ([`open_timeout`]).
+    pub fn open_timeout(&self) -> Duration {
+        open_timeout(&self.config)
+    }
+}
 
 /// How long connecting to one host may take before the next host is tried.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);

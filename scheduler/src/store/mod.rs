@@ -41,8 +41,7 @@ use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Pool, RecyclingMe
 #[derive(Clone)]
 pub struct Store {
     pool: Pool,
-    config: tokio_postgres::Config,
-    tls: tls::DbTls,
+    target: connection::Target,
 }
 
 /// How often a transaction that failed without committing (it lost a race, or lost its server
@@ -162,19 +161,15 @@ impl Store {
     pub fn connect(database_url: &str, max_size: usize) -> Result<Self, ConnectError> {
         let (driver_url, tls) = tls::for_url(database_url)?;
         let config = connection::settings(&driver_url).map_err(ConnectError::InvalidUrl)?;
-        Self::with_settings(config, tls, max_size)
+        Self::with_target(connection::Target::new(config, tls), max_size)
     }
 
-    /// Builds a pool of at most `max_size` connections with `config`, which already carries
-    /// herald's connection settings (from [`connection::settings`]).
-    fn with_settings(
-        config: tokio_postgres::Config,
-        tls: tls::DbTls,
-        max_size: usize,
-    ) -> Result<Self, ConnectError> {
+    /// Builds a pool of at most `max_size` connections to `target`, whose settings already
+    /// carry herald's (from [`connection::settings`]).
+    fn with_target(target: connection::Target, max_size: usize) -> Result<Self, ConnectError> {
         let manager = Manager::from_config(
-            config.clone(),
-            tls.clone(),
+            target.config().clone(),
+            target.tls(),
             ManagerConfig {
                 // Fast recycling skips a round trip per checkout; broken connections are still
                 // detected because tokio-postgres marks them closed (the server closed them,
@@ -190,11 +185,11 @@ impl Store {
             // the routed claim's functions afresh and none keeps its caches warm.
             .queue_mode(deadpool_postgres::QueueMode::Lifo)
             .wait_timeout(Some(Duration::from_secs(10)))
-            .create_timeout(Some(connection::open_timeout(&config)))
+            .create_timeout(Some(target.open_timeout()))
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .build()
             .map_err(|e| ConnectError::Pool(e.to_string()))?;
-        Ok(Store { pool, config, tls })
+        Ok(Store { pool, target })
     }
 
     /// A pooled connection.
@@ -207,15 +202,10 @@ impl Store {
         drop(deadpool_postgres::Object::take(conn));
     }
 
-    /// The parsed connection settings (herald's included), for the dedicated connections: the
-    /// notification listener, the materialiser's leader lock, the database watch.
-    pub fn pg_config(&self) -> &tokio_postgres::Config {
-        &self.config
-    }
-
-    /// The TLS the URL's `sslmode` asks for ([`tls`]), for the dedicated connections.
-    pub fn pg_tls(&self) -> tls::DbTls {
-        self.tls.clone()
+    /// Where the pool connects, for the dedicated connections: the notification listener, the
+    /// materialiser's leader lock, the database watch.
+    pub fn target(&self) -> &connection::Target {
+        &self.target
     }
 
     /// The connection pool's current state.

@@ -83,7 +83,8 @@ impl ScratchStore {
             super::connection::settings(&admin).unwrap_or_else(|e| panic!("{admin}: {e}"));
         config.dbname(&name);
         let tls = super::tls::connector(false, None).unwrap_or_else(|e| panic!("tls: {e}"));
-        let store = Store::with_settings(config, tls, 2).unwrap_or_else(|e| panic!("pool: {e}"));
+        let store = Store::with_target(super::connection::Target::new(config, tls), 2)
+            .unwrap_or_else(|e| panic!("pool: {e}"));
         ScratchStore { store, admin, name }
     }
 
