@@ -200,6 +200,7 @@ async fn http_status_fallback_without_an_error_code() {
     let (fake, sender) = setup().await;
     let rows: &[(u16, &str, OutcomeClass)] = &[
         (429, "Too Many Requests", OutcomeClass::RateLimited),
+        (408, "Request Timeout", OutcomeClass::Transient),
         (500, "<html>oops</html>", OutcomeClass::Transient),
         (502, "Bad Gateway", OutcomeClass::Transient),
         (503, "", OutcomeClass::Transient),
@@ -223,7 +224,7 @@ async fn http_status_fallback_without_an_error_code() {
         // so the task waits for a status callback before it is sent again.
         assert_eq!(
             err.outcome_unknown,
-            matches!(status, 502 | 504),
+            matches!(status, 408 | 502 | 504),
             "HTTP {status}: {err:?}"
         );
     }

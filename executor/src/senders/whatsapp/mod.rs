@@ -454,7 +454,9 @@ pub fn classify_code(code: i64, status: StatusCode, message: &str) -> SendError 
 pub fn classify_status(status: StatusCode, message: &str) -> SendError {
     let class = match status.as_u16() {
         429 => OutcomeClass::RateLimited,
-        500..=599 => OutcomeClass::Transient,
+        // A gateway gave up waiting (the request may yet have reached Meta): passing, as
+        // every other sender takes it, not a verdict on the message.
+        408 | 500..=599 => OutcomeClass::Transient,
         // 401 would be "refresh the token", but a system-user token has no refresh path.
         401 | 403 => OutcomeClass::AccountUnavailable,
         _ => OutcomeClass::Permanent,
