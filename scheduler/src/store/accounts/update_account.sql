@@ -3,13 +3,19 @@
 -- ends an offline spell; a smaller burst empties the bucket down to it. A new time zone takes
 -- today's count with it: the count kept for the old zone's current day becomes the new zone's
 -- current day's (left on the old date, it read as a fresh day and the account was given a
--- second full daily cap at once).
+-- second full daily cap at once). An operator resuming a paused account gives it a fresh record
+-- of outcomes: kept, the failures that paused it still weighed most in its recent success rate,
+-- so its first outcome after the resume, a success included, paused it again.
 UPDATE herald.accounts a SET
     sender_kind = $3, pool = $4, time_zone = $5, credentials_ref = $6,
     day = CASE WHEN a.time_zone IS DISTINCT FROM $5
                     AND a.day = (herald.now() AT TIME ZONE a.time_zone)::date
                THEN (herald.now() AT TIME ZONE $5)::date ELSE a.day END,
     state = $7::text::herald.account_state,
+    success_ewma = CASE WHEN a.state = 'paused' AND $7::text = 'active' THEN 1
+                        ELSE a.success_ewma END,
+    outcomes_seen = CASE WHEN a.state = 'paused' AND $7::text = 'active' THEN 0
+                         ELSE a.outcomes_seen END,
     offline_until = CASE WHEN $7::text = 'offline' THEN a.offline_until ELSE NULL END,
     state_reason = CASE WHEN a.state::text = $7::text THEN a.state_reason
                         ELSE 'set by an operator' END,
