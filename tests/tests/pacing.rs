@@ -267,6 +267,53 @@ async fn grant_gaps_ms(conn: &tokio_postgres::Client, sends: usize) -> Result<Ve
         .collect())
 }
 
+/// Shorter gaps take effect at once: the send planned half an hour ahead under the old gaps is
+/// pulled in to the new longest gap, instead of holding the account for the rest of the old one.
+#[tokio::test]
+async fn shorter_gaps_take_effect_at_once_not_after_the_old_gap() -> Result<()> {
+    let (_db, conn, scheduler, mut exec) = gapped_pool("slow", 1_800_000, 1_800_000, 2).await?;
+    let first = leases(&mut exec, 1).await?;
+    report(&exec, &first, OutcomeClass::Ok).await?;
+    let mut accounts = accounts_client(&scheduler.grpc_url()).await?;
+    accounts
+        .update_account(UpdateAccountRequest {
+            account: Some(Account {
+                id: "slow".into(),
+                limits: Some(AccountLimits {
+                    gaps: Some(SendGaps {
+                        min: Some(prost_types::Duration {
+                            seconds: 1,
+                            nanos: 0,
+                        }),
+                        max: Some(prost_types::Duration {
+                            seconds: 1,
+                            nanos: 0,
+                        }),
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            update_mask: Some(prost_types::FieldMask {
+                paths: vec!["limits.gaps".into()],
+            }),
+        })
+        .await?;
+    let soon: bool = conn
+        .query_one(
+            "SELECT next_send_at <= herald.now() + interval '1 second' AS soon
+             FROM herald.accounts WHERE id = 'slow'",
+            &[],
+        )
+        .await?
+        .get("soon");
+    ensure!(soon, "the next send is still planned under the old gaps");
+    leases(&mut exec, 1)
+        .await
+        .context("the second send waited for the old half-hour gap")?;
+    Ok(())
+}
+
 #[tokio::test]
 async fn gaps_are_never_below_the_minimum_and_visibly_irregular() -> Result<()> {
     const SENDS: usize = 30;

@@ -5,7 +5,9 @@
 -- current day's (left on the old date, it read as a fresh day and the account was given a
 -- second full daily cap at once). An operator resuming a paused account gives it a fresh record
 -- of outcomes: kept, the failures that paused it still weighed most in its recent success rate,
--- so its first outcome after the resume, a success included, paused it again.
+-- so its first outcome after the resume, a success included, paused it again. New gaps move
+-- the next paced send to at most the new longest gap from now: kept, a send planned a long old
+-- gap ahead held the account for all of it.
 UPDATE herald.accounts a SET
     sender_kind = $3, pool = $4, time_zone = $5, credentials_ref = $6,
     day = CASE WHEN a.time_zone IS DISTINCT FROM $5
@@ -26,6 +28,11 @@ UPDATE herald.accounts a SET
     rate_changed_at = CASE WHEN a.rate_per_sec = l.rate_per_sec THEN a.rate_changed_at
                            ELSE herald.now() END,
     tokens = least(a.tokens, l.burst::float8),
+    next_send_at = CASE WHEN (a.gap_min_ms, a.gap_max_ms) IS DISTINCT FROM (l.gap_min_ms, l.gap_max_ms)
+                        THEN least(a.next_send_at,
+                                   herald.now() + coalesce(l.gap_max_ms, l.gap_min_ms, 0)
+                                                  * interval '1 millisecond')
+                        ELSE a.next_send_at END,
     ({limit_columns}) = ROW({limit_values}),
     updated_at = herald.now()
 FROM jsonb_populate_record(NULL::herald.accounts, $8::jsonb) l
