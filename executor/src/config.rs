@@ -46,8 +46,10 @@ pub struct Config {
     #[arg(long, env = "HERALD_SEND_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
     pub send_timeout: Duration,
 
-    /// On shutdown, how long in-flight sends get to finish and be reported.
-    #[arg(long, env = "HERALD_SHUTDOWN_GRACE", default_value = "20s", value_parser = humantime::parse_duration)]
+    /// On shutdown, how long in-flight sends get to finish and be reported. Keep it above
+    /// every send timeout: a send cut off by the grace goes unreported and is sent again once
+    /// its lease lapses.
+    #[arg(long, env = "HERALD_SHUTDOWN_GRACE", default_value = "35s", value_parser = humantime::parse_duration)]
     pub shutdown_grace: Duration,
 
     /// Queues to ask for, comma-separated. Empty: every queue in the config file, or every
@@ -109,7 +111,7 @@ impl Config {
             executor_id: default_executor_id(),
             max_in_flight: 256,
             send_timeout: Duration::from_secs(30),
-            shutdown_grace: Duration::from_secs(20),
+            shutdown_grace: Duration::from_secs(35),
             queues: Vec::new(),
             allow_plaintext: true,
             tls_ca: None,

@@ -114,6 +114,18 @@ pub async fn run_with_webhook(
         .map(|q| q.trim().to_owned())
         .filter(|q| !q.is_empty())
         .collect();
+    let longest_send = routes
+        .longest_timeout()
+        .map_or(config.send_timeout, |t| t.max(config.send_timeout));
+    if config.shutdown_grace < longest_send {
+        tracing::warn!(
+            grace = %humantime::format_duration(config.shutdown_grace),
+            longest_send = %humantime::format_duration(longest_send),
+            "HERALD_SHUTDOWN_GRACE is shorter than the longest send timeout: a send still \
+             running when the grace ends is cut off unreported, and once its lease lapses it is \
+             sent again; set the grace above every send timeout"
+        );
+    }
     let accounts = routes.announced_credentials_refs();
     let queues = if !wanted.is_empty() {
         wanted

@@ -193,6 +193,18 @@ impl SenderRoutes {
         self.routes.keys().cloned().collect()
     }
 
+    /// The longest per-send timeout a route of the file sets (routes without one use the
+    /// executor's `HERALD_SEND_TIMEOUT`).
+    pub fn longest_timeout(&self) -> Option<Duration> {
+        self.routes
+            .values()
+            .chain(self.accounts.values())
+            .chain(self.default.iter())
+            .chain(self.any_account.iter())
+            .filter_map(|r| r.timeout)
+            .max()
+    }
+
     /// Whether there is a sender for queues without their own route.
     pub fn has_default(&self) -> bool {
         self.default.is_some()

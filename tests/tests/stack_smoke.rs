@@ -17,7 +17,7 @@ use tonic::transport::Channel;
 async fn a_task_is_sent_and_succeeds() -> Result<()> {
     let db = TestDb::new().await?;
     let scheduler = SchedulerProcess::spawn(&db).await?;
-    let _executor = ExecutorProcess::builder(&[scheduler.grpc_url()])
+    let executor = ExecutorProcess::builder(&[scheduler.grpc_url()])
         .spawn()
         .await?;
     let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
@@ -36,6 +36,36 @@ async fn a_task_is_sent_and_succeeds() -> Result<()> {
     .await?;
     assert_eq!(done.attempts, 1);
     assert!(done.finished_at.is_some());
+    // The defaults leave a running send time to finish within the shutdown grace.
+    assert!(
+        !executor.stderr_all().contains(GRACE_WARNING),
+        "{}",
+        executor.stderr_tail()
+    );
+    Ok(())
+}
+
+const GRACE_WARNING: &str = "HERALD_SHUTDOWN_GRACE is shorter than the longest send timeout";
+
+/// An executor whose shutdown grace is shorter than one of its send timeouts says so at start:
+/// a send still running when the grace ends would go unreported and be sent again once its
+/// lease lapsed.
+#[tokio::test]
+async fn a_shutdown_grace_shorter_than_a_send_timeout_is_warned_of() -> Result<()> {
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let executor = ExecutorProcess::builder(&[scheduler.grpc_url()])
+        .config_toml(
+            "[default]\nsender = \"log\"\n\n[queues.slow]\nsender = \"log\"\ntimeout = \"2m\"\n",
+        )
+        .spawn()
+        .await?;
+    herald_tests::until("the warning about the shutdown grace", || async {
+        Ok(executor.stderr_all().contains(GRACE_WARNING))
+    })
+    .await?;
+    let stderr = executor.stderr_all();
+    assert!(stderr.contains("2m"), "names the longest timeout: {stderr}");
     Ok(())
 }
 
