@@ -145,6 +145,28 @@ fn gated_sender(
     }))
 }
 
+/// The scheduler's answer to the report of `task_id`'s first attempt.
+fn ack(task_id: &str, accepted: bool) -> In {
+    In::ReportAcks(pb::ReportAckBatch {
+        acks: vec![pb::ReportAck {
+            task_id: task_id.into(),
+            attempt: 1,
+            accepted,
+            state: 0,
+            ..Default::default()
+        }],
+    })
+}
+
+/// Waits for the executor's run to return, cleanly.
+async fn stopped(done: tokio::task::JoinHandle<Result<(), herald_executor::ExecutorError>>) {
+    tokio::time::timeout(Duration::from_secs(10), done)
+        .await
+        .expect("executor did not stop")
+        .unwrap()
+        .unwrap();
+}
+
 fn lease_ref(task_id: &str) -> pb::LeaseRef {
     pb::LeaseRef {
         task_id: task_id.into(),
@@ -371,15 +393,7 @@ async fn leases_revokes_drain_and_resend() {
     assert_eq!(results[0].outcome(), pb::OutcomeClass::Permanent);
     assert_eq!(results[0].error, "no sender configured for queue unknown");
     assert_eq!(expect_credit(s1.next().await), 1);
-    s1.send(In::ReportAcks(pb::ReportAckBatch {
-        acks: vec![pb::ReportAck {
-            task_id: "nowhere".into(),
-            attempt: 1,
-            accepted: true,
-            state: 0,
-            ..Default::default()
-        }],
-    }));
+    // Its ack never comes on this stream.
 
     // Two leases on a route of concurrency 1: one sends, the other waits (Pending).
     s1.send(In::Leases(pb::LeaseBatch {
@@ -421,11 +435,14 @@ async fn leases_revokes_drain_and_resend() {
     assert_eq!(hello.initial_credit, 3, "one lease is still in flight");
     // The lease still being sent is extended at once on the new stream: its last extension
     // was on the old one, and waiting a third of the TTL for the first tick here could let it
-    // lapse mid-send.
+    // lapse mid-send. Ahead of the result sent again, which the scheduler applies first.
     match s2.next().await {
         Out::Extend(extend) => assert_eq!(extend.leases, vec![lease_ref(&sending)]),
         other => panic!("expected Extend, got {other:?}"),
     }
+    let unacknowledged = expect_report(s2.next().await);
+    assert_eq!(unacknowledged[0].task_id, "nowhere");
+    s2.send(ack("nowhere", true));
 
     // The send finishes: reported on the new stream, then its slot comes back as credit.
     exec.release.add_permits(1);
@@ -443,17 +460,11 @@ async fn leases_revokes_drain_and_resend() {
     let mut s3 = next_session(&mut first_sessions).await;
     let hello = s3.handshake().await;
     assert_eq!(hello.initial_credit, 4);
-    let resent = expect_report(s3.next().await);
+    let mut resent = expect_report(s3.next().await);
+    // The ack of `nowhere` may not have been read before the stream broke.
+    resent.retain(|r| r.task_id != "nowhere");
     assert_eq!(resent, results);
-    s3.send(In::ReportAcks(pb::ReportAckBatch {
-        acks: vec![pb::ReportAck {
-            task_id: sending.clone(),
-            attempt: 1,
-            accepted: false,
-            state: 0,
-            ..Default::default()
-        }],
-    }));
+    s3.send(ack(&sending, false));
 
     finish_shutdown(exec, s3, &mut first_sessions).await;
 }
@@ -503,15 +514,7 @@ async fn shutdown_finishes_sends_and_drops_pending_leases() {
     assert_eq!(results.len(), 1);
     assert_eq!(results[0].task_id, sending);
     assert_eq!(results[0].outcome(), pb::OutcomeClass::Ok);
-    s2.send(In::ReportAcks(pb::ReportAckBatch {
-        acks: vec![pb::ReportAck {
-            task_id: sending.clone(),
-            attempt: 1,
-            accepted: true,
-            state: 0,
-            ..Default::default()
-        }],
-    }));
+    s2.send(ack(&sending, true));
     // Nothing but the end of the stream follows, then the run ends.
     match tokio::time::timeout(Duration::from_secs(10), s2.inbound.message()).await {
         Ok(Ok(None)) | Ok(Err(_)) => {}
@@ -519,11 +522,7 @@ async fn shutdown_finishes_sends_and_drops_pending_leases() {
         Err(_) => panic!("stream not closed"),
     }
     drop(s2);
-    tokio::time::timeout(Duration::from_secs(10), exec.done)
-        .await
-        .expect("executor did not stop")
-        .unwrap()
-        .unwrap();
+    stopped(exec.done).await;
 }
 
 #[tokio::test]
@@ -578,15 +577,7 @@ async fn extends_old_leases_and_drops_lost_pending_ones() {
     assert_eq!(results.len(), 1);
     assert_eq!(results[0].task_id, sending);
 
-    s.send(In::ReportAcks(pb::ReportAckBatch {
-        acks: vec![pb::ReportAck {
-            task_id: sending.clone(),
-            attempt: 1,
-            accepted: false,
-            state: 0,
-            ..Default::default()
-        }],
-    }));
+    s.send(ack(&sending, false));
     finish_shutdown(exec, s, &mut sessions).await;
 }
 
@@ -619,15 +610,7 @@ async fn acks_and_revokes_after_a_drain_still_count() {
     s1.send(In::Drain(pb::Drain {
         reason: "test".into(),
     }));
-    s1.send(In::ReportAcks(pb::ReportAckBatch {
-        acks: vec![pb::ReportAck {
-            task_id: "done".into(),
-            attempt: 1,
-            accepted: true,
-            state: 0,
-            ..Default::default()
-        }],
-    }));
+    s1.send(ack("done", true));
     s1.send(In::Revoke(pb::Revoke {
         lease: Some(lease_ref("waiting")),
     }));
@@ -642,18 +625,75 @@ async fn acks_and_revokes_after_a_drain_still_count() {
         other => panic!("expected Extend, got {other:?}"),
     }
     exec.release.add_permits(1);
-    // The revoked lease's slot comes back as credit, before or after the report.
+    // The revoke answered on this stream (it came while the last one closed, so the cancel is
+    // confirmed), and the revoked lease's slot comes back as credit, before or after the
+    // report.
+    let mut answered = Vec::new();
     let results = loop {
         match s2.next().await {
             Out::Credit(_) => continue,
+            Out::RevokeAck(ack) => answered.push(ack),
             other => break expect_report(other),
         }
     };
     let ids: Vec<&str> = results.iter().map(|r| r.task_id.as_str()).collect();
     assert_eq!(ids, ["busy"]);
+    assert_eq!(
+        answered,
+        vec![pb::RevokeAck {
+            lease: Some(lease_ref("waiting")),
+            result: pb::RevokeResult::StoppedBeforeSend as i32,
+        }]
+    );
     assert!(
         exec.started.try_recv().is_err(),
         "the revoked lease was sent"
     );
     finish_shutdown(exec, s2, &mut second_sessions).await;
+}
+
+/// An idle executor told to stop closes its stream, but a claim already under way can still
+/// grant it a lease there. That lease is handed back on a fresh stream offering no credit,
+/// instead of lapsing after its TTL and costing the task an attempt it never made.
+#[tokio::test]
+async fn a_lease_granted_while_an_idle_executor_closes_is_handed_back() {
+    let (endpoint, mut sessions) = fake_scheduler().await;
+    let mut exec = spawn_executor(vec![endpoint]).await;
+    let mut s = next_session(&mut sessions).await;
+    let Out::Hello(_) = s.next().await else {
+        panic!("first frame is not Hello")
+    };
+    s.send(In::Welcome(pb::Welcome {
+        protocol_version: 1,
+        heartbeat_interval: Some(prost_duration(Duration::from_millis(100))),
+        lease_ttl: Some(prost_duration(Duration::from_secs(30))),
+        scheduler_id: "fake".into(),
+    }));
+    // Its first heartbeat: the session is serving, with nothing in flight.
+    loop {
+        let frame = s.inbound.message().await.unwrap().unwrap();
+        if matches!(frame.kind, Some(Out::Heartbeat(_))) {
+            break;
+        }
+    }
+    exec.shutdown.take().unwrap().send(()).unwrap();
+    // The executor ends its side; the scheduler's claim lands after that.
+    while let Ok(Some(_)) = s.inbound.message().await {}
+    s.send(In::Leases(pb::LeaseBatch {
+        leases: vec![text_lease("late", "q")],
+    }));
+    drop(s);
+    let mut s2 = next_session(&mut sessions).await;
+    let hello = s2.handshake().await;
+    assert_eq!(
+        hello.initial_credit, 0,
+        "credit offered while shutting down"
+    );
+    match s2.next().await {
+        Out::Release(release) => assert_eq!(release.leases, vec![lease_ref("late")]),
+        other => panic!("expected the late lease released, got {other:?}"),
+    }
+    drop(s2);
+    stopped(exec.done).await;
+    assert!(exec.started.try_recv().is_err(), "the late lease was sent");
 }

@@ -179,7 +179,10 @@ impl LeaseClient {
             }
             let endpoint = &endpoints[next % endpoints.len()];
             match self.session(endpoint, &shutdown).await {
-                SessionEnd::Finished => break,
+                // Leases that came while the stream closed, or revokes answered only then, are
+                // still to be handed back: the loop opens a stream without credit for them,
+                // unless nothing is left or the grace is over.
+                SessionEnd::Finished => {}
                 SessionEnd::Reopen => failures = 0,
                 SessionEnd::Drained => {
                     next = next.wrapping_add(1);
@@ -212,7 +215,10 @@ impl LeaseClient {
         match self.shutdown_deadline {
             None => false,
             Some(deadline) => {
-                (self.inflight.is_empty() && self.outbox.is_empty() && self.to_release.is_empty())
+                (self.inflight.is_empty()
+                    && self.outbox.is_empty()
+                    && self.to_release.is_empty()
+                    && self.stopped_early.is_empty())
                     || Instant::now() >= deadline
             }
         }
@@ -372,17 +378,25 @@ impl LeaseClient {
                     kind: Some(In::Leases(batch)),
                 }))) => {
                     // Granted after we stopped asking on this stream: hand them back on the
-                    // next one (or leave them to their TTL if there is none).
-                    self.to_release
-                        .extend(batch.leases.iter().map(|l| pb::LeaseRef {
-                            task_id: l.task_id.clone(),
-                            attempt: l.attempt,
-                        }));
+                    // next one (run opens one even while shutting down), or say on it that
+                    // they were stopped unsent if their revoke came first.
+                    for lease in &batch.leases {
+                        let key = LeaseKey {
+                            task_id: lease.task_id.clone(),
+                            attempt: lease.attempt,
+                        };
+                        if self.inflight.revoked_before_received(&key) {
+                            self.stopped_early.push(key.to_ref());
+                        } else {
+                            self.to_release.push(key.to_ref());
+                        }
+                    }
                 }
                 // What the scheduler still says about earlier frames counts: an ack spares the
                 // result a resend (and a refusal on the next replica), a lost extension or a
-                // Revoke stops a lease not yet sending. A Revoke cannot be answered here; the
-                // lease is stopped all the same.
+                // Revoke stops a lease not yet sending. A Revoke cannot be answered here: a
+                // lease it stopped unsent (or one that came during the close, now never to be
+                // sent) is answered on the next stream, so its cancel is confirmed.
                 Ok(Ok(Some(pb::SchedulerMessage {
                     kind: Some(In::ReportAcks(batch)),
                 }))) => self.on_report_acks(batch),
@@ -392,7 +406,16 @@ impl LeaseClient {
                 Ok(Ok(Some(pb::SchedulerMessage {
                     kind: Some(In::Revoke(pb::Revoke { lease: Some(lease) })),
                 }))) => {
-                    self.on_revoke(&lease);
+                    let unstarted = self
+                        .to_release
+                        .iter()
+                        .position(|l| l.task_id == lease.task_id && l.attempt == lease.attempt);
+                    if let Some(at) = unstarted {
+                        self.to_release.swap_remove(at);
+                        self.stopped_early.push(lease);
+                    } else if self.on_revoke(&lease) == pb::RevokeResult::StoppedBeforeSend {
+                        self.stopped_early.push(lease);
+                    }
                 }
                 Ok(Ok(Some(_))) => {}
                 Ok(Ok(None)) | Ok(Err(_)) => return,
@@ -413,13 +436,11 @@ impl LeaseClient {
         ttl: Duration,
         shutdown: &CancellationToken,
     ) -> Result<SessionEnd, SessionError> {
-        // Everything not acknowledged on an earlier stream goes out again on this one.
-        self.unsent = self.outbox.keys().cloned().collect();
-        self.flush(stream).await?;
         // Leases held across a reconnect were last extended on the old stream, up to a third
         // of the TTL before it ended, and reaching this one took time too (backoff, a dead
         // host's connect timeout): extended only at this stream's first tick, they could lapse
-        // mid-send and be leased, and sent, again elsewhere. So they are extended now.
+        // mid-send and be leased, and sent, again elsewhere. So they are extended first, ahead
+        // of the results sent again below, which the scheduler applies before it reads on.
         let held = self
             .inflight
             .due_for_extension(Instant::now(), Duration::ZERO);
@@ -434,6 +455,9 @@ impl LeaseClient {
                 }))
                 .await?;
         }
+        // Everything not acknowledged on an earlier stream goes out again on this one.
+        self.unsent = self.outbox.keys().cloned().collect();
+        self.flush(stream).await?;
 
         let extend_every = (ttl / 3).max(Duration::from_millis(100));
         let mut extend_tick = tokio::time::interval_at(Instant::now() + extend_every, extend_every);
