@@ -183,6 +183,36 @@ async fn assignments_take_their_accounts_room_in_order_and_a_conversation_past_t
     Ok(())
 }
 
+/// Two sends to one new recipient in a claim: routing marks only the first as opening the
+/// conversation. When the tier has no room for it, the second is refused too (its slot given
+/// back): kept, it would open the conversation past the tier, and uncounted.
+#[tokio::test]
+async fn a_second_send_to_a_recipient_whose_conversation_found_no_tier_room_is_refused_too(
+) -> Result<()> {
+    let (_db, conn) = database(
+        &["b"],
+        10,
+        "UPDATE herald.accounts SET tier_limit = 1, tier_used = 1, tier_counted_at = now()
+         WHERE id = 'b'",
+    )
+    .await?;
+    let (_ids, granted) = grant(
+        &conn,
+        &[
+            Assign {
+                opens: true,
+                ..to("b", "new")
+            },
+            to("b", "new"),
+        ],
+        &[],
+    )
+    .await?;
+    assert!(granted.is_empty(), "granted past the tier: {granted:?}");
+    assert_eq!(counts(&conn, "b").await?, (0, 0), "both slots given back");
+    Ok(())
+}
+
 /// An account granted everything it was asked keeps every assignment without the slotting's
 /// window passes (the usual case); beside one short of room, in the same claim, both keep
 /// routing's order, and the whole account's marks carry its reservation instant.

@@ -426,11 +426,19 @@ BEGIN
                                            cardinality(t.out_times))]
                     ELSE t.out_at END AS at
         FROM (
+            -- A recipient whose opening send found no tier room gets nothing through the
+            -- account: routing marks only a pair's first assignment as opening, so a second
+            -- one kept would open the conversation past the tier, uncounted.
+            SELECT o.*,
+                   o.may AND coalesce(bool_and(o.may) FILTER (WHERE o.opens)
+                                          OVER (PARTITION BY o.account, o.recipient), true)
+                       AS kept
+            FROM (
             -- Of those with a slot that open a conversation, the first out_new may.
             SELECT s.*,
                    s.slot AND (NOT s.opens
                                OR row_number() OVER (PARTITION BY s.account, s.slot AND s.opens
-                                                     ORDER BY s.ord) <= s.out_new) AS kept
+                                                     ORDER BY s.ord) <= s.out_new) AS may
             FROM (
                 -- A slot of its class (high or low), in assignment order.
                 SELECT j.*,
@@ -440,6 +448,7 @@ BEGIN
                 FROM joined j
                 WHERE NOT j.whole
             ) s
+            ) o
         ) t
     ),
     -- The recipient marks: a pair whose last send is too recent (or which
