@@ -183,6 +183,45 @@ async fn assignments_take_their_accounts_room_in_order_and_a_conversation_past_t
     Ok(())
 }
 
+/// An account with gaps plans its sends up to a second ahead from the room it read now; none
+/// of them falls in its quiet hours or on its next local day (where it would go in quiet hours,
+/// or count against today's cap while going tomorrow's).
+#[tokio::test]
+async fn paced_sends_stop_at_quiet_hours_and_at_local_midnight() -> Result<()> {
+    let (_db, conn) = database(
+        &["paced"],
+        100,
+        "UPDATE herald.accounts SET gap_min_ms = 50, gap_max_ms = 50,
+                time_zone = 'Asia/Shanghai', quiet_start = '22:00', quiet_end = '08:00',
+                tokens_at = '2026-01-01'",
+    )
+    .await?;
+    let plan = "SELECT cardinality(out_times) AS n,
+                       (SELECT max(t) FROM unnest(out_times) t) AS last
+                FROM herald.reserve_capacity('default', ARRAY['paced'], ARRAY[0], ARRAY[20],
+                                             ARRAY[0], $1::text::timestamptz)";
+    // Half a second before quiet hours begin at 22:00 in Shanghai.
+    let row = conn.query_one(plan, &[&"2026-12-07 21:59:59.5+08"]).await?;
+    let last: DateTime<Utc> = row.get("last");
+    let quiet: DateTime<Utc> = "2026-12-07T14:00:00Z".parse()?;
+    assert!(last < quiet, "a send planned in quiet hours: {last}");
+    assert!(
+        row.get::<_, i32>("n") >= 2,
+        "nothing paced before quiet hours"
+    );
+    // Without quiet hours, half a second before local midnight.
+    conn.execute(
+        "UPDATE herald.accounts SET quiet_start = NULL, quiet_end = NULL, next_send_at = NULL",
+        &[],
+    )
+    .await?;
+    let row = conn.query_one(plan, &[&"2026-12-08 23:59:59.5+08"]).await?;
+    let last: DateTime<Utc> = row.get("last");
+    let midnight: DateTime<Utc> = "2026-12-08T16:00:00Z".parse()?;
+    assert!(last < midnight, "a send planned on the next day: {last}");
+    Ok(())
+}
+
 /// Two sends to one new recipient in a claim: routing marks only the first as opening the
 /// conversation. When the tier has no room for it, the second is refused too (its slot given
 /// back): kept, it would open the conversation past the tier, and uncounted.

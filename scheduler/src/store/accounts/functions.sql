@@ -189,18 +189,30 @@ $$;
 -- The instants an account with human-like gaps grants `wanted` sends at, from p_now (room is
 -- granted only once next_send_at has passed, so the first send is now), each a drawn gap after
 -- the one before while it falls within the pacing horizon, and where its next send may fall.
--- NULL times (and next) when nothing is wanted.
+-- None falls in the account's quiet hours or on its next local day: the room was read at
+-- p_now, and a send planned past either would go in quiet hours, or count against today's cap
+-- while it went tomorrow. NULL times (and next) when nothing is wanted.
 CREATE OR REPLACE FUNCTION herald.paced_instants(
     a herald.accounts, p_now timestamptz, wanted integer,
     OUT times timestamptz[], OUT next timestamptz
 ) LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    v_local timestamp;
+    v_before timestamptz;
 BEGIN
     IF wanted <= 0 THEN
         RETURN;
     END IF;
+    v_local := p_now AT TIME ZONE a.time_zone;
+    -- least() skips the NULL of an account without quiet hours.
+    v_before := least((v_local::date + 1)::timestamp AT TIME ZONE a.time_zone,
+                      (v_local::date + a.quiet_start
+                       + CASE WHEN v_local::time >= a.quiet_start THEN interval '1 day'
+                              ELSE interval '0' END) AT TIME ZONE a.time_zone);
     times := ARRAY[p_now];
     next := p_now + herald.draw_gap(a);
-    WHILE cardinality(times) < wanted AND next <= p_now + herald.pacing_horizon() LOOP
+    WHILE cardinality(times) < wanted AND next <= p_now + herald.pacing_horizon()
+          AND next < v_before LOOP
         times := times || next;
         next := next + herald.draw_gap(a);
     END LOOP;
