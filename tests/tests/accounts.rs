@@ -1117,6 +1117,61 @@ async fn an_account_holding_only_a_lease_is_kept_and_its_search_finds_every_stat
     Ok(())
 }
 
+/// DeleteAccount counts the tasks that need the account under the account's lock: a claim
+/// leasing through it holds the row until it commits, and the delete then sees the lease and
+/// refuses, instead of deleting the account from under it. A pooled task waiting to go again
+/// only names the account it last went through: it does not keep the account.
+#[tokio::test]
+async fn a_delete_racing_a_claim_sees_its_lease_and_a_pooled_retry_keeps_nothing() -> Result<()> {
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let mut accounts = accounts_client(&scheduler.grpc_url()).await?;
+    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
+    create_account(&mut accounts, account("acct", "pool", rate(1000.0, 1000))).await?;
+    let task = create(
+        &mut tasks,
+        pooled("pool", "+1").with_delay(Duration::from_secs(3600)),
+    )
+    .await?;
+    let mut holder = db.connect().await?;
+    let watcher = db.connect().await?;
+    let (tx, pid) = hold_account(&mut holder, "acct").await?;
+    // The claim, holding the account's row, leases the task through it.
+    tx.execute(
+        "UPDATE herald.tasks SET state = 'leased', account_id = 'acct',
+                lease_expires_at = now() + interval '1 hour'
+         WHERE id = $1::text::uuid",
+        &[&task],
+    )
+    .await?;
+    let mut deleting = accounts.clone();
+    let delete = tokio::spawn(async move {
+        deleting
+            .delete_account(DeleteAccountRequest { id: "acct".into() })
+            .await
+    });
+    until_blocked_by(&watcher, pid, "the delete to wait for the claim").await?;
+    tx.commit().await?;
+    let status = delete
+        .await?
+        .err()
+        .context("the account was deleted under a lease")?;
+    assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
+    // The lease ends and the task waits to go again, still naming the account.
+    watcher
+        .execute(
+            "UPDATE herald.tasks SET state = 'scheduled', lease_expires_at = NULL
+             WHERE id = $1::text::uuid",
+            &[&task],
+        )
+        .await?;
+    accounts
+        .delete_account(DeleteAccountRequest { id: "acct".into() })
+        .await
+        .context("a pooled task waiting to go again kept the account")?;
+    Ok(())
+}
+
 /// An operator's edit of an account's limits while a report or a webhook holds the account's
 /// row and pauses it: the edit waits for the row, then keeps the pause. Before, it read the
 /// account first and wrote `active` back over the pause, putting a number the provider had

@@ -145,11 +145,14 @@ impl AccountService for AccountApi {
         let ns = namespace_of(&request)?;
         let id = request.into_inner().id;
         rules::name("id", &id)?;
-        let conn = self.store.conn().await.map_err(Error::from)?;
-        conn.accounts()
-            .delete(&ns, &id)
-            .await
-            .map_err(Error::from)?;
+        transaction!(self.store, Error, |tx| {
+            // Counted under the row's lock, by a statement begun after it: a claim reserving
+            // on the account holds the row until it commits, so the leases it made are seen
+            // (counted from a snapshot taken before the wait, they were not, and the account
+            // went with its leases out).
+            tx.accounts().lock(&ns, &id).await?;
+            tx.accounts().delete(&ns, &id).await.map_err(Error::from)
+        })?;
         Ok(Response::new(pb::DeleteAccountResponse {}))
     }
 
