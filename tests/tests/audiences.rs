@@ -77,6 +77,55 @@ fn field_of(status: &tonic::Status) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// An upload that breaks off keeps none of the row it was cut in: the parser used to take the
+/// end of what came as the end of the file, so a number cut short (a stranger's, here
+/// `+49151123`) became a contact, or a contact lost the fields after the cut. Here the second
+/// chunk names another audience, which ends the upload with that error.
+#[tokio::test]
+async fn an_upload_broken_off_keeps_nothing_of_the_row_it_was_cut_in() -> Result<()> {
+    let db = TestDb::new().await?;
+    let s = SchedulerProcess::spawn(&db).await?;
+    let mut c = client(&s).await?;
+    create(&mut c, "staff", AudienceChannel::Whatsapp).await?;
+    let chunks = vec![
+        ImportContactsCsvRequest {
+            audience_id: "staff".into(),
+            data: b"recipient,name\n+4915112345678,Ann\n+49151123".to_vec(),
+        },
+        ImportContactsCsvRequest {
+            audience_id: "other".into(),
+            data: b"45,Bo\n".to_vec(),
+        },
+    ];
+    let mut progress = c
+        .import_contacts_csv(tokio_stream::iter(chunks))
+        .await?
+        .into_inner();
+    let ended = loop {
+        match progress.message().await {
+            Ok(Some(_)) => continue,
+            Ok(None) => anyhow::bail!("the import ended without an error"),
+            Err(status) => break status,
+        }
+    };
+    assert_eq!(ended.code(), Code::InvalidArgument, "{ended:?}");
+    assert_eq!(field_of(&ended), ["audience_id"], "{ended:?}");
+    let kept = c
+        .list_contacts(ListContactsRequest {
+            audience_id: "staff".into(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner()
+        .contacts;
+    let recipients: Vec<&str> = kept.iter().map(|c| c.recipient.as_str()).collect();
+    assert!(
+        !recipients.contains(&"+49151123"),
+        "the row cut short became a contact: {recipients:?}"
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_csv_with_bad_rows_keeps_the_good_ones_and_reports_each_bad_line() -> Result<()> {
     let db = TestDb::new().await?;

@@ -226,20 +226,37 @@ impl AudienceService for AudienceApi {
             let mut batches = parse.batches;
             // The client's chunks go to the parser on their own task, so reading the stream
             // and writing batches overlap; the channels bound what either side holds.
+            // The file's end is said (`None`); a feeder that fails ends without saying it, and
+            // the parser then drops the row it was in the middle of.
             let feeder = tokio::spawn(async move {
-                if chunks.send(first.data).await.is_err() {
+                if chunks.send(Some(first.data)).await.is_err() {
                     return Ok(());
                 }
                 while let Some(msg) = next(&mut inbound).await? {
                     stream_audience(&mut named, &msg.audience_id)?;
-                    if chunks.send(msg.data).await.is_err() {
-                        break;
+                    if chunks.send(Some(msg.data)).await.is_err() {
+                        return Ok(());
                     }
                 }
+                let _ = chunks.send(None).await;
                 Ok::<_, Error>(())
             });
             while let Some(batch) = batches.recv().await {
-                let p = import.batch(batch?).await?;
+                let batch = match batch {
+                    Ok(batch) => batch,
+                    // The upload broke off: the feeder has ended, and says why.
+                    Err(Error::Cancelled(why)) => {
+                        return Err(match feeder.await {
+                            Ok(Err(e)) => e,
+                            _ => Error::Cancelled(why),
+                        });
+                    }
+                    Err(e) => {
+                        feeder.abort();
+                        return Err(e);
+                    }
+                };
+                let p = import.batch(batch).await?;
                 if !report(&tx, wire::progress(&p, false)).await {
                     feeder.abort();
                     return Ok(());

@@ -29,15 +29,18 @@ const FIELDS: [&str; 5] = ["recipient", "name", "time_zone", "locale", "tags"];
 
 /// The write end of the chunk channel and the read end of the batch channel of one parse.
 pub struct CsvParse {
-    /// Chunks of the file, in order; dropping it ends the file.
-    pub chunks: mpsc::Sender<Vec<u8>>,
+    /// Chunks of the file, in order, then `None` at its end. Dropped before that, it means the
+    /// upload broke off: the parse ends with [`Error::Cancelled`], and the row it was reading
+    /// (cut off, so perhaps a stranger's number or a contact with its fields missing) is not
+    /// handed on as a row.
+    pub chunks: mpsc::Sender<Option<Vec<u8>>>,
     /// Batches of rows, then the end of the file; an `Err` (a bad header) ends the parse.
     pub batches: mpsc::Receiver<Result<Vec<ImportRow>, Error>>,
 }
 
 /// Starts a parser on a blocking thread.
 pub fn spawn() -> CsvParse {
-    let (chunk_tx, chunk_rx) = mpsc::channel::<Vec<u8>>(CHUNKS_IN_FLIGHT);
+    let (chunk_tx, chunk_rx) = mpsc::channel::<Option<Vec<u8>>>(CHUNKS_IN_FLIGHT);
     let (batch_tx, batch_rx) = mpsc::channel(1);
     tokio::task::spawn_blocking(move || {
         let reader = ChunkReader {
@@ -53,9 +56,12 @@ pub fn spawn() -> CsvParse {
     }
 }
 
+/// What a parse ends with when the chunks stopped before the file's end.
+const UPLOAD_BROKE_OFF: &str = "the upload ended before the end of the file";
+
 /// `Read` over the chunks of a channel, on a blocking thread.
 struct ChunkReader {
-    chunks: mpsc::Receiver<Vec<u8>>,
+    chunks: mpsc::Receiver<Option<Vec<u8>>>,
     current: Vec<u8>,
     pos: usize,
 }
@@ -64,11 +70,17 @@ impl Read for ChunkReader {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         while self.pos >= self.current.len() {
             match self.chunks.blocking_recv() {
-                Some(chunk) => {
+                Some(Some(chunk)) => {
                     self.current = chunk;
                     self.pos = 0;
                 }
-                None => return Ok(0),
+                Some(None) => return Ok(0),
+                None => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        UPLOAD_BROKE_OFF,
+                    ))
+                }
             }
         }
         let n = buf.len().min(self.current.len() - self.pos);
@@ -243,6 +255,13 @@ fn parse(reader: impl Read, send: &dyn Fn(Result<Vec<ImportRow>, Error>) -> bool
                 field: String::new(),
                 reason: "is not UTF-8".into(),
             }),
+            Err(e)
+                if matches!(e.kind(), csv::ErrorKind::Io(io)
+                                  if io.kind() == std::io::ErrorKind::UnexpectedEof) =>
+            {
+                send(Err(Error::Cancelled(UPLOAD_BROKE_OFF.into())));
+                return;
+            }
             Err(e) => {
                 send(Err(Error::invalid(
                     "data",
