@@ -471,6 +471,27 @@ async fn a_sales_report_renders_each_persons_figures_and_a_catch_up_asks_for_the
     Ok(())
 }
 
+/// A daily 8:00 UTC schedule `id` (its queue too) to `audience`, asking `source` for the
+/// variables of template `template`.
+fn sourced(id: &str, audience: &str, source: &WebhookReceiver, template: &str) -> ScheduleSpec {
+    ScheduleSpec {
+        id: id.into(),
+        cron: "0 8 * * *".into(),
+        time_zone: "UTC".into(),
+        queue: id.into(),
+        audience: Some(AudienceTarget {
+            audience_id: audience.into(),
+            ..Default::default()
+        }),
+        variables_source: Some(VariablesSource {
+            url: format!("{}/v", source.url()),
+            timeout: None,
+        }),
+        content: Some(uses(template, &[])),
+        ..Default::default()
+    }
+}
+
 #[tokio::test]
 async fn a_source_that_fails_twice_is_asked_again_until_it_answers() -> Result<()> {
     let db = TestDb::new().await?;
@@ -484,22 +505,7 @@ async fn a_source_that_fails_twice_is_asked_again_until_it_answers() -> Result<(
     ScheduleServiceClient::connect(s.grpc_url())
         .await?
         .create_schedule(CreateScheduleRequest {
-            schedule: Some(ScheduleSpec {
-                id: "notes".into(),
-                cron: "0 8 * * *".into(),
-                time_zone: "UTC".into(),
-                queue: "notes".into(),
-                audience: Some(AudienceTarget {
-                    audience_id: "team".into(),
-                    ..Default::default()
-                }),
-                variables_source: Some(VariablesSource {
-                    url: format!("{}/v", source.url()),
-                    timeout: None,
-                }),
-                content: Some(uses("note", &[])),
-                ..Default::default()
-            }),
+            schedule: Some(sourced("notes", "team", &source, "note")),
         })
         .await?;
     until("the run to fan out", || fanned_out(&db, "notes", 1)).await?;
@@ -518,6 +524,62 @@ async fn a_source_that_fails_twice_is_asked_again_until_it_answers() -> Result<(
         texts(&s, "notes").await?,
         [("ann".to_string(), "Ann: 7".to_string())].into()
     );
+    Ok(())
+}
+
+/// The source's failures are counted in a row: a batch that fails after the batch before it
+/// succeeded, in the same pass, is a first failure. Counted on from the failure before that
+/// success, a budget of two attempts gave the run up there, and the contacts after the first
+/// page (500) got nothing.
+#[tokio::test]
+async fn a_batch_failing_after_a_good_one_starts_its_own_count_of_failures() -> Result<()> {
+    let db = TestDb::new().await?;
+    let source = WebhookReceiver::start_https().await?;
+    let s = sourcing_scheduler(&db, &source, true).await?;
+    let contacts = (0..501)
+        .map(|i| contact(&format!("u{i:04}"), "N", "", &[], ""))
+        .collect();
+    audience(&s, "many", contacts).await?;
+    text_template(&s, "plain", "{{ name }}").await?;
+    // The source names every recipient to be sent to (none here needs a variable).
+    let names: Vec<String> = (0..501).map(|i| format!("\"u{i:04}\": {{}}")).collect();
+    let answer = format!("{{\"recipients\": {{{}}}}}", names.join(", "));
+    source.respond_with(vec![
+        Response::status(503),
+        Response::ok().body(answer.clone()),
+        Response::status(503),
+    ]);
+    source.set_default(Response::ok().body(answer));
+    three_seconds_before(&db, &s, "2026-05-04T08:00:00Z").await?;
+    ScheduleServiceClient::connect(s.grpc_url())
+        .await?
+        .create_schedule(CreateScheduleRequest {
+            schedule: Some(ScheduleSpec {
+                max_attempts: Some(2),
+                retry_policy: Some(RetryPolicy {
+                    strategy: Some(retry_policy::Strategy::Delays(FixedDelays {
+                        delays: vec![prost_types::Duration {
+                            seconds: 0,
+                            nanos: 100_000_000,
+                        }],
+                    })),
+                }),
+                ..sourced("pages", "many", &source, "plain")
+            }),
+        })
+        .await?;
+    until("the run to fan out", || fanned_out(&db, "pages", 1)).await?;
+    let created: i32 = db
+        .connect()
+        .await?
+        .query_one(
+            "SELECT tasks_created FROM herald.fanouts WHERE schedule_id = 'pages'",
+            &[],
+        )
+        .await?
+        .get(0);
+    assert_eq!(created, 501, "the run gave up after its first page");
+    assert_eq!(source.requests().len(), 4);
     Ok(())
 }
 

@@ -68,7 +68,12 @@ pub async fn pass(
             }
             budget -= 1;
             match batch(store, windows, sources, &f).await {
-                Ok(Some(last)) => f.after_recipient = last,
+                Ok(Some(last)) => {
+                    f.after_recipient = last;
+                    // The batch's commit reset the stored count (failures in a row): a later
+                    // batch of this pass that fails is its first.
+                    f.failures = 0;
+                }
                 Ok(None) => break,
                 Err(BatchError::Source { error: e, retry_in }) => {
                     let delay = retry_in;
