@@ -480,6 +480,69 @@ async fn retry_and_reschedule_by_filter() -> Result<()> {
     Ok(())
 }
 
+/// A bulk reschedule leaves where they are the tasks it would move to or past their expiry
+/// (they would end EXPIRED unsent) or more than 366 days ahead (CreateTask and UpdateTask
+/// refuse both), and counts only the tasks it moved.
+#[tokio::test]
+async fn a_reschedule_leaves_a_task_it_would_push_past_its_expiry_or_the_year() -> Result<()> {
+    let db = TestDb::new().await?;
+    let s = SchedulerProcess::spawn(&db).await?;
+    let queue = unique_id("later");
+    let mut tasks = connect_tasks(&s.grpc_url()).await?;
+    let now = std::time::SystemTime::now();
+    let expiring = create_task(
+        &mut tasks,
+        task_spec(&queue, "+15550001", "x")
+            .with_delay(Duration::from_secs(600))
+            .with_expire_at(now + Duration::from_secs(3600)),
+    )
+    .await?;
+    let far = create_task(
+        &mut tasks,
+        task_spec(&queue, "+15550002", "x").with_delay(Duration::from_secs(300 * 86_400)),
+    )
+    .await?;
+    let movable = create_task(
+        &mut tasks,
+        task_spec(&queue, "+15550003", "x").with_delay(Duration::from_secs(600)),
+    )
+    .await?;
+    let started = tasks
+        .start_bulk_operation(StartBulkOperationRequest {
+            action: BulkAction::Reschedule as i32,
+            filter: Some(TaskFilter {
+                queue: queue.clone(),
+                ..Default::default()
+            }),
+            dry_run: false,
+            reschedule: Some(start_bulk_operation_request::Reschedule::Shift(
+                prost_types::Duration {
+                    seconds: 100 * 86_400,
+                    nanos: 0,
+                },
+            )),
+        })
+        .await?
+        .into_inner();
+    let op = started.operation.context("op")?;
+    let done = wait_for(&mut tasks, &op.id, |o| {
+        o.state() == BulkOperationState::Done
+    })
+    .await?;
+    assert_eq!((done.matched, done.changed), (3, 1), "{done:?}");
+    for (task, moved) in [(&expiring, false), (&far, false), (&movable, true)] {
+        let now = tasks
+            .get_task(herald_proto::v1::GetTaskRequest {
+                id: task.id.clone(),
+            })
+            .await?
+            .into_inner();
+        assert_eq!(now.state(), TaskState::Scheduled);
+        assert_eq!(now.run_at != task.run_at, moved, "{}", task.recipient);
+    }
+    Ok(())
+}
+
 /// A bulk retry racing a cancel: the retry's transaction has brought a campaign's failed tasks
 /// back and is still open (held on a later task) when CancelCampaign comes. The cancel waits
 /// for it and cancels what it brought back, instead of those tasks committing live in a
