@@ -155,7 +155,7 @@ fn describe() {
     );
     describe_counter!(
         CLAIMS,
-        "Claims of due tasks by the session claim loop that made them (main, extra, stragglers)."
+        "Claims of due tasks by the session claim loop that made them (main, stragglers)."
     );
     describe_counter!(
         LEASE_EXPIRIES,
