@@ -627,6 +627,55 @@ async fn a_campaign_to_an_audience_renders_each_tagged_contacts_message() -> Res
     Ok(())
 }
 
+/// A campaign sent at a local time (`local_start`) goes to every contact on that local date,
+/// so "birthday is today" means that date: created the afternoon before, it greets the next
+/// day's birthdays, not the day of its creation's.
+#[tokio::test]
+async fn a_campaign_at_a_local_time_greets_the_birthdays_of_that_date() -> Result<()> {
+    let db = TestDb::new().await?;
+    let s = SchedulerProcess::spawn(&db).await?;
+    db.connect()
+        .await?
+        .execute(
+            "SELECT herald.set_test_clock('2026-12-23T15:00:00Z'::timestamptz - now())",
+            &[],
+        )
+        .await?;
+    audience(
+        &s,
+        "staff",
+        vec![
+            contact("ann", "Ann", "UTC", &[], "12-23"),
+            contact("bob", "Bob", "UTC", &[], "12-24"),
+        ],
+    )
+    .await?;
+    text_template(&s, "greeting", "Happy birthday, {{ name }}").await?;
+    CampaignServiceClient::connect(s.grpc_url())
+        .await?
+        .create_campaign(CreateCampaignRequest {
+            campaign: Some(CampaignSpec {
+                name: "birthdays".into(),
+                queue: "greetings".into(),
+                content: Some(uses("greeting", &[])),
+                local_start: "2026-12-24T09:00".into(),
+                audience: Some(AudienceTarget {
+                    audience_id: "staff".into(),
+                    date_attribute: "birthday".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await?;
+    assert_eq!(
+        texts(&s, "greetings").await?,
+        [("bob".to_string(), "Happy birthday, Bob".to_string())].into()
+    );
+    Ok(())
+}
+
 /// Checks the Standard Webhooks signature of a request with [`SECRET`].
 fn verify_signature(r: &herald_tests::RecordedRequest) -> Result<()> {
     use base64::Engine as _;

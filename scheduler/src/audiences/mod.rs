@@ -280,6 +280,15 @@ pub fn is_today(
     default_zone: &str,
     fire_time: DateTime<Utc>,
 ) -> bool {
+    let Ok(zone) = contact.zone_or(default_zone).parse::<chrono_tz::Tz>() else {
+        return false;
+    };
+    is_on(contact, attr, fire_time.with_timezone(&zone).date_naive())
+}
+
+/// Whether `contact`'s date attribute `attr` has the month and day of `local`, the contact's
+/// own date. 29 February matches 28 February in years without it.
+pub fn is_on(contact: &Contact, attr: &str, local: chrono::NaiveDate) -> bool {
     let Some(date) = contact
         .attributes
         .get(attr)
@@ -287,10 +296,6 @@ pub fn is_today(
     else {
         return false;
     };
-    let Ok(zone) = contact.zone_or(default_zone).parse::<chrono_tz::Tz>() else {
-        return false;
-    };
-    let local = fire_time.with_timezone(&zone).date_naive();
     let today = MonthDay::of(local);
     if date == today {
         return true;

@@ -252,7 +252,8 @@ impl Campaigns {
             }
         }
         let pool = (!spec.pool.is_empty()).then_some(spec.pool.as_str());
-        // Dates ("birthday is today") are compared at the campaign's start.
+        // Dates ("birthday is today") are compared at the campaign's start (or, with
+        // local_start, on its date: add_audience_page).
         let audience_at = audience.as_ref().map(|_| {
             spec.start_at
                 .as_ref()
@@ -400,8 +401,13 @@ impl Campaigns {
             )
             .await?;
         drop(conn);
-        let at = progress.at.unwrap_or(campaign.created_at);
-        let recipients = audience_recipients(&page, target, &audience, at);
+        // With local_start every contact is sent to on that local date, whatever its zone:
+        // "birthday is today" means that date. Else the campaign's start in each zone.
+        let day = match rules::parse_local_time(&spec.local_start) {
+            Some(local) => ContactsDay::Local(local.date()),
+            None => ContactsDay::At(progress.at.unwrap_or(campaign.created_at)),
+        };
+        let recipients = audience_recipients(&page, target, &audience, day);
         if !recipients.is_empty() {
             let added = self
                 .add_from(
@@ -603,21 +609,31 @@ fn decode(c: &CampaignRecord) -> Result<pb::CampaignSpec, Error> {
 
 /// The contacts of `page` that match `target` (dates compared at `at`) as recipients, each
 /// with its zone and its variables.
+/// The day an audience's date filter ("birthday is today") compares each contact with.
+#[derive(Debug, Clone, Copy)]
+enum ContactsDay {
+    /// This instant's date in the contact's zone.
+    At(DateTime<Utc>),
+    /// This date, every contact's own (a campaign's `local_start`).
+    Local(chrono::NaiveDate),
+}
+
 fn audience_recipients(
     page: &[crate::audiences::model::Contact],
     target: &pb::AudienceTarget,
     audience: &AudienceRecord,
-    at: DateTime<Utc>,
+    day: ContactsDay,
 ) -> Vec<Recipient> {
+    let attr = target.date_attribute.as_str();
     page.iter()
         .filter(|c| {
-            target.date_attribute.is_empty()
-                || crate::audiences::is_today(
-                    c,
-                    &target.date_attribute,
-                    &audience.default_time_zone,
-                    at,
-                )
+            attr.is_empty()
+                || match day {
+                    ContactsDay::At(at) => {
+                        crate::audiences::is_today(c, attr, &audience.default_time_zone, at)
+                    }
+                    ContactsDay::Local(date) => crate::audiences::is_on(c, attr, date),
+                }
         })
         .map(|c| {
             let zone = c.zone_or(&audience.default_time_zone);
