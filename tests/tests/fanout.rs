@@ -1015,6 +1015,46 @@ async fn audience_added(campaigns: &CampaignServiceClient<Channel>, id: &str) ->
         .into_inner())
 }
 
+/// A campaign's audience reaching the 100,000-recipient cap adds the contacts that fit and
+/// stops there, saying why; the page that crossed the cap used to be refused whole, so the
+/// room left was never used.
+#[tokio::test]
+async fn an_audience_past_the_recipient_cap_adds_what_fits_and_says_why_it_stopped() -> Result<()> {
+    let db = TestDb::new().await?;
+    let s = SchedulerProcess::spawn(&db).await?;
+    // Campaigns made from here on start with 99,998 recipients counted: two places left.
+    db.connect()
+        .await?
+        .batch_execute(
+            "CREATE FUNCTION herald.test_nearly_full() RETURNS trigger LANGUAGE plpgsql AS
+                 $$ BEGIN NEW.recipient_count := 99998; RETURN NEW; END $$;
+             CREATE TRIGGER test_nearly_full BEFORE INSERT ON herald.campaigns
+                 FOR EACH ROW EXECUTE FUNCTION herald.test_nearly_full()",
+        )
+        .await?;
+    let five = (0..5)
+        .map(|i| contact(&format!("u{i}"), "N", "", &[], ""))
+        .collect();
+    audience(&s, "five", five).await?;
+    text_template(&s, "hello", "Hello {{ name }}").await?;
+    let mut campaigns = CampaignServiceClient::connect(s.grpc_url()).await?;
+    let created =
+        audience_campaign(&mut campaigns, "near the cap", "capped", "hello", "five").await?;
+    let stopped = audience_added(&campaigns, &created.id).await?;
+    assert!(
+        stopped.audience_error.contains("100,000"),
+        "{}",
+        stopped.audience_error
+    );
+    assert_eq!(
+        audience_tasks(&db, "five").await?,
+        (2, 2),
+        "the two that fitted"
+    );
+    assert_eq!(stopped.progress.map(|p| p.total), Some(100_000));
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_campaign_to_a_large_audience_adds_it_in_pages_and_a_page_added_twice_adds_nothing(
 ) -> Result<()> {

@@ -419,6 +419,13 @@ impl Campaigns {
                 )
                 .await;
             match added {
+                Ok(added) if added.capped => {
+                    return stop(format!(
+                        "campaign {id} reached 100,000 recipients; the audience's other \
+                         contacts were left out"
+                    ))
+                    .await
+                }
                 Ok(_) => {}
                 Err(Error::FailedPrecondition(why)) => return stop(why).await,
                 Err(e) => return Err(e),

@@ -81,6 +81,9 @@ pub struct Added {
     pub duplicates: usize,
     /// Recipients now.
     pub total: i32,
+    /// An audience's page reached the campaign's recipient cap: the contacts that fitted were
+    /// added, the rest left out.
+    pub capped: bool,
 }
 
 /// What cancelling the rows did; the caller revokes `leased` through the task cancel path.

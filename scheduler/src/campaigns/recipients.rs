@@ -118,6 +118,7 @@ impl Campaigns {
                 added: 0,
                 duplicates: 0,
                 total: campaign.recipient_count,
+                capped: false,
             });
         }
         let into = WriteTarget {
@@ -255,10 +256,22 @@ impl Campaigns {
                 audience_id: audience.map(str::to_owned),
             };
             let mut fresh: Vec<NewTask> = Vec::new();
+            // An audience's page adds the contacts that fit under the cap, and the expansion
+            // stops there; recipients a client sends are added whole or refused.
+            let mut capped = false;
+            let mut duplicates = 0;
             for (i, r) in recipients.iter().enumerate() {
                 let key = keys[i];
                 if present.contains(key) || !seen.insert(key) {
+                    duplicates += 1;
                     continue;
+                }
+                if audience.is_some()
+                    && count.saturating_add(i32::try_from(fresh.len()).unwrap_or(i32::MAX))
+                        >= MAX_RECIPIENTS
+                {
+                    capped = true;
+                    break;
                 }
                 let seq = count + fresh.len() as i32;
                 let mut task = prepared[i].clone();
@@ -274,12 +287,12 @@ impl Campaigns {
                     "campaign {id} would exceed 100,000 recipients"
                 )));
             }
-            let duplicates = recipients.len() - fresh.len();
             if fresh.is_empty() {
                 return Ok(Added {
                     added: 0,
                     duplicates,
                     total: count,
+                    capped,
                 });
             }
             crate::tasks::insert(tx, namespace, &fresh, &each).await?;
@@ -291,6 +304,7 @@ impl Campaigns {
                 added: fresh.len(),
                 duplicates,
                 total,
+                capped,
             })
         })
     }
