@@ -54,16 +54,27 @@ impl Session {
     }
 
     async fn handshake_with_ttl(&mut self, ttl: Duration) -> pb::Hello {
+        let hello = self.hello().await;
+        self.welcome(Duration::from_secs(10), ttl);
+        hello
+    }
+
+    /// The executor's first frame, which must be its Hello.
+    async fn hello(&mut self) -> pb::Hello {
         let Out::Hello(hello) = self.next().await else {
             panic!("first frame is not Hello")
         };
+        hello
+    }
+
+    /// Answers the Hello.
+    fn welcome(&self, heartbeat: Duration, ttl: Duration) {
         self.send(In::Welcome(pb::Welcome {
             protocol_version: 1,
-            heartbeat_interval: Some(prost_duration(Duration::from_secs(10))),
+            heartbeat_interval: Some(prost_duration(heartbeat)),
             lease_ttl: Some(prost_duration(ttl)),
             scheduler_id: "fake".into(),
         }));
-        hello
     }
 }
 
@@ -660,15 +671,8 @@ async fn a_lease_granted_while_an_idle_executor_closes_is_handed_back() {
     let (endpoint, mut sessions) = fake_scheduler().await;
     let mut exec = spawn_executor(vec![endpoint]).await;
     let mut s = next_session(&mut sessions).await;
-    let Out::Hello(_) = s.next().await else {
-        panic!("first frame is not Hello")
-    };
-    s.send(In::Welcome(pb::Welcome {
-        protocol_version: 1,
-        heartbeat_interval: Some(prost_duration(Duration::from_millis(100))),
-        lease_ttl: Some(prost_duration(Duration::from_secs(30))),
-        scheduler_id: "fake".into(),
-    }));
+    s.hello().await;
+    s.welcome(Duration::from_millis(100), Duration::from_secs(30));
     // Its first heartbeat: the session is serving, with nothing in flight.
     loop {
         let frame = s.inbound.message().await.unwrap().unwrap();
@@ -696,4 +700,66 @@ async fn a_lease_granted_while_an_idle_executor_closes_is_handed_back() {
     drop(s2);
     stopped(exec.done).await;
     assert!(exec.started.try_recv().is_err(), "the late lease was sent");
+}
+
+/// A shutdown while a stream is opening does not drop it: its Hello offered credit, and a lease
+/// the scheduler grants on it before seeing the executor go is answered for, sent and
+/// reported, or handed back on a stream without credit, instead of lapsing unheard.
+#[tokio::test]
+async fn a_lease_granted_on_a_stream_opening_at_shutdown_is_answered_for() {
+    let (endpoint, mut sessions) = fake_scheduler().await;
+    let mut exec = spawn_executor(vec![endpoint]).await;
+    let mut s = next_session(&mut sessions).await;
+    assert_eq!(s.hello().await.initial_credit, 4);
+    exec.shutdown.take().unwrap().send(()).unwrap();
+    s.welcome(Duration::from_secs(10), Duration::from_secs(30));
+    s.send(In::Leases(pb::LeaseBatch {
+        leases: vec![text_lease("granted", "q")],
+    }));
+    // Sent before the shutdown was seen, or handed back after: either way it is answered, on
+    // this stream or on one the executor opens without credit to finish.
+    exec.release.add_permits(1);
+    let mut answered = answers(&mut s, "granted").await;
+    drop(s);
+    let mut done = exec.done;
+    loop {
+        tokio::select! {
+            result = &mut done => {
+                result.unwrap().unwrap();
+                break;
+            }
+            Some(mut next) = sessions.recv() => {
+                let hello = next.handshake().await;
+                assert_eq!(hello.initial_credit, 0, "credit offered while shutting down");
+                answered |= answers(&mut next, "granted").await;
+            }
+        }
+    }
+    assert!(
+        answered,
+        "the lease granted at shutdown was neither reported nor released"
+    );
+}
+
+/// Reads `s` to its end, acknowledging reports; whether `task` was reported or released on it.
+async fn answers(s: &mut Session, task: &str) -> bool {
+    let mut answered = false;
+    while let Ok(Some(frame)) = s.inbound.message().await {
+        match frame.kind {
+            Some(Out::Report(batch)) => {
+                answered |= batch.results.iter().any(|r| r.task_id == task);
+                for r in &batch.results {
+                    // The executor may be gone already; the ack then does not matter.
+                    let _ = s.out.send(Ok(pb::SchedulerMessage {
+                        kind: Some(ack(&r.task_id, true)),
+                    }));
+                }
+            }
+            Some(Out::Release(release)) => {
+                answered |= release.leases.iter().any(|l| l.task_id == task);
+            }
+            _ => {}
+        }
+    }
+    answered
 }

@@ -311,14 +311,13 @@ impl LeaseClient {
         // Bounded as a whole: a partitioned endpoint can accept the TCP connection and then
         // never answer, and the next endpoint must get its turn.
         let open_limit = CONNECT_TIMEOUT + WELCOME_TIMEOUT;
+        // A shutdown meanwhile does not cut the opening short: the Hello may already have
+        // offered credit and the scheduler be granting on it, and a stream dropped now would
+        // leave those leases to lapse. Once open, `serve` sees the shutdown at once and closes
+        // the stream, handing back what came on it.
         let opened = tokio::select! {
             opened = tokio::time::timeout(open_limit, open(endpoint, &self.settings.connection, hello)) => {
                 opened.unwrap_or(Err(SessionError::OpenTimeout(open_limit)))
-            }
-            () = shutdown.cancelled(), if !shutting_down => {
-                // The Hello may already have offered credit: start over without any.
-                self.begin_shutdown();
-                return SessionEnd::Reopen;
             }
             () = deadline => return SessionEnd::Finished,
         };
