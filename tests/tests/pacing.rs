@@ -202,6 +202,18 @@ async fn a_warm_up_ramp_raises_the_daily_cap_day_by_day_over_ten_days() -> Resul
     Ok(())
 }
 
+/// Gaps of `min_ms` to `max_ms` between an account's sends.
+fn gaps(min_ms: i64, max_ms: i64) -> SendGaps {
+    let ms = |ms: i64| prost_types::Duration {
+        seconds: ms / 1000,
+        nanos: (ms % 1000) as i32 * 1_000_000,
+    };
+    SendGaps {
+        min: Some(ms(min_ms)),
+        max: Some(ms(max_ms)),
+    }
+}
+
 /// A pool `p` of one account `id` with gaps of `min_ms`-`max_ms`, `sends` tasks due in it, and a
 /// scripted executor with credit for all of them.
 async fn gapped_pool(
@@ -220,20 +232,12 @@ async fn gapped_pool(
     let scheduler = SchedulerProcess::spawn(&db).await?;
     let url = scheduler.grpc_url();
     let mut accounts = accounts_client(&url).await?;
-    let ms = |ms: i64| prost_types::Duration {
-        seconds: ms / 1000,
-        nanos: (ms % 1000) as i32 * 1_000_000,
-    };
-    let gaps = SendGaps {
-        min: Some(ms(min_ms)),
-        max: Some(ms(max_ms)),
-    };
     create_account(
         &mut accounts,
         id,
         "p",
         AccountLimits {
-            gaps: Some(gaps),
+            gaps: Some(gaps(min_ms, max_ms)),
             ..limits(1000.0)
         },
     )
@@ -280,16 +284,7 @@ async fn shorter_gaps_take_effect_at_once_not_after_the_old_gap() -> Result<()> 
             account: Some(Account {
                 id: "slow".into(),
                 limits: Some(AccountLimits {
-                    gaps: Some(SendGaps {
-                        min: Some(prost_types::Duration {
-                            seconds: 1,
-                            nanos: 0,
-                        }),
-                        max: Some(prost_types::Duration {
-                            seconds: 1,
-                            nanos: 0,
-                        }),
-                    }),
+                    gaps: Some(gaps(1_000, 1_000)),
                     ..Default::default()
                 }),
                 ..Default::default()

@@ -271,8 +271,8 @@ where
         match self.policy.authorize(&request) {
             Ok(caller) => {
                 if let Some(caller) = caller {
-                    let rate = self.policy.rates.for_token(&caller.principal.name);
-                    request.extensions_mut().insert(rate);
+                    // For the client streams' per-message pacing (`rate::paced`): one `Arc`.
+                    request.extensions_mut().insert(self.policy.rates.clone());
                     request.extensions_mut().insert(caller);
                 }
                 // The clone is not driven to readiness; the ready one is used for this call.

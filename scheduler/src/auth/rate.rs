@@ -56,24 +56,6 @@ impl TokenRates {
     }
 }
 
-/// One token's bucket, left in a request's extensions by the auth layer, so that a client
-/// stream can spend from it per message ([`PacedStream`]).
-#[derive(Debug, Clone)]
-pub struct MessageRate {
-    rates: TokenRates,
-    token_name: String,
-}
-
-impl TokenRates {
-    /// The bucket of `token_name`, for a request's extensions.
-    pub fn for_token(&self, token_name: &str) -> MessageRate {
-        MessageRate {
-            rates: self.clone(),
-            token_name: token_name.to_owned(),
-        }
-    }
-}
-
 /// A client stream whose every message after the first spends one request of the caller's
 /// token, as a unary call would (the auth layer spent one for the call itself): a token's rate
 /// bounds its imports and recipient streams too, not only how many it opens. Over the rate,
@@ -82,13 +64,20 @@ impl TokenRates {
 #[derive(Debug)]
 pub struct PacedStream<T> {
     inbound: tonic::Streaming<T>,
-    rate: Option<MessageRate>,
+    /// The buckets (left in the request's extensions by the auth layer) and the caller's
+    /// token name; None without an auth layer.
+    rate: Option<(TokenRates, String)>,
     started: bool,
 }
 
 /// The request's stream, paced by its caller's token.
 pub fn paced<T>(request: tonic::Request<tonic::Streaming<T>>) -> PacedStream<T> {
-    let rate = request.extensions().get::<MessageRate>().cloned();
+    let extensions = request.extensions();
+    let rate = extensions.get::<TokenRates>().cloned().zip(
+        extensions
+            .get::<super::Caller>()
+            .map(|c| c.principal.name.clone()),
+    );
     PacedStream {
         inbound: request.into_inner(),
         rate,
@@ -103,8 +92,8 @@ impl<T> PacedStream<T> {
             return Ok(None);
         };
         if std::mem::replace(&mut self.started, true) {
-            if let Some(rate) = &self.rate {
-                if let Some(bucket) = rate.rates.buckets.get(&rate.token_name) {
+            if let Some((rates, token_name)) = &self.rate {
+                if let Some(bucket) = rates.buckets.get(token_name) {
                     bucket.until_ready().await;
                 }
             }
