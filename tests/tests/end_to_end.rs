@@ -452,7 +452,12 @@ async fn an_executor_stopped_with_sigterm_finishes_its_send_first() -> Result<()
     receiver.wait_for_requests(1, WAIT).await?;
 
     exec.terminate()?;
-    // Created after the executor was told to stop: it must not take it.
+    // Created once the executor has acted on the signal: it must not take it. (Created as soon
+    // as the signal was sent, it raced the signal's handling with its lease's arrival.)
+    herald_tests::until("the executor to start shutting down", || async {
+        Ok(exec.stderr_all().contains("shutting down: no more credit"))
+    })
+    .await?;
     let after = create(&mut tasks, task_spec(QUEUE, "+2", "not for you")).await?;
     gate.release();
     let status = exec.wait().await?;
