@@ -717,13 +717,8 @@ async fn a_rate_limited_pooled_task_moves_to_another_account_at_once_without_an_
     Ok(())
 }
 
-#[tokio::test]
-async fn a_sticky_pool_keeps_each_recipient_on_the_account_that_last_messaged_them() -> Result<()> {
-    let db = TestDb::new().await?;
-    let conn = db.connect().await?;
-    let scheduler = SchedulerProcess::spawn(&db).await?;
-    let url = scheduler.grpc_url();
-    let mut accounts = accounts_client(&url).await?;
+/// Creates the sticky pool "sticky".
+async fn create_sticky_pool(accounts: &mut AccountServiceClient<Channel>) -> Result<()> {
     accounts
         .create_pool(CreatePoolRequest {
             pool: Some(Pool {
@@ -733,6 +728,17 @@ async fn a_sticky_pool_keeps_each_recipient_on_the_account_that_last_messaged_th
             }),
         })
         .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_sticky_pool_keeps_each_recipient_on_the_account_that_last_messaged_them() -> Result<()> {
+    let db = TestDb::new().await?;
+    let conn = db.connect().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let url = scheduler.grpc_url();
+    let mut accounts = accounts_client(&url).await?;
+    create_sticky_pool(&mut accounts).await?;
     create_account(&mut accounts, "a", "sticky", limits(1000.0)).await?;
     let mut b = Account {
         id: "b".into(),
@@ -792,6 +798,81 @@ async fn a_sticky_pool_keeps_each_recipient_on_the_account_that_last_messaged_th
         .await?
         .get("n");
     ensure!(pairs == 10, "each recipient is recorded once: {pairs}");
+    Ok(())
+}
+
+/// Waits for the acknowledgement of a report `exec` sent, skipping other frames.
+async fn report_acked(exec: &mut ScriptedExecutor) -> Result<()> {
+    loop {
+        if let scheduler_message::Kind::ReportAcks(_) = exec.next_within(WAIT).await? {
+            return Ok(());
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_sticky_recipient_waits_for_the_executor_holding_its_account_and_moves_once_none_does(
+) -> Result<()> {
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let url = scheduler.grpc_url();
+    let mut accounts = accounts_client(&url).await?;
+    create_sticky_pool(&mut accounts).await?;
+    // Each account's credentials ref is its id.
+    create_account(&mut accounts, "a", "sticky", limits(1000.0)).await?;
+    create_account(&mut accounts, "b", "sticky", limits(1000.0)).await?;
+    let mut tasks = connect_tasks(&url).await?;
+    let mut x = ScriptedExecutor::connect_holding(&url, "x", &[], &["a"], 5).await?;
+    let known: Vec<String> = (0..5).map(|i| format!("+4420{i:04}")).collect();
+    create_many(
+        &mut tasks,
+        known.iter().map(|r| pooled("sticky", r)).collect(),
+    )
+    .await?;
+    let first = leases(&mut x, 5).await?;
+    ensure!(first.iter().all(|l| l.account_id == "a"));
+    // Reported without new credit: x stays connected, holding a, and takes nothing more.
+    x.send(executor_message::Kind::Report(ReportBatch {
+        results: first.iter().map(|l| result(l, OutcomeClass::Ok)).collect(),
+    }))
+    .await?;
+    report_acked(&mut x).await?;
+
+    // y holds only b: it takes the new recipients and leaves a's to x.
+    let mut y = ScriptedExecutor::connect_holding(&url, "y", &[], &["b"], 10).await?;
+    let fresh: Vec<String> = (0..5).map(|i| format!("+4477{i:04}")).collect();
+    let mut specs: Vec<TaskSpec> = known.iter().map(|r| pooled("sticky", r)).collect();
+    specs.extend(fresh.iter().map(|r| pooled("sticky", r)));
+    create_many(&mut tasks, specs).await?;
+    let taken = leases(&mut y, 5).await?;
+    let mut got: Vec<(String, String)> = taken
+        .iter()
+        .map(|l| (l.recipient.clone(), l.account_id.clone()))
+        .collect();
+    got.sort();
+    let want: Vec<(String, String)> = fresh.iter().map(|r| (r.clone(), "b".into())).collect();
+    ensure!(got == want, "y took {got:?}");
+    x.credit(5).await?;
+    let kept = leases(&mut x, 5).await?;
+    for l in &kept {
+        ensure!(
+            known.contains(&l.recipient) && l.account_id == "a",
+            "{} went through {}",
+            l.recipient,
+            l.account_id
+        );
+    }
+    report(&x, &kept, OutcomeClass::Ok).await?;
+    report_acked(&mut x).await?;
+
+    // x leaves and no live executor holds a: its recipient moves to b rather than wait.
+    drop(x);
+    create_many(&mut tasks, vec![pooled("sticky", &known[0])]).await?;
+    let moved = leases(&mut y, 1).await?;
+    ensure!(
+        moved.len() == 1 && moved[0].recipient == known[0] && moved[0].account_id == "b",
+        "after x left: {moved:?}"
+    );
     Ok(())
 }
 

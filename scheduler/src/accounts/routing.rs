@@ -5,7 +5,8 @@
 //! A pooled task goes to the healthiest account of its pool that has room and may send to the
 //! recipient now (health in steps of a tenth, then the most headroom), unless its pool is
 //! sticky and the recipient's last account is still active and healthy: then it waits for that
-//! account. An account with a messaging tier takes a send that opens a new conversation only
+//! account, also when another live executor holds it and this one does not ([`HeldElsewhere`]).
+//! An account with a messaging tier takes a send that opens a new conversation only
 //! while the tier has room; sends inside an open conversation or customer-service window are
 //! free.
 
@@ -63,6 +64,8 @@ pub struct Candidate {
     pub recipient: String,
     /// Priority.
     pub priority: i16,
+    /// Its queue (whether an executor holding its recipient's sticky account serves it).
+    pub queue: String,
 }
 
 impl AsRef<Candidate> for Candidate {
@@ -92,23 +95,95 @@ impl PairFacts {
             .push((account, at));
     }
 
-    /// The account of `pool_accounts` that last sent to `recipient`, if any did.
-    fn last_account<'a>(
+    /// The account of `pool_accounts` that last sent to `recipient`, and when, if any did.
+    fn last_account<'a, A: std::borrow::Borrow<AccountRoom> + 'a>(
         &self,
         recipient: &str,
-        pool_accounts: &[&'a AccountRoom],
-    ) -> Option<&'a AccountRoom> {
+        pool_accounts: impl IntoIterator<Item = &'a A>,
+    ) -> Option<(&'a AccountRoom, DateTime<Utc>)> {
         let sends = self.last_sent.get(recipient)?;
         pool_accounts
-            .iter()
-            .filter_map(|a| {
+            .into_iter()
+            .map(std::borrow::Borrow::borrow)
+            .filter_map(|a: &AccountRoom| {
                 sends
                     .iter()
                     .find(|(id, at)| *id == a.id && *at > DateTime::<Utc>::MIN_UTC)
-                    .map(|(_, at)| (*a, *at))
+                    .map(|(_, at)| (a, *at))
             })
             .max_by_key(|(_, at)| *at)
-            .map(|(a, _)| a)
+    }
+}
+
+/// Which queues a live executor holding an account sends it for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Serves {
+    /// Every queue.
+    Every,
+    /// These queues only.
+    Queues(HashSet<String>),
+}
+
+impl Serves {
+    fn includes(&self, queue: &str) -> bool {
+        match self {
+            Serves::Every => true,
+            Serves::Queues(queues) => queues.contains(queue),
+        }
+    }
+}
+
+/// Accounts of sticky pools that the claiming executor cannot send for and another live
+/// executor can, with the queues it serves them for. A recipient whose last account is one of
+/// them waits for that executor instead of moving to a number held here; one whose last account
+/// no live executor holds moves (the account is as good as offline).
+#[derive(Debug, Clone, Default)]
+pub struct HeldElsewhere {
+    accounts: Vec<(AccountRoom, Serves)>,
+}
+
+impl HeldElsewhere {
+    /// `account` is held by another live executor serving `serves`; a second holder widens it.
+    pub fn add(&mut self, account: AccountRoom, serves: Serves) {
+        match self.accounts.iter_mut().find(|(a, _)| a.id == account.id) {
+            Some((_, held)) => match (held, serves) {
+                (Serves::Every, _) => {}
+                (held, Serves::Every) => *held = Serves::Every,
+                (Serves::Queues(mine), Serves::Queues(more)) => mine.extend(more),
+            },
+            None => self.accounts.push((account, serves)),
+        }
+    }
+
+    /// Whether no account is held elsewhere.
+    pub fn is_empty(&self) -> bool {
+        self.accounts.is_empty()
+    }
+
+    /// Whether `c`, of sticky pool `pool`, waits for an account held elsewhere: the account of
+    /// the pool that last sent to its recipient is held elsewhere (for its queue), still active
+    /// and healthy, and sent later than `here_since` (the last send through an account held
+    /// here).
+    fn waits_for_one(
+        &self,
+        c: &Candidate,
+        pool: &str,
+        facts: &PairFacts,
+        here_since: Option<DateTime<Utc>>,
+    ) -> bool {
+        if self.accounts.is_empty() {
+            return false;
+        }
+        let in_pool = self
+            .accounts
+            .iter()
+            .filter(|(a, serves)| a.pool == pool && serves.includes(&c.queue))
+            .map(|(a, _)| a);
+        facts
+            .last_account(&c.recipient, in_pool)
+            .is_some_and(|(a, at)| {
+                here_since.is_none_or(|here| at > here) && a.active && a.health >= STICKY_MIN_HEALTH
+            })
     }
 }
 
@@ -138,11 +213,15 @@ struct Left {
 /// Assigns candidates (in claim order) to accounts: pooled tasks to an account of the pool (see
 /// the module's rules), pinned tasks to their account. Takes at most `limit`. The claim has
 /// already taken out candidates whose send window is closed.
+///
+/// `accounts` are those the claiming executor can send for; `elsewhere` the sticky ones that
+/// only other live executors can.
 pub fn assign<C: AsRef<Candidate>>(
     namespace: &str,
     candidates: &[C],
     accounts: &[AccountRoom],
     facts: &PairFacts,
+    elsewhere: &HeldElsewhere,
     limit: usize,
 ) -> Vec<Assignment> {
     // Accounts are referred to by their index in `accounts`, and what is known of each
@@ -228,7 +307,12 @@ pub fn assign<C: AsRef<Candidate>>(
         if c.route.starts_with(&pool_prefix) && choices.first().is_some_and(|&i| accounts[i].sticky)
         {
             let pool: Vec<&AccountRoom> = choices.iter().map(|&i| &accounts[i]).collect();
-            if let Some(last) = facts.last_account(&c.recipient, &pool) {
+            let last = facts.last_account(&c.recipient, pool.iter().copied());
+            let pool_name = &c.route[pool_prefix.len()..];
+            if elsewhere.waits_for_one(c, pool_name, facts, last.map(|(_, at)| at)) {
+                continue;
+            }
+            if let Some((last, _)) = last {
                 if last.active && last.health >= STICKY_MIN_HEALTH {
                     choices = match index_of.get(last.id.as_str()) {
                         Some(&i) => {
@@ -338,7 +422,25 @@ mod tests {
             route: route.into(),
             recipient: recipient.into(),
             priority,
+            queue: "q".into(),
         }
+    }
+
+    /// Routes for an executor that holds `accounts`, none held elsewhere.
+    fn assign_here(
+        candidates: &[Candidate],
+        accounts: &[AccountRoom],
+        facts: &PairFacts,
+        limit: usize,
+    ) -> Vec<Assignment> {
+        assign(
+            "ns",
+            candidates,
+            accounts,
+            facts,
+            &HeldElsewhere::default(),
+            limit,
+        )
     }
 
     fn accounts_of(out: &[Assignment]) -> Vec<Option<&str>> {
@@ -351,7 +453,7 @@ mod tests {
         let candidates: Vec<_> = (0..4)
             .map(|i| candidate("ns/p:p", &format!("+{i}"), 5))
             .collect();
-        let out = assign("ns", &candidates, &accounts, &PairFacts::default(), 10);
+        let out = assign_here(&candidates, &accounts, &PairFacts::default(), 10);
         assert_eq!(
             accounts_of(&out),
             vec![Some("b"), Some("b"), Some("a"), Some("b")]
@@ -370,7 +472,7 @@ mod tests {
         let candidates: Vec<Candidate> = (0..6)
             .map(|n| candidate("ns/p:p", &format!("r{n}"), 0))
             .collect();
-        let out = assign("ns", &candidates, &accounts, &PairFacts::default(), 10);
+        let out = assign_here(&candidates, &accounts, &PairFacts::default(), 10);
         assert_eq!(
             accounts_of(&out),
             vec![
@@ -391,14 +493,14 @@ mod tests {
             .map(|i| candidate("ns/p:p", &format!("+{i}"), 5))
             .collect();
         assert_eq!(
-            assign("ns", &candidates, &accounts, &PairFacts::default(), 10).len(),
+            assign_here(&candidates, &accounts, &PairFacts::default(), 10).len(),
             2
         );
         let unrouted: Vec<_> = (0..5)
             .map(|i| candidate("ns/", &format!("+{i}"), 5))
             .collect();
         assert_eq!(
-            assign("ns", &unrouted, &accounts, &PairFacts::default(), 3).len(),
+            assign_here(&unrouted, &accounts, &PairFacts::default(), 3).len(),
             3
         );
     }
@@ -411,13 +513,13 @@ mod tests {
             .map(|i| candidate("ns/p:p", &format!("+l{i}"), 3))
             .collect();
         assert_eq!(
-            assign("ns", &low, &accounts, &PairFacts::default(), 10).len(),
+            assign_here(&low, &accounts, &PairFacts::default(), 10).len(),
             2
         );
         let mut mixed = low.clone();
         mixed.insert(0, candidate("ns/p:p", "+h1", 9));
         mixed.insert(1, candidate("ns/p:p", "+h2", 8));
-        let out = assign("ns", &mixed, &accounts, &PairFacts::default(), 10);
+        let out = assign_here(&mixed, &accounts, &PairFacts::default(), 10);
         assert_eq!(out.len(), 4);
         assert_eq!(out.iter().filter(|a| a.high).count(), 2);
     }
@@ -430,7 +532,7 @@ mod tests {
             candidate("ns/p:p", "+1", 5),
             candidate("ns/p:p", "+1", 5),
         ];
-        let out = assign("ns", &candidates, &accounts, &PairFacts::default(), 10);
+        let out = assign_here(&candidates, &accounts, &PairFacts::default(), 10);
         assert_eq!(accounts_of(&out), vec![Some("a"), Some("b")]);
     }
 
@@ -447,7 +549,7 @@ mod tests {
             candidate("ns/a:a", "+2", 5),
             candidate("ns/a:zzz", "+3", 5),
         ];
-        let out = assign("ns", &candidates, &accounts, &blocked, 10);
+        let out = assign_here(&candidates, &accounts, &blocked, 10);
         assert_eq!(accounts_of(&out), vec![Some("b"), Some("a")]);
         assert_eq!(out[1].recipient, "+2");
     }
@@ -460,7 +562,7 @@ mod tests {
             candidate("ns/a:a", "15550001111", 5),
             candidate("ns/a:a", "+15550002222", 5),
         ];
-        let out = assign("ns", &candidates, &accounts, &PairFacts::default(), 10);
+        let out = assign_here(&candidates, &accounts, &PairFacts::default(), 10);
         let got: Vec<&str> = out.iter().map(|a| a.recipient.as_str()).collect();
         assert_eq!(got, vec!["+15550001111", "+15550002222"]);
     }
@@ -481,7 +583,7 @@ mod tests {
             candidate("ns/p:p", "+replied", 5),
             candidate("ns/p:p", "+new1", 5),
         ];
-        let out = assign("ns", &candidates, &[a], &facts, 10);
+        let out = assign_here(&candidates, &[a], &facts, 10);
         let got: Vec<(&str, bool)> = out
             .iter()
             .map(|a| (a.recipient.as_str(), a.opens))
@@ -501,11 +603,11 @@ mod tests {
         let mut facts = PairFacts::default();
         facts.record_send(("a".into(), "+1".into()), Utc::now());
         let candidates = vec![candidate("ns/p:p", "+1", 5), candidate("ns/p:p", "+1", 5)];
-        let out = assign("ns", &candidates, &[a.clone(), b.clone()], &facts, 10);
+        let out = assign_here(&candidates, &[a.clone(), b.clone()], &facts, 10);
         // The second waits for its account rather than move to b.
         assert_eq!(accounts_of(&out), vec![Some("a")]);
         a.health = 0.2;
-        let out = assign("ns", &candidates[..1], &[a, b], &facts, 10);
+        let out = assign_here(&candidates[..1], &[a, b], &facts, 10);
         assert_eq!(accounts_of(&out), vec![Some("b")]);
     }
 
@@ -515,7 +617,59 @@ mod tests {
         sick.health = 0.4;
         let well = account("b", "p", 1, 1);
         let candidates = vec![candidate("ns/p:p", "+1", 5), candidate("ns/p:p", "+2", 5)];
-        let out = assign("ns", &candidates, &[sick, well], &PairFacts::default(), 10);
+        let out = assign_here(&candidates, &[sick, well], &PairFacts::default(), 10);
         assert_eq!(accounts_of(&out), vec![Some("b"), Some("a")]);
+    }
+
+    #[test]
+    fn sticky_recipients_wait_for_an_account_another_live_executor_holds_for_their_queue() {
+        let mut here = account("here", "p", 9, 9);
+        let mut away = account("away", "p", 9, 9);
+        here.sticky = true;
+        away.sticky = true;
+        let mut facts = PairFacts::default();
+        let earlier = Utc::now() - chrono::Duration::minutes(5);
+        facts.record_send(("away".into(), "+known".into()), Utc::now());
+        facts.record_send(("here".into(), "+back".into()), Utc::now());
+        facts.record_send(("away".into(), "+back".into()), earlier);
+        let candidates = vec![
+            candidate("ns/p:p", "+known", 5),
+            candidate("ns/p:p", "+new", 5),
+            candidate("ns/p:p", "+back", 5),
+        ];
+        let routed = |elsewhere: &HeldElsewhere| {
+            let out = assign("ns", &candidates, &[here.clone()], &facts, elsewhere, 10);
+            out.into_iter()
+                .map(|a| a.recipient)
+                .collect::<Vec<String>>()
+        };
+        // Held elsewhere for the task's queue: the known recipient waits; the new one, and
+        // the one this executor's account messaged last, go here.
+        let mut elsewhere = HeldElsewhere::default();
+        elsewhere.add(away.clone(), Serves::Queues(HashSet::from(["q".into()])));
+        assert_eq!(routed(&elsewhere), vec!["+new", "+back"]);
+        // An executor that holds it for every queue, as another adds: still waits.
+        let mut every = HeldElsewhere::default();
+        every.add(
+            away.clone(),
+            Serves::Queues(HashSet::from(["other".into()])),
+        );
+        every.add(away.clone(), Serves::Every);
+        assert_eq!(routed(&every), vec!["+new", "+back"]);
+        // Held only for another queue, or by nobody live, or paused: the recipient moves.
+        let mut other_queue = HeldElsewhere::default();
+        other_queue.add(
+            away.clone(),
+            Serves::Queues(HashSet::from(["other".into()])),
+        );
+        assert_eq!(routed(&other_queue), vec!["+known", "+new", "+back"]);
+        assert_eq!(
+            routed(&HeldElsewhere::default()),
+            vec!["+known", "+new", "+back"]
+        );
+        away.active = false;
+        let mut paused = HeldElsewhere::default();
+        paused.add(away, Serves::Every);
+        assert_eq!(routed(&paused), vec!["+known", "+new", "+back"]);
     }
 }

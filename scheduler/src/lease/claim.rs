@@ -9,7 +9,9 @@
 //! 3. end the tasks of suppressed recipients, move those whose send window is closed to its
 //!    next opening, read what the accounts know of the recipients (spacing, provider blocks,
 //!    open conversations, last account), and assign pooled tasks to an account of their pool
-//!    ([`routing::assign`], pure and unit-tested: health, stickiness, tiers);
+//!    ([`routing::assign`], pure and unit-tested: health, stickiness, tiers); when a sticky
+//!    pool's recipient was last sent to through an account this executor does not hold, which
+//!    other live executors hold it is read from their presence (`held_elsewhere`);
 //! 4. lease the assignments, then grant them (`herald.grant_claim`): reserve account capacity
 //!    atomically (`herald.reserve_capacity`), record recipient sends, give back what a
 //!    concurrent claim took first; then settle: paced sends are leased from their drawn
@@ -27,7 +29,8 @@ use std::time::{Duration, Instant};
 
 use deadpool_postgres::Transaction;
 
-use crate::accounts::routing::{self, AccountRoom};
+use super::presence;
+use crate::accounts::routing::{self, AccountRoom, HeldElsewhere, PairFacts, Serves};
 pub use crate::store::leases::claim::ClaimRequest;
 use crate::store::leases::claim::{AccountBudget, CandidateRow, GrantAccounts};
 use crate::store::transaction;
@@ -160,7 +163,7 @@ async fn claim_in(
         .iter()
         .map(|b| (b.room.id.clone(), b.credentials_ref.clone()))
         .collect();
-    let (accounts, recheck_in) = read_budgets(req, budgets);
+    let (accounts, not_held, recheck_in) = read_budgets(req, budgets);
     let (candidates, open_routes) = lock_candidates(tx, req, &accounts).await?;
     if candidates.is_empty() {
         let claimed = Claimed {
@@ -215,8 +218,16 @@ async fn claim_in(
         .into_iter()
         .filter(|c| !deferred.contains(&c.task.id))
         .collect();
+    let elsewhere = held_elsewhere(tx, req, not_held, &facts).await?;
     let limit = usize::try_from(req.limit).unwrap_or(usize::MAX);
-    let assigned = routing::assign(req.namespace, &candidates, &accounts, &facts, limit);
+    let assigned = routing::assign(
+        req.namespace,
+        &candidates,
+        &accounts,
+        &facts,
+        &elsewhere,
+        limit,
+    );
     let tracked: Vec<&str> = accounts
         .iter()
         .filter(|a| a.tracks_recipients())
@@ -236,19 +247,23 @@ async fn claim_in(
     Ok((claimed, true))
 }
 
-/// The accounts this executor can send for, with their room; and how long until an account
-/// without room gets some back by time alone.
+/// The accounts this executor can send for, with their room; those of sticky pools it cannot
+/// send for; and how long until an account it can without room gets some back by time alone.
 fn read_budgets(
     req: &ClaimRequest<'_>,
     budgets: Vec<AccountBudget>,
-) -> (Vec<AccountRoom>, Option<Duration>) {
+) -> (Vec<AccountRoom>, Vec<AccountBudget>, Option<Duration>) {
     let mut accounts = Vec::new();
+    let mut not_held = Vec::new();
     let mut recheck_ms: Option<f64> = None;
     for b in budgets {
         if req
             .credentials
             .is_some_and(|held| !held.contains(&b.credentials_ref))
         {
+            if b.room.sticky {
+                not_held.push(b);
+            }
             continue;
         }
         if b.room.room == 0 {
@@ -259,7 +274,52 @@ fn read_budgets(
         accounts.push(b.room);
     }
     let recheck_in = recheck_ms.map(|ms| Duration::from_micros((ms.max(0.0) * 1000.0) as u64));
-    (accounts, recheck_in)
+    (accounts, not_held, recheck_in)
+}
+
+/// Which of `not_held` (sticky-pool accounts this executor cannot send for) other live
+/// executors hold, and for which queues. Presence is read only when a candidate's recipient was
+/// sent to through one of them: otherwise none can keep a recipient waiting.
+async fn held_elsewhere(
+    tx: &Transaction<'_>,
+    req: &ClaimRequest<'_>,
+    not_held: Vec<AccountBudget>,
+    facts: &PairFacts,
+) -> Result<HeldElsewhere, StoreError> {
+    let mut elsewhere = HeldElsewhere::default();
+    if not_held.is_empty() {
+        return Ok(elsewhere);
+    }
+    let sent_through: HashSet<&str> = facts
+        .last_sent
+        .values()
+        .flatten()
+        .map(|(account, _)| account.as_str())
+        .collect();
+    let not_held: Vec<AccountBudget> = not_held
+        .into_iter()
+        .filter(|b| sent_through.contains(b.room.id.as_str()))
+        .collect();
+    if not_held.is_empty() {
+        return Ok(elsewhere);
+    }
+    let holders = tx
+        .executors()
+        .live_elsewhere(req.namespace, req.executor_id, presence::FRESH)
+        .await?;
+    for b in not_held {
+        for h in &holders {
+            if h.credentials.is_empty() || h.credentials.contains(&b.credentials_ref) {
+                let serves = if h.queues.is_empty() {
+                    Serves::Every
+                } else {
+                    Serves::Queues(h.queues.iter().cloned().collect())
+                };
+                elsewhere.add(b.room.clone(), serves);
+            }
+        }
+    }
+    Ok(elsewhere)
 }
 
 /// Locks due candidates of every route with room: by queue, each pool with room (up to its

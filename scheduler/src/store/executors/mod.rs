@@ -19,6 +19,17 @@ repository!(
 const UPSERT_SESSION: Statement = statement!("upsert_session");
 const REMOVE_SESSION: Statement = statement!("remove_session");
 const SERVING: Statement = statement!("serving");
+const LIVE_ELSEWHERE: Statement = statement!("live_elsewhere");
+
+/// What one other live executor serves: its queues and the credentials refs it holds, each
+/// empty for every one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    /// Its queues; empty for every queue.
+    pub queues: Vec<String>,
+    /// Its credentials refs; empty for every account's.
+    pub credentials: Vec<String>,
+}
 
 /// One live session as its replica records it.
 #[derive(Debug, Clone)]
@@ -102,5 +113,28 @@ impl<C: GenericClient> ExecutorRepo<'_, C> {
             held.extend(credentials);
         }
         Ok(Serving::Accounts(held))
+    }
+
+    /// The executors of `namespace` other than `executor_id` seen within `fresh`.
+    pub async fn live_elsewhere(
+        &self,
+        namespace: &str,
+        executor_id: &str,
+        fresh: Duration,
+    ) -> Result<Vec<Holder>, StoreError> {
+        LIVE_ELSEWHERE
+            .query(
+                self.db,
+                &[&namespace, &executor_id, &(fresh.as_millis() as f64)],
+            )
+            .await?
+            .iter()
+            .map(|r| {
+                Ok(Holder {
+                    queues: column(r, "queues")?,
+                    credentials: column(r, "credentials")?,
+                })
+            })
+            .collect()
     }
 }

@@ -241,6 +241,7 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
                         route: column(r, "route")?,
                         recipient: column(r, "recipient")?,
                         priority: column(r, "priority")?,
+                        queue: column(r, "queue")?,
                     },
                     windowed: column(r, "windowed")?,
                     suppressed: column(r, "suppressed")?,

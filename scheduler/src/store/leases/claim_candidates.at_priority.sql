@@ -1,4 +1,5 @@
-SELECT t.id, t.route, t.recipient, t.priority, t.run_at, t.window_start IS NOT NULL AS windowed
+SELECT t.id, t.route, t.recipient, t.priority, t.queue, t.run_at,
+       t.window_start IS NOT NULL AS windowed
 FROM herald.tasks t
 WHERE t.state = 'scheduled'
   AND t.route = r.route

@@ -6,7 +6,7 @@
 -- when the transaction ends.
 -- `suppressed`: the recipient is on the namespace ($6) suppression list (migration 15); the
 -- caller ends such a task instead of routing it. One primary-key probe per candidate.
-SELECT c.id, c.route, c.recipient, c.priority, c.run_at, c.windowed,
+SELECT c.id, c.route, c.recipient, c.priority, c.queue, c.run_at, c.windowed,
        EXISTS (SELECT 1 FROM herald.suppressions s
                WHERE s.namespace = $6 AND s.recipient = herald.recipient_key(c.recipient)) AS suppressed
 FROM (
@@ -20,7 +20,7 @@ FROM (
     SELECT z.*
     FROM unnest($3::text[], $4::integer[]) AS r(route, lim)
     CROSS JOIN LATERAL (
-        SELECT t.id, t.route, t.recipient, t.priority, t.run_at,
+        SELECT t.id, t.route, t.recipient, t.priority, t.queue, t.run_at,
                t.window_start IS NOT NULL AS windowed
         FROM herald.tasks t
         WHERE t.state = 'scheduled'
