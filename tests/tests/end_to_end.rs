@@ -208,6 +208,49 @@ async fn a_permanent_error_fails_the_task_without_retrying() -> Result<()> {
 }
 
 #[tokio::test]
+async fn a_task_whose_stored_content_cannot_be_read_fails_at_once_and_sends_nothing() -> Result<()>
+{
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let receiver = WebhookReceiver::start().await?;
+    let mut tasks = connect_tasks(&scheduler.grpc_url()).await?;
+    let id = create(&mut tasks, task_spec(QUEUE, "+1", "hello")).await?;
+    let sql = db.connect().await?;
+    // Bytes that are no Content message (a varint that never ends).
+    sql.execute(
+        "UPDATE herald.tasks SET content = '\\xffffffffffffffffffffff'::bytea WHERE id::text = $1",
+        &[&id],
+    )
+    .await?;
+    let _executor = executor(&scheduler, &receiver, "exec-1", "").await?;
+    // Read in SQL: GetTask cannot show content it cannot read either.
+    herald_tests::until("the unreadable task to fail", || async {
+        let row = sql
+            .query_one(
+                "SELECT state::text AS state, attempts, last_error FROM herald.tasks
+                 WHERE id::text = $1",
+                &[&id],
+            )
+            .await?;
+        let state: String = row.get("state");
+        if state != "failed" {
+            return Ok(false);
+        }
+        let attempts: i32 = row.get("attempts");
+        let error: Option<String> = row.get("last_error");
+        anyhow::ensure!(attempts == 1, "failed after {attempts} attempts");
+        anyhow::ensure!(
+            error.as_deref().is_some_and(|e| e.contains("no content")),
+            "{error:?}"
+        );
+        Ok(true)
+    })
+    .await?;
+    assert!(receiver.requests().is_empty(), "nothing was sent");
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_task_fails_once_its_attempts_are_used_up() -> Result<()> {
     let db = TestDb::new().await?;
     let scheduler = SchedulerProcess::spawn(&db).await?;

@@ -263,16 +263,15 @@ fn wire_frames(frame: ToExecutor) -> WireFrames {
 /// each) can be tens of megabytes: sent as one message, the executor refused it, broke its
 /// stream at every claim, and the leases ran out unsent.
 fn lease_batches(leases: Vec<GrantedLease>) -> Vec<pb::LeaseBatch> {
-    let sized = leases.into_iter().filter_map(|l| {
+    let sized = leases.into_iter().map(|l| {
         let task_id = l.task_id;
         let size = wire_size_bound(&l);
-        match wire::lease(l) {
-            Ok(lease) => Some((size, lease)),
-            Err(e) => {
-                tracing::error!(task_id = %task_id, error = %e, "undeliverable lease");
-                None
-            }
+        let (lease, unread) = wire::lease(l);
+        if let Some(e) = unread {
+            tracing::error!(task_id = %task_id, error = %e,
+                "the task's stored content cannot be read; leased without it, so the executor fails it");
         }
+        (size, lease)
     });
     framing::batches(sized, usize::MAX)
         .into_iter()
@@ -448,14 +447,24 @@ mod tests {
         };
         lease.window_closed_fallback = Some(template.encode_to_vec());
         let bound = wire_size_bound(&lease);
-        let Ok(wire_lease) = wire::lease(lease) else {
-            panic!("a lease that converts");
-        };
+        let (wire_lease, unread) = wire::lease(lease);
+        assert!(unread.is_none(), "a lease that converts");
         let len = wire_lease.encoded_len();
         assert!(
             bound >= len + 1 + prost::length_delimiter_len(len),
             "{bound} < {len}"
         );
+    }
+
+    #[test]
+    fn a_lease_whose_content_cannot_be_read_goes_without_it() {
+        let mut unreadable = lease_of(10);
+        unreadable.content = vec![0xff; 10];
+        let batches = lease_batches(vec![lease_of(10), unreadable, lease_of(10)]);
+        let leases: Vec<&pb::Lease> = batches.iter().flat_map(|b| &b.leases).collect();
+        assert_eq!(leases.len(), 3, "no lease is dropped");
+        let with_content: Vec<bool> = leases.iter().map(|l| l.content.is_some()).collect();
+        assert_eq!(with_content, vec![true, false, true]);
     }
 
     #[test]

@@ -337,13 +337,31 @@ pub fn attempt(a: &AttemptRecord) -> pb::Attempt {
 
 /// A granted lease on the wire: the task as the executor receives it. Takes the lease, since
 /// it is sent once: its strings and labels move onto the wire instead of being copied.
-pub fn lease(l: GrantedLease) -> Result<pb::Lease, StoreError> {
-    Ok(pb::Lease {
+///
+/// Stored content (or fallback) that cannot be read goes as no content, with the reading error
+/// beside it for the log: the executor refuses such a lease at once (PERMANENT, "lease carries
+/// no content"), which ends the task FAILED. Dropped instead, the lease lapsed unheard, cost an
+/// attempt at every lease until the task ran out of them, and kept one of the session's
+/// credits each time.
+pub fn lease(l: GrantedLease) -> (pb::Lease, Option<StoreError>) {
+    let read = content(&l.content).and_then(|c| {
+        let fallback = l
+            .window_closed_fallback
+            .as_deref()
+            .map(fallback)
+            .transpose()?;
+        Ok((c, fallback))
+    });
+    let (content, window_closed_fallback, unread) = match read {
+        Ok((c, f)) => (Some(Box::new(c)), f.map(Box::new), None),
+        Err(e) => (None, None, Some(e)),
+    };
+    let lease = pb::Lease {
         task_id: l.task_id.to_string(),
         attempt: l.attempt,
         queue: l.queue,
         recipient: l.recipient,
-        content: Some(Box::new(content(&l.content)?)),
+        content,
         idempotency_key: l.idempotency_key,
         run_at: Some(timestamp(l.run_at)),
         leased_at: Some(timestamp(l.leased_at)),
@@ -355,12 +373,9 @@ pub fn lease(l: GrantedLease) -> Result<pb::Lease, StoreError> {
         credentials_ref: l.credentials_ref.unwrap_or_default(),
         traceparent: l.trace_parent.unwrap_or_default(),
         send_after: (!l.send_after.is_zero()).then(|| super::duration(l.send_after)),
-        window_closed_fallback: l
-            .window_closed_fallback
-            .as_deref()
-            .map(|f| fallback(f).map(Box::new))
-            .transpose()?,
-    })
+        window_closed_fallback,
+    };
+    (lease, unread)
 }
 
 #[cfg(test)]
