@@ -407,14 +407,53 @@ pub fn check_for(content: &pb::Content, path: &str, kind: SenderKind) -> Vec<Vio
         (SenderKind::Wecom | SenderKind::WecomRobot, Body::Text(t)) => c.bytes("text", t, 1, 2048),
         (SenderKind::Wecom, Body::Markdown(t)) => c.bytes("markdown", t, 1, 2048),
         (SenderKind::WhatsappCloud, Body::Text(t)) => c.chars("text", t, 1, 4096),
-        (SenderKind::WecomRobot, Body::Media(m))
-            if matches!(m.source, Some(pb::media::Source::MediaId(_)))
-                && m.kind() == MediaKind::Image =>
-        {
-            c.add(
-                "media.media_id",
-                "a wecom robot sends images inline: give a link",
-            )
+        (SenderKind::Wecom | SenderKind::WecomRobot, Body::Media(m)) => {
+            if kind == SenderKind::WecomRobot
+                && matches!(m.source, Some(pb::media::Source::MediaId(_)))
+                && m.kind() == MediaKind::Image
+            {
+                c.add(
+                    "media.media_id",
+                    "a wecom robot sends images inline: give a link",
+                );
+            }
+            // WeCom's media messages carry the media alone (a video a title and description
+            // too); text given here would be dropped unseen.
+            if !m.caption.is_empty() {
+                c.add(
+                    "media.caption",
+                    format!(
+                        "a {kind} account sends media without a caption: send the text as a \
+                         message of its own"
+                    ),
+                );
+            }
+            if !(kind == SenderKind::Wecom && m.kind() == MediaKind::Video) {
+                for (field, value) in [("title", &m.title), ("description", &m.description)] {
+                    if !value.is_empty() {
+                        c.add(
+                            &format!("media.{field}"),
+                            format!("a {kind} account sends a {field} only with a video"),
+                        );
+                    }
+                }
+            }
+        }
+        (SenderKind::WhatsappCloud, Body::Media(m)) => {
+            for (field, value) in [("title", &m.title), ("description", &m.description)] {
+                if !value.is_empty() {
+                    c.add(
+                        &format!("media.{field}"),
+                        format!("a {kind} account sends no {field}: use caption"),
+                    );
+                }
+            }
+            if !m.filename.is_empty() && m.kind() != MediaKind::Document {
+                c.add(
+                    "media.filename",
+                    format!("a {kind} account shows a file name only for a document"),
+                );
+            }
         }
         (SenderKind::WecomRobot, Body::News(n)) => {
             for (i, a) in n.articles.iter().enumerate() {
@@ -460,6 +499,61 @@ mod tests {
         assert_eq!(v.len(), 1, "{v:?}");
         assert_eq!(v[0].field, "task.content.media.link");
         assert!(check(&image("https://example.com/a.png"), "c").is_empty());
+    }
+
+    #[test]
+    fn media_text_a_channel_would_drop_is_refused() {
+        let with = |kind: MediaKind, f: fn(&mut pb::Media)| {
+            let mut m = pb::Media {
+                kind: kind as i32,
+                source: Some(pb::media::Source::Link("https://example.com/a".into())),
+                ..Default::default()
+            };
+            f(&mut m);
+            pb::Content {
+                body: Some(Body::Media(m)),
+                link_preview: false,
+            }
+        };
+        let fields = |c: &pb::Content, kind: SenderKind| -> Vec<String> {
+            check_for(c, "c", kind)
+                .into_iter()
+                .map(|v| v.field)
+                .collect()
+        };
+        let captioned = with(MediaKind::Image, |m| m.caption = "Your invoice".into());
+        assert_eq!(
+            fields(&captioned, SenderKind::Wecom),
+            vec!["c.media.caption"]
+        );
+        assert_eq!(
+            fields(&captioned, SenderKind::WecomRobot),
+            vec!["c.media.caption"]
+        );
+        assert!(fields(&captioned, SenderKind::WhatsappCloud).is_empty());
+        let titled = |kind| {
+            with(kind, |m| {
+                m.title = "Demo".into();
+                m.description = "How it works".into();
+            })
+        };
+        assert!(fields(&titled(MediaKind::Video), SenderKind::Wecom).is_empty());
+        assert_eq!(
+            fields(&titled(MediaKind::Image), SenderKind::Wecom),
+            vec!["c.media.title", "c.media.description"]
+        );
+        assert_eq!(
+            fields(&titled(MediaKind::Video), SenderKind::WhatsappCloud),
+            vec!["c.media.title", "c.media.description"]
+        );
+        let named = |kind| with(kind, |m| m.filename = "a.pdf".into());
+        assert!(fields(&named(MediaKind::Document), SenderKind::WhatsappCloud).is_empty());
+        assert_eq!(
+            fields(&named(MediaKind::Image), SenderKind::WhatsappCloud),
+            vec!["c.media.filename"]
+        );
+        // WeCom names the uploaded file whatever its kind.
+        assert!(fields(&named(MediaKind::Image), SenderKind::Wecom).is_empty());
     }
 
     #[test]

@@ -254,6 +254,12 @@ pub fn check_window_closed_fallback(t: &pb::TemplateContent, path: &str, v: &mut
             "must be at most 65536 bytes in total",
         );
     }
+    // A fallback only ever goes out through a WhatsApp number, which takes a body's variables
+    // by position: keys Meta would refuse (132000) are refused now, not when the window is
+    // closed, the one time the fallback matters.
+    if let Err(problem) = herald_proto::content::positional_parameters(&t.variables) {
+        v.add(format!("{path}.variables"), problem);
+    }
     // The shared content rules see a content holding this template and name its fields
     // `<path>.template.<field>`; the fallback is the template itself.
     let as_content = super::model::fallback_content(t);
@@ -413,9 +419,21 @@ mod tests {
         s.window_closed_fallback = Some(pb::TemplateContent {
             template_id: "order_update".into(),
             language: "en_US".into(),
+            variables: [("1".into(), "A-1001".into())].into(),
             ..Default::default()
         });
         assert!(check(&s).is_empty());
+        // Named or gapped keys, which WhatsApp would refuse only when the fallback is sent.
+        for keys in [vec!["name"], vec!["1", "3"]] {
+            if let Some(f) = s.window_closed_fallback.as_mut() {
+                f.variables = keys.iter().map(|k| (k.to_string(), "x".into())).collect();
+            }
+            assert_eq!(
+                check(&s),
+                vec!["task.window_closed_fallback.variables"],
+                "{keys:?}"
+            );
+        }
     }
 
     #[test]
