@@ -398,11 +398,21 @@ async fn a_lost_answer_whose_callback_came_first_with_a_failure_is_settled_by_it
 }
 
 /// The lost send was the task's last attempt: the report ends it, but the callback that came
-/// first proves the message went out, so it ends SUCCEEDED rather than FAILED (exhausted).
+/// first proves the message went out, so it ends SUCCEEDED rather than FAILED (exhausted), and
+/// no task.failed notification goes out.
 #[tokio::test]
 async fn a_last_attempt_whose_lost_answer_a_callback_proved_ends_sent() -> Result<()> {
     let recipient = "16505550058";
     let (mut stack, id) = lost_after_callbacks(recipient, &[Callback::Sent], Some(1)).await?;
+    // Notifications recorded (none delivers them here): the report ends the task FAILED for a
+    // moment inside its transaction, which queued task.failed.
+    let sql = stack.db.connect().await?;
+    sql.execute(
+        "INSERT INTO herald.notify_settings (id, enabled_until)
+         VALUES (true, now() + interval '1 hour')",
+        &[],
+    )
+    .await?;
     let task = stack
         .wait_task(&id, |t| t.state() != TaskState::Leased && t.attempts == 1)
         .await?;
@@ -410,6 +420,16 @@ async fn a_last_attempt_whose_lost_answer_a_callback_proved_ends_sent() -> Resul
         (task.state(), task.end_reason()),
         (TaskState::Succeeded, EndReason::Sent)
     );
+    let told: Vec<String> = sql
+        .query(
+            "SELECT event FROM herald.notifications WHERE payload -> 'data' ->> 'task_id' = $1",
+            &[&id],
+        )
+        .await?
+        .iter()
+        .map(|r| r.get("event"))
+        .collect();
+    assert!(told.is_empty(), "notified of a task that succeeded: {told:?}");
     Ok(())
 }
 

@@ -42,7 +42,20 @@ changed AS (
         updated_at = herald.now()
     FROM candidates c
     WHERE t.id = c.id AND (c.sent_message IS NOT NULL OR c.state = 'scheduled')
-    RETURNING t.id, t.lease_count, t.state::text AS state, t.run_at, c.sent_message, c.failed
+    RETURNING t.id, t.lease_count, t.state::text AS state, t.run_at, c.sent_message, c.failed,
+              c.state <> 'scheduled' AS was_ended
+),
+-- A task the report had just ended FAILED or EXPIRED queued its task.failed or task.expired
+-- notification in this transaction (tasks_notify_ended, migration 5), and it succeeded after
+-- all: the notification is withdrawn before anyone is told the message failed. Rows this
+-- transaction queued are those created at its start (now()); one queued before stays.
+withdrawn AS (
+    DELETE FROM herald.notifications n
+    USING changed c
+    WHERE c.sent_message IS NOT NULL AND c.was_ended
+      AND n.created_at = now()
+      AND n.event IN ('task.failed', 'task.expired')
+      AND n.payload -> 'data' ->> 'task_id' = c.id::text
 ),
 pinned AS (
     UPDATE herald.attempts a
