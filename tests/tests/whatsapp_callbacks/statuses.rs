@@ -166,6 +166,21 @@ async fn a_late_failure_ends_the_task_failed_with_the_code() -> Result<()> {
         delivery.error
     );
     assert!(delivery.failed_at.is_some() && delivery.accepted_at.is_some());
+    // It ended when the failure came, not when its send seemed to succeed: failure reports
+    // place it then.
+    let ended_later: bool = stack
+        .db
+        .connect()
+        .await?
+        .query_one(
+            "SELECT t.finished_at > a.finished_at AS later
+             FROM herald.tasks t JOIN herald.attempts a ON a.task_id = t.id
+             WHERE t.id::text = $1",
+            &[&task.id],
+        )
+        .await?
+        .get("later");
+    assert!(ended_later, "finished_at is still the send's");
     // A late delivered (out of order) cannot revive it.
     let late = status_of(&task, &delivery.provider_message_id, Callback::Delivered);
     let body = webhook_body(WABA, "messages", late);

@@ -4,8 +4,11 @@
 -- last error. The trigger on tasks raises `task.failed`. A task not yet SUCCEEDED (its report
 -- has not come) is left for the report, which calls this again; one already FAILED matches
 -- nothing, so a repeat is harmless. Returns the tasks ended, with the code.
+-- finished_at becomes now: the task ends FAILED now, and the failure reports
+-- (ListFailures, CountTasks) place it then, not at the send that seemed to succeed.
 UPDATE herald.tasks t
 SET state = 'failed',
+    finished_at = herald.now(),
     end_reason = 'failed_after_acceptance',
     end_code = f.error_code,
     last_error = format('delivery failed after acceptance: %s',
