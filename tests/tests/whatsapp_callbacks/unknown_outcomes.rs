@@ -429,7 +429,10 @@ async fn a_last_attempt_whose_lost_answer_a_callback_proved_ends_sent() -> Resul
         .iter()
         .map(|r| r.get("event"))
         .collect();
-    assert!(told.is_empty(), "notified of a task that succeeded: {told:?}");
+    assert!(
+        told.is_empty(),
+        "notified of a task that succeeded: {told:?}"
+    );
     Ok(())
 }
 
