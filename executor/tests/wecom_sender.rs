@@ -78,6 +78,44 @@ async fn duplicate_check_always_covers_the_first_attempt() {
     assert_eq!(first.body["duplicate_check_interval"], 7200);
 }
 
+/// Text asking for a link preview (WhatsApp's `preview_url`) is text as any other here: the
+/// account's message type and the robot's mentions still apply.
+#[tokio::test]
+async fn text_with_a_link_preview_keeps_the_message_type_and_mentions() {
+    let previewed = |body: &str| {
+        Content::from_proto(Some(herald_proto::v1::Content {
+            body: Some(herald_proto::v1::content::Body::Text(body.into())),
+            link_preview: true,
+        }))
+        .unwrap()
+    };
+    let (fake, sender) = setup_with("message_type = \"markdown\"").await;
+    send(
+        &sender,
+        request("t", "alice", previewed("**see https://x.example**")),
+    )
+    .await
+    .unwrap();
+    assert_eq!(fake.sends()[0].body["msgtype"], "markdown");
+    assert_eq!(
+        fake.sends()[0].body["markdown"]["content"],
+        "**see https://x.example**"
+    );
+    let (fake, sender) = robot().await;
+    send(
+        &sender,
+        request("t", "alice|@all", previewed("deploy done")),
+    )
+    .await
+    .unwrap();
+    let r = &fake.robot_requests()[0];
+    assert_eq!(r.body["msgtype"], "text");
+    assert_eq!(
+        r.body["text"]["mentioned_list"],
+        serde_json::json!(["alice", "@all"])
+    );
+}
+
 #[tokio::test]
 async fn markdown_and_textcard_shapes() {
     let (fake, sender) = setup_with("message_type = \"markdown\"").await;

@@ -56,6 +56,20 @@ impl Content {
         self.len() == 0
     }
 
+    /// The content as a channel without link previews takes it: text asking for a preview
+    /// (carried as rich content, for WhatsApp's `preview_url`) is plain text. Everywhere else
+    /// the flag is ignored, as the API says, rather than turning the text into rich content
+    /// that WeCom would send without its message type or mentions.
+    pub fn without_link_preview(&self) -> std::borrow::Cow<'_, Content> {
+        match self {
+            Content::Rich(pb::Content {
+                body: Some(pb::content::Body::Text(t)),
+                ..
+            }) => std::borrow::Cow::Owned(Content::Text(t.clone())),
+            other => std::borrow::Cow::Borrowed(other),
+        }
+    }
+
     /// Converts the wire content; `None` when the lease carried no body.
     pub fn from_proto(content: Option<pb::Content>) -> Option<Self> {
         let content = content?;

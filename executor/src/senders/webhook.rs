@@ -57,7 +57,7 @@ impl WebhookSender {
 
 /// The JSON body of one message.
 pub fn body(req: &SendRequest) -> serde_json::Value {
-    let content = match &req.content {
+    let content = match req.content.without_link_preview().as_ref() {
         Content::Text(text) => json!({ "text": text }),
         Content::Template {
             template_id,
@@ -311,6 +311,22 @@ mod tests {
         let (_, body) = rx.recv().await.unwrap();
         let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(json["content"], json!({"text": "hello"}));
+    }
+
+    #[test]
+    fn text_with_a_link_preview_is_plain_text_in_the_body() {
+        let mut req = request();
+        req.content = Content::from_proto(Some(herald_proto::v1::Content {
+            body: Some(herald_proto::v1::content::Body::Text(
+                "see https://x.example".into(),
+            )),
+            link_preview: true,
+        }))
+        .unwrap();
+        assert_eq!(
+            body(&req)["content"],
+            json!({"text": "see https://x.example"})
+        );
     }
 
     #[tokio::test]

@@ -420,7 +420,8 @@ impl WeComSender {
     async fn body(&self, req: &SendRequest) -> Result<Value, SendError> {
         let s = &self.settings;
         let mut body = json!({ "touser": req.recipient, "agentid": s.agent_id });
-        if let Content::Rich(rich) = &req.content {
+        let content = req.content.without_link_preview();
+        if let Content::Rich(rich) = content.as_ref() {
             let needs_upload = matches!(
                 &rich.body,
                 Some(herald_proto::v1::content::Body::Media(m))
@@ -457,7 +458,7 @@ impl WeComSender {
             self.duplicate_check(req, &mut body);
             return Ok(body);
         }
-        let text = text_of(&req.content, "wecom application message")?;
+        let text = text_of(&content, "wecom application message")?;
         match s.message_type {
             MessageType::Text => {
                 check_len(text, MAX_TEXT_BYTES, "wecom text")?;

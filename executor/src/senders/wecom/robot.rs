@@ -207,7 +207,8 @@ impl RobotSender {
     }
 
     async fn body(&self, req: &SendRequest) -> Result<Value, SendError> {
-        if let Content::Rich(rich) = &req.content {
+        let content = req.content.without_link_preview();
+        if let Content::Rich(rich) = content.as_ref() {
             let upload_url = |wtype: &str| -> Result<reqwest::Url, SendError> {
                 let mut u = reqwest::Url::parse(self.upload_url.expose())
                     .map_err(|e| SendError::permanent(format!("robot upload URL: {e}")))?;
@@ -219,7 +220,7 @@ impl RobotSender {
             body[msgtype] = object;
             return Ok(body);
         }
-        let text = text_of(&req.content, "wecom robot message")?;
+        let text = text_of(&content, "wecom robot message")?;
         Ok(match self.message_type {
             MessageType::Markdown => {
                 check_len(text, MAX_ROBOT_MARKDOWN_BYTES, "wecom robot markdown")?;
