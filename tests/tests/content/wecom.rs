@@ -234,3 +234,30 @@ async fn an_upload_refused_for_its_token_refreshes_it_once_and_the_media_goes() 
     ensure!(wecom.uploads().len() == 2, "{:?}", wecom.uploads());
     Ok(())
 }
+
+/// WeCom shows recipients the uploaded file's name: one link sent under two names is uploaded
+/// once per name, and a name sent again reuses its upload.
+#[tokio::test]
+async fn one_link_under_two_file_names_is_two_uploads() -> Result<()> {
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let url = scheduler.grpc_url();
+    create_accounts(&url, &[("wc-1", "wecom")]).await?;
+    let wecom = FakeWeCom::start("corp", "secret", 7, "robot").await?;
+    let host = FakeMedia::start().await?;
+    host.put("/invoice", "application/pdf", b"%PDF-1.4 fake".to_vec());
+    let _executor = ExecutorProcess::builder(std::slice::from_ref(&url))
+        .config_toml(wecom_config(&wecom, Some(&host)))
+        .spawn()
+        .await?;
+    let mut tasks = connect_tasks(&url).await?;
+    for name in ["A-1001.pdf", "A-1002.pdf", "A-1001.pdf"] {
+        let mut document = media(MediaKind::Document, link(&host.url("/invoice")));
+        document.filename = name.into();
+        let id = send(&mut tasks, "wc-1", "ann", content(Body::Media(document))).await?;
+        wait_for_task_state(&mut tasks, &id, TaskState::Succeeded, WAIT).await?;
+    }
+    let names: Vec<String> = wecom.uploads().into_iter().map(|u| u.filename).collect();
+    ensure!(names == ["A-1001.pdf", "A-1002.pdf"], "{names:?}");
+    Ok(())
+}

@@ -62,6 +62,18 @@ struct UploadResponse {
     media_id: String,
 }
 
+/// What an upload is cached by besides its WeCom type: the link, and the file name it is
+/// uploaded under when the task names one. WeCom shows recipients the uploaded name, so two
+/// tasks sending one link under different names are two uploads.
+fn cache_key<'a>(link: &'a str, m: &pb::Media) -> std::borrow::Cow<'a, str> {
+    if m.filename.is_empty() {
+        std::borrow::Cow::Borrowed(link)
+    } else {
+        // A newline is in no URL, so no link and name run into another's.
+        std::borrow::Cow::Owned(format!("{link}\n{}", m.filename))
+    }
+}
+
 /// One account's media: the shared fetcher, the HTTP client and the account's upload cache.
 #[derive(Debug)]
 pub(crate) struct Media {
@@ -97,7 +109,7 @@ impl Media {
         };
         let what = format!("wecom {wtype}");
         self.cache
-            .get_or_upload(wtype, link, || async move {
+            .get_or_upload(wtype, &cache_key(link, m), || async move {
                 let fetched = self.fetcher.fetch(link, max, types, &what).await?;
                 if fetched.bytes.len() < MIN_BYTES {
                     return Err(SendError::permanent(format!(
@@ -164,7 +176,7 @@ impl Media {
         let Some(id) = body[msgtype]["media_id"].as_str() else {
             return false;
         };
-        self.cache.forget(wtype, link, id).await;
+        self.cache.forget(wtype, &cache_key(link, m), id).await;
         true
     }
 
