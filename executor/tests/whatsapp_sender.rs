@@ -156,6 +156,42 @@ fn expected(code: i64) -> (OutcomeClass, bool) {
     }
 }
 
+/// 131053 (Meta could not fetch the media) is final for media given by id, or on a retry; a
+/// link's first failure is tried once more later, since Meta's link fetches fail in bursts.
+#[tokio::test]
+async fn a_link_meta_could_not_fetch_is_tried_once_more_later() {
+    use herald_proto::v1 as pb;
+    let (fake, sender) = setup().await;
+    let image = |source: pb::media::Source| {
+        Content::Rich(pb::Content {
+            body: Some(pb::content::Body::Media(pb::Media {
+                kind: pb::MediaKind::Image as i32,
+                source: Some(source),
+                ..Default::default()
+            })),
+            link_preview: false,
+        })
+    };
+    let link = || image(pb::media::Source::Link("https://example.com/a.png".into()));
+    let outcome = |req| async {
+        fake.respond_next(Scripted::Code(131053));
+        let err = send(&sender, req).await.expect_err("131053 fails the send");
+        (err.class, err.retry_after)
+    };
+    assert_eq!(
+        outcome(request("t1", "1650", link())).await,
+        (OutcomeClass::Transient, Some(Duration::from_secs(120)))
+    );
+    let mut retried = request("t2", "1650", link());
+    retried.attempts_before = 1;
+    assert_eq!(outcome(retried).await, (OutcomeClass::Permanent, None));
+    let by_id = image(pb::media::Source::MediaId("4490709327384033".into()));
+    assert_eq!(
+        outcome(request("t3", "1650", by_id)).await,
+        (OutcomeClass::Permanent, None)
+    );
+}
+
 #[tokio::test]
 async fn every_error_code_row_is_classified() {
     let (fake, sender) = setup().await;

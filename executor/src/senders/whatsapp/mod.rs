@@ -29,8 +29,9 @@ pub mod content;
 
 use super::config::{BuildContext, BuildSender, ConfigError};
 use super::http::{excerpt, retry_after as retry_after_header, transport_error};
-use super::{BoxSender, OutcomeClass, SendError, SendReceipt, SendRequest, Sender};
+use super::{BoxSender, Content, OutcomeClass, SendError, SendReceipt, SendRequest, Sender};
 use crate::credentials::{Secret, SecretRef};
+use herald_proto::v1 as pb;
 
 /// Meta's Graph API host.
 pub const DEFAULT_BASE_URL: &str = "https://graph.facebook.com";
@@ -289,6 +290,9 @@ impl Sender for WhatsAppSender {
     async fn send(&self, req: SendRequest) -> Result<SendReceipt, SendError> {
         let refusal = match self.post(&message_body(&req)?).await {
             Err(e) if e.code == Some(WINDOW_CLOSED) => e,
+            Err(e) if e.code == Some(MEDIA_FETCH_FAILED) => {
+                return Err(media_fetch_failed(&req, e))
+            }
             sent => return sent,
         };
         let Some(fallback) = &req.window_closed_fallback else {
@@ -399,6 +403,49 @@ impl WhatsAppSender {
             None => error,
         })
     }
+}
+
+/// 131053: Meta could not fetch or process media the message referenced.
+const MEDIA_FETCH_FAILED: i64 = 131053;
+/// How long a link Meta could not fetch waits for its one more try.
+const MEDIA_REFETCH_WAIT: Duration = Duration::from_secs(120);
+
+/// A 131053 as the task should take it. PERMANENT for that media, but seen transiently under
+/// bursty link fetches (providers-media.md §1.2: "allow one delayed retry for `link` sends"),
+/// which a campaign sending one link to thousands makes: a send whose media Meta fetches by
+/// link, on its first charged attempt, is tried once more after [`MEDIA_REFETCH_WAIT`].
+fn media_fetch_failed(req: &SendRequest, error: SendError) -> SendError {
+    if req.attempts_before == 0 && fetches_a_link(&req.content) {
+        SendError::new(
+            OutcomeClass::Transient,
+            format!(
+                "{} (tried once more: Meta fetches links in bursts)",
+                error.message
+            ),
+        )
+        .with_retry_after(Some(MEDIA_REFETCH_WAIT))
+        .with_code(MEDIA_FETCH_FAILED)
+    } else {
+        error
+    }
+}
+
+/// Whether Meta fetches media of `content` by link: a media message's, or a template header's.
+fn fetches_a_link(content: &Content) -> bool {
+    let Content::Rich(rich) = content else {
+        return false;
+    };
+    let media = match &rich.body {
+        Some(pb::content::Body::Media(m)) => Some(m),
+        Some(pb::content::Body::Template(t)) => {
+            match t.header.as_ref().and_then(|h| h.parameter.as_ref()) {
+                Some(pb::template_header::Parameter::Media(m)) => Some(m),
+                _ => None,
+            }
+        }
+        _ => None,
+    };
+    media.is_some_and(|m| matches!(m.source, Some(pb::media::Source::Link(_))))
 }
 
 /// Classifies a Graph API error by its `error.code` (providers.md §1.5); codes not in the
