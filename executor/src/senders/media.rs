@@ -118,7 +118,8 @@ impl MediaFetcher {
     }
 
     /// Fetches `url`, at most `max_bytes`, whose type must be one of `types` (checked against
-    /// the server's `Content-Type`; `what` names the media in errors, e.g. `wecom image`).
+    /// the server's `Content-Type`, or the file's first bytes when that names no format;
+    /// `what` names the media in errors, e.g. `wecom image`).
     pub async fn fetch(
         &self,
         url: &str,
@@ -130,7 +131,7 @@ impl MediaFetcher {
             max_bytes,
             timeout: self.timeout,
         };
-        let fetched = self.client.fetch(url, limits).await.map_err(|e| {
+        let mut fetched = self.client.fetch(url, limits).await.map_err(|e| {
             let message = format!("{what}: {e}");
             if e.is_retryable() {
                 SendError::transient(message)
@@ -138,6 +139,19 @@ impl MediaFetcher {
                 SendError::permanent(message)
             }
         })?;
+        // Object stores and web servers without a mapping for the extension (S3's default,
+        // nginx for AMR) name no real type: the file's first bytes say what it is.
+        // The wanted types are tried first: a format's signature can begin another's (an AMR
+        // file's "#!AMR" reads as a shell script's "#!").
+        if GENERIC_TYPES.contains(&fetched.content_type.as_str()) {
+            let sniffed = match types.iter().find(|t| infer::is_mime(&fetched.bytes, t)) {
+                Some(wanted) => Some(*wanted),
+                None => infer::get(&fetched.bytes).map(|k| k.mime_type()),
+            };
+            if let Some(sniffed) = sniffed {
+                fetched.content_type = sniffed.to_owned();
+            }
+        }
         if !types.is_empty() && !types.contains(&fetched.content_type.as_str()) {
             return Err(SendError::permanent(format!(
                 "{what}: the file is of type {:?}; it must be one of {}",
@@ -148,6 +162,9 @@ impl MediaFetcher {
         Ok(fetched)
     }
 }
+
+/// `Content-Type`s that say nothing of a file's format (or none sent at all).
+const GENERIC_TYPES: &[&str] = &["", "application/octet-stream", "binary/octet-stream"];
 
 /// One cached upload: the provider's media id and when to stop using it.
 #[derive(Clone, Debug)]

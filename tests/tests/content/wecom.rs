@@ -261,3 +261,53 @@ async fn one_link_under_two_file_names_is_two_uploads() -> Result<()> {
     ensure!(names == ["A-1001.pdf", "A-1002.pdf"], "{names:?}");
     Ok(())
 }
+
+/// A media host that names no format (S3's default `binary/octet-stream`, a web server without
+/// an AMR mapping): the file's first bytes say what it is, and a file that is not what the
+/// message needs is still refused.
+#[tokio::test]
+async fn media_served_without_a_real_type_is_known_by_its_bytes() -> Result<()> {
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::spawn(&db).await?;
+    let url = scheduler.grpc_url();
+    create_accounts(&url, &[("wc-1", "wecom")]).await?;
+    let wecom = FakeWeCom::start("corp", "secret", 7, "robot").await?;
+    let host = FakeMedia::start().await?;
+    host.put("/photo", "application/octet-stream", png());
+    host.put(
+        "/voice",
+        "binary/octet-stream",
+        b"#!AMR\n<\x55\x00\x88\xb6\x66\x79\xe1".to_vec(),
+    );
+    host.put(
+        "/notes",
+        "application/octet-stream",
+        b"plain text, no image".to_vec(),
+    );
+    let _executor = ExecutorProcess::builder(std::slice::from_ref(&url))
+        .config_toml(wecom_config(&wecom, Some(&host)))
+        .spawn()
+        .await?;
+    let mut tasks = connect_tasks(&url).await?;
+    let sent = |kind, path: &str| content(Body::Media(media(kind, link(&host.url(path)))));
+    for (kind, path) in [(MediaKind::Image, "/photo"), (MediaKind::Audio, "/voice")] {
+        let id = send(&mut tasks, "wc-1", "ann", sent(kind, path)).await?;
+        wait_for_task_state(&mut tasks, &id, TaskState::Succeeded, WAIT)
+            .await
+            .with_context(|| path.to_owned())?;
+    }
+    let types: Vec<String> = wecom
+        .uploads()
+        .into_iter()
+        .map(|u| u.content_type)
+        .collect();
+    ensure!(types == ["image/png", "audio/amr"], "{types:?}");
+    let id = send(&mut tasks, "wc-1", "ann", sent(MediaKind::Image, "/notes")).await?;
+    let failed = wait_for_task_state(&mut tasks, &id, TaskState::Failed, WAIT).await?;
+    ensure!(
+        failed.last_error.contains("must be one of"),
+        "{}",
+        failed.last_error
+    );
+    Ok(())
+}
