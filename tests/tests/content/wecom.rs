@@ -2,6 +2,41 @@
 
 use super::*;
 
+/// A scheduler with the WeCom application account `wc-1`, an executor sending it to a fake
+/// WeCom, and a media host for its links.
+struct AppStack {
+    wecom: FakeWeCom,
+    host: FakeMedia,
+    tasks: TaskServiceClient<Channel>,
+    _executor: ExecutorProcess,
+    _scheduler: SchedulerProcess,
+    _db: TestDb,
+}
+
+impl AppStack {
+    async fn start() -> Result<Self> {
+        let db = TestDb::new().await?;
+        let scheduler = SchedulerProcess::spawn(&db).await?;
+        let url = scheduler.grpc_url();
+        create_accounts(&url, &[("wc-1", "wecom")]).await?;
+        let wecom = FakeWeCom::start("corp", "secret", 7, "robot").await?;
+        let host = FakeMedia::start().await?;
+        let executor = ExecutorProcess::builder(std::slice::from_ref(&url))
+            .config_toml(wecom_config(&wecom, Some(&host)))
+            .spawn()
+            .await?;
+        let tasks = connect_tasks(&url).await?;
+        Ok(AppStack {
+            wecom,
+            host,
+            tasks,
+            _executor: executor,
+            _scheduler: scheduler,
+            _db: db,
+        })
+    }
+}
+
 #[tokio::test]
 async fn every_wecom_content_type_reaches_the_fake_in_its_documented_shape() -> Result<()> {
     let db = TestDb::new().await?;
@@ -204,19 +239,11 @@ async fn every_wecom_content_type_reaches_the_fake_in_its_documented_shape() -> 
 /// account offline and the cached token kept failing every media send until it expired.
 #[tokio::test]
 async fn an_upload_refused_for_its_token_refreshes_it_once_and_the_media_goes() -> Result<()> {
-    let db = TestDb::new().await?;
-    let scheduler = SchedulerProcess::spawn(&db).await?;
-    let url = scheduler.grpc_url();
-    create_accounts(&url, &[("wc-1", "wecom")]).await?;
-    let wecom = FakeWeCom::start("corp", "secret", 7, "robot").await?;
-    let host = FakeMedia::start().await?;
+    let stack = AppStack::start().await?;
+    let (wecom, host) = (&stack.wecom, &stack.host);
     host.put("/a.png", "image/png", png());
     host.put("/b.png", "image/png", png());
-    let _executor = ExecutorProcess::builder(std::slice::from_ref(&url))
-        .config_toml(wecom_config(&wecom, Some(&host)))
-        .spawn()
-        .await?;
-    let mut tasks = connect_tasks(&url).await?;
+    let mut tasks = stack.tasks.clone();
     let image = |path: &str| content(Body::Media(media(MediaKind::Image, link(&host.url(path)))));
     let first = send(&mut tasks, "wc-1", "ann", image("/a.png")).await?;
     wait_for_task_state(&mut tasks, &first, TaskState::Succeeded, WAIT).await?;
@@ -239,18 +266,10 @@ async fn an_upload_refused_for_its_token_refreshes_it_once_and_the_media_goes() 
 /// once per name, and a name sent again reuses its upload.
 #[tokio::test]
 async fn one_link_under_two_file_names_is_two_uploads() -> Result<()> {
-    let db = TestDb::new().await?;
-    let scheduler = SchedulerProcess::spawn(&db).await?;
-    let url = scheduler.grpc_url();
-    create_accounts(&url, &[("wc-1", "wecom")]).await?;
-    let wecom = FakeWeCom::start("corp", "secret", 7, "robot").await?;
-    let host = FakeMedia::start().await?;
+    let stack = AppStack::start().await?;
+    let (wecom, host) = (&stack.wecom, &stack.host);
     host.put("/invoice", "application/pdf", b"%PDF-1.4 fake".to_vec());
-    let _executor = ExecutorProcess::builder(std::slice::from_ref(&url))
-        .config_toml(wecom_config(&wecom, Some(&host)))
-        .spawn()
-        .await?;
-    let mut tasks = connect_tasks(&url).await?;
+    let mut tasks = stack.tasks.clone();
     for name in ["A-1001.pdf", "A-1002.pdf", "A-1001.pdf"] {
         let mut document = media(MediaKind::Document, link(&host.url("/invoice")));
         document.filename = name.into();
@@ -267,12 +286,8 @@ async fn one_link_under_two_file_names_is_two_uploads() -> Result<()> {
 /// message needs is still refused.
 #[tokio::test]
 async fn media_served_without_a_real_type_is_known_by_its_bytes() -> Result<()> {
-    let db = TestDb::new().await?;
-    let scheduler = SchedulerProcess::spawn(&db).await?;
-    let url = scheduler.grpc_url();
-    create_accounts(&url, &[("wc-1", "wecom")]).await?;
-    let wecom = FakeWeCom::start("corp", "secret", 7, "robot").await?;
-    let host = FakeMedia::start().await?;
+    let stack = AppStack::start().await?;
+    let (wecom, host) = (&stack.wecom, &stack.host);
     host.put("/photo", "application/octet-stream", png());
     host.put(
         "/voice",
@@ -284,11 +299,7 @@ async fn media_served_without_a_real_type_is_known_by_its_bytes() -> Result<()> 
         "application/octet-stream",
         b"plain text, no image".to_vec(),
     );
-    let _executor = ExecutorProcess::builder(std::slice::from_ref(&url))
-        .config_toml(wecom_config(&wecom, Some(&host)))
-        .spawn()
-        .await?;
-    let mut tasks = connect_tasks(&url).await?;
+    let mut tasks = stack.tasks.clone();
     let sent = |kind, path: &str| content(Body::Media(media(kind, link(&host.url(path)))));
     for (kind, path) in [(MediaKind::Image, "/photo"), (MediaKind::Audio, "/voice")] {
         let id = send(&mut tasks, "wc-1", "ann", sent(kind, path)).await?;
