@@ -240,6 +240,35 @@ async fn a_send_whose_answer_timed_out_waits_for_its_callback_and_goes_once() ->
     Ok(())
 }
 
+/// A last attempt whose answer timed out ends the task FAILED (exhausted) at once, but its
+/// message may have gone out: a status callback that comes later proves it did, and ends the
+/// task SUCCEEDED instead of leaving a delivered message among the failures.
+#[tokio::test]
+async fn a_last_attempt_whose_answer_timed_out_ends_sent_when_its_callback_comes_later(
+) -> Result<()> {
+    let recipient = "16505550059";
+    let mut stack = Stack::start_configured(
+        |b| b.env("HERALD_UNKNOWN_OUTCOME_GRACE", "1h"),
+        "timeout = \"1s\"",
+    )
+    .await?;
+    stack.fake.hold_answers();
+    let spec = TaskSpec {
+        pool: "wa".into(),
+        max_attempts: Some(1),
+        ..task_spec("orders", recipient, "Your order has shipped")
+    };
+    let id = create_task(&mut stack.tasks, spec).await?.id;
+    let failed = stack
+        .wait_task(&id, |t| t.state() == TaskState::Failed)
+        .await?;
+    assert_eq!(failed.end_reason(), EndReason::Exhausted);
+    settled_by_its_callback(&mut stack, &failed).await?;
+    stack.fake.release_answers();
+    assert_eq!(messages_to(&stack.fake, recipient), 1, "sent twice");
+    Ok(())
+}
+
 /// The status callback can come before the executor learns that its answer is lost: the report
 /// of unknown outcome then ends the task SUCCEEDED at once, and its attempt keeps the message.
 #[tokio::test]

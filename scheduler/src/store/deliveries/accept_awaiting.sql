@@ -8,16 +8,22 @@
 -- it: herald.task_reports knows an earlier attempt's message by that row, so a failure of this
 -- message reported after the task was sent again (a late 131049 retried, say) is not taken
 -- for the new send's, which would retry the task again at every report until its attempts ran
--- out. Returns the tasks ended.
+-- out. A task whose last attempt (or whose expiry) ended it while it waited (FAILED or EXPIRED,
+-- exhausted or expired, with awaiting_callback_until set) is ended SUCCEEDED the same way: its
+-- message went out, and leaving it FAILED showed a delivered message among the failures.
+-- Returns the tasks ended.
 WITH ended AS (
     UPDATE herald.tasks t
     SET state = 'succeeded',
         end_reason = 'sent',
         finished_at = herald.now(),
+        awaiting_callback_until = NULL,
         updated_at = herald.now()
     FROM unnest($2::uuid[], $3::text[]) AS n(task_id, provider_message_id)
     WHERE t.id = n.task_id AND t.namespace = $1
-      AND t.state = 'scheduled' AND t.awaiting_callback_until IS NOT NULL
+      AND t.awaiting_callback_until IS NOT NULL
+      AND (t.state = 'scheduled'
+           OR (t.state IN ('failed', 'expired') AND t.end_reason IN ('exhausted', 'expired')))
       AND EXISTS (SELECT 1 FROM herald.task_reports(t.id, t.lease_count, t.fallback_replaces) r
                   WHERE r.provider_message_id = n.provider_message_id)
     RETURNING t.id, t.lease_count, n.provider_message_id

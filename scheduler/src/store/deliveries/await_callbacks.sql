@@ -9,7 +9,7 @@
 --   the send before it is due again, as a lease that lapsed unreported does
 --   (expire_leases.sql); callbacks::record ends it SUCCEEDED if one comes
 --   (accept_awaiting.sql). One the report ended (its last attempt, or past its expiry) stays
---   ended.
+--   ended, marked as waiting too, so that a callback coming later ends it SUCCEEDED.
 -- Callers hold lock_tasks.sql's locks on $2. Returns the tasks changed, with their state, due
 -- time and whether the report that proved the send is a failure.
 WITH candidates AS (
@@ -33,7 +33,7 @@ changed AS (
                           ELSE t.end_reason END,
         finished_at = CASE WHEN c.sent_message IS NOT NULL THEN herald.now()
                            ELSE t.finished_at END,
-        run_at = CASE WHEN c.sent_message IS NOT NULL THEN t.run_at
+        run_at = CASE WHEN c.sent_message IS NOT NULL OR c.state <> 'scheduled' THEN t.run_at
                       ELSE greatest(t.run_at, herald.now() + $3::bigint * interval '1 millisecond')
                  END,
         awaiting_callback_until = CASE WHEN c.sent_message IS NOT NULL THEN NULL
@@ -41,7 +41,7 @@ changed AS (
                                   END,
         updated_at = herald.now()
     FROM candidates c
-    WHERE t.id = c.id AND (c.sent_message IS NOT NULL OR c.state = 'scheduled')
+    WHERE t.id = c.id
     RETURNING t.id, t.lease_count, t.state::text AS state, t.run_at, c.sent_message, c.failed,
               c.state <> 'scheduled' AS was_ended
 ),
@@ -64,4 +64,5 @@ pinned AS (
     WHERE c.sent_message IS NOT NULL AND a.task_id = c.id AND a.attempt = c.lease_count
       AND a.provider_message_id IS NULL
 )
-SELECT id, state, run_at, failed FROM changed
+-- An ended task only marked as waiting has not changed.
+SELECT id, state, run_at, failed FROM changed WHERE sent_message IS NOT NULL OR NOT was_ended
