@@ -18,6 +18,7 @@ import json
 import re
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -349,8 +350,10 @@ def test_probes_use_the_health_endpoints(values_file):
         e = executor["spec"]["template"]["spec"]["containers"][0]
         econfig = one(objects, "ConfigMap", f"{fullname}-executor")["data"]
         assert e["ports"][0]["containerPort"] == int(econfig["HERALD_HTTP_ADDR"].rsplit(":", 1)[1])
-        for probe in ("livenessProbe", "readinessProbe"):
-            assert e[probe]["httpGet"] == {"path": "/healthz", "port": "http"}
+        # Ready only with a lease session: a rollout with a wrong scheduler address, token or CA
+        # stops at its first executor instead of replacing every working one.
+        assert e["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+        assert e["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
         assert econfig["HERALD_SCHEDULER"].startswith("https://" if tls else "http://")
 
 
@@ -484,8 +487,11 @@ def argv_of(container):
 
 
 def http_get(addr, path):
-    with urllib.request.urlopen(f"http://{addr}{path}", timeout=10) as resp:
-        return resp.status
+    try:
+        with urllib.request.urlopen(f"http://{addr}{path}", timeout=10) as resp:
+            return resp.status
+    except urllib.error.HTTPError as e:
+        return e.code
 
 
 @pytest.mark.parametrize("values_file", VALUES, ids=IDS)
@@ -578,8 +584,12 @@ def test_smoke_rendered_manifests_start_and_report_serving(database, tmp_path, s
             HERALD_HTTP_ADDR="127.0.0.1:0",
         )
         executor = harness.Process(argv_of(container), harness.base_env(**env), tmp_path / "executor.log")
+        # Ready once its lease session is open (it starts answering before it has one).
         probe = container["readinessProbe"]["httpGet"]["path"]
-        assert http_get(executor.ready["http"], probe) == 200
+        deadline = time.monotonic() + 30
+        while http_get(executor.ready["http"], probe) != 200:
+            assert time.monotonic() < deadline, f"executor never ready\n{executor.log_tail()}"
+            time.sleep(0.1)
 
         # The pair works: a task created now is sent by the log sender of the rendered config.
         pb = stubs.task_pb2

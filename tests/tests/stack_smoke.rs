@@ -36,12 +36,30 @@ async fn a_task_is_sent_and_succeeds() -> Result<()> {
     .await?;
     assert_eq!(done.attempts, 1);
     assert!(done.finished_at.is_some());
+    // It holds a lease session, so it is ready.
+    let ready = reqwest::get(format!("{}/readyz", executor.http_url())).await?;
+    assert_eq!(ready.status(), reqwest::StatusCode::OK);
     // The defaults leave a running send time to finish within the shutdown grace.
     assert!(
         !executor.stderr_all().contains(GRACE_WARNING),
         "{}",
         executor.stderr_tail()
     );
+    Ok(())
+}
+
+/// An executor that cannot reach any scheduler (a wrong address, token or CA after an upgrade)
+/// answers its liveness probe but not its readiness probe, so a rollout stops at its first pod.
+#[tokio::test]
+async fn an_executor_without_a_lease_session_is_not_ready() -> Result<()> {
+    // Nothing listens on port 1.
+    let executor = ExecutorProcess::builder(&["http://127.0.0.1:1".to_owned()])
+        .spawn()
+        .await?;
+    let live = reqwest::get(format!("{}/healthz", executor.http_url())).await?;
+    assert_eq!(live.status(), reqwest::StatusCode::OK);
+    let ready = reqwest::get(format!("{}/readyz", executor.http_url())).await?;
+    assert_eq!(ready.status(), reqwest::StatusCode::SERVICE_UNAVAILABLE);
     Ok(())
 }
 

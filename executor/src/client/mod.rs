@@ -100,6 +100,34 @@ pub(crate) struct Stats {
     pub(crate) in_flight: AtomicUsize,
     pub(crate) unacked: AtomicUsize,
     pub(crate) connected: AtomicUsize,
+    /// When a lease session was last open (None: never yet).
+    last_connected: std::sync::Mutex<Option<Instant>>,
+}
+
+impl Stats {
+    /// Records whether a lease session is open now.
+    pub(crate) fn set_connected(&self, open: bool) {
+        self.connected.store(usize::from(open), Ordering::Relaxed);
+        if let Ok(mut last) = self.last_connected.lock() {
+            *last = Some(Instant::now());
+        }
+    }
+
+    /// Whether the executor can take work: a lease session is open, or one was within `grace`
+    /// (a scheduler's restart or a reconnect to another replica is not a reason to take the
+    /// executor out of its Service). Never before its first session: an executor that cannot
+    /// reach or authenticate to any scheduler is not ready, so a rollout with a wrong address,
+    /// token or CA stops at its first pod instead of replacing every working one.
+    pub(crate) fn ready(&self, grace: Duration) -> bool {
+        if self.connected.load(Ordering::Relaxed) > 0 {
+            return true;
+        }
+        self.last_connected
+            .lock()
+            .ok()
+            .and_then(|last| *last)
+            .is_some_and(|at| at.elapsed() < grace)
+    }
 }
 
 /// Settings of the lease client.
@@ -199,7 +227,7 @@ impl LeaseClient {
                 }
             }
         }
-        self.stats.connected.store(0, Ordering::Relaxed);
+        self.stats.set_connected(false);
         if !self.inflight.is_empty() || !self.outbox.is_empty() {
             warn!(
                 in_flight = self.inflight.len(),
@@ -343,11 +371,11 @@ impl LeaseClient {
         self.freed = 0;
         self.progressed = false;
         let opened_at = Instant::now();
-        self.stats.connected.store(1, Ordering::Relaxed);
+        self.stats.set_connected(true);
         let result = self
             .serve(&mut stream, &mut inbound, heartbeat, ttl, shutdown)
             .await;
-        self.stats.connected.store(0, Ordering::Relaxed);
+        self.stats.set_connected(false);
         match result {
             Ok(end) => {
                 self.close(stream, inbound).await;
