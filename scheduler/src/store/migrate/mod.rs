@@ -2,7 +2,8 @@
 //! that several replicas starting at once apply each migration exactly once. Numbered
 //! migrations (`migrations/V<n>__<what>.sql`, listed by `build.rs`) run once each, in order;
 //! repeatable ones (definitions replaced in place, such as the account limit functions) run
-//! whenever their text changes.
+//! whenever their text changes, except by a binary older than the database (one that does not
+//! know every numbered migration applied), which leaves the newer release's in place.
 
 use sha2::{Digest, Sha256};
 
@@ -85,6 +86,23 @@ async fn apply_pending(conn: &mut deadpool_postgres::Object) -> Result<usize, St
         );
         count += 1;
     }
+    // A database that has numbered migrations this binary does not know was migrated by a
+    // newer release: this is an older replica restarting during a rolling upgrade (or a
+    // rollback). Its repeatables would replace the newer release's functions under the newer
+    // replicas already running, until one of them restarted and put them back.
+    let unknown: Vec<i32> = applied
+        .iter()
+        .copied()
+        .filter(|v| !MIGRATIONS.iter().any(|m| m.version == *v))
+        .collect();
+    if let Some(newest) = unknown.iter().max() {
+        tracing::warn!(
+            newest_applied = newest,
+            newest_known = MIGRATIONS.iter().map(|m| m.version).max().unwrap_or(0),
+            "the database was migrated by a newer release; its SQL functions are left in place"
+        );
+        return Ok(count);
+    }
     // A numbered migration may change what a repeatable's `SELECT *` expands to (the history
     // views), so after one every repeatable is applied again.
     count += apply_repeatable(conn, count > 0).await?;
@@ -121,4 +139,46 @@ async fn apply_repeatable(
         count += 1;
     }
     Ok(count)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::scratch::ScratchStore;
+
+    /// The checksum recorded for the task functions.
+    async fn task_functions_checksum(store: &Store) -> Vec<u8> {
+        let conn = store.conn().await.expect("a connection");
+        conn.query_one(
+            "SELECT checksum FROM herald.schema_repeatables WHERE name = 'task_functions'",
+            &[],
+        )
+        .await
+        .expect("the task functions were recorded")
+        .get("checksum")
+    }
+
+    #[tokio::test]
+    async fn an_older_binary_leaves_a_newer_releases_functions_in_place() {
+        let scratch = ScratchStore::migrated().await;
+        let store: &Store = &scratch;
+        let conn = store.conn().await.expect("a connection");
+        // As a newer release leaves the database: a numbered migration this binary lacks, and
+        // function text other than this binary's.
+        conn.batch_execute(
+            "INSERT INTO herald.schema_migrations (version, name) VALUES (99999, 'from_the_future');
+             UPDATE herald.schema_repeatables SET checksum = '\\x00'
+             WHERE name = 'task_functions'",
+        )
+        .await
+        .expect("the newer release's bookkeeping");
+        assert_eq!(run(store).await.expect("migrations run"), 0);
+        assert_eq!(task_functions_checksum(store).await, vec![0u8]);
+        // Without the newer migration, the text that differs is this binary's to apply.
+        conn.batch_execute("DELETE FROM herald.schema_migrations WHERE version = 99999")
+            .await
+            .expect("forgotten");
+        assert_eq!(run(store).await.expect("migrations run"), 1);
+        assert_ne!(task_functions_checksum(store).await, vec![0u8]);
+    }
 }
