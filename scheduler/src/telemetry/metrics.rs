@@ -25,8 +25,10 @@ pub const TASKS: &str = "herald_tasks";
 /// Histogram: seconds from a task's due time to its lease (`leased_at − run_at`).
 pub const TRIGGER_LAG: &str = "herald_trigger_lag_seconds";
 /// Histogram: seconds an account-routed task was due but held (the trigger lag of tasks that go
-/// out through an account, whose limits are what usually holds them).
-pub const RATE_LIMIT_WAIT: &str = "herald_rate_limit_wait_seconds";
+/// out through an account, whose limits are what usually holds them). Not the executor's
+/// `herald_rate_limit_wait_seconds`, its own limiter's wait: one name for both mixed two
+/// bucket sets and two meanings in any query over both services.
+pub const ACCOUNT_HOLD: &str = "herald_account_hold_seconds";
 /// Histogram `{state}`: leases a task took, observed when a report ends it.
 pub const ATTEMPTS_PER_TASK: &str = "herald_attempts_per_task";
 /// Counter `{loop}`: claims made by each kind of executor session claim loop (`main`,
@@ -107,7 +109,7 @@ pub fn install() -> &'static PrometheusHandle {
         let builder = PrometheusBuilder::new()
             .set_buckets_for_metric(Matcher::Full(TRIGGER_LAG.into()), LAG_BUCKETS)
             .and_then(|b| {
-                b.set_buckets_for_metric(Matcher::Full(RATE_LIMIT_WAIT.into()), LAG_BUCKETS)
+                b.set_buckets_for_metric(Matcher::Full(ACCOUNT_HOLD.into()), LAG_BUCKETS)
             })
             .and_then(|b| {
                 b.set_buckets_for_metric(Matcher::Full(ATTEMPTS_PER_TASK.into()), ATTEMPT_BUCKETS)
@@ -145,7 +147,7 @@ fn describe() {
         "Time from a task's due time to its lease."
     );
     describe_histogram!(
-        RATE_LIMIT_WAIT,
+        ACCOUNT_HOLD,
         Unit::Seconds,
         "Time account-routed tasks were due but held (mostly by account limits) before a lease."
     );
@@ -255,7 +257,7 @@ pub async fn render(store: &Store) -> String {
 /// held. One histogram lookup per batch; no allocation per lease.
 pub fn leases_granted(leases: &[GrantedLease]) {
     let lag = metrics::histogram!(TRIGGER_LAG);
-    let held = metrics::histogram!(RATE_LIMIT_WAIT);
+    let held = metrics::histogram!(ACCOUNT_HOLD);
     for l in leases {
         let seconds = (l.leased_at - l.run_at).num_milliseconds().max(0) as f64 / 1000.0;
         lag.record(seconds);
