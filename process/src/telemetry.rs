@@ -36,8 +36,8 @@ impl Drop for TelemetryGuard {
     }
 }
 
-/// Installs the global subscriber: `RUST_LOG` filter (default `info`), text or JSON logs on
-/// stderr, and the OpenTelemetry layer when `OTEL_EXPORTER_OTLP_ENDPOINT` is set (standard
+/// Installs the global subscriber: text or JSON logs on stderr filtered by `RUST_LOG` (default
+/// `info`), and the OpenTelemetry layer (herald's spans at info and above, whatever `RUST_LOG`) when `OTEL_EXPORTER_OTLP_ENDPOINT` is set (standard
 /// `OTEL_*` variables such as `OTEL_BSP_SCHEDULE_DELAY` apply). Call once, early.
 pub fn init(log_format: &str, service_name: &'static str) -> TelemetryGuard {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
@@ -54,15 +54,16 @@ pub fn init(log_format: &str, service_name: &'static str) -> TelemetryGuard {
     let otel = provider.as_ref().map(|p| {
         tracing_opentelemetry::layer()
             .with_tracer(p.tracer(service_name))
-            // Only herald's own spans: library internals (h2, tonic) would drown them.
+            // Only herald's own spans, at info and above: library internals (h2, tonic) would
+            // drown them. Its own filter, not RUST_LOG's: quieting the logs (RUST_LOG=warn)
+            // must not switch off the spans every trace is made of.
             .with_filter(tracing_subscriber::filter::filter_fn(|m| {
-                m.target().starts_with("herald")
+                m.target().starts_with("herald") && *m.level() <= tracing::Level::INFO
             }))
     });
     // Ignored when a subscriber is already installed (tests embedding a service).
     let _ = tracing_subscriber::registry()
-        .with(filter)
-        .with(fmt)
+        .with(fmt.with_filter(filter))
         .with(otel)
         .try_init();
     if let Some(e) = otel_error {

@@ -86,6 +86,8 @@ async fn one_trace_runs_from_create_task_through_the_lease_to_the_send() -> Resu
     Ok(())
 }
 
+/// Also with the logs quieted (`RUST_LOG=warn`): the log filter is the logs' alone, and the
+/// spans still go out.
 #[tokio::test]
 async fn create_task_without_a_caller_trace_starts_a_root_span() -> Result<()> {
     let otlp = OtlpReceiver::start().await?;
@@ -93,6 +95,7 @@ async fn create_task_without_a_caller_trace_starts_a_root_span() -> Result<()> {
     let scheduler = SchedulerProcess::builder(&db)
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.url())
         .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .env("RUST_LOG", "warn")
         .spawn()
         .await?;
     let mut client = connect_tasks(&scheduler.grpc_url()).await?;
