@@ -358,6 +358,18 @@ def test_probes_use_the_health_endpoints(values_file):
 
 
 @chart
+def test_notes_warn_while_the_executors_send_with_the_log_sender():
+    """The default sender file logs every message and reports it sent: an install that keeps
+    it marks real tasks SUCCEEDED without sending them, so the notes say so."""
+    _, notes = render()
+    assert "routes to the log sender" in notes
+    _, notes = render({"executor": {"senders": {"existingSecret": "herald-senders"}}})
+    assert "log sender" not in notes
+    _, notes = render({"executor": {"senders": {"inline": '[default]\nsender = "webhook"\n'}}})
+    assert "log sender" not in notes
+
+
+@chart
 def test_defaults_are_highly_available():
     objects, _ = render()
     scheduler = one(objects, "Deployment", "herald-scheduler")
