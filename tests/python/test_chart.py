@@ -358,6 +358,25 @@ def test_probes_use_the_health_endpoints(values_file):
 
 
 @chart
+def test_a_database_ca_reaches_the_scheduler_and_the_migration_job():
+    """With sslmode=verify-full against a database's own CA, the migration Job connects first:
+    the scheduler's extra variables and volumes (PGSSLROOTCERT and the CA's Secret) go to it as
+    well, or the install fails at its first step."""
+    objects, _ = render(load_values(CHART / "ci" / "external-multihost-values.yaml"))
+    for kind, name in (("Deployment", "herald-scheduler"), ("Job", "herald-migrate")):
+        pod = one(objects, kind, name)["spec"]["template"]["spec"]
+        container = pod["containers"][0]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["PGSSLROOTCERT"] == "/etc/herald/db-ca/ca.crt", name
+        mount = next(m for m in container["volumeMounts"] if m["name"] == "db-ca")
+        assert mount["mountPath"] == "/etc/herald/db-ca", name
+        volume = next(v for v in pod["volumes"] if v["name"] == "db-ca")
+        assert volume["secret"]["secretName"] == "herald-db-ca", name
+    executor = one(objects, "Deployment", "herald-executor")["spec"]["template"]["spec"]
+    assert all(v["name"] != "db-ca" for v in executor["volumes"])
+
+
+@chart
 def test_notes_warn_while_the_executors_send_with_the_log_sender():
     """The default sender file logs every message and reports it sent: an install that keeps
     it marks real tasks SUCCEEDED without sending them, so the notes say so."""
