@@ -131,6 +131,21 @@ SERVICE_MONITOR_SCHEMA = {
                         "path": {"type": "string"},
                         "interval": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
                         "scrapeTimeout": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
+                        # SafeAuthorization: the credentials come from a Secret, never inline.
+                        "authorization": {
+                            "type": "object",
+                            "additionalProperties": False,
+                            "properties": {
+                                "type": {"type": "string"},
+                                "credentials": {
+                                    "type": "object",
+                                    "required": ["name", "key"],
+                                    "additionalProperties": False,
+                                    "properties": {"name": {"type": "string"}, "key": {"type": "string"},
+                                                   "optional": {"type": "boolean"}},
+                                },
+                            },
+                        },
                     },
                 }},
             },
@@ -374,6 +389,18 @@ def test_a_database_ca_reaches_the_scheduler_and_the_migration_job():
         assert volume["secret"]["secretName"] == "herald-db-ca", name
     executor = one(objects, "Deployment", "herald-executor")["spec"]["template"]["spec"]
     assert all(v["name"] != "db-ca" for v in executor["volumes"])
+
+
+@chart
+def test_a_protected_scheduler_metrics_endpoint_is_scraped_with_a_token():
+    """With HERALD_METRICS_AUTH the scheduler's /metrics wants an admin token: the
+    ServiceMonitor carries the one serviceMonitor.authorization names, from its Secret."""
+    objects, _ = render(load_values(CHART / "ci" / "ha-tls-values.yaml"))
+    endpoint = one(objects, "ServiceMonitor", "herald-prod")["spec"]["endpoints"][0]
+    assert endpoint["authorization"] == {
+        "type": "Bearer", "credentials": {"name": "herald-metrics-token", "key": "token"}}
+    plain, _ = render({"serviceMonitor": {"enabled": True}})
+    assert "authorization" not in one(plain, "ServiceMonitor", "herald")["spec"]["endpoints"][0]
 
 
 @chart
