@@ -1215,9 +1215,9 @@ async fn a_pooled_task_waits_on_its_pool_not_on_its_last_account() -> Result<()>
     Ok(())
 }
 
-/// A task's page weighs every account of its pool: with the first hundred paused and the
-/// hundred-and-first free, the pool holds nothing (the page once read only the first hundred
-/// and blamed the pool).
+/// A task's page, and the overview, weigh every account of its pool: with the first hundred
+/// paused and the hundred-and-first free, the pool holds nothing (the pages once read only the
+/// first hundred and blamed the pool).
 #[tokio::test]
 async fn a_pooled_tasks_page_weighs_every_account_of_its_pool() -> Result<()> {
     let db = TestDb::new().await?;
@@ -1258,6 +1258,15 @@ async fn a_pooled_tasks_page_weighs_every_account_of_its_pool() -> Result<()> {
         "the pool's free account was not weighed: {page}"
     );
     ensure!(page.contains("executor"), "{page}");
+    // The overview's "why is it waiting" weighs the same accounts.
+    let overview = reqwest::get(format!("{}/console/?ns=default", scheduler.http_url()))
+        .await?
+        .text()
+        .await?;
+    ensure!(
+        overview.contains("no executor") && !overview.contains("is paused by an operator"),
+        "the overview did not weigh the pool's free account: {overview}"
+    );
     Ok(())
 }
 

@@ -82,7 +82,8 @@ pub(super) async fn overview(
             (Some(id), _) => db.accounts().get(ns, id).await?.into_iter().collect(),
             (None, Some(pool)) => {
                 if !pools.contains_key(pool) {
-                    let members = db.accounts().list(ns, Some(pool), None, PAGE).await?;
+                    // Every member: one with room past the first page would hold nothing.
+                    let members = db.accounts().pool_members(ns, pool).await?;
                     pools.insert(pool.clone(), members);
                 }
                 pools.get(pool).cloned().unwrap_or_default()

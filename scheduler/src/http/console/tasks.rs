@@ -17,7 +17,6 @@ use super::{
     csv, done, page_context, param, render, require_admin, when, when_opt, Console, PageError,
     Params,
 };
-use crate::accounts::model::AccountRecord;
 use crate::auth::Caller;
 use crate::http::dashboard::content_summary;
 use crate::rules;
@@ -256,22 +255,7 @@ async fn holds(console: &Console, ns: &str, t: &TaskRecord) -> Result<Vec<why::H
     let accounts = match (&t.account_id, &t.pool) {
         // A pooled task's account_id is the one of its last lease: the pool decides.
         // Every account of it: one with room among the later ones would hold nothing.
-        (_, Some(pool)) => {
-            const PAGE: i64 = 500;
-            let mut all = Vec::new();
-            loop {
-                let after = all.last().map(|a: &AccountRecord| a.spec.id.clone());
-                let page = db
-                    .accounts()
-                    .list(ns, Some(pool), after.as_deref(), PAGE)
-                    .await?;
-                let done = (page.len() as i64) < PAGE;
-                all.extend(page);
-                if done {
-                    break all;
-                }
-            }
-        }
+        (_, Some(pool)) => db.accounts().pool_members(ns, pool).await?,
         (Some(id), None) => db.accounts().get(ns, id).await?.into_iter().collect(),
         (None, None) => Vec::new(),
     };

@@ -284,6 +284,27 @@ impl<C: GenericClient> AccountRepo<'_, C> {
             .await
     }
 
+    /// Every account of `pool`, in id order, read a page at a time.
+    pub async fn pool_members(
+        &self,
+        namespace: &str,
+        pool: &str,
+    ) -> Result<Vec<AccountRecord>, StoreError> {
+        const PAGE: i64 = 500;
+        let mut all: Vec<AccountRecord> = Vec::new();
+        loop {
+            let after = all.last().map(|a| a.spec.id.clone());
+            let page = self
+                .list(namespace, Some(pool), after.as_deref(), PAGE)
+                .await?;
+            let done = (page.len() as i64) < PAGE;
+            all.extend(page);
+            if done {
+                return Ok(all);
+            }
+        }
+    }
+
     /// Deletes an account no live task needs.
     pub async fn delete(&self, namespace: &str, id: &str) -> Result<(), WriteError> {
         let row = DELETE_ACCOUNT
