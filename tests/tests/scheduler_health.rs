@@ -295,7 +295,8 @@ async fn statuses(url: &str) -> Result<Vec<(&'static str, ServingStatus)>> {
 }
 
 /// Regression (#14): health reported four of the served services; every one is SERVING
-/// together, and NOT_SERVING together once the replica starts shutting down.
+/// together, and NOT_SERVING together once the replica starts shutting down, as `/readyz` is
+/// 200 and then 503.
 #[tokio::test]
 async fn every_served_service_changes_health_together() -> Result<()> {
     let db = TestDb::new().await?;
@@ -306,6 +307,8 @@ async fn every_served_service_changes_health_together() -> Result<()> {
         .map(|s| (*s, ServingStatus::Serving))
         .collect();
     assert_eq!(statuses(&url).await?, serving);
+    let readyz = format!("{}/readyz", scheduler.http_url());
+    assert_eq!(reqwest::get(&readyz).await?.status(), reqwest::StatusCode::OK);
 
     // An executor that stays keeps the replica in its shutdown grace period, serving health.
     let mut executor = ScriptedExecutor::connect(&url, "stays", &[], 0).await?;
@@ -320,6 +323,11 @@ async fn every_served_service_changes_health_together() -> Result<()> {
         .map(|s| (*s, ServingStatus::NotServing))
         .collect();
     assert_eq!(statuses(&url).await?, not_serving);
+    // The HTTP readiness probe (the chart's with TLS on) says the same.
+    assert_eq!(
+        reqwest::get(&readyz).await?.status(),
+        reqwest::StatusCode::SERVICE_UNAVAILABLE
+    );
     Ok(())
 }
 

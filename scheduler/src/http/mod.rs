@@ -10,20 +10,36 @@ use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
 
-use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 use crate::auth::http_admin::{require_admin, HttpAuth};
-use crate::recent::Recent;
+use crate::db_watch::DatabaseReachable;
 use crate::store::Store;
 use crate::tasks::Tasks;
 
+/// What readiness follows: the replica's gRPC health, so that the HTTP probe (the chart's, with
+/// TLS on) and the gRPC one never disagree.
+#[derive(Debug, Clone)]
+pub struct Readiness {
+    /// Cancelled once the replica starts draining on SIGTERM.
+    pub draining: CancellationToken,
+    /// The database watch's verdict (`db_watch`).
+    pub database: DatabaseReachable,
+}
+
 /// Routes of the HTTP listener; everything but the probes (and `/metrics` unless `auth` says
 /// otherwise) requires an admin or viewer token, and writes an admin one.
-pub fn router(tasks: Tasks, console: console::Console, auth: HttpAuth) -> Router {
+pub fn router(
+    tasks: Tasks,
+    console: console::Console,
+    auth: HttpAuth,
+    readiness: Readiness,
+) -> Router {
     let store = tasks.store().clone();
     Router::new()
-        .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
+        .with_state(readiness)
+        .route("/healthz", get(|| async { "ok" }))
         .route("/metrics", get(metrics))
         .with_state(store.clone())
         .merge(dashboard::router(tasks))
@@ -61,13 +77,15 @@ async fn metrics(State(store): State<Store>) -> impl axum::response::IntoRespons
     )
 }
 
-/// Ready while the database answers. The probe is open to anyone who reaches the port, so its
-/// answer is reused for a second: a flood of probes costs one pooled connection a second.
-async fn ready(State(store): State<Store>) -> (StatusCode, &'static str) {
-    static READY: Recent<bool> = Recent::new(Duration::from_secs(1));
-    if READY.get(|| async { store.ping().await.is_ok() }).await {
-        (StatusCode::OK, "ready")
-    } else {
+/// Ready as gRPC health is SERVING: not while the replica drains, nor while the database watch
+/// finds the database unreachable. Reads two flags, so a flood of probes (the port is open to
+/// anyone who reaches it) costs the database nothing.
+async fn ready(State(readiness): State<Readiness>) -> (StatusCode, &'static str) {
+    if readiness.draining.is_cancelled() {
+        (StatusCode::SERVICE_UNAVAILABLE, "draining")
+    } else if !readiness.database.is_up() {
         (StatusCode::SERVICE_UNAVAILABLE, "database unavailable")
+    } else {
+        (StatusCode::OK, "ready")
     }
 }

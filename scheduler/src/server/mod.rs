@@ -199,7 +199,11 @@ pub async fn run(
         sessions,
         health_service,
     )?;
-    let http = serve_http(&replica, &config, listeners.http, auth);
+    let readiness = crate::http::Readiness {
+        draining: replica.drain.clone(),
+        database: health.database(),
+    };
+    let http = serve_http(&replica, &config, listeners.http, auth, readiness);
 
     tracing::info!(scheduler_id = %scheduler_id, "scheduler serving");
     on_ready();
@@ -218,6 +222,7 @@ fn serve_http(
     config: &Config,
     listener: TcpListener,
     auth: Arc<AuthPolicy>,
+    readiness: crate::http::Readiness,
 ) -> tokio::task::JoinHandle<std::io::Result<()>> {
     let stop = replica.server_stop.clone();
     let console = crate::http::console::Console::new(
@@ -231,6 +236,7 @@ fn serve_http(
             policy: auth,
             protect_metrics: config.metrics_auth,
         },
+        readiness,
     );
     tokio::spawn(async move {
         axum::serve(listener, router)
