@@ -308,7 +308,10 @@ async fn every_served_service_changes_health_together() -> Result<()> {
         .collect();
     assert_eq!(statuses(&url).await?, serving);
     let readyz = format!("{}/readyz", scheduler.http_url());
-    assert_eq!(reqwest::get(&readyz).await?.status(), reqwest::StatusCode::OK);
+    assert_eq!(
+        reqwest::get(&readyz).await?.status(),
+        reqwest::StatusCode::OK
+    );
 
     // An executor that stays keeps the replica in its shutdown grace period, serving health.
     let mut executor = ScriptedExecutor::connect(&url, "stays", &[], 0).await?;

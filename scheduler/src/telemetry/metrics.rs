@@ -108,9 +108,7 @@ pub fn install() -> &'static PrometheusHandle {
     HANDLE.get_or_init(|| {
         let builder = PrometheusBuilder::new()
             .set_buckets_for_metric(Matcher::Full(TRIGGER_LAG.into()), LAG_BUCKETS)
-            .and_then(|b| {
-                b.set_buckets_for_metric(Matcher::Full(ACCOUNT_HOLD.into()), LAG_BUCKETS)
-            })
+            .and_then(|b| b.set_buckets_for_metric(Matcher::Full(ACCOUNT_HOLD.into()), LAG_BUCKETS))
             .and_then(|b| {
                 b.set_buckets_for_metric(Matcher::Full(ATTEMPTS_PER_TASK.into()), ATTEMPT_BUCKETS)
             });
