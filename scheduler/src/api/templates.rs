@@ -2,6 +2,7 @@
 
 use herald_proto::v1::{self as pb, template_service_server::TemplateService};
 use tonic::{Request, Response, Status};
+use tracing::Instrument as _;
 
 use super::convert::templates as wire;
 use crate::auth::namespace_of;
@@ -191,6 +192,9 @@ impl TemplateService for TemplateApi {
         request: Request<pb::SendTestRequest>,
     ) -> Result<Response<pb::SendTestResponse>, Status> {
         let ns = namespace_of(&request)?;
+        // The test's trace: the caller's, continued, as CreateTask's.
+        let span = tracing::info_span!("SendTest");
+        let trace_parent = crate::telemetry::adopt_remote_parent(&span, request.metadata());
         let req = request.into_inner();
         let mut spec = req
             .task
@@ -218,7 +222,8 @@ impl TemplateService for TemplateApi {
         for spec in &mut specs {
             spec.labels.insert("herald.test".into(), "true".into());
         }
-        let mut created = super::tasks::create_from(&self.tasks, &ns, specs, &path, None)
+        let mut created = super::tasks::create_from(&self.tasks, &ns, specs, &path, trace_parent)
+            .instrument(span)
             .await
             .map_err(|e| e.renamed("task.recipient", "test_recipient"))?;
         let created = created

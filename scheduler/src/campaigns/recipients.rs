@@ -255,6 +255,7 @@ impl Campaigns {
                 paused: state == "paused",
                 audience_id: audience.map(str::to_owned),
             };
+            let trace_parent = crate::tasks::origin_trace(&origin);
             let mut fresh: Vec<NewTask> = Vec::new();
             // An audience's page adds the contacts that fit under the cap, and the expansion
             // stops there; recipients a client sends are added whole or refused.
@@ -277,6 +278,7 @@ impl Campaigns {
                 let mut task = prepared[i].clone();
                 task.due = DueAt::At(slots.due(&r.recipient, zones[i], seq).max(now));
                 task.origin = origin.clone();
+                task.trace_parent.clone_from(&trace_parent);
                 fresh.push(task);
             }
             // Only the recipients new to the campaign count towards its cap: a stream resumed

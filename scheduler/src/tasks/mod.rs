@@ -558,12 +558,45 @@ pub async fn insert(
     Ok(inserted)
 }
 
-/// Marks tasks as made by `origin`.
+/// Marks tasks as made by `origin`, in the trace [`origin_trace`] starts for it.
 pub fn with_origin(mut tasks: Vec<NewTask>, origin: &Origin) -> Vec<NewTask> {
+    let trace_parent = origin_trace(origin);
     for t in &mut tasks {
         t.origin = origin.clone();
+        if t.trace_parent.is_none() {
+            t.trace_parent.clone_from(&trace_parent);
+        }
     }
     tasks
+}
+
+/// The `traceparent` of a span standing for the schedule run or campaign page that makes tasks
+/// no request made (a request's tasks carry their request's): their leases and sends join its
+/// trace, one trace per run or page. None while spans are not exported.
+pub fn origin_trace(origin: &Origin) -> Option<String> {
+    let span = match origin {
+        Origin::Request => return None,
+        Origin::ScheduleRun {
+            schedule_id,
+            fire_time,
+            audience_id,
+        } => tracing::info_span!(
+            "schedule.run",
+            schedule_id = %schedule_id,
+            fire_time = %fire_time,
+            audience_id = audience_id.as_deref().unwrap_or(""),
+        ),
+        Origin::Campaign {
+            campaign_id,
+            audience_id,
+            ..
+        } => tracing::info_span!(
+            "campaign.recipients",
+            campaign_id = %campaign_id,
+            audience_id = audience_id.as_deref().unwrap_or(""),
+        ),
+    };
+    crate::telemetry::traceparent(&span)
 }
 
 /// Renders stored templates into the tasks' content; a task without a window-closed fallback

@@ -5,7 +5,8 @@
 //! caller's W3C `traceparent` (gRPC metadata) or starts a root span, stores its own
 //! `traceparent` with the task (`tasks.trace_parent`), and the lease carries it to the
 //! executor. The scheduler's `lease.grant` span and the executor's `send` span are children of
-//! the CreateTask span.
+//! the CreateTask span. Tasks a schedule run or a campaign makes carry the `traceparent` of a
+//! span standing for that run or page instead (`tasks::origin_trace`).
 
 pub mod metrics;
 pub mod notify;
