@@ -106,7 +106,9 @@ function renderChart(perMinute) {
     const w = Math.max(1, slot - 2);
     const sentH = m.sent * scale, failedH = m.failed * scale;
     const title = svg("title", {});
-    title.textContent = `${localTime(m.minute)}: ${m.sent} sent, ${m.failed} failed`;
+    // Attempts that did not send: most are retried (throttled, a number offline for a
+    // while), so this is not the failed count above, which counts tasks.
+    title.textContent = `${localTime(m.minute)}: ${m.sent} sent, ${m.failed} not sent`;
     const group = svg("g", {});
     group.append(title);
     if (m.sent) group.append(svg("rect", { class: "sent", x, width: w, y: height - bottom - sentH, height: sentH }));
