@@ -1017,3 +1017,52 @@ async fn the_outcome_metrics_count_every_finished_task_and_send_attempt() -> Res
     );
     Ok(())
 }
+
+/// Tasks the sweep ends count among the finished ones as report-ended tasks do: a last attempt
+/// whose lease lapsed (FAILED: an executor that crash-loops shows in the failures) and a task
+/// whose deadline passed while it waited (EXPIRED, a deadline expiry too).
+#[tokio::test]
+async fn tasks_the_sweep_ends_are_counted_as_finished() -> Result<()> {
+    let db = TestDb::new().await?;
+    let scheduler = SchedulerProcess::builder(&db)
+        .env("HERALD_LEASE_TTL", "1s")
+        .spawn()
+        .await?;
+    let url = scheduler.grpc_url();
+    let mut tasks = herald_tests::connect_tasks(&url).await?;
+    let mut last = herald_tests::task_spec("once", "+15551000001", "hi");
+    last.max_attempts = Some(1);
+    herald_tests::create_task(&mut tasks, last).await?;
+    // An executor that takes the lease and never reports on it.
+    let mut silent =
+        herald_tests::lease::ScriptedExecutor::connect(&url, "silent", &["once"], 1).await?;
+    silent.leases(1).await?;
+    // A task no executor serves, whose deadline passes while it waits.
+    let mut late = herald_tests::task_spec("nobody", "+15551000002", "hi");
+    let deadline = std::time::SystemTime::now() + std::time::Duration::from_secs(2);
+    late.expire_at = Some(deadline.into());
+    herald_tests::create_task(&mut tasks, late).await?;
+
+    let client = db.connect().await?;
+    herald_tests::until("the sweep to end both tasks", || async {
+        let ended: i64 = client
+            .query_one(
+                "SELECT count(*) FROM herald.task_records
+                 WHERE (queue = 'once' AND state = 'failed')
+                    OR (queue = 'nobody' AND state = 'expired')",
+                &[],
+            )
+            .await?
+            .get(0);
+        Ok(ended == 2)
+    })
+    .await?;
+    let body = scrape(&scheduler.http_url()).await?;
+    ensure!(
+        series(&body, "herald_tasks_finished_total", r#"state="failed""#) == Some(1.0)
+            && series(&body, "herald_tasks_finished_total", r#"state="expired""#) == Some(1.0)
+            && series(&body, "herald_deadline_expiries_total", "") == Some(1.0),
+        "the swept tasks are counted:\n{body}"
+    );
+    Ok(())
+}

@@ -104,7 +104,7 @@ async fn sweep_once(
         Ok(finished) => tracing::info!(campaigns = finished, "campaigns finished"),
         Err(e) => tracing::warn!(error = %e, "cannot finish campaigns"),
     }
-    crate::telemetry::metrics::swept(leases.expired, deadlines_passed);
+    crate::telemetry::metrics::swept(leases.expired, &leases.ended, deadlines_passed);
     if leases.expired > 0 || deadlines_passed > 0 {
         tracing::info!(
             leases_expired = leases.expired,

@@ -44,7 +44,7 @@ pub const AUTH_REFUSED: &str = "herald_auth_refused_total";
 pub const LEASE_EXPIRIES: &str = "herald_lease_expiries_total";
 /// Counter: tasks that passed their deadline unsent and ended EXPIRED.
 pub const DEADLINE_EXPIRIES: &str = "herald_deadline_expiries_total";
-/// Counter `{state}`: tasks ended by executors' reports (succeeded, failed, cancelled).
+/// Counter `{state}`: tasks ended by executors' reports or by the sweep (lapsed leases, deadlines).
 pub const TASKS_FINISHED: &str = "herald_tasks_finished_total";
 /// Gauge `{state}`: database pool connections (`in_use`, `idle`, `max`) and callers `waiting`.
 pub const DB_POOL: &str = "herald_db_pool_connections";
@@ -167,7 +167,7 @@ fn describe() {
     );
     describe_counter!(
         TASKS_FINISHED,
-        "Tasks ended by executors' reports, by state."
+        "Tasks ended by executors' reports or by the sweep, by state."
     );
     describe_gauge!(
         DB_POOL,
@@ -271,12 +271,8 @@ pub fn leases_granted(leases: &[GrantedLease]) {
 pub fn tasks_finished(finished: &[(TaskState, i32)]) {
     let mut by_state: BTreeMap<&'static str, BTreeMap<i32, usize>> = BTreeMap::new();
     for (state, leases) in finished {
-        let state = match state {
-            TaskState::Succeeded => "succeeded",
-            TaskState::Failed => "failed",
-            TaskState::Cancelled => "cancelled",
-            TaskState::Expired => "expired",
-            _ => continue,
+        let Some(state) = end_state_name(*state) else {
+            continue;
         };
         *by_state
             .entry(state)
@@ -285,9 +281,13 @@ pub fn tasks_finished(finished: &[(TaskState, i32)]) {
             .or_default() += 1;
     }
     for (state, by_leases) in by_state {
-        let ended: usize = by_leases.values().sum();
-        metrics::counter!(TASKS_FINISHED, "state" => state)
-            .increment(u64::try_from(ended).unwrap_or(u64::MAX));
+        let ended = u64::try_from(by_leases.values().sum::<usize>()).unwrap_or(u64::MAX);
+        metrics::counter!(TASKS_FINISHED, "state" => state).increment(ended);
+        // A report past the task's deadline ends it EXPIRED: its deadline passed unsent, as
+        // the sweep's are.
+        if state == "expired" {
+            metrics::counter!(DEADLINE_EXPIRIES).increment(ended);
+        }
         let attempts = metrics::histogram!(ATTEMPTS_PER_TASK, "state" => state);
         for (leases, n) in by_leases {
             attempts.record_many(f64::from(leases), n);
@@ -308,13 +308,36 @@ pub fn opted_out() {
     metrics::counter!(OPT_OUTS).increment(1);
 }
 
-/// Counts a sweep's lapsed leases and passed deadlines.
-pub fn swept(leases_expired: u64, deadlines_passed: u64) {
+/// Counts a sweep's lapsed leases, the tasks it ended (`ended`, by state: a lapsed last
+/// attempt, a lease past the task's deadline, a send a status proved) and the scheduled tasks
+/// whose deadline passed: all of them end tasks as reports do, and a crash-looping executor
+/// whose tasks run out of attempts this way must show in the failures.
+pub fn swept(leases_expired: u64, ended: &[(TaskState, u64)], deadlines_passed: u64) {
     if leases_expired > 0 {
         metrics::counter!(LEASE_EXPIRIES).increment(leases_expired);
     }
+    for (state, n) in ended {
+        if let Some(state) = end_state_name(*state) {
+            metrics::counter!(TASKS_FINISHED, "state" => state).increment(*n);
+            if state == "expired" {
+                metrics::counter!(DEADLINE_EXPIRIES).increment(*n);
+            }
+        }
+    }
     if deadlines_passed > 0 {
         metrics::counter!(DEADLINE_EXPIRIES).increment(deadlines_passed);
+        metrics::counter!(TASKS_FINISHED, "state" => "expired").increment(deadlines_passed);
+    }
+}
+
+/// The label of an end state; None for a live one.
+fn end_state_name(state: TaskState) -> Option<&'static str> {
+    match state {
+        TaskState::Succeeded => Some("succeeded"),
+        TaskState::Failed => Some("failed"),
+        TaskState::Cancelled => Some("cancelled"),
+        TaskState::Expired => Some("expired"),
+        _ => None,
     }
 }
 

@@ -88,6 +88,11 @@ recorded AS (
 )
 SELECT count(*)::bigint AS expired,
        count(*) FILTER (WHERE state = 'scheduled')::bigint AS rescheduled,
+       -- The tasks the sweep ended, by state, for herald_tasks_finished_total.
+       count(*) FILTER (WHERE state = 'succeeded')::bigint AS ended_succeeded,
+       count(*) FILTER (WHERE state = 'failed')::bigint AS ended_failed,
+       count(*) FILTER (WHERE state = 'expired')::bigint AS ended_expired,
+       count(*) FILTER (WHERE state = 'cancelled')::bigint AS ended_cancelled,
        -- Slots freed per account, as '<namespace>/<account>': the lapsed leases held them.
        COALESCE(array_agg(namespace || '/' || account_id) FILTER (WHERE account_id IS NOT NULL), '{}')
            AS freed_accounts,

@@ -64,6 +64,8 @@ pub struct ExpiredLeases {
     pub expired: u64,
     /// Of those, tasks that went back to SCHEDULED.
     pub rescheduled: u64,
+    /// Of those, tasks the sweep ended, by their end state.
+    pub ended: Vec<(TaskState, u64)>,
     /// Where the next sweep's walk can start: no lapsed lease it could take is left before it.
     pub swept_through: Option<DateTime<Utc>>,
     /// Tasks ended SUCCEEDED because a status named their message, when that status was a
@@ -301,6 +303,18 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
         let swept_through = column(&row, "swept_through")?;
         let expired = u64::try_from(column::<i64>(&row, "expired")?).unwrap_or(0);
         let rescheduled = u64::try_from(column::<i64>(&row, "rescheduled")?).unwrap_or(0);
+        let mut ended = Vec::with_capacity(4);
+        for (state, name) in [
+            (TaskState::Succeeded, "ended_succeeded"),
+            (TaskState::Failed, "ended_failed"),
+            (TaskState::Expired, "ended_expired"),
+            (TaskState::Cancelled, "ended_cancelled"),
+        ] {
+            let n = u64::try_from(column::<i64>(&row, name)?).unwrap_or(0);
+            if n > 0 {
+                ended.push((state, n));
+            }
+        }
         let freed: Vec<String> = column(&row, "freed_accounts")?;
         let failed_after_sent = column::<Vec<String>>(&row, "failed_after_sent")?
             .iter()
@@ -319,6 +333,7 @@ impl<C: GenericClient> LeaseRepo<'_, C> {
         Ok(ExpiredLeases {
             expired,
             rescheduled,
+            ended,
             swept_through,
             failed_after_sent,
         })
