@@ -926,10 +926,20 @@ async fn the_live_task_gauge_is_present_from_the_first_scrape_and_counts_new_tas
     )
     .await?;
     exec.leases(1).await?;
-    herald_tests::until("a scrape to count the leased task", || async {
+    // Due now with no executor serving its queue: the one task due, which the three tasks an
+    // hour away are not.
+    let spec = herald_tests::task_spec("unserved", "+15550010", "hi");
+    tasks
+        .create_task(herald_proto::v1::CreateTaskRequest { task: Some(spec) })
+        .await?;
+    let due =
+        |body: &str, queue: &str| series(body, "herald_tasks_due", &format!("queue=\"{queue}\""));
+    herald_tests::until("a scrape to count the leased and the due task", || async {
         let body = scrape(&scheduler.http_url()).await?;
         Ok(live_gauge(&body, "leased", "gauged-now") == Some(1.0)
-            && live_gauge(&body, "scheduled", "gauged") == Some(3.0))
+            && live_gauge(&body, "scheduled", "gauged") == Some(3.0)
+            && due(&body, "unserved") == Some(1.0)
+            && due(&body, "gauged") == Some(0.0))
     })
     .await
 }

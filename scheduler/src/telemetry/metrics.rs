@@ -22,6 +22,9 @@ use crate::tasks::model::{GrantedLease, TaskState};
 /// Gauge `{state, queue}`: live tasks (SCHEDULED, LEASED) by state and queue, refreshed by
 /// [`refresh_task_counts`].
 pub const TASKS: &str = "herald_tasks";
+/// Gauge `{queue}`: scheduled tasks due now and not parked behind a paused campaign: work that
+/// should be going out, which `herald_tasks{state="scheduled"}` (future tasks too) cannot tell.
+pub const TASKS_DUE: &str = "herald_tasks_due";
 /// Histogram: seconds from a task's due time to its lease (`leased_at − run_at`).
 pub const TRIGGER_LAG: &str = "herald_trigger_lag_seconds";
 /// Histogram: seconds an account-routed task was due but held (the trigger lag of tasks that go
@@ -128,6 +131,10 @@ pub fn install() -> &'static PrometheusHandle {
 
 fn describe() {
     describe_gauge!(TASKS, "Live tasks by state (scheduled, leased) and queue.");
+    describe_gauge!(
+        TASKS_DUE,
+        "Scheduled tasks due now and not parked behind a paused campaign, by queue."
+    );
     describe_gauge!(
         ACCOUNT_TIER_USED,
         "Business-initiated conversations an account opened in the last 24 hours."
@@ -341,7 +348,9 @@ fn end_state_name(state: TaskState) -> Option<&'static str> {
     }
 }
 
-async fn live_task_counts(store: &Store) -> Result<Vec<(String, String, i64)>, StoreError> {
+async fn live_task_counts(
+    store: &Store,
+) -> Result<Vec<crate::store::notifications::LiveCount>, StoreError> {
     store.conn().await?.notifications().live_task_counts().await
 }
 
@@ -465,10 +474,13 @@ async fn refresh_live_counts(store: &Store, fresh_for: Duration) -> Duration {
     live.took = started.elapsed();
     let now: HashSet<(String, String)> = rows
         .iter()
-        .map(|(s, q, _)| (s.clone(), q.clone()))
+        .map(|r| (r.state.clone(), r.queue.clone()))
         .collect();
     for (state, queue) in live.seen.difference(&now) {
         metrics::gauge!(TASKS, "state" => state.clone(), "queue" => queue.clone()).set(0.0);
+        if state == "scheduled" {
+            metrics::gauge!(TASKS_DUE, "queue" => queue.clone()).set(0.0);
+        }
     }
     // Present from the first scrape: a state no queue has a live task in reads 0 under the
     // empty queue label (0 adds nothing to a sum over queues).
@@ -478,8 +490,14 @@ async fn refresh_live_counts(store: &Store, fresh_for: Duration) -> Duration {
             metrics::gauge!(TASKS, "state" => state, "queue" => "").set(0.0);
         }
     }
-    for (state, queue, n) in rows {
-        metrics::gauge!(TASKS, "state" => state, "queue" => queue).set(n as f64);
+    if !now.iter().any(|(s, _)| s == "scheduled") {
+        metrics::gauge!(TASKS_DUE, "queue" => "").set(0.0);
+    }
+    for r in rows {
+        if r.state == "scheduled" {
+            metrics::gauge!(TASKS_DUE, "queue" => r.queue.clone()).set(r.due as f64);
+        }
+        metrics::gauge!(TASKS, "state" => r.state, "queue" => r.queue).set(r.tasks as f64);
     }
     live.seen = now;
     live.counted_at = Some(std::time::Instant::now());

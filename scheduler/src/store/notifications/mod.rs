@@ -16,6 +16,19 @@ repository!(
 );
 
 const LIVE_TASK_COUNTS: Statement = statement!("live_task_counts");
+
+/// Live tasks of one state and queue (`herald.live_task_counts`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct LiveCount {
+    /// `scheduled` or `leased`.
+    pub state: String,
+    /// The queue.
+    pub queue: String,
+    /// How many.
+    pub tasks: i64,
+    /// Of those, scheduled tasks due now and not parked behind a paused campaign.
+    pub due: i64,
+}
 const ENABLE: Statement = statement!("enable");
 const TAKE: Statement = statement!("take");
 const DELIVERED: Statement = statement!("delivered");
@@ -49,17 +62,18 @@ pub struct PendingNotification {
 
 impl<C: GenericClient> NotificationRepo<'_, C> {
     /// Live tasks (scheduled, leased) counted by state and queue.
-    pub async fn live_task_counts(&self) -> Result<Vec<(String, String, i64)>, StoreError> {
+    pub async fn live_task_counts(&self) -> Result<Vec<LiveCount>, StoreError> {
         LIVE_TASK_COUNTS
             .query(self.db, &[])
             .await?
             .iter()
             .map(|r| {
-                Ok((
-                    column(r, "state")?,
-                    column(r, "queue")?,
-                    column(r, "tasks")?,
-                ))
+                Ok(LiveCount {
+                    state: column(r, "state")?,
+                    queue: column(r, "queue")?,
+                    tasks: column(r, "tasks")?,
+                    due: column(r, "due")?,
+                })
             })
             .collect()
     }
@@ -118,6 +132,7 @@ impl<C: GenericClient> NotificationRepo<'_, C> {
 
 #[cfg(test)]
 mod tests {
+    use super::LiveCount;
     use crate::store::scratch::{insert_tasks, ScratchStore};
     use crate::store::Db as _;
 
@@ -129,21 +144,35 @@ mod tests {
     async fn live_tasks_are_counted_by_state_and_queue_without_parallel_workers() {
         let store = ScratchStore::migrated().await;
         let conn = store.conn().await.unwrap_or_else(|e| panic!("{e}"));
-        insert_tasks(&conn, 3, "scheduled").await;
+        insert_tasks(&conn, 4, "scheduled").await;
         insert_tasks(&conn, 2, "leased").await;
         insert_tasks(&conn, 4, "succeeded").await;
+        // Of the scheduled ones (due ten minutes ago), one not due yet and one parked behind a
+        // paused campaign: neither is due work.
+        conn.batch_execute(
+            "UPDATE herald.tasks SET run_at = now() + interval '1 hour'
+             WHERE id = (SELECT id FROM herald.tasks WHERE state = 'scheduled' ORDER BY id LIMIT 1);
+             UPDATE herald.tasks SET route = 'paused:' || route
+             WHERE id = (SELECT id FROM herald.tasks WHERE state = 'scheduled'
+                         ORDER BY id DESC LIMIT 1)",
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
         let mut counts = conn
             .notifications()
             .live_task_counts()
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         counts.sort();
+        let count = |state: &str, tasks, due| LiveCount {
+            state: state.to_owned(),
+            queue: "q".to_owned(),
+            tasks,
+            due,
+        };
         assert_eq!(
             counts,
-            vec![
-                ("leased".to_owned(), "q".to_owned(), 2),
-                ("scheduled".to_owned(), "q".to_owned(), 3)
-            ]
+            vec![count("leased", 2, 0), count("scheduled", 4, 2)]
         );
         let settings: Vec<String> = conn
             .query(

@@ -1,7 +1,13 @@
 -- Functions over live tasks: recipient-local send windows, and the count behind the live-task
 -- gauge. Applied by the migrator whenever this file changes, like store/accounts/functions.sql.
 
--- Live tasks (scheduled, leased) by state and queue, for the herald_tasks gauge. Only the two
+-- Earlier forms returned no `due` column; a function's result type is not replaced in place.
+DROP FUNCTION IF EXISTS herald.live_task_counts();
+
+-- Live tasks (scheduled, leased) by state and queue, for the herald_tasks gauge, and of the
+-- scheduled ones those due now and not parked behind a paused campaign (`due`, for
+-- herald_tasks_due: a backlog of work that should be going out, which future and parked tasks
+-- are not). Only the two
 -- live states, through their partial indexes while that is cheaper than reading the table. With
 -- millions of live tasks the count reads most of the table, and PostgreSQL ran it with two
 -- parallel workers: on a two-core machine that took every core from the claims for about two
@@ -9,11 +15,13 @@
 -- docs/performance.md, S4). Without workers it takes one backend, leaving the rest to the
 -- claims; a background figure may take longer.
 CREATE OR REPLACE FUNCTION herald.live_task_counts()
-RETURNS TABLE (state text, queue text, tasks bigint)
+RETURNS TABLE (state text, queue text, tasks bigint, due bigint)
 LANGUAGE sql STABLE
 SET max_parallel_workers_per_gather = 0
 AS $$
-    SELECT t.state::text, t.queue, count(*)
+    SELECT t.state::text, t.queue, count(*),
+           count(*) FILTER (WHERE t.state = 'scheduled' AND t.run_at <= herald.now()
+                              AND t.route NOT LIKE 'paused:%')
     FROM herald.tasks t
     -- Or-ed, not listed: the planner combines the two states' partial indexes for the arms of
     -- an OR, not for the values of an `IN (...)` (migration 31), when reading them is cheaper.
