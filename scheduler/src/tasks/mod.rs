@@ -485,7 +485,7 @@ pub async fn prepare(
         .collect();
     let tasks = v.into_result(tasks)?;
     let mut tasks = render(db, namespace, tasks, path).await?;
-    check_targets(db, namespace, &mut tasks, path).await?;
+    check_targets(db, namespace, &mut tasks, path, now).await?;
     Ok(tasks)
 }
 
@@ -635,6 +635,7 @@ async fn check_targets(
     namespace: &str,
     tasks: &mut [NewTask],
     path: PathOf<'_>,
+    now: DateTime<Utc>,
 ) -> Result<(), Error> {
     // Owned: the checks below may drop an inherited fallback from a task.
     let pools: Vec<String> = tasks
@@ -705,12 +706,18 @@ async fn check_targets(
         v.under(
             || path(i),
             |v| {
-                let kinds = kinds.iter().filter_map(|k| k.parse::<SenderKind>().ok());
+                let kinds: Vec<SenderKind> = kinds.iter().filter_map(|k| k.parse().ok()).collect();
                 let problem = kinds
-                    .flat_map(|kind| herald_proto::content::check_for(&t.content, "content", kind))
+                    .iter()
+                    .flat_map(|kind| herald_proto::content::check_for(&t.content, "content", *kind))
                     .next();
                 if let Some(p) = problem {
                     v.add(p.field, p.description);
+                } else if let Some((field, why)) = kinds
+                    .iter()
+                    .find_map(|kind| spec_checks::media_id_outlived(&t.content, *kind, &t.due, now))
+                {
+                    v.add(format!("content.{field}"), why);
                 }
             },
         );

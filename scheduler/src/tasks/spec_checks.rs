@@ -233,6 +233,47 @@ fn content(c: Option<&pb::Content>, path: &str, v: &mut Violations) -> Option<Op
     })
 }
 
+/// Why a task's content cannot be sent through a `kind` account at its due time, if a provider
+/// media id it names will have expired by then: WeCom keeps an uploaded file 3 days, WhatsApp
+/// 30 (providers-media.md §1.2, §2.1), and herald cannot upload a file it was given only the id
+/// of. (field under the content, description).
+pub fn media_id_outlived(
+    content: &pb::Content,
+    kind: herald_proto::SenderKind,
+    due: &DueAt,
+    now: DateTime<Utc>,
+) -> Option<(&'static str, String)> {
+    let (field, media) = match &content.body {
+        Some(pb::content::Body::Media(m)) => ("media.media_id", m),
+        Some(pb::content::Body::Template(t)) => match t.header.as_ref()?.parameter.as_ref()? {
+            pb::template_header::Parameter::Media(m) => ("template.header.media.media_id", m),
+            pb::template_header::Parameter::Text(_) => return None,
+        },
+        _ => return None,
+    };
+    if !matches!(media.source, Some(pb::media::Source::MediaId(_))) {
+        return None;
+    }
+    let days = match kind {
+        herald_proto::SenderKind::Wecom | herald_proto::SenderKind::WecomRobot => 3,
+        herald_proto::SenderKind::WhatsappCloud => 30,
+        _ => return None,
+    };
+    let due_at = match due {
+        DueAt::At(at) => *at,
+        DueAt::After(ms) => now + ChronoDuration::milliseconds(*ms),
+    };
+    (due_at > now + ChronoDuration::days(days)).then(|| {
+        (
+            field,
+            format!(
+                "a {kind} media id lasts {days} days and this task is due later: give a link, \
+                 which herald uploads (or the provider fetches) near the send"
+            ),
+        )
+    })
+}
+
 /// Checks a window-closed fallback template's shape (a task's, or a stored template's): an id
 /// and a language (WhatsApp needs one), variables within the content limit, header and buttons
 /// as a content template's. Which accounts may send it is checked once a task's target is known
@@ -434,6 +475,56 @@ mod tests {
                 "{keys:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_provider_media_id_must_outlive_the_wait_for_the_send() {
+        use herald_proto::SenderKind::{WecomRobot, WhatsappCloud};
+        let now = Utc::now();
+        let in_days = |d: i64| DueAt::At(now + ChronoDuration::days(d));
+        let image = |source| pb::Content {
+            body: Some(pb::content::Body::Media(pb::Media {
+                kind: pb::MediaKind::Image as i32,
+                source: Some(source),
+                ..Default::default()
+            })),
+            link_preview: false,
+        };
+        let by_id = image(pb::media::Source::MediaId("m1".into()));
+        let by_link = image(pb::media::Source::Link("https://example.com/a.png".into()));
+        let field = |c: &pb::Content, kind, due: DueAt| {
+            media_id_outlived(c, kind, &due, now).map(|(f, _)| f)
+        };
+        assert_eq!(
+            field(&by_id, WecomRobot, in_days(4)),
+            Some("media.media_id")
+        );
+        assert_eq!(field(&by_id, WecomRobot, in_days(2)), None);
+        assert_eq!(field(&by_id, WhatsappCloud, in_days(4)), None);
+        assert_eq!(
+            field(&by_id, WhatsappCloud, in_days(31)),
+            Some("media.media_id")
+        );
+        assert_eq!(field(&by_link, WecomRobot, in_days(31)), None);
+        let header = pb::Content {
+            body: Some(pb::content::Body::Template(pb::TemplateContent {
+                template_id: "t".into(),
+                language: "en".into(),
+                header: Some(pb::TemplateHeader {
+                    parameter: Some(pb::template_header::Parameter::Media(pb::Media {
+                        kind: pb::MediaKind::Image as i32,
+                        source: Some(pb::media::Source::MediaId("m2".into())),
+                        ..Default::default()
+                    })),
+                }),
+                ..Default::default()
+            })),
+            link_preview: false,
+        };
+        assert_eq!(
+            field(&header, WhatsappCloud, DueAt::After(31 * 86_400_000)),
+            Some("template.header.media.media_id")
+        );
     }
 
     #[test]

@@ -150,6 +150,36 @@ async fn content_a_channel_cannot_send_is_invalid_argument_naming_the_field() ->
         .into_inner()
         .tasks;
     ensure!(listed.is_empty(), "a refused task was written: {listed:?}");
+    // A WeCom media id lasts 3 days: a task due later than that would fail when sent (40007),
+    // and herald cannot upload a file it only has the id of. A link is uploaded near the send.
+    use herald_tests::TaskSpecExt as _;
+    let four_days = Duration::from_secs(4 * 86_400);
+    let later = |source| TaskSpec {
+        account_id: "wc-1".into(),
+        content: Some(content(Body::Media(media(MediaKind::Image, source)))),
+        ..task_spec("content", "ann", "unused").with_delay(four_days)
+    };
+    let status = create_task(&mut tasks, later(media::Source::MediaId("m1".into())))
+        .await
+        .err()
+        .context("a media id due after its lifetime: accepted")?
+        .downcast::<tonic::Status>()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let fields: Vec<String> = status
+        .get_details_bad_request()
+        .context("bad request details")?
+        .field_violations
+        .into_iter()
+        .map(|v| v.field)
+        .collect();
+    ensure!(
+        fields == ["task.content.media.media_id"],
+        "{status:?}: {fields:?}"
+    );
+    let by_link = create_task(&mut tasks, later(link("https://example.com/a.png"))).await?;
+    tasks
+        .cancel_task(herald_proto::v1::CancelTaskRequest { id: by_link.id })
+        .await?;
     Ok(())
 }
 
