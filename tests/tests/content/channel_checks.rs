@@ -125,23 +125,8 @@ async fn content_a_channel_cannot_send_is_invalid_argument_naming_the_field() ->
         ),
     ];
     for (account, c, field) in cases {
-        let status = send(&mut tasks, account, "ann", c)
-            .await
-            .err()
-            .with_context(|| format!("{field}: accepted"))?
-            .downcast::<tonic::Status>()
-            .map_err(|e| anyhow::anyhow!("{field}: {e}"))?;
-        ensure!(
-            status.code() == tonic::Code::InvalidArgument,
-            "{field}: {status:?}"
-        );
-        let fields: Vec<String> = status
-            .get_details_bad_request()
-            .context("bad request details")?
-            .field_violations
-            .into_iter()
-            .map(|v| v.field)
-            .collect();
+        let fields = refused_fields(send(&mut tasks, account, "ann", c).await)
+            .with_context(|| field.to_owned())?;
         ensure!(fields == [field], "{field}: {fields:?}");
     }
     let listed = tasks
@@ -159,23 +144,11 @@ async fn content_a_channel_cannot_send_is_invalid_argument_naming_the_field() ->
         content: Some(content(Body::Media(media(MediaKind::Image, source)))),
         ..task_spec("content", "ann", "unused").with_delay(four_days)
     };
-    let status = create_task(&mut tasks, later(media::Source::MediaId("m1".into())))
+    let refused = create_task(&mut tasks, later(media::Source::MediaId("m1".into())))
         .await
-        .err()
-        .context("a media id due after its lifetime: accepted")?
-        .downcast::<tonic::Status>()
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let fields: Vec<String> = status
-        .get_details_bad_request()
-        .context("bad request details")?
-        .field_violations
-        .into_iter()
-        .map(|v| v.field)
-        .collect();
-    ensure!(
-        fields == ["task.content.media.media_id"],
-        "{status:?}: {fields:?}"
-    );
+        .map(|t| t.id);
+    let fields = refused_fields(refused).context("a media id due after its lifetime")?;
+    ensure!(fields == ["task.content.media.media_id"], "{fields:?}");
     let by_link = create_task(&mut tasks, later(link("https://example.com/a.png"))).await?;
     tasks
         .cancel_task(herald_proto::v1::CancelTaskRequest { id: by_link.id })
@@ -239,4 +212,22 @@ async fn an_edit_to_content_the_target_cannot_send_is_refused() -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The fields an INVALID_ARGUMENT answer to a create names; an error if it was accepted or
+/// refused otherwise.
+fn refused_fields(created: Result<String>) -> Result<Vec<String>> {
+    let status = created
+        .err()
+        .context("accepted")?
+        .downcast::<tonic::Status>()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    ensure!(status.code() == tonic::Code::InvalidArgument, "{status:?}");
+    Ok(status
+        .get_details_bad_request()
+        .context("bad request details")?
+        .field_violations
+        .into_iter()
+        .map(|v| v.field)
+        .collect())
 }
