@@ -44,6 +44,37 @@ async fn delivered_and_read_show_on_the_task_with_their_times() -> Result<()> {
     Ok(())
 }
 
+/// The send's own report records the message accepted when it arrives; Meta's `sent` status
+/// coming after it says when Meta took the message, earlier: `accepted_at` is the earlier of
+/// the two, so the accepted-to-delivered latency is not understated.
+#[tokio::test]
+async fn accepted_at_is_metas_sent_time_when_its_status_comes_after_the_report() -> Result<()> {
+    let mut stack = Stack::start().await?;
+    let task = stack.send("16505550009").await?;
+    let delivery = task.delivery.clone().context("the report's delivery")?;
+    let reported = delivery.accepted_at.context("accepted_at")?;
+    ensure!(reported.seconds > 1_750_000_000, "{reported:?}");
+    let sent = status_of(&task, &delivery.provider_message_id, Callback::Sent);
+    ensure!(
+        stack
+            .fake
+            .post_webhook(&webhook_body(WABA, "messages", sent))
+            .await?
+            == 200,
+        "webhook refused"
+    );
+    let task = stack
+        .wait_task(&task.id, |t| {
+            t.delivery
+                .as_ref()
+                .and_then(|d| d.accepted_at.as_ref())
+                .is_some_and(|at| at.seconds == 1_750_000_000)
+        })
+        .await?;
+    assert_eq!(task.state(), TaskState::Succeeded);
+    Ok(())
+}
+
 #[tokio::test]
 async fn out_of_order_and_repeated_statuses_keep_the_furthest_state() -> Result<()> {
     let mut stack = Stack::start().await?;

@@ -1,8 +1,10 @@
 -- Records delivery reports of namespace $7, each once per (message id, state). The task is the
 -- callback data's ($3) when that task exists in the namespace, else the one an earlier report
 -- of the same message was tied to. A repeat changes nothing, except that it ties a report
--- recorded without a task to the task it names. Returns the reports that were new or newly
--- tied, with their task.
+-- recorded without a task to the task it names, and that an earlier time wins: the send's
+-- report records ACCEPTED at its arrival, and Meta's `sent` status coming after it says when
+-- Meta took the message (api.md: `accepted_at` is the earlier of the two). Returns the reports
+-- that were new, newly tied or moved earlier, with their task.
 WITH input AS (
     SELECT *
     FROM unnest($1::text[], $2::smallint[], $3::uuid[], $4::timestamptz[], $5::bigint[],
@@ -30,7 +32,10 @@ INSERT INTO herald.delivery_events AS e
 SELECT $7, r.provider_message_id, r.state, r.task_id, r.occurred_at, r.error_code, r.error
 FROM resolved r
 ON CONFLICT (namespace, provider_message_id, state) DO UPDATE
-SET task_id = EXCLUDED.task_id
--- Only a report without a task learns one; any other repeat is left alone (and not returned).
-WHERE e.task_id IS NULL AND EXCLUDED.task_id IS NOT NULL
+SET task_id = COALESCE(e.task_id, EXCLUDED.task_id),
+    occurred_at = least(e.occurred_at, EXCLUDED.occurred_at)
+-- Only a report without a task learns one, and only an earlier time replaces a later one; any
+-- other repeat is left alone (and not returned).
+WHERE (e.task_id IS NULL AND EXCLUDED.task_id IS NOT NULL)
+   OR EXCLUDED.occurred_at < e.occurred_at
 RETURNING e.provider_message_id, e.state, e.task_id
