@@ -767,4 +767,22 @@ mod tests {
         let _ = tokio::time::Instant::now() + longest;
         let _ = longest * SILENCE_LIMIT;
     }
+
+    #[test]
+    fn ready_with_a_session_and_for_a_grace_after_it_never_before_the_first() {
+        let grace = Duration::from_secs(30);
+        let stats = Stats::default();
+        assert!(!stats.ready(grace), "ready before any session");
+        stats.set_connected(true);
+        assert!(stats.ready(grace));
+        stats.set_connected(false);
+        assert!(
+            stats.ready(grace),
+            "a reconnect within the grace is no reason to go unready"
+        );
+        assert!(
+            !stats.ready(Duration::ZERO),
+            "ready past the grace without a session"
+        );
+    }
 }

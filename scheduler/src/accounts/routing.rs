@@ -155,11 +155,6 @@ impl HeldElsewhere {
         }
     }
 
-    /// Whether no account is held elsewhere.
-    pub fn is_empty(&self) -> bool {
-        self.accounts.is_empty()
-    }
-
     /// Whether `c`, of sticky pool `pool`, waits for an account held elsewhere: the account of
     /// the pool that last sent to its recipient is held elsewhere (for its queue), still active
     /// and healthy, and sent later than `here_since` (the last send through an account held

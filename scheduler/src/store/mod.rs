@@ -213,15 +213,6 @@ impl Store {
         self.pool.status()
     }
 
-    /// Answers whether the database is reachable now (readiness).
-    pub async fn ping(&self) -> Result<(), StoreError> {
-        let conn = self.conn().await?;
-        conn.simple_query("SELECT 1")
-            .await
-            .map_err(StoreError::query("ping"))?;
-        Ok(())
-    }
-
     /// Closes the pool: no new connections are handed out.
     pub fn close(&self) {
         self.pool.close();

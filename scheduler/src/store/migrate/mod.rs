@@ -90,12 +90,11 @@ async fn apply_pending(conn: &mut deadpool_postgres::Object) -> Result<usize, St
     // newer release: this is an older replica restarting during a rolling upgrade (or a
     // rollback). Its repeatables would replace the newer release's functions under the newer
     // replicas already running, until one of them restarted and put them back.
-    let unknown: Vec<i32> = applied
+    let unknown = applied
         .iter()
-        .copied()
-        .filter(|v| !MIGRATIONS.iter().any(|m| m.version == *v))
-        .collect();
-    if let Some(newest) = unknown.iter().max() {
+        .filter(|v| !MIGRATIONS.iter().any(|m| m.version == **v))
+        .max();
+    if let Some(newest) = unknown {
         tracing::warn!(
             newest_applied = newest,
             newest_known = MIGRATIONS.iter().map(|m| m.version).max().unwrap_or(0),
